@@ -1,0 +1,43 @@
+//! One error type for the whole crate: every failure a user can cause or meet
+//! (no GPU, a refused device, bad input, a lost device) becomes a message.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// The platform has no WebGPU / no usable adapter.
+    NoAdapter(String),
+    /// The adapter refused to create a device.
+    RequestDevice(String),
+    /// The device was lost (driver reset, browser tab backgrounded, GPU removed).
+    DeviceLost(String),
+    /// wgpu reported a validation or out-of-memory error.
+    Gpu(String),
+    /// A buffer could not be mapped for reading or writing.
+    Map(String),
+    /// Bad configuration or hyperparameters.
+    Config(String),
+    /// A bad corpus.
+    Data(String),
+    /// The model or a buffer does not fit the device's limits.
+    TooLarge(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoAdapter(m) => write!(f, "no GPU adapter: {m}"),
+            Error::RequestDevice(m) => write!(f, "the GPU refused a device: {m}"),
+            Error::DeviceLost(m) => write!(f, "the GPU device was lost: {m}"),
+            Error::Gpu(m) => write!(f, "GPU error: {m}"),
+            Error::Map(m) => write!(f, "could not read a GPU buffer: {m}"),
+            Error::Config(m) => write!(f, "bad configuration: {m}"),
+            Error::Data(m) => write!(f, "bad corpus: {m}"),
+            Error::TooLarge(m) => write!(f, "too large for this device: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,41 @@
+//! The GPU side: [`WgpuContext`] (device, queue, pool, pipelines, counters) and
+//! [`PooledBuffer`] (a storage buffer that goes back to the pool when dropped).
+//!
+//! # Why recycling GPU buffers is safe here
+//!
+//! A pooled buffer's memory is handed from one tensor to the next while the GPU may
+//! still be working through commands that touched it. Four rules keep that correct;
+//! each has a test.
+//!
+//! 1. **Only later work sees a recycled buffer.** A buffer joins the free list when
+//!    its last host handle (`PooledBuffer`) drops, and the pool gives it only to
+//!    work recorded after that. One queue executes in submission order and commands
+//!    in one encoder execute in recording order, so a new write to the buffer always
+//!    runs after every earlier read of its old contents.
+//! 2. **Recycled buffers hold garbage.** The pool does not zero. Every kernel writes
+//!    every element of its output before anything reads it. A kernel that writes only
+//!    part of its output takes [`WgpuContext::create_zeroed`], whose zeroing is a
+//!    `clear_buffer` recorded in the encoder, ordered like any dispatch. The parity
+//!    tests draw outputs from a pool filled with NaN, so an unwritten element fails.
+//! 3. **`queue.write_buffer` jumps the queue.** Its bytes land at the start of the
+//!    next submit, before every command of that submit, including commands recorded
+//!    earlier that read the buffer's previous contents. So a buffer filled by
+//!    `write_buffer` must never be one that the pool could have handed out mid-encoder:
+//!    [`WgpuContext::upload`] makes a fresh buffer that never joins the pool
+//!    (`recycle: false`). [`WgpuContext::upload_pooled`] goes further: it copies from
+//!    a staging buffer with a command recorded in the encoder, which is ordered, so
+//!    its destination may come from and return to the pool.
+//! 4. **On the web, dropping is not freeing.** A dropped `wgpu::Buffer` keeps its GPU
+//!    memory until JavaScript collects it. Everything that lets a buffer go for good
+//!    (pool `clear`, eviction, rejected releases, `--no-pool` mode) calls `destroy()`,
+//!    deferred until after the next submit when the buffer may still be referenced by
+//!    recorded commands.
+
+mod context;
+mod kernel;
+mod pooled;
+mod transfer;
+
+pub use context::{ContextCounters, ContextOptions, WgpuContext};
+pub use kernel::{grid_1d, Kernel};
+pub use pooled::PooledBuffer;

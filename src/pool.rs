@@ -1,0 +1,480 @@
+//! `BufferPool`: a size-bucketed free list of GPU buffers.
+//!
+//! The pool is pure bookkeeping. It never creates a buffer: [`crate::gpu::WgpuContext`]
+//! creates one when [`BufferPool::acquire`] misses, and [`crate::gpu::PooledBuffer`]
+//! hands it back through [`BufferPool::release`] when its last handle drops. Because
+//! the logic is generic over the buffer type ([`Poolable`]), every rule here is
+//! tested without a device (`tests/pool.rs`); `wgpu::Buffer` is the default type.
+//!
+//! Sizes are rounded up to a *size class* so that buffers in one bucket are
+//! interchangeable. The seed's policy, powers of two, is the default
+//! ([`SizePolicy::PowerOfTwo`]); finer policies trade fewer wasted bytes for more
+//! buckets (see [`SizePolicy`]).
+//!
+//! Every operation takes one `Mutex`, so the pool is `Send + Sync` whenever its
+//! buffer type is, and safe to share between threads natively.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// What the pool needs from a buffer: how to free its memory now.
+///
+/// On the web, dropping a `wgpu::Buffer` only frees GPU memory when JavaScript's
+/// garbage collector runs, so the pool calls `destroy` whenever it lets a buffer go.
+pub trait Poolable {
+    fn destroy(&self);
+}
+
+impl Poolable for wgpu::Buffer {
+    fn destroy(&self) {
+        wgpu::Buffer::destroy(self)
+    }
+}
+
+/// Every buffer size the pool hands out is a multiple of this (wgpu's copy and
+/// binding alignment).
+pub const SIZE_ALIGNMENT: usize = 4;
+
+/// How a requested size is rounded up to the size class of its bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum SizePolicy {
+    /// The next power of two (the seed's rule): few buckets and the most reuse, at
+    /// up to 2x the requested bytes.
+    PowerOfTwo,
+    /// Each octave split into `subdivisions` equal steps (PyTorch's
+    /// `roundup_power2_divisions`): a 1200-byte request with 4 subdivisions gets 1280.
+    /// Wastes at most 1/`subdivisions` of an octave.
+    Subdivided { subdivisions: u32 },
+    /// The size itself, rounded to [`SIZE_ALIGNMENT`]: no waste, but a buffer is only
+    /// reused by a request of exactly its size (fine for static-shape training).
+    Exact,
+}
+
+impl Default for SizePolicy {
+    fn default() -> Self {
+        SizePolicy::PowerOfTwo
+    }
+}
+
+impl SizePolicy {
+    /// The size class of a request of `min_size` bytes under this policy.
+    pub fn size_class(self, min_size: usize) -> usize {
+        let min_size = min_size.max(SIZE_ALIGNMENT);
+        match self {
+            SizePolicy::PowerOfTwo => min_size.next_power_of_two(),
+            SizePolicy::Subdivided { subdivisions } => {
+                let pow2 = min_size.next_power_of_two();
+                let octave = pow2 / 2;
+                let divs = (subdivisions.max(1) as usize).next_power_of_two();
+                // Steps below the alignment cannot be honoured; plain pow2 there.
+                if octave < SIZE_ALIGNMENT * divs {
+                    return pow2;
+                }
+                let step = octave / divs;
+                min_size.div_ceil(step) * step
+            }
+            SizePolicy::Exact => min_size.div_ceil(SIZE_ALIGNMENT) * SIZE_ALIGNMENT,
+        }
+    }
+
+    /// Short label for tables and the page.
+    pub fn label(self) -> String {
+        match self {
+            SizePolicy::PowerOfTwo => "pow2".into(),
+            SizePolicy::Subdivided { subdivisions } => format!("pow2/{subdivisions}"),
+            SizePolicy::Exact => "exact".into(),
+        }
+    }
+
+    /// Parses the labels [`SizePolicy::label`] writes (`pow2`, `pow2/4`, `exact`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "pow2" => Ok(SizePolicy::PowerOfTwo),
+            "exact" => Ok(SizePolicy::Exact),
+            _ => match text.strip_prefix("pow2/").map(str::parse::<u32>) {
+                Some(Ok(n)) if n >= 1 && n.is_power_of_two() => {
+                    Ok(SizePolicy::Subdivided { subdivisions: n })
+                }
+                _ => Err(format!(
+                    "unknown size policy {text:?}: expected pow2, pow2/N (N a power of two) or exact"
+                )),
+            },
+        }
+    }
+}
+
+/// Limits on what the pool keeps. A release that would break one is rejected and
+/// the caller destroys the buffer.
+///
+/// The defaults are sized for training, not for the seed's benchmark loop: one
+/// training step of the `shakespeare` preset holds about a hundred activations and
+/// gradients alive at once, several dozen of them in the same bucket, and every one
+/// of them must come back to the pool for the next step to create nothing. The seed's
+/// caps (8 a bucket, 64 in all, 64 MiB) would reject most of them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct BufferPoolConfig {
+    /// Free buffers kept per size class. Default 256.
+    pub max_buffers_per_bucket: usize,
+    /// Free buffers kept in all. Default 2048.
+    pub max_total_buffers: usize,
+    /// Largest size class pooled, in bytes; larger requests always miss and larger
+    /// releases are rejected. Default 1 GiB (WebGPU's usual largest storage binding).
+    pub max_buffer_size: usize,
+    /// Byte budget for the free buffers the pool holds. Default 8 GiB: the
+    /// shakespeare preset's whole working set at batch 64 is about 4.5 GiB held.
+    pub max_bytes: usize,
+    /// How requests are rounded to size classes. Default: powers of two.
+    pub policy: SizePolicy,
+    /// Free buffers not reused for this many ticks (the context ticks once a submit)
+    /// are destroyed by [`BufferPool::evict_idle`]. `None`: never by age. Default `None`.
+    pub max_idle_ticks: Option<u64>,
+}
+
+impl Default for BufferPoolConfig {
+    fn default() -> Self {
+        BufferPoolConfig {
+            max_buffers_per_bucket: 256,
+            max_total_buffers: 2048,
+            max_buffer_size: 1 << 30,
+            max_bytes: 8 << 30,
+            policy: SizePolicy::PowerOfTwo,
+            max_idle_ticks: None,
+        }
+    }
+}
+
+impl BufferPoolConfig {
+    /// Checks the limits make sense together.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_buffer_size < SIZE_ALIGNMENT {
+            return Err(format!(
+                "max_buffer_size must be at least {SIZE_ALIGNMENT} bytes"
+            ));
+        }
+        if let SizePolicy::Subdivided { subdivisions } = self.policy {
+            if subdivisions == 0 || !subdivisions.is_power_of_two() {
+                return Err(format!(
+                    "subdivisions must be a power of two, got {subdivisions}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Free buffers of one size class.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BucketStats {
+    pub size: usize,
+    pub count: usize,
+}
+
+/// A snapshot of the pool's counters. Counters (`hits`, `releases_*`, ...) only grow;
+/// gauges (`total_pooled`, `bytes_held`, `buckets`) describe the free lists now.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct BufferPoolStats {
+    /// Free buffers held, in all buckets.
+    pub total_pooled: usize,
+    /// Free buffers per size class, smallest first; empty buckets left out.
+    pub buckets: Vec<BucketStats>,
+    /// Bytes of the free buffers held now.
+    pub bytes_held: u64,
+    /// The most `bytes_held` has been.
+    pub peak_bytes_held: u64,
+    /// Acquires served from a bucket.
+    pub hits: u64,
+    /// Acquires that found their bucket empty (the caller creates a buffer).
+    pub misses: u64,
+    /// Acquires above `max_buffer_size` (never pooled; not counted in `misses`).
+    pub oversize_requests: u64,
+    /// Sum of the sizes asked for by hits and misses.
+    pub bytes_requested: u64,
+    /// Sum of their size classes: `bytes_allocated / bytes_requested` is what rounding costs.
+    pub bytes_allocated: u64,
+    /// Releases kept for reuse.
+    pub releases_accepted: u64,
+    /// Releases rejected because the bucket was at `max_buffers_per_bucket`.
+    pub rejected_bucket_full: u64,
+    /// Releases rejected because the pool was at `max_total_buffers`.
+    pub rejected_pool_full: u64,
+    /// Releases rejected because the size was above `max_buffer_size`.
+    pub rejected_too_large: u64,
+    /// Releases rejected because they would take `bytes_held` past `max_bytes`.
+    pub rejected_over_budget: u64,
+    /// Releases rejected because the size is not a size class of the policy.
+    pub rejected_not_a_class: u64,
+    /// Buffers the pool destroyed (clear, eviction, trim).
+    pub buffers_destroyed: u64,
+    /// Their bytes.
+    pub bytes_destroyed: u64,
+    /// Of those, buffers destroyed by `evict_idle` and `trim`.
+    pub buffers_evicted: u64,
+    /// Their bytes.
+    pub bytes_evicted: u64,
+}
+
+impl BufferPoolStats {
+    /// Fraction of acquires served from the pool (0 before any acquire).
+    pub fn hit_rate(&self) -> f64 {
+        let total = self.hits + self.misses + self.oversize_requests;
+        if total == 0 {
+            0.0
+        } else {
+            self.hits as f64 / total as f64
+        }
+    }
+
+    /// All rejected releases.
+    pub fn releases_rejected(&self) -> u64 {
+        self.rejected_bucket_full
+            + self.rejected_pool_full
+            + self.rejected_too_large
+            + self.rejected_over_budget
+            + self.rejected_not_a_class
+    }
+}
+
+struct FreeBuffer<B> {
+    buffer: B,
+    released_at: u64,
+}
+
+struct Inner<B> {
+    /// size class -> free buffers, most recently released last (reused first).
+    buckets: BTreeMap<usize, Vec<FreeBuffer<B>>>,
+    stats: BufferPoolStats,
+    tick: u64,
+}
+
+/// A pool of reusable GPU buffers, bucketed by size class.
+///
+/// `new`, `with_defaults` and `allocation_size` are the seed's API for
+/// `wgpu::Buffer`; tests build pools of other buffer types with [`BufferPool::with_config`].
+pub struct BufferPool<B = wgpu::Buffer> {
+    config: BufferPoolConfig,
+    inner: Mutex<Inner<B>>,
+}
+
+impl BufferPool<wgpu::Buffer> {
+    /// Creates a pool with the given limits.
+    pub fn new(config: BufferPoolConfig) -> Self {
+        Self::with_config(config)
+    }
+
+    /// Creates a pool with [`BufferPoolConfig::default`].
+    pub fn with_defaults() -> Self {
+        Self::with_config(BufferPoolConfig::default())
+    }
+
+    /// The seed's rounding: the next power of two (5000 -> 8192). Pools configured
+    /// with another policy round with [`BufferPool::size_class`].
+    pub fn allocation_size(min_size: usize) -> usize {
+        SizePolicy::PowerOfTwo.size_class(min_size)
+    }
+}
+
+impl<B: Poolable> BufferPool<B> {
+    /// Creates a pool of any [`Poolable`] buffer type.
+    pub fn with_config(config: BufferPoolConfig) -> Self {
+        BufferPool {
+            config,
+            inner: Mutex::new(Inner {
+                buckets: BTreeMap::new(),
+                stats: BufferPoolStats::default(),
+                tick: 0,
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &BufferPoolConfig {
+        &self.config
+    }
+
+    /// The size of buffer to create for a request of `min_size` bytes under this
+    /// pool's policy.
+    pub fn size_class(&self, min_size: usize) -> usize {
+        self.config.policy.size_class(min_size)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<B>> {
+        // A panic while holding the lock leaves only counters half-updated; the free
+        // lists themselves stay valid, so keep going rather than poison every caller.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a free buffer of at least `min_size` bytes (exactly `size_class(min_size)`),
+    /// or `None` when that bucket is empty or the size is above `max_buffer_size`.
+    pub fn acquire(&self, min_size: usize) -> Option<B> {
+        let class = self.size_class(min_size);
+        let mut inner = self.lock();
+        if class > self.config.max_buffer_size {
+            inner.stats.oversize_requests += 1;
+            return None;
+        }
+        inner.stats.bytes_requested += min_size as u64;
+        inner.stats.bytes_allocated += class as u64;
+        let free = inner.buckets.get_mut(&class).and_then(Vec::pop);
+        match free {
+            Some(free) => {
+                inner.stats.hits += 1;
+                inner.stats.total_pooled -= 1;
+                inner.stats.bytes_held -= class as u64;
+                Some(free.buffer)
+            }
+            None => {
+                inner.stats.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Offers a buffer of `size` bytes back. `true`: the pool keeps it. `false`: it
+    /// was rejected (bucket full, pool full, too large, over budget, or `size` is not
+    /// a size class) and the caller should destroy it.
+    pub fn release(&self, buffer: B, size: usize) -> bool {
+        let mut inner = self.lock();
+        let stats = &inner.stats;
+        let rejection = if size > self.config.max_buffer_size {
+            Some(Rejection::TooLarge)
+        } else if self.size_class(size) != size {
+            Some(Rejection::NotAClass)
+        } else if stats.total_pooled >= self.config.max_total_buffers {
+            Some(Rejection::PoolFull)
+        } else if inner.buckets.get(&size).map_or(0, Vec::len) >= self.config.max_buffers_per_bucket
+        {
+            Some(Rejection::BucketFull)
+        } else if stats.bytes_held + size as u64 > self.config.max_bytes as u64 {
+            Some(Rejection::OverBudget)
+        } else {
+            None
+        };
+        let stats = &mut inner.stats;
+        match rejection {
+            Some(Rejection::TooLarge) => stats.rejected_too_large += 1,
+            Some(Rejection::NotAClass) => stats.rejected_not_a_class += 1,
+            Some(Rejection::PoolFull) => stats.rejected_pool_full += 1,
+            Some(Rejection::BucketFull) => stats.rejected_bucket_full += 1,
+            Some(Rejection::OverBudget) => stats.rejected_over_budget += 1,
+            None => {
+                stats.releases_accepted += 1;
+                stats.total_pooled += 1;
+                stats.bytes_held += size as u64;
+                stats.peak_bytes_held = stats.peak_bytes_held.max(stats.bytes_held);
+                let released_at = inner.tick;
+                inner.buckets.entry(size).or_default().push(FreeBuffer {
+                    buffer,
+                    released_at,
+                });
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Destroys every free buffer now, freeing its GPU memory.
+    pub fn clear(&self) {
+        let mut inner = self.lock();
+        let buckets = std::mem::take(&mut inner.buckets);
+        for (size, list) in buckets {
+            for free in list {
+                free.buffer.destroy();
+                count_destroyed(&mut inner.stats, size, false);
+            }
+        }
+    }
+
+    /// Advances the pool's clock (the context calls this once a submit) and returns
+    /// the new tick. Idle eviction counts age in ticks.
+    pub fn tick(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.tick += 1;
+        inner.tick
+    }
+
+    /// Destroys free buffers released more than `max_idle_ticks` ticks ago. Returns
+    /// how many. Does nothing when the config sets no age limit.
+    pub fn evict_idle(&self) -> usize {
+        let Some(max_idle) = self.config.max_idle_ticks else {
+            return 0;
+        };
+        let mut inner = self.lock();
+        let now = inner.tick;
+        let mut evicted = Vec::new();
+        for (&size, list) in inner.buckets.iter_mut() {
+            let (old, young): (Vec<_>, Vec<_>) = std::mem::take(list)
+                .into_iter()
+                .partition(|f| now.saturating_sub(f.released_at) > max_idle);
+            *list = young;
+            evicted.extend(old.into_iter().map(|f| (size, f)));
+        }
+        inner.buckets.retain(|_, list| !list.is_empty());
+        let n = evicted.len();
+        for (size, free) in evicted {
+            free.buffer.destroy();
+            count_destroyed(&mut inner.stats, size, true);
+        }
+        n
+    }
+
+    /// Destroys free buffers, least recently released first, until at most
+    /// `target_bytes` are held. Returns how many it destroyed.
+    pub fn trim(&self, target_bytes: u64) -> usize {
+        let mut inner = self.lock();
+        let mut n = 0;
+        while inner.stats.bytes_held > target_bytes {
+            // The oldest free buffer across all buckets; each bucket is oldest-first.
+            let oldest = inner
+                .buckets
+                .iter()
+                .filter_map(|(&size, list)| list.first().map(|f| (f.released_at, size)))
+                .min();
+            let Some((_, size)) = oldest else { break };
+            let list = inner.buckets.get_mut(&size).expect("bucket just seen");
+            let free = list.remove(0);
+            if list.is_empty() {
+                inner.buckets.remove(&size);
+            }
+            free.buffer.destroy();
+            count_destroyed(&mut inner.stats, size, true);
+            n += 1;
+        }
+        n
+    }
+
+    /// A snapshot of the counters and free lists.
+    pub fn stats(&self) -> BufferPoolStats {
+        let inner = self.lock();
+        let mut stats = inner.stats.clone();
+        stats.buckets = inner
+            .buckets
+            .iter()
+            .filter(|(_, list)| !list.is_empty())
+            .map(|(&size, list)| BucketStats {
+                size,
+                count: list.len(),
+            })
+            .collect();
+        stats
+    }
+}
+
+enum Rejection {
+    TooLarge,
+    NotAClass,
+    PoolFull,
+    BucketFull,
+    OverBudget,
+}
+
+fn count_destroyed(stats: &mut BufferPoolStats, size: usize, evicted: bool) {
+    stats.total_pooled -= 1;
+    stats.bytes_held -= size as u64;
+    stats.buffers_destroyed += 1;
+    stats.bytes_destroyed += size as u64;
+    if evicted {
+        stats.buffers_evicted += 1;
+        stats.bytes_evicted += size as u64;
+    }
+}

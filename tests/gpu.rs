@@ -1,0 +1,244 @@
+//! WgpuContext and PooledBuffer on a real device: lavapipe natively, WebGPU in
+//! headless Chromium. Each body runs on both (see `common::gpu_test!`).
+
+mod common;
+
+use common::{context, poison_next_output, read};
+use tidepool::gpu::Kernel;
+use tidepool::kernels::residual_forward;
+use tidepool::rng::{fresh_seed, Rng};
+use tidepool::{BufferPool, ContextOptions, WgpuContext};
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+gpu_test!(
+    context_reports_its_adapter,
+    context_reports_its_adapter_body()
+);
+async fn context_reports_its_adapter_body() {
+    let ctx = context().await;
+    assert!(!ctx.adapter_name().is_empty());
+    #[cfg(target_arch = "wasm32")]
+    assert_eq!(ctx.backend(), "webgpu");
+    #[cfg(not(target_arch = "wasm32"))]
+    assert_ne!(ctx.backend(), "webgpu");
+}
+
+gpu_test!(
+    pooled_buffers_round_up_and_come_back,
+    pooled_round_trip_body()
+);
+async fn pooled_round_trip_body() {
+    let ctx = context().await;
+    let first = ctx.create_pooled(5000);
+    assert_eq!(first.size(), BufferPool::allocation_size(5000) as u64);
+    assert_eq!(first.size(), 8192);
+    assert_eq!(first.len(), 5000);
+    let created = ctx.counters().buffers_created;
+    drop(first);
+    assert_eq!(ctx.pool_stats().total_pooled, 1);
+    // Same bucket: served from the pool, nothing created.
+    let second = ctx.create_pooled(6000);
+    assert_eq!(second.size(), 8192);
+    assert_eq!(ctx.counters().buffers_created, created);
+    assert_eq!(ctx.pool_stats().hits, 1);
+    assert_eq!(ctx.counters().bytes_in_use, 8192);
+    drop(second);
+    assert_eq!(ctx.counters().bytes_in_use, 0);
+    ctx.clear_pool();
+    assert_eq!(ctx.pool_stats().total_pooled, 0);
+    assert_eq!(ctx.pool_stats().buffers_destroyed, 1);
+}
+
+gpu_test!(upload_download_round_trip, upload_download_body());
+async fn upload_download_body() {
+    let ctx = context().await;
+    let data: Vec<f32> = (0..1234).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let seeded = ctx.upload(&data);
+    assert!(
+        !seeded.recycle(),
+        "write-filled buffers never join the pool"
+    );
+    assert_eq!(read(&ctx, &seeded, data.len()).await, data);
+    let pooled = ctx.upload_pooled(&data);
+    assert!(pooled.recycle());
+    assert_eq!(read(&ctx, &pooled, data.len()).await, data);
+    drop(seeded);
+    assert_eq!(
+        ctx.pool_stats().total_pooled,
+        0,
+        "upload() buffers are destroyed"
+    );
+    drop(pooled);
+    assert_eq!(ctx.pool_stats().total_pooled, 1);
+}
+
+gpu_test!(
+    residual_matches_reference_on_poisoned_output,
+    residual_parity_body()
+);
+async fn residual_parity_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for n in [1usize, 3, 257, 1000, 70_001] {
+        let a = rng.vec(n, -2.0, 2.0);
+        let b = rng.vec(n, -2.0, 2.0);
+        let (ga, gb) = (ctx.upload(&a), ctx.upload(&b));
+        poison_next_output(&ctx, n);
+        let hits = ctx.pool_stats().hits;
+        let out = residual_forward(&ctx, &ga, &gb, n);
+        assert_eq!(
+            ctx.pool_stats().hits,
+            hits + 1,
+            "output came from the poisoned pool"
+        );
+        let got = read(&ctx, &out, n).await;
+        let want = tidepool::reference::residual_forward(&a, &b);
+        assert_eq!(got, want, "n = {n}, seed {seed}");
+    }
+}
+
+gpu_test!(one_scope_one_submit, one_scope_one_submit_body());
+async fn one_scope_one_submit_body() {
+    let ctx = context().await;
+    let x = ctx.upload(&[1.0f32; 100]);
+    let before = ctx.counters();
+    let out = ctx.scope(|| {
+        let mut acc = residual_forward(&ctx, &x, &x, 100);
+        for _ in 0..9 {
+            acc = residual_forward(&ctx, &acc, &x, 100);
+        }
+        acc
+    });
+    let after = ctx.counters();
+    assert_eq!(after.dispatches - before.dispatches, 10);
+    assert_eq!(after.submits - before.submits, 1);
+    assert_eq!(read(&ctx, &out, 100).await, vec![11.0; 100]);
+}
+
+gpu_test!(zeroed_buffers_are_zero_even_when_recycled, zeroed_body());
+async fn zeroed_body() {
+    let ctx = context().await;
+    poison_next_output(&ctx, 300);
+    let hits = ctx.pool_stats().hits;
+    let zeroed = ctx.create_zeroed(300 * 4);
+    assert_eq!(ctx.pool_stats().hits, hits + 1, "took the poisoned buffer");
+    assert_eq!(read(&ctx, &zeroed, 300).await, vec![0.0; 300]);
+}
+
+/// A kernel that copies `src` into `dst` (used to observe buffer contents at a
+/// point in the command stream).
+const COPY: Kernel = Kernel {
+    name: "test_copy",
+    source: "
+struct Params { n: u32, a: u32, b: u32, c: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < p.n) { dst[gid.x] = src[gid.x]; }
+}",
+    entry: "main",
+};
+
+fn copy_of(ctx: &WgpuContext, src: &wgpu::Buffer, n: u32) -> tidepool::PooledBuffer {
+    let dst = ctx.create_pooled(n as usize * 4);
+    ctx.dispatch(&COPY, &[n, 0, 0, 0], &[src, &dst], [n.div_ceil(64), 1, 1]);
+    dst
+}
+
+gpu_test!(write_buffer_hazard_and_the_belt, write_buffer_hazard_body());
+/// Rule 3: `queue.write_buffer` lands before every command of the next submit, even
+/// commands recorded earlier. Reproduce that on a raw buffer, then show the pooled
+/// upload path (a copy recorded in the encoder) is ordered even when the buffer is
+/// dropped and re-acquired inside one encoder.
+async fn write_buffer_hazard_body() {
+    let ctx = context().await;
+    let n = 64u32;
+    let old = vec![1.0f32; n as usize];
+    let new = vec![2.0f32; n as usize];
+
+    // The hazard, on a raw buffer.
+    let raw = ctx.upload(&old);
+    let seen = ctx.scope(|| {
+        let seen = copy_of(&ctx, &raw, n); // recorded while `raw` holds 1.0
+        ctx.queue.write_buffer(&raw, 0, bytemuck::cast_slice(&new));
+        seen
+    });
+    assert_eq!(
+        read(&ctx, &seen, n as usize).await,
+        new,
+        "write_buffer overtook the earlier recorded read (the hazard the seed describes)"
+    );
+
+    // The belt: same sequence through the pool, reusing the same buffer mid-encoder.
+    let hits = ctx.pool_stats().hits;
+    let (first, second) = ctx.scope(|| {
+        let a = ctx.upload_pooled(&old);
+        let first = copy_of(&ctx, &a, n);
+        drop(a); // back to the pool while the encoder still reads it
+        let b = ctx.upload_pooled(&new); // takes the same buffer
+        let second = copy_of(&ctx, &b, n);
+        (first, second)
+    });
+    assert!(
+        ctx.pool_stats().hits > hits,
+        "the second upload reused a pooled buffer"
+    );
+    assert_eq!(
+        read(&ctx, &first, n as usize).await,
+        old,
+        "belt upload stayed ordered"
+    );
+    assert_eq!(read(&ctx, &second, n as usize).await, new);
+}
+
+gpu_test!(
+    steady_uploads_and_downloads_create_nothing,
+    steady_transfers_body()
+);
+async fn steady_transfers_body() {
+    let ctx = context().await;
+    let data = vec![3.0f32; 4096];
+    let mut created = Vec::new();
+    for _ in 0..6 {
+        let x = ctx.upload_pooled(&data);
+        let y = ctx.scope(|| residual_forward(&ctx, &x, &x, data.len()));
+        assert_eq!(read(&ctx, &y, 4).await, vec![6.0; 4]);
+        created.push(ctx.counters().buffers_created);
+    }
+    // After two warm-up rounds, every buffer (pooled, staging, params) is reused.
+    assert_eq!(created[2], created[5], "created per round: {created:?}");
+}
+
+gpu_test!(no_pool_mode_creates_every_time, no_pool_body());
+async fn no_pool_body() {
+    let ctx = WgpuContext::with_options(ContextOptions {
+        pooling: false,
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let before = ctx.counters();
+    for _ in 0..3 {
+        drop(ctx.create_pooled(1024));
+    }
+    let after = ctx.counters();
+    assert_eq!(after.buffers_created - before.buffers_created, 3);
+    assert_eq!(after.buffers_destroyed - before.buffers_destroyed, 3);
+    assert_eq!(ctx.pool_stats().total_pooled, 0);
+}
+
+gpu_test!(too_large_is_a_clear_error, too_large_body());
+async fn too_large_body() {
+    let ctx = context().await;
+    let err = ctx
+        .check_fits(ctx.max_binding_size() + 4, "a test tensor")
+        .expect_err("over the limit");
+    let message = err.to_string();
+    assert!(message.contains("a test tensor"), "{message}");
+    assert!(ctx.check_fits(1024, "small").is_ok());
+}
