@@ -124,7 +124,8 @@ pub struct BufferPoolConfig {
     pub max_buffer_size: usize,
     /// Byte budget for the free buffers the pool holds. Default 8 GiB: the
     /// shakespeare preset's whole working set at batch 64 is about 4.5 GiB held.
-    pub max_bytes: usize,
+    /// (u64: GPU memory is not bounded by wasm32's address space.)
+    pub max_bytes: u64,
     /// How requests are rounded to size classes. Default: powers of two.
     pub policy: SizePolicy,
     /// Free buffers not reused for this many ticks (the context ticks once a submit)
@@ -345,7 +346,7 @@ impl<B: Poolable> BufferPool<B> {
         } else if inner.buckets.get(&size).map_or(0, Vec::len) >= self.config.max_buffers_per_bucket
         {
             Some(Rejection::BucketFull)
-        } else if stats.bytes_held + size as u64 > self.config.max_bytes as u64 {
+        } else if stats.bytes_held + size as u64 > self.config.max_bytes {
             Some(Rejection::OverBudget)
         } else {
             None

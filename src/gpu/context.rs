@@ -156,7 +156,15 @@ impl WgpuContext {
     pub async fn with_options(options: ContextOptions) -> Result<Self> {
         options.pool.validate().map_err(Error::Config)?;
         let adapter = request_adapter().await?;
-        let info = adapter.get_info();
+        let mut info = adapter.get_info();
+        if info.name.is_empty() {
+            // Browsers leave `description` empty; vendor and architecture say enough.
+            #[cfg(target_arch = "wasm32")]
+            let label = web_adapter_label().await;
+            #[cfg(not(target_arch = "wasm32"))]
+            let label: Option<String> = None;
+            info.name = label.unwrap_or_else(|| "unnamed adapter".into());
+        }
         // Ask for everything the adapter offers: the default limits (128 MiB storage
         // bindings, 8 storage buffers a stage) are too small for real models.
         let limits = adapter.limits();
@@ -550,4 +558,24 @@ async fn request_adapter() -> Result<wgpu::Adapter> {
             let hint = "install a Vulkan, Metal or DX12 driver (on Linux without a GPU: mesa-vulkan-drivers gives lavapipe)";
             Error::NoAdapter(format!("{e}. {hint}"))
         })
+}
+
+/// "google swiftshader" and the like, from `GPUAdapterInfo` (wgpu maps only the
+/// description, which browsers usually leave empty).
+#[cfg(target_arch = "wasm32")]
+async fn web_adapter_label() -> Option<String> {
+    use js_sys::Reflect;
+    use wasm_bindgen::JsCast;
+    let get = |target: &wasm_bindgen::JsValue, key: &str| Reflect::get(target, &key.into()).ok();
+    let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
+    let request: js_sys::Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
+    let promise: js_sys::Promise = request.call0(&gpu).ok()?.dyn_into().ok()?;
+    let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
+    let info = get(&adapter, "info")?;
+    let parts: Vec<String> = ["vendor", "architecture", "device", "description"]
+        .iter()
+        .filter_map(|key| get(&info, key)?.as_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(" "))
 }
