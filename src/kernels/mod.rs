@@ -8,3 +8,10 @@
 mod residual;
 
 pub use residual::residual_forward;
+
+// ---- matmul / attention (kernels-b) ----
+mod attention;
+mod matmul;
+
+pub use attention::{attention_backward, attention_forward};
+pub use matmul::{matmul_backward, matmul_forward};
