@@ -6,6 +6,10 @@ use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 /// Queries (forward, dq) or keys (dkdv) of one workgroup.
 const BLOCK: usize = 64;
 
+/// The shaders guard every index (head channels past `hs`, rows past `t`) and the
+/// launchers check buffer sizes, so all variants compile unchecked
+/// (`Kernel::unchecked`).
+///
 /// One compiled variant per head-size bound: registers hold `HS4` vec4s a row.
 macro_rules! variant {
     ($hs4:literal, $fwd:literal, $dq:literal, $dkdv:literal) => {
@@ -19,6 +23,7 @@ macro_rules! variant {
                     include_str!("attention.wgsl")
                 ),
                 entry: "main",
+                unchecked: true,
             },
             Kernel {
                 name: $dq,
@@ -29,6 +34,7 @@ macro_rules! variant {
                     include_str!("attention_backward.wgsl")
                 ),
                 entry: "dq",
+                unchecked: true,
             },
             Kernel {
                 name: $dkdv,
@@ -39,6 +45,7 @@ macro_rules! variant {
                     include_str!("attention_backward.wgsl")
                 ),
                 entry: "dkdv",
+                unchecked: true,
             },
         ]
     };
@@ -86,6 +93,16 @@ struct Params {
     _pad: [u32; 3],
 }
 
+/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
+#[track_caller]
+fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
+    assert!(
+        buffer.size() >= floats as u64 * 4,
+        "{what}: a {}-byte buffer for {floats} floats",
+        buffer.size()
+    );
+}
+
 fn setup(b: usize, t: usize, c: usize, nh: usize) -> (Params, &'static [Kernel; 3], [u32; 3]) {
     assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
     assert!(c % nh == 0, "c = {c} does not split into nh = {nh} heads");
@@ -124,6 +141,7 @@ pub fn attention_forward(
     nh: usize,
 ) -> (PooledBuffer, PooledBuffer) {
     let (params, kernels, groups) = setup(b, t, c, nh);
+    check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
     ctx.dispatch(&kernels[0], &params, &[qkv, &out, &lse], groups);
@@ -145,6 +163,10 @@ pub fn attention_backward(
     nh: usize,
 ) -> PooledBuffer {
     let (params, kernels, groups) = setup(b, t, c, nh);
+    check_len(dout, b * t * c, "attention_backward dout");
+    check_len(qkv, b * t * 3 * c, "attention_backward qkv");
+    check_len(out, b * t * c, "attention_backward out");
+    check_len(saved, b * nh * t, "attention_backward saved");
     let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
     // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
     let dsum = ctx.create_pooled(b * nh * t * 4);

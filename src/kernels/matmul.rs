@@ -19,9 +19,14 @@ macro_rules! gemm_kernel {
             name: $name,
             source: concat!(include_str!($prelude), include_str!("matmul.wgsl")),
             entry: "main",
+            unchecked: UNCHECKED,
         }
     };
 }
+
+/// Every index in these shaders is guarded, and each launcher checks its buffers
+/// (`check_len`), so they run without wgpu's per-access bounds checks.
+const UNCHECKED: bool = true;
 
 const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl");
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl");
@@ -30,11 +35,13 @@ const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
     source: include_str!("matmul_reduce.wgsl"),
     entry: "sum_splits",
+    unchecked: UNCHECKED,
 };
 const COLSUM: Kernel = Kernel {
     name: "matmul_colsum",
     source: include_str!("matmul_reduce.wgsl"),
     entry: "colsum_part",
+    unchecked: UNCHECKED,
 };
 
 #[repr(C)]
@@ -59,6 +66,16 @@ struct ReduceParams {
 
 fn u32_of(x: usize, what: &str) -> u32 {
     u32::try_from(x).unwrap_or_else(|_| panic!("{what} = {x} does not fit in u32"))
+}
+
+/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
+#[track_caller]
+fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
+    assert!(
+        buffer.size() >= floats as u64 * 4,
+        "{what}: a {}-byte buffer for {floats} floats",
+        buffer.size()
+    );
 }
 
 /// Splits a reduction of `len` steps over about `want` workgroups: (chunk, splits),
@@ -119,18 +136,31 @@ pub fn matmul_backward(
     n: usize,
     with_bias: bool,
 ) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
-    assert!(
-        rows > 0 && k > 0 && n > 0,
-        "matmul_backward of an empty matrix"
-    );
-    let (rows32, k32, n32) = (u32_of(rows, "rows"), u32_of(k, "k"), u32_of(n, "n"));
+    let dinp = matmul_dinp(ctx, dout, weight, rows, k, n);
+    let dweight = matmul_dweight(ctx, dout, inp, rows, k, n);
+    let dbias = with_bias.then(|| matmul_dbias(ctx, dout, rows, n));
+    (dinp, dweight, dbias)
+}
 
+/// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of
+/// [`matmul_backward`].
+pub fn matmul_dinp(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
+    assert!(rows > 0 && k > 0 && n > 0, "matmul_dinp of an empty matrix");
+    check_len(dout, rows * n, "matmul_dinp dout");
+    check_len(weight, n * k, "matmul_dinp weight");
     let dinp = ctx.create_pooled(rows * k * 4);
     let params = GemmParams {
-        m: rows32,
-        n: k32,
-        k: n32,
-        k_chunk: n32,
+        m: u32_of(rows, "rows"),
+        n: u32_of(k, "k"),
+        k: u32_of(n, "n"),
+        k_chunk: u32_of(n, "n"),
         has_bias: 0,
         _pad: [0; 3],
     };
@@ -140,14 +170,32 @@ pub fn matmul_backward(
         &[dout, weight, &dinp],
         [k.div_ceil(TILE) as u32, rows.div_ceil(TILE) as u32, 1],
     );
+    dinp
+}
 
+/// `dweight = doutᵀ · inp` (`[n, k]`, summed over all `rows`): the weight half of
+/// [`matmul_backward`].
+pub fn matmul_dweight(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
+    assert!(
+        rows > 0 && k > 0 && n > 0,
+        "matmul_dweight of an empty matrix"
+    );
+    check_len(dout, rows * n, "matmul_dweight dout");
+    check_len(inp, rows * k, "matmul_dweight inp");
     let dweight = ctx.create_pooled(n * k * 4);
     let tiles = n.div_ceil(TILE) * k.div_ceil(TILE);
     let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(tiles), BK);
     let params = GemmParams {
-        m: n32,
-        n: k32,
-        k: rows32,
+        m: u32_of(n, "n"),
+        n: u32_of(k, "k"),
+        k: u32_of(rows, "rows"),
         k_chunk: u32_of(chunk, "chunk"),
         has_bias: 0,
         _pad: [0; 3],
@@ -164,28 +212,30 @@ pub fn matmul_backward(
         ctx.dispatch(&DWEIGHT, &params, &[dout, inp, &part], groups);
         sum_splits(ctx, &part, &dweight, n * k, splits);
     }
+    dweight
+}
 
-    let dbias = with_bias.then(|| {
-        let dbias = ctx.create_pooled(n * 4);
-        let col_groups = n.div_ceil(64);
-        let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1);
-        let params = ReduceParams {
-            len: n32,
-            splits: u32_of(splits, "splits"),
-            rows: rows32,
-            row_chunk: u32_of(chunk, "chunk"),
-        };
-        let groups = [col_groups as u32, splits as u32, 1];
-        if splits == 1 {
-            ctx.dispatch(&COLSUM, &params, &[dout, &dbias], groups);
-        } else {
-            let part = ctx.create_pooled(splits * n * 4);
-            ctx.dispatch(&COLSUM, &params, &[dout, &part], groups);
-            sum_splits(ctx, &part, &dbias, n, splits);
-        }
-        dbias
-    });
-    (dinp, dweight, dbias)
+/// `dbias[j] = sum_r dout[r, j]`.
+fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -> PooledBuffer {
+    check_len(dout, rows * n, "matmul_dbias dout");
+    let dbias = ctx.create_pooled(n * 4);
+    let col_groups = n.div_ceil(64);
+    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1);
+    let params = ReduceParams {
+        len: u32_of(n, "n"),
+        splits: u32_of(splits, "splits"),
+        rows: u32_of(rows, "rows"),
+        row_chunk: u32_of(chunk, "chunk"),
+    };
+    let groups = [col_groups as u32, splits as u32, 1];
+    if splits == 1 {
+        ctx.dispatch(&COLSUM, &params, &[dout, &dbias], groups);
+    } else {
+        let part = ctx.create_pooled(splits * n * 4);
+        ctx.dispatch(&COLSUM, &params, &[dout, &part], groups);
+        sum_splits(ctx, &part, &dbias, n, splits);
+    }
+    dbias
 }
 
 /// `out[i] = sum_s part[s * len + i]`.

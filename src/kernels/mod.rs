@@ -14,4 +14,4 @@ mod attention;
 mod matmul;
 
 pub use attention::{attention_backward, attention_forward};
-pub use matmul::{matmul_backward, matmul_forward};
+pub use matmul::{matmul_backward, matmul_dinp, matmul_dweight, matmul_forward};
