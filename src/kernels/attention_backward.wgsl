@@ -65,6 +65,10 @@ fn store4(ti: u32, bi: u32, part: u32, h: u32, d: u32, v: vec4<f32>) {
     if (d + 3u < p.hs) { dqkv[base + 3u] = v.w; }
 }
 
+fn hsum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
+}
+
 // Workgroup (x, y): queries x*64.. of (batch, head) y, one thread a query.
 @compute @workgroup_size(64)
 fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -102,18 +106,25 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid
             tb[e] = vv;
         }
         workgroupBarrier();
-        for (var jj = 0u; jj < BT; jj++) {
-            var s = 0.0;
-            var dp = 0.0;
+        // Two keys at a time, dots in vec4 accumulators (independent FMA chains).
+        for (var jj = 0u; jj < BT; jj += 2u) {
+            var s0 = vec4<f32>(0.0);
+            var s1 = vec4<f32>(0.0);
+            var g0 = vec4<f32>(0.0);
+            var g1 = vec4<f32>(0.0);
             for (var d4 = 0u; d4 < HS4; d4++) {
-                s += dot(q[d4], ta[jj * HS4 + d4]);
-                dp += dot(g[d4], tb[jj * HS4 + d4]);
+                s0 = fma(q[d4], ta[jj * HS4 + d4], s0);
+                s1 = fma(q[d4], ta[(jj + 1u) * HS4 + d4], s1);
+                g0 = fma(g[d4], tb[jj * HS4 + d4], g0);
+                g1 = fma(g[d4], tb[(jj + 1u) * HS4 + d4], g1);
             }
             // select, not a product: exp of a masked score may be inf.
-            let pj = select(0.0, exp(s - li), k0 + jj <= iq);
-            let ds = pj * (dp - dd);
+            let p0 = select(0.0, exp(hsum(s0) - li), k0 + jj <= iq);
+            let p1 = select(0.0, exp(hsum(s1) - li), k0 + jj + 1u <= iq);
+            let ds0 = vec4<f32>(p0 * (hsum(g0) - dd));
+            let ds1 = vec4<f32>(p1 * (hsum(g1) - dd));
             for (var d4 = 0u; d4 < HS4; d4++) {
-                dqa[d4] += ds * ta[jj * HS4 + d4];
+                dqa[d4] = fma(ds0, ta[jj * HS4 + d4], fma(ds1, ta[(jj + 1u) * HS4 + d4], dqa[d4]));
             }
         }
         workgroupBarrier();
@@ -169,30 +180,47 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         if (is_dk) {
-            for (var ii = 0u; ii < BT; ii++) {
-                var s = 0.0;
-                var dp = 0.0;
+            for (var ii = 0u; ii < BT; ii += 2u) {
+                var s0 = vec4<f32>(0.0);
+                var s1 = vec4<f32>(0.0);
+                var g0 = vec4<f32>(0.0);
+                var g1 = vec4<f32>(0.0);
                 for (var d4 = 0u; d4 < HS4; d4++) {
-                    s += dot(k[d4], ta[ii * HS4 + d4]);
-                    dp += dot(v[d4], tb[ii * HS4 + d4]);
+                    s0 = fma(k[d4], ta[ii * HS4 + d4], s0);
+                    s1 = fma(k[d4], ta[(ii + 1u) * HS4 + d4], s1);
+                    g0 = fma(v[d4], tb[ii * HS4 + d4], g0);
+                    g1 = fma(v[d4], tb[(ii + 1u) * HS4 + d4], g1);
                 }
                 let i = i0 + ii;
-                let pj = select(0.0, exp(s - ra[ii]), i >= jk && i < p.t);
-                let ds = pj * (dp - rb[ii]);
+                let p0 = select(0.0, exp(hsum(s0) - ra[ii]), i >= jk && i < p.t);
+                let p1 = select(0.0, exp(hsum(s1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t);
+                let ds0 = vec4<f32>(p0 * (hsum(g0) - rb[ii]));
+                let ds1 = vec4<f32>(p1 * (hsum(g1) - rb[ii + 1u]));
                 for (var d4 = 0u; d4 < HS4; d4++) {
-                    acc[d4] += ds * ta[ii * HS4 + d4];
+                    acc[d4] = fma(ds0, ta[ii * HS4 + d4], fma(ds1, ta[(ii + 1u) * HS4 + d4], acc[d4]));
                 }
             }
         } else {
-            for (var ii = 0u; ii < BT; ii++) {
-                var s = 0.0;
+            for (var ii = 0u; ii < BT; ii += 4u) {
+                var s0 = vec4<f32>(0.0);
+                var s1 = vec4<f32>(0.0);
+                var s2 = vec4<f32>(0.0);
+                var s3 = vec4<f32>(0.0);
                 for (var d4 = 0u; d4 < HS4; d4++) {
-                    s += dot(k[d4], ta[ii * HS4 + d4]);
+                    s0 = fma(k[d4], ta[ii * HS4 + d4], s0);
+                    s1 = fma(k[d4], ta[(ii + 1u) * HS4 + d4], s1);
+                    s2 = fma(k[d4], ta[(ii + 2u) * HS4 + d4], s2);
+                    s3 = fma(k[d4], ta[(ii + 3u) * HS4 + d4], s3);
                 }
                 let i = i0 + ii;
-                let pj = select(0.0, exp(s - ra[ii]), i >= jk && i < p.t);
+                let p0 = vec4<f32>(select(0.0, exp(hsum(s0) - ra[ii]), i >= jk && i < p.t));
+                let p1 = vec4<f32>(select(0.0, exp(hsum(s1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t));
+                let p2 = vec4<f32>(select(0.0, exp(hsum(s2) - ra[ii + 2u]), i + 2u >= jk && i + 2u < p.t));
+                let p3 = vec4<f32>(select(0.0, exp(hsum(s3) - ra[ii + 3u]), i + 3u >= jk && i + 3u < p.t));
                 for (var d4 = 0u; d4 < HS4; d4++) {
-                    acc[d4] += pj * tb[ii * HS4 + d4];
+                    let a = fma(p0, tb[ii * HS4 + d4], p1 * tb[(ii + 1u) * HS4 + d4]);
+                    let b = fma(p2, tb[(ii + 2u) * HS4 + d4], p3 * tb[(ii + 3u) * HS4 + d4]);
+                    acc[d4] += a + b;
                 }
             }
         }

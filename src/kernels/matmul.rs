@@ -6,9 +6,10 @@ use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 /// Output tile of one workgroup (square) and the step along the reduction.
 const TILE: usize = 128;
 const BK: usize = 8;
-/// Workgroups to aim for when a reduction is split (dweight, dbias): about two
-/// per multiprocessor of a large GPU, so few output tiles still fill it.
-const TARGET_WORKGROUPS: usize = 264;
+/// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
+/// of a large GPU (an H200 holds about 264 of these at once), so that few output
+/// tiles still fill it and the last wave's idle share stays small.
+const TARGET_WORKGROUPS: usize = 1024;
 /// Fewest reduction steps (rows) one split takes: below that the extra partials
 /// cost more than the parallelism gains.
 const MIN_SPLIT: usize = 256;
