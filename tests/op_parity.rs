@@ -566,3 +566,220 @@ mod optimizer {
         }
     }
 }
+
+// ---- kernels-b: matmul, attention ----
+//
+// Tolerances are max |got - want| over max |want| (`common::assert_close`); the
+// references sum in f64, the kernels in f32.
+// - matmul forward and dinp: 1e-5. Each output is one f32 dot product of k <= 1536
+//   terms; on random data its rounding error is about sqrt(k) * 6e-8 of the largest
+//   output (about 2e-6), and the bound leaves room for less lucky draws.
+// - matmul dweight and dbias: 2e-5. Sums over up to 16384 rows: f32 partial sums
+//   over splits of <= 2048 rows, added in f32; about sqrt(rows) * 6e-8 ~ 8e-6.
+// - attention forward: 1e-5; backward: 2e-5. Online softmax rescales, the GPU's
+//   exp and log (a few ulp), and for the backward a difference dp - D whose terms
+//   are larger than the result.
+
+mod kernels_b {
+    pub use crate::common::{assert_close, context, read};
+    use tidepool::WgpuContext;
+
+    /// Leaves a NaN-filled pooled buffer of each of `lens` floats on its bucket,
+    /// runs `launch`, and checks the launcher drew at least that many buffers from
+    /// the pool. List the outputs last-created first, so that each pops its own.
+    pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R) -> R {
+        // Alive together: two of one size must be two buffers.
+        let held: Vec<_> = lens
+            .iter()
+            .map(|&len| ctx.upload_pooled(&vec![f32::NAN; len.max(1)]))
+            .collect();
+        drop(held);
+        let hits = ctx.pool_stats().hits;
+        let out = launch();
+        assert!(
+            ctx.pool_stats().hits >= hits + lens.len() as u64,
+            "outputs drawn from the poisoned pool"
+        );
+        out
+    }
+}
+
+use kernels_b::{assert_close, context, poisoned, read};
+use tidepool::kernels::{attention_backward, attention_forward, matmul_backward, matmul_forward};
+use tidepool::reference;
+use tidepool::rng::{fresh_seed, Rng};
+
+const MM_FWD_TOL: f32 = 1e-5;
+const MM_DW_TOL: f32 = 2e-5;
+const ATT_FWD_TOL: f32 = 1e-5;
+const ATT_BWD_TOL: f32 = 2e-5;
+
+/// (rows, k, n): tiny, none dividing the 128x128 tiles or the step of 8, and GPT-2
+/// layer shapes natively.
+#[cfg(not(target_arch = "wasm32"))]
+const MM_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (7, 13, 5),
+    (130, 67, 33),
+    (129, 9, 257),
+    (256, 384, 1152),
+    (300, 1536, 384),
+    (512, 384, 65),
+];
+#[cfg(target_arch = "wasm32")]
+const MM_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (7, 13, 5),
+    (130, 67, 33),
+    (129, 9, 257),
+    (64, 96, 160),
+];
+
+gpu_test!(matmul_forward_matches_reference, matmul_forward_body());
+async fn matmul_forward_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for &(rows, k, n) in MM_SHAPES {
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let bias = rng.vec(n, -1.0, 1.0);
+        let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+        for with_bias in [false, true] {
+            let out = poisoned(&ctx, &[rows * n], || {
+                matmul_forward(&ctx, &g_inp, &g_w, with_bias.then_some(&g_b), rows, k, n)
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let want = reference::matmul_forward(
+                &inp,
+                &weight,
+                with_bias.then_some(&bias[..]),
+                rows,
+                k,
+                n,
+            );
+            let what = format!("matmul_forward {rows}x{k}x{n} bias {with_bias}");
+            assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+        }
+    }
+}
+
+gpu_test!(matmul_backward_matches_reference, matmul_backward_body());
+async fn matmul_backward_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    // Plus shapes whose weight gradients reduce over many rows (split and summed).
+    #[cfg(not(target_arch = "wasm32"))]
+    let many: &[(usize, usize, usize)] = &[(4099, 20, 12), (16384, 9, 70)];
+    #[cfg(target_arch = "wasm32")]
+    let many: &[(usize, usize, usize)] = &[(2051, 20, 12)];
+    for &(rows, k, n) in MM_SHAPES.iter().chain(many) {
+        let dout = rng.vec(rows * n, -1.0, 1.0);
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+        let (want_dinp, want_dw, want_db) =
+            reference::matmul_backward(&dout, &inp, &weight, rows, k, n, true);
+        for with_bias in [false, true] {
+            let lens: &[usize] = if with_bias {
+                &[n, n * k, rows * k]
+            } else {
+                &[n * k, rows * k]
+            };
+            let (dinp, dw, db) = poisoned(&ctx, lens, || {
+                matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, with_bias)
+            });
+            let what = format!("{rows}x{k}x{n} bias {with_bias}");
+            let got = read(&ctx, &dinp, rows * k).await;
+            assert_close(&format!("dinp {what}"), &got, &want_dinp, MM_FWD_TOL, seed);
+            let got = read(&ctx, &dw, n * k).await;
+            assert_close(&format!("dweight {what}"), &got, &want_dw, MM_DW_TOL, seed);
+            assert_eq!(db.is_some(), with_bias);
+            if let Some(db) = db {
+                let got = read(&ctx, &db, n).await;
+                let want = want_db.as_ref().expect("reference dbias");
+                assert_close(&format!("dbias {what}"), &got, want, MM_DW_TOL, seed);
+            }
+        }
+    }
+}
+
+gpu_test!(
+    matmul_weight_gradients_are_deterministic,
+    matmul_deterministic_body()
+);
+/// The split reductions add partial sums in a fixed order: same bits every run.
+async fn matmul_deterministic_body() {
+    let ctx = context().await;
+    let mut rng = Rng::new(fresh_seed());
+    let (rows, k, n) = (3000, 24, 40);
+    let dout = ctx.upload(&rng.vec(rows * n, -1.0, 1.0));
+    let inp = ctx.upload(&rng.vec(rows * k, -1.0, 1.0));
+    let weight = ctx.upload(&rng.vec(n * k, -1.0, 1.0));
+    let (_, dw1, db1) = matmul_backward(&ctx, &dout, &inp, &weight, rows, k, n, true);
+    let (_, dw2, db2) = matmul_backward(&ctx, &dout, &inp, &weight, rows, k, n, true);
+    assert_eq!(read(&ctx, &dw1, n * k).await, read(&ctx, &dw2, n * k).await);
+    let (db1, db2) = (db1.expect("dbias"), db2.expect("dbias"));
+    assert_eq!(read(&ctx, &db1, n).await, read(&ctx, &db2, n).await);
+}
+
+/// (b, t, c, nh): t not a multiple of any block (1, 5, 33, 100, 130), head sizes
+/// 4, 8, 16, 64 and 96 (the three compiled variants), GPT-2's layer natively.
+#[cfg(not(target_arch = "wasm32"))]
+const ATT_SHAPES: &[(usize, usize, usize, usize)] = &[
+    (1, 1, 4, 1),
+    (2, 5, 16, 2),
+    (1, 33, 32, 2),
+    (2, 100, 128, 2),
+    (1, 130, 64, 1),
+    (1, 70, 192, 2),
+    (2, 256, 384, 6),
+];
+#[cfg(target_arch = "wasm32")]
+const ATT_SHAPES: &[(usize, usize, usize, usize)] = &[
+    (1, 1, 4, 1),
+    (2, 5, 16, 2),
+    (1, 33, 32, 2),
+    (1, 100, 128, 2),
+    (1, 70, 96, 1),
+];
+
+gpu_test!(attention_matches_reference, attention_body());
+async fn attention_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for &(b, t, c, nh) in ATT_SHAPES {
+        // Spread like trained activations: scores of a few units, peaked softmaxes.
+        let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
+        let dout = rng.vec(b * t * c, -1.0, 1.0);
+        let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
+        let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
+            attention_forward(&ctx, &g_qkv, b, t, c, nh)
+        });
+        let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh);
+        let what = format!("b {b} t {t} c {c} nh {nh}");
+        let got = read(&ctx, &out, b * t * c).await;
+        assert_close(
+            &format!("attention_forward {what}"),
+            &got,
+            &want_out,
+            ATT_FWD_TOL,
+            seed,
+        );
+
+        let dqkv = poisoned(&ctx, &[b * nh * t, b * t * 3 * c], || {
+            attention_backward(&ctx, &g_dout, &g_qkv, &out, &saved, b, t, c, nh)
+        });
+        let got = read(&ctx, &dqkv, b * t * 3 * c).await;
+        let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh);
+        assert_close(
+            &format!("attention_backward {what}"),
+            &got,
+            &want,
+            ATT_BWD_TOL,
+            seed,
+        );
+    }
+}

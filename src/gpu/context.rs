@@ -443,12 +443,22 @@ impl WgpuContext {
         cache
             .entry(kernel.name)
             .or_insert_with(|| {
-                let module = self
-                    .device
-                    .create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(kernel.name),
-                        source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
-                    });
+                let desc = wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.name),
+                    source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
+                };
+                let module = if kernel.unchecked {
+                    // SAFETY: `unchecked` kernels guard every index themselves and
+                    // their launchers check buffer sizes (see `Kernel::unchecked`).
+                    unsafe {
+                        self.device.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    }
+                } else {
+                    self.device.create_shader_module(desc)
+                };
                 self.device
                     .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                         label: Some(kernel.name),

@@ -20,6 +20,12 @@ pub struct Kernel {
     pub name: &'static str,
     pub source: &'static str,
     pub entry: &'static str,
+    /// Compile without the bounds checks (and loop bounding) that native wgpu adds
+    /// to every storage and array access; they cost real GPUs a lot in hot loops.
+    /// Only for kernels whose every index is guarded in the WGSL and whose launcher
+    /// checks its buffers' sizes, with parity tests on shapes that hit the guards.
+    /// The browser ignores it (WebGPU implementations keep their own checks).
+    pub unchecked: bool,
 }
 
 /// Workgroup counts covering `n` threads in workgroups of `size`, spread over x and
