@@ -50,8 +50,9 @@ fn forward(
         return;
     }
     let base = row * p.v;
-    // -inf as the max's identity: threads with no columns (v < WG) must not win.
-    var mx = -3.4028235e38;
+    // Every thread starts from the row's first logit, so threads with no columns
+    // (v < WG) hold a real value, not an identity.
+    var mx = logits[base];
     for (var i = lid; i < p.v; i += WG) {
         mx = max(mx, logits[base + i]);
     }
