@@ -9,11 +9,13 @@ const FORWARD: Kernel = Kernel {
     name: "crossentropy_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
 };
 const BACKWARD: Kernel = Kernel {
     name: "crossentropy_backward",
     source: SOURCE,
     entry: "backward",
+    unchecked: false,
 };
 
 #[repr(C)]

@@ -8,21 +8,25 @@ const FORWARD: Kernel = Kernel {
     name: "encoder_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
 };
 const DWTE: Kernel = Kernel {
     name: "encoder_backward_dwte",
     source: SOURCE,
     entry: "dwte_only",
+    unchecked: false,
 };
 const DWTE_EXTRA: Kernel = Kernel {
     name: "encoder_backward_dwte_extra",
     source: SOURCE,
     entry: "dwte_extra",
+    unchecked: false,
 };
 const DWPE: Kernel = Kernel {
     name: "encoder_backward_dwpe",
     source: SOURCE,
     entry: "dwpe_sum",
+    unchecked: false,
 };
 
 #[repr(C)]

@@ -8,11 +8,13 @@ const FORWARD: Kernel = Kernel {
     name: "gelu_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
 };
 const BACKWARD: Kernel = Kernel {
     name: "gelu_backward",
     source: SOURCE,
     entry: "backward",
+    unchecked: false,
 };
 
 #[repr(C)]

@@ -8,21 +8,25 @@ const FORWARD: Kernel = Kernel {
     name: "layernorm_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
 };
 const BACKWARD_DINP: Kernel = Kernel {
     name: "layernorm_backward_dinp",
     source: SOURCE,
     entry: "backward_dinp",
+    unchecked: false,
 };
 const BACKWARD_PARTIAL: Kernel = Kernel {
     name: "layernorm_backward_partial",
     source: SOURCE,
     entry: "backward_partial",
+    unchecked: false,
 };
 const BACKWARD_FINAL: Kernel = Kernel {
     name: "layernorm_backward_final",
     source: SOURCE,
     entry: "backward_final",
+    unchecked: false,
 };
 
 #[repr(C)]

@@ -11,26 +11,31 @@ const REDUCE_PARTIAL: Kernel = Kernel {
     name: "optimizer_reduce_partial",
     source: SOURCE,
     entry: "reduce_partial",
+    unchecked: false,
 };
 const REDUCE_FINAL: Kernel = Kernel {
     name: "optimizer_reduce_final",
     source: SOURCE,
     entry: "reduce_final",
+    unchecked: false,
 };
 const GLOBAL_NORM: Kernel = Kernel {
     name: "optimizer_global_norm",
     source: SOURCE,
     entry: "global_norm",
+    unchecked: false,
 };
 const ADAMW: Kernel = Kernel {
     name: "optimizer_adamw",
     source: SOURCE,
     entry: "adamw",
+    unchecked: false,
 };
 const SCALE: Kernel = Kernel {
     name: "optimizer_scale",
     source: SOURCE,
     entry: "scale",
+    unchecked: false,
 };
 
 /// `Params` in optimizer.wgsl (the sums, the norm, the scaling).
