@@ -278,8 +278,12 @@ class TidepoolWidget {
     this.updateButtons();
     this.setStatus(`Building the ${config.preset} model${config.pool === false ? ' (pool off)' : ''}…`);
     try {
-      await this.client.create(config, corpus ? corpus.text : undefined, run);
+      const m = await this.client.create(config, corpus ? corpus.text : undefined, run);
       this.corpus = corpus;
+      const c = m.corpus;
+      this.el.corpusName.textContent = corpus ? corpus.name : `${c.name} (built-in)`;
+      this.el.corpusInfo.textContent = `${fmtBytes(c.bytes)} · vocab ${c.vocab} · ${c.tokens.toLocaleString('en')} tokens`;
+      this.el.builtin.hidden = !corpus;
       this.el.settingsHint.classList.remove('tp-changed');
       this.el.settingsHint.textContent = "Empty fields take the preset's value. Changes apply on Reset.";
       return true;
@@ -346,8 +350,7 @@ class TidepoolWidget {
     } catch (err) {
       return this.showError(err.message);
     }
-    const ok = await this.create({ run: this.running, corpus: { name: file.name, text } });
-    if (ok) this.el.builtin.hidden = false;
+    await this.create({ run: this.running, corpus: { name: file.name, text } });
   }
 
   // The page says what is wrong with a file before the wasm sees it (the wasm
@@ -420,10 +423,6 @@ class TidepoolWidget {
     this.el.prevLoss.textContent = prevNote;
     this.el.prevTime.textContent = prevNote;
     this.el.adapter.textContent = `${m.adapter.name || 'WebGPU adapter'} (${m.adapter.backend})`;
-    const c = m.corpus;
-    this.el.corpusName.textContent = this.corpus ? this.corpus.name : `${c.name} (built-in)`;
-    this.el.corpusInfo.textContent = `${fmtBytes(c.bytes)} · vocab ${c.vocab} · ${c.tokens.toLocaleString('en')} tokens`;
-    this.el.builtin.hidden = !this.corpus;
     this.el.model.textContent =
       `${cfg.layers} layers · ${cfg.heads} heads · width ${cfg.width} · context ${cfg.context} · vocab ${cfg.vocab} · ` +
       `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${cfg.lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
