@@ -173,6 +173,7 @@ const pct = (v) => `${Math.round(v * 100)}%`;
 // Says what went wrong in a heading a person can act on.
 function describe(message) {
   const m = message.toLowerCase();
+  if (m.startsWith('could not load the wasm package')) return ['The wasm package did not load', message];
   if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) return ['No WebGPU here', `${message} ${BROWSERS}`];
   if (m.startsWith('bad corpus')) return ['This corpus cannot be used', message];
   if (m.startsWith('bad configuration')) return ['Check the settings', message];
@@ -196,6 +197,7 @@ class TidepoolWidget {
     this.bucketSizes = [];
     this.raf = 0;
     this.destroyed = false;
+    this.loaded = false; // the worker has the wasm package
     loadCss(root.ownerDocument);
     root.classList.add('tp');
     root.innerHTML = template(this.id, this.opts);
@@ -211,16 +213,19 @@ class TidepoolWidget {
   // ---- lifecycle ---------------------------------------------------------
 
   async boot(first) {
+    this.loaded = false;
     this.setStatus('Loading the wasm package…');
     let ready;
     try {
       ready = await this.client.start();
     } catch (err) {
-      this.showError(`could not start training: ${err.message}`, { restart: true });
+      this.loaded = false;
+      this.showError(err.message, { restart: true });
       this.setStatus('Not loaded.');
       return;
     }
     if (this.destroyed) return;
+    this.loaded = true;
     this.fillPresets(ready.presets);
     if (!ready.gpu.ok) {
       this.setStatus('No WebGPU in this browser.');
@@ -293,6 +298,9 @@ class TidepoolWidget {
       return false;
     } finally {
       this.creating = false;
+      // Start pressed while the model was being built
+      if (this.startAfterCreate && this.hasTrainer) this.client.run();
+      this.startAfterCreate = false;
       this.updateButtons();
     }
   }
@@ -301,10 +309,9 @@ class TidepoolWidget {
     this.clearError();
     if (!this.hasTrainer) {
       // nothing built yet (or the device was lost): build, then run
-      if (!this.creating) {
-        if (this.client.worker) this.create({ run: true });
-        else this.restart(true);
-      }
+      if (this.creating) this.startAfterCreate = true;
+      else if (this.loaded) this.create({ run: true });
+      else this.restart(true);
       return;
     }
     this.client.run();
@@ -480,14 +487,13 @@ class TidepoolWidget {
 
   wire() {
     const { el } = this;
+    // Start and Pause disable each other: keyboard focus moves across with the press
     el.start.addEventListener('click', () => {
-      const focused = document.activeElement === el.start;
+      this.focusNext = document.activeElement === el.start ? el.pause : null;
       this.start();
-      // Start turns disabled while running: keep keyboard focus on the pair
-      if (focused) queueMicrotask(() => el.pause.disabled || el.pause.focus());
     });
     el.pause.addEventListener('click', () => {
-      if (document.activeElement === el.pause) this.focusStartWhenPaused = true;
+      this.focusNext = document.activeElement === el.pause ? el.start : null;
       this.pause();
     });
     el.stepOnce.addEventListener('click', () => this.stepOnce());
@@ -550,9 +556,9 @@ class TidepoolWidget {
     el.stepOnce.disabled = this.running || !this.hasTrainer || this.creating;
     el.sampleNow.disabled = !this.hasTrainer;
     el.start.textContent = this.hasTrainer && this.cur.n > 0 ? 'Resume' : 'Start';
-    if (!this.running && this.focusStartWhenPaused) {
-      this.focusStartWhenPaused = false;
-      el.start.focus();
+    if (this.focusNext && !this.focusNext.disabled) {
+      this.focusNext.focus();
+      this.focusNext = null;
     }
   }
 
@@ -566,6 +572,7 @@ class TidepoolWidget {
   }
 
   showError(message, { restart = false, runAgain = false } = {}) {
+    this.focusNext = null;
     const [title, text] = describe(message);
     this.el.errorTitle.textContent = title;
     this.el.errorText.textContent = text;

@@ -96,6 +96,17 @@ describe('the page', { timeout: 300_000 }, () => {
     assert.equal(await num(page, 'step-count'), at + 1);
   });
 
+  test('the keyboard runs it: Enter on Start, then on Pause', { timeout: 60_000 }, async () => {
+    const at = await num(page, 'step-count');
+    await page.focus(tid('start'));
+    await page.keyboard.press('Enter');
+    await waitNumber(page, 'step-count', (n) => n > at, { timeout: 30_000, what: 'a step after Enter' });
+    await page.waitForFunction((sel) => document.activeElement === document.querySelector(sel), tid('pause'), { timeout: 10_000 });
+    await page.keyboard.press('Enter'); // focus moved to Pause with the press
+    await waitPaused(page);
+    assert.equal(await page.evaluate(() => document.activeElement.dataset.testid), 'start');
+  });
+
   test('Reset starts over', { timeout: 90_000 }, async () => {
     assert.ok((await num(page, 'step-count')) > 0);
     await page.click(tid('reset'));
