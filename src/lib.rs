@@ -5,13 +5,24 @@
 //!
 //! - [`pool`]: [`BufferPool`], the size-bucketed free list (pure bookkeeping).
 //! - [`gpu`]: [`WgpuContext`] and [`PooledBuffer`], and why recycling is safe.
+//! - [`kernels`]: every op of GPT training in WGSL; [`reference`]: the same on the CPU.
+//! - [`model`]: the GPT, written once over [`model::Ops`] for both.
+//! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
+//! - [`data`]: the char tokenizer and the built-in corpus; `web`: the wasm API.
 
+pub mod bench;
+pub mod data;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod model;
 pub mod pool;
 pub mod reference;
+pub mod reference_train;
 pub mod rng;
+pub mod train;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
 
 pub use error::{Error, Result};
 pub use gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};

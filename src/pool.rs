@@ -36,8 +36,7 @@ impl Poolable for wgpu::Buffer {
 pub const SIZE_ALIGNMENT: usize = 4;
 
 /// How a requested size is rounded up to the size class of its bucket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SizePolicy {
     /// The next power of two (the seed's rule): few buckets and the most reuse, at
     /// up to 2x the requested bytes.
@@ -101,6 +100,20 @@ impl SizePolicy {
                 )),
             },
         }
+    }
+}
+
+// Policies cross to JSON and JS as their labels ("pow2", "pow2/4", "exact").
+impl serde::Serialize for SizePolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.label())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SizePolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let label = String::deserialize(d)?;
+        SizePolicy::parse(&label).map_err(serde::de::Error::custom)
     }
 }
 
@@ -442,6 +455,11 @@ impl<B: Poolable> BufferPool<B> {
             n += 1;
         }
         n
+    }
+
+    /// Bytes of the free buffers held now (cheaper than [`BufferPool::stats`]).
+    pub fn bytes_held(&self) -> u64 {
+        self.lock().stats.bytes_held
     }
 
     /// A snapshot of the counters and free lists.

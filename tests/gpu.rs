@@ -142,6 +142,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (gid.x < p.n) { dst[gid.x] = src[gid.x]; }
 }",
     entry: "main",
+    unchecked: false,
 };
 
 fn copy_of(ctx: &WgpuContext, src: &wgpu::Buffer, n: u32) -> tidepool::PooledBuffer {

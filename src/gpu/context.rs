@@ -57,6 +57,10 @@ pub struct ContextCounters {
     pub bytes_requested_in_use: u64,
     /// The most `bytes_requested_in_use` has been.
     pub peak_bytes_requested_in_use: u64,
+    /// The most GPU memory the pooled buffers have taken at once: in use plus held
+    /// free by the pool. `peak_bytes_reserved / peak_bytes_requested_in_use` is what a
+    /// size policy costs.
+    pub peak_bytes_reserved: u64,
 }
 
 #[derive(Default)]
@@ -70,6 +74,7 @@ pub(crate) struct Counters {
     pub peak_bytes_in_use: AtomicU64,
     pub bytes_requested_in_use: AtomicU64,
     pub peak_bytes_requested_in_use: AtomicU64,
+    pub peak_bytes_reserved: AtomicU64,
 }
 
 /// What a `PooledBuffer` needs to find its way home: the pool, the counters, and
@@ -269,6 +274,7 @@ impl WgpuContext {
             peak_bytes_in_use: c.peak_bytes_in_use.load(Relaxed),
             bytes_requested_in_use: c.bytes_requested_in_use.load(Relaxed),
             peak_bytes_requested_in_use: c.peak_bytes_requested_in_use.load(Relaxed),
+            peak_bytes_reserved: c.peak_bytes_reserved.load(Relaxed),
         }
     }
 
@@ -302,8 +308,18 @@ impl WgpuContext {
         } else {
             None
         };
+        let created = reused.is_none();
         let buffer = reused.unwrap_or_else(|| self.create_buffer(class as u64, POOLED_USAGE));
-        PooledBuffer::new(buffer, class, size, true, shared.clone())
+        let buffer = PooledBuffer::new(buffer, class, size, true, shared.clone());
+        if created {
+            // Memory reserved (in use + held free) only grows when a buffer is made.
+            let reserved = shared.counters.bytes_in_use.load(Relaxed) + shared.pool.bytes_held();
+            shared
+                .counters
+                .peak_bytes_reserved
+                .fetch_max(reserved, Relaxed);
+        }
+        buffer
     }
 
     /// A storage buffer of at least `size` bytes, all zero when the commands recorded
@@ -443,12 +459,22 @@ impl WgpuContext {
         cache
             .entry(kernel.name)
             .or_insert_with(|| {
-                let module = self
-                    .device
-                    .create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(kernel.name),
-                        source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
-                    });
+                let desc = wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.name),
+                    source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
+                };
+                let module = if kernel.unchecked {
+                    // SAFETY: `unchecked` kernels guard every index themselves and
+                    // their launchers check buffer sizes (see `Kernel::unchecked`).
+                    unsafe {
+                        self.device.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    }
+                } else {
+                    self.device.create_shader_module(desc)
+                };
                 self.device
                     .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                         label: Some(kernel.name),

@@ -20,6 +20,12 @@ pub struct Kernel {
     pub name: &'static str,
     pub source: &'static str,
     pub entry: &'static str,
+    /// Compile without the bounds checks (and loop bounding) that native wgpu adds
+    /// to every storage and array access; they cost real GPUs a lot in hot loops.
+    /// Only for kernels whose every index is guarded in the WGSL and whose launcher
+    /// checks its buffers' sizes, with parity tests on shapes that hit the guards.
+    /// The browser ignores it (WebGPU implementations keep their own checks).
+    pub unchecked: bool,
 }
 
 /// Workgroup counts covering `n` threads in workgroups of `size`, spread over x and
@@ -64,14 +70,11 @@ impl ParamsArena {
         ctx: &WgpuContext,
         bytes: &[u8],
     ) -> (wgpu::Buffer, u64, std::num::NonZeroU64) {
-        // Uniform bindings are read in 16-byte rows: pad the struct up to one.
+        // Uniform bindings are read in 16-byte rows: pad the struct up to one. Slots
+        // start at the device's uniform offset alignment (256, or 32 on lavapipe).
         let size = bytes.len().max(16).div_ceil(16) * 16;
-        assert!(
-            size <= self.align,
-            "kernel params over {} bytes",
-            self.align
-        );
-        if self.chunks.is_empty() || self.used + size > CHUNK_BYTES {
+        let stride = size.div_ceil(self.align) * self.align;
+        if self.chunks.is_empty() || self.used + stride > CHUNK_BYTES {
             if !self.chunks.is_empty() {
                 self.current += 1;
                 self.used = 0;
@@ -85,7 +88,7 @@ impl ParamsArena {
         }
         let offset = self.used;
         self.shadow[self.current][offset..offset + bytes.len()].copy_from_slice(bytes);
-        self.used += self.align.max(size);
+        self.used += stride;
         let size = std::num::NonZeroU64::new(size as u64).expect("padded to 16");
         (self.chunks[self.current].clone(), offset as u64, size)
     }

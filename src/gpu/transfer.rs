@@ -93,6 +93,20 @@ impl WgpuContext {
         dst
     }
 
+    /// Copies `bytes` bytes between buffers, recorded in the encoder (ordered).
+    pub fn copy_buffer(
+        &self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) {
+        self.record(|encoder| {
+            encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes)
+        });
+    }
+
     /// Staging chunks mapped and ready for uploads.
     pub fn staging_ready(&self) -> usize {
         self.belt.ready_count()
@@ -107,14 +121,27 @@ impl WgpuContext {
         buffer: &wgpu::Buffer,
         count: usize,
     ) -> Result<Vec<T>> {
-        let bytes = count * std::mem::size_of::<T>();
+        self.download_at(buffer, 0, count).await
+    }
+
+    /// Like [`WgpuContext::download`], for `count` elements starting at element `first`.
+    pub async fn download_at<T: bytemuck::Pod>(
+        &self,
+        buffer: &wgpu::Buffer,
+        first: usize,
+        count: usize,
+    ) -> Result<Vec<T>> {
+        let size = std::mem::size_of::<T>();
+        let bytes = count * size;
         if bytes == 0 {
             return Ok(Vec::new());
         }
+        let offset = (first * size) as u64;
         let padded = (bytes.div_ceil(4) * 4) as u64;
-        if padded > buffer.size() {
+        if offset % 4 != 0 || offset + padded > buffer.size() {
             return Err(Error::Map(format!(
-                "asked for {padded} bytes of a {}-byte buffer",
+                "asked for bytes {offset}..{} of a {}-byte buffer",
+                offset + padded,
                 buffer.size()
             )));
         }
@@ -130,7 +157,7 @@ impl WgpuContext {
                 }
             }
         };
-        self.record(|encoder| encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, padded));
+        self.record(|encoder| encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, padded));
         self.flush();
         let (tx, rx) = futures_channel::oneshot::channel();
         staging

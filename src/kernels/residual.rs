@@ -4,6 +4,7 @@ const RESIDUAL: Kernel = Kernel {
     name: "residual_forward",
     source: include_str!("residual.wgsl"),
     entry: "main",
+    unchecked: false,
 };
 
 #[repr(C)]

@@ -1,0 +1,203 @@
+//! GFLOP/s of the matmul kernels (forward `A·Bᵀ`, `dinp = A·B`, `dweight = Aᵀ·B`) on
+//! square sizes and on the GPT-2 layer shapes this crate trains, plus causal
+//! attention forward and backward.
+//!
+//! `cargo run --release --example matmul_bench -- [--json] [--quick]`
+//!
+//! Each case warms up (pipeline compile, pool fill), then records `reps` launches in
+//! one scope (one submit) and waits for them with a 4-byte download; the time per
+//! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
+//! adapter (lavapipe); `--json` adds one JSON object a line.
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    pollster::block_on(bench::run());
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod bench {
+    use std::time::{Duration, Instant};
+
+    use tidepool::kernels::{
+        attention_backward, attention_forward, matmul_dinp, matmul_dweight, matmul_forward,
+    };
+    use tidepool::rng::Rng;
+    use tidepool::{PooledBuffer, WgpuContext};
+
+    struct Args {
+        json: bool,
+        quick: bool,
+    }
+
+    fn args() -> Args {
+        let mut a = Args {
+            json: false,
+            quick: false,
+        };
+        for arg in std::env::args().skip(1) {
+            match arg.as_str() {
+                "--json" => a.json = true,
+                "--quick" => a.quick = true,
+                "-h" | "--help" => {
+                    println!("matmul_bench [--json] [--quick]");
+                    std::process::exit(0);
+                }
+                other => {
+                    eprintln!("unknown argument {other:?} (try --help)");
+                    std::process::exit(2);
+                }
+            }
+        }
+        a
+    }
+
+    /// Seconds a launch takes: `launch` runs `reps` times in one scope, then one
+    /// small download waits for the GPU.
+    async fn time(ctx: &WgpuContext, budget: Duration, launch: &dyn Fn() -> PooledBuffer) -> f64 {
+        let batch = |reps: usize| async move {
+            let start = Instant::now();
+            let last = ctx.scope(|| {
+                let mut last = launch();
+                for _ in 1..reps {
+                    last = launch();
+                }
+                last
+            });
+            ctx.download::<f32>(&last, 1).await.expect("download");
+            start.elapsed().as_secs_f64()
+        };
+        batch(1).await; // compile the pipelines, fill the pool
+        let once = batch(1).await;
+        let reps = ((budget.as_secs_f64() / once) as usize).clamp(3, 200);
+        // The better of two batches: the other may have shared the GPU or CPU.
+        let a = batch(reps).await / reps as f64;
+        let b = batch(reps).await / reps as f64;
+        a.min(b)
+    }
+
+    struct Row {
+        op: &'static str,
+        m: usize,
+        k: usize,
+        n: usize,
+        secs: f64,
+        flops: f64,
+    }
+
+    pub async fn run() {
+        let args = args();
+        let ctx = WgpuContext::new().await.expect("a GPU adapter");
+        let adapter = ctx.adapter_name().to_string();
+        let backend = ctx.backend();
+        println!("adapter: {adapter} ({backend})");
+        let budget = Duration::from_millis(if args.quick { 300 } else { 500 });
+        let mut rng = Rng::new(1);
+
+        let squares: &[usize] = if args.quick {
+            &[256, 512, 1024]
+        } else {
+            &[512, 1024, 2048, 4096]
+        };
+        let gpt_rows = if args.quick { 2048 } else { 16384 };
+        let gpt = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
+        let shapes: Vec<(usize, usize, usize)> = squares
+            .iter()
+            .map(|&s| (s, s, s))
+            .chain(gpt.iter().map(|&(k, n)| (gpt_rows, k, n)))
+            .collect();
+
+        println!(
+            "{:<18} {:>6} {:>6} {:>6} {:>10} {:>10}",
+            "op", "m", "k", "n", "ms", "GFLOP/s"
+        );
+        let mut rows = Vec::new();
+        for &(m, k, n) in &shapes {
+            // Forward out[m, n] = inp[m, k] · weight[n, k]ᵀ; backward from dout[m, n].
+            let inp = ctx.upload(&rng.vec(m * k, -1.0, 1.0));
+            let weight = ctx.upload(&rng.vec(n * k, -1.0, 1.0));
+            let dout = ctx.upload(&rng.vec(m * n, -1.0, 1.0));
+            let flops = 2.0 * m as f64 * k as f64 * n as f64;
+            let cases: [(&'static str, &dyn Fn() -> PooledBuffer); 3] = [
+                ("matmul_forward", &|| {
+                    matmul_forward(&ctx, &inp, &weight, None, m, k, n)
+                }),
+                ("matmul_dinp", &|| {
+                    matmul_dinp(&ctx, &dout, &weight, m, k, n)
+                }),
+                ("matmul_dweight", &|| {
+                    matmul_dweight(&ctx, &dout, &inp, m, k, n)
+                }),
+            ];
+            for (op, launch) in cases {
+                let secs = time(&ctx, budget, launch).await;
+                let row = Row {
+                    op,
+                    m,
+                    k,
+                    n,
+                    secs,
+                    flops,
+                };
+                print_row(&row);
+                rows.push(row);
+            }
+        }
+
+        // GPT-2 small attention: b 64, t 256, c 384, 6 heads (quick: b 4).
+        let (b, t, c, nh) = (if args.quick { 4 } else { 64 }, 256, 384, 6);
+        let qkv = ctx.upload(&rng.vec(b * t * 3 * c, -2.0, 2.0));
+        let dout = ctx.upload(&rng.vec(b * t * c, -1.0, 1.0));
+        let (out, saved) = attention_forward(&ctx, &qkv, b, t, c, nh);
+        // Causal: t(t+1)/2 scores a head; forward 2 products of hs each, the backward
+        // 5 (recomputed scores, dp, dq, dk, dv).
+        let pairs = (b * nh * t * (t + 1) / 2) as f64;
+        let hs = (c / nh) as f64;
+        let fwd = || attention_forward(&ctx, &qkv, b, t, c, nh).0;
+        let bwd = || attention_backward(&ctx, &dout, &qkv, &out, &saved, b, t, c, nh);
+        let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
+            ("attention_forward", &fwd, 4.0 * pairs * hs),
+            ("attention_backward", &bwd, 10.0 * pairs * hs),
+        ];
+        for (op, launch, flops) in cases {
+            let secs = time(&ctx, budget, launch).await;
+            // m, k, n: batch x heads, t, head size.
+            let row = Row {
+                op,
+                m: b * nh,
+                k: t,
+                n: c / nh,
+                secs,
+                flops,
+            };
+            print_row(&row);
+            rows.push(row);
+        }
+
+        if args.json {
+            for r in &rows {
+                let line = serde_json::json!({
+                    "op": r.op, "m": r.m, "k": r.k, "n": r.n,
+                    "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
+                    "adapter": adapter, "backend": backend,
+                });
+                println!("{line}");
+            }
+        }
+        ctx.take_error().expect("no GPU errors");
+    }
+
+    fn print_row(r: &Row) {
+        println!(
+            "{:<18} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            r.op,
+            r.m,
+            r.k,
+            r.n,
+            r.secs * 1e3,
+            r.flops / r.secs / 1e9
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! Measurements behind BENCHMARKS.md, shared by the native CLI (`tidepool bench`)
+//! and the wasm build (the browser and Dawn runners in `scripts/`), so every target
+//! runs the same code.
+//!
+//! - [`pool_latency`]: what a pooled buffer costs against a fresh one.
+//! - [`step_variants`]: ms a training step with the pool, without it, and with the
+//!   seed's uploads instead of the staging belt.
+//! - [`policies`]: memory reserved against memory requested for each size policy.
+
+use crate::data::Corpus;
+use crate::error::Result;
+use crate::gpu::{grid_1d, ContextOptions, Kernel, WgpuContext};
+use crate::pool::SizePolicy;
+use crate::train::{now_ms, TrainConfig, Trainer};
+
+/// Writes every element of its output: the smallest honest "use" of a buffer.
+const FILL: Kernel = Kernel {
+    name: "bench_fill",
+    source: "
+struct Params { n: u32, a: u32, b: u32, c: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i < p.n) { out[i] = i ^ p.a; }
+}",
+    entry: "main",
+    unchecked: false,
+};
+
+/// Median and 99th percentile of `samples`.
+fn median_p99(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Times `per_batch` calls of `op` at a time (browser clocks are coarse) and
+/// returns ns a call for each batch.
+fn time_batches(batches: usize, per_batch: usize, mut op: impl FnMut()) -> Vec<f64> {
+    (0..batches)
+        .map(|_| {
+            let start = now_ms();
+            for _ in 0..per_batch {
+                op();
+            }
+            (now_ms() - start) * 1e6 / per_batch as f64
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PoolLatencyRow {
+    pub bytes: u64,
+    /// `create_pooled` + drop, served from the pool: ns a cycle.
+    pub pool_median_ns: f64,
+    pub pool_p99_ns: f64,
+    /// `device.create_buffer` + `destroy`: ns a cycle.
+    pub create_median_ns: f64,
+    pub create_p99_ns: f64,
+    /// One dispatch writing a pooled buffer, ns (amortised over a submit of 16).
+    pub dispatch_pooled_ns: f64,
+    /// The same with a fresh buffer each time (created, then destroyed after submit).
+    pub dispatch_fresh_ns: f64,
+}
+
+/// Pool vs `create_buffer` at each size, on this backend.
+pub async fn pool_latency(sizes: &[u64], batches: usize) -> Result<Vec<PoolLatencyRow>> {
+    let pooled = WgpuContext::new().await?;
+    let fresh = WgpuContext::with_options(ContextOptions {
+        pooling: false,
+        ..Default::default()
+    })
+    .await?;
+    let mut rows = Vec::new();
+    for &bytes in sizes {
+        pooled.check_fits(bytes, "a benchmark buffer")?;
+        drop(pooled.create_pooled(bytes as usize)); // warm the bucket
+        let (pool_median_ns, pool_p99_ns) = median_p99(&mut time_batches(batches, 16, || {
+            drop(pooled.create_pooled(bytes as usize));
+        }));
+        let device = &pooled.device;
+        let (create_median_ns, create_p99_ns) = median_p99(&mut time_batches(batches, 16, || {
+            let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            buffer.destroy();
+        }));
+        let mut dispatch_ns = Vec::new();
+        for ctx in [&pooled, &fresh] {
+            let n = (bytes / 4) as u32;
+            let one_round = || async move {
+                let start = now_ms();
+                let last = ctx.scope(|| {
+                    let mut last = None;
+                    for i in 0..16u32 {
+                        let out = ctx.create_pooled(bytes as usize);
+                        ctx.dispatch(&FILL, &[n, i, 0, 0], &[&out], grid_1d(n, 256));
+                        last = Some(out);
+                    }
+                    last.expect("16 rounds")
+                });
+                ctx.download::<u32>(&last, 1).await?;
+                Ok::<f64, crate::Error>((now_ms() - start) * 1e6 / 16.0)
+            };
+            one_round().await?; // warm-up: pipelines, buckets, staging
+            let mut samples = Vec::new();
+            for _ in 0..batches.clamp(3, 20) {
+                samples.push(one_round().await?);
+            }
+            dispatch_ns.push(median_p99(&mut samples).0);
+        }
+        rows.push(PoolLatencyRow {
+            bytes,
+            pool_median_ns,
+            pool_p99_ns,
+            create_median_ns,
+            create_p99_ns,
+            dispatch_pooled_ns: dispatch_ns[0],
+            dispatch_fresh_ns: dispatch_ns[1],
+        });
+    }
+    Ok(rows)
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepRow {
+    pub preset: String,
+    pub variant: String,
+    pub steps: u32,
+    pub median_ms: f64,
+    pub tokens_per_s: f64,
+    /// Buffers created per measured step (after warm-up).
+    pub buffers_created_per_step: f64,
+    pub final_loss: f32,
+}
+
+/// The three ways to feed a step, side by side in one run.
+pub const STEP_VARIANTS: [(&str, bool, bool); 3] = [
+    ("pool + belt uploads", true, true),
+    ("pool + seed uploads", true, false),
+    ("no pool", false, false),
+];
+
+/// ms a step for each variant of [`STEP_VARIANTS`]: `warmup` steps, then `steps` timed.
+pub async fn step_variants(
+    cfg: &TrainConfig,
+    preset: &str,
+    corpus: &Corpus,
+    warmup: u32,
+    steps: u32,
+) -> Result<Vec<StepRow>> {
+    let mut rows = Vec::new();
+    for (variant, pool, belt) in STEP_VARIANTS {
+        let cfg = TrainConfig {
+            pool,
+            belt,
+            ..cfg.clone()
+        };
+        let mut trainer = Trainer::new(cfg.clone(), corpus.clone()).await?;
+        for _ in 0..warmup {
+            trainer.step().await?;
+        }
+        let created = trainer.context().counters().buffers_created;
+        let mut ms = Vec::new();
+        let mut loss = 0.0;
+        for _ in 0..steps {
+            let s = trainer.step().await?;
+            ms.push(s.ms);
+            loss = s.loss;
+        }
+        let median_ms = median_p99(&mut ms).0;
+        let made = trainer.context().counters().buffers_created - created;
+        rows.push(StepRow {
+            preset: preset.into(),
+            variant: variant.into(),
+            steps,
+            median_ms,
+            tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
+            buffers_created_per_step: made as f64 / steps as f64,
+            final_loss: loss,
+        });
+    }
+    Ok(rows)
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PolicyRow {
+    pub preset: String,
+    pub policy: String,
+    /// Most memory the pooled buffers took at once (in use + held free).
+    pub peak_bytes_reserved: u64,
+    /// Most bytes live tensors asked for at once.
+    pub peak_bytes_requested: u64,
+    pub ratio: f64,
+    pub hit_rate: f64,
+    pub buffers_created_after_warmup: u64,
+}
+
+/// The policies compared by [`policies`].
+pub fn policy_set() -> Vec<SizePolicy> {
+    vec![
+        SizePolicy::PowerOfTwo,
+        SizePolicy::Subdivided { subdivisions: 2 },
+        SizePolicy::Subdivided { subdivisions: 4 },
+        SizePolicy::Subdivided { subdivisions: 8 },
+        SizePolicy::Exact,
+    ]
+}
+
+/// Trains `warmup + steps` steps under each policy and reports its memory.
+pub async fn policies(
+    cfg: &TrainConfig,
+    preset: &str,
+    corpus: &Corpus,
+    warmup: u32,
+    steps: u32,
+) -> Result<Vec<PolicyRow>> {
+    let mut rows = Vec::new();
+    for policy in policy_set() {
+        let cfg = TrainConfig {
+            policy,
+            ..cfg.clone()
+        };
+        let mut trainer = Trainer::new(cfg, corpus.clone()).await?;
+        for _ in 0..warmup {
+            trainer.step().await?;
+        }
+        let created = trainer.context().counters().buffers_created;
+        for _ in 0..steps {
+            trainer.step().await?;
+        }
+        // Sampling-free, eval-free: training steps only.
+        let counters = trainer.context().counters();
+        let pool = trainer.context().pool_stats();
+        rows.push(PolicyRow {
+            preset: preset.into(),
+            policy: policy.label(),
+            peak_bytes_reserved: counters.peak_bytes_reserved,
+            peak_bytes_requested: counters.peak_bytes_requested_in_use,
+            ratio: counters.peak_bytes_reserved as f64
+                / counters.peak_bytes_requested_in_use.max(1) as f64,
+            hit_rate: pool.hit_rate(),
+            buffers_created_after_warmup: counters.buffers_created - created,
+        });
+    }
+    Ok(rows)
+}

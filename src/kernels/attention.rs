@@ -1,0 +1,186 @@
+//! Causal multi-head self-attention, forward and backward, flash style: the forward
+//! saves one logsumexp per row instead of the `b*nh*t*t` probabilities.
+
+use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
+
+/// Queries (forward, dq) or keys (dkdv) of one workgroup.
+const BLOCK: usize = 64;
+
+/// The shaders guard every index (head channels past `hs`, rows past `t`) and the
+/// launchers check buffer sizes, so all variants compile unchecked
+/// (`Kernel::unchecked`).
+///
+/// One compiled variant per head-size bound: registers hold `HS4` vec4s a row.
+macro_rules! variant {
+    ($hs4:literal, $fwd:literal, $dq:literal, $dkdv:literal) => {
+        [
+            Kernel {
+                name: $fwd,
+                source: concat!(
+                    "const HS4: u32 = ",
+                    $hs4,
+                    "u;\n",
+                    include_str!("attention.wgsl")
+                ),
+                entry: "main",
+                unchecked: true,
+            },
+            Kernel {
+                name: $dq,
+                source: concat!(
+                    "const HS4: u32 = ",
+                    $hs4,
+                    "u;\n",
+                    include_str!("attention_backward.wgsl")
+                ),
+                entry: "dq",
+                unchecked: true,
+            },
+            Kernel {
+                name: $dkdv,
+                source: concat!(
+                    "const HS4: u32 = ",
+                    $hs4,
+                    "u;\n",
+                    include_str!("attention_backward.wgsl")
+                ),
+                entry: "dkdv",
+                unchecked: true,
+            },
+        ]
+    };
+}
+
+/// (largest head size, [forward, dq, dkdv]).
+const VARIANTS: [(usize, [Kernel; 3]); 3] = [
+    (
+        16,
+        variant!(
+            4,
+            "attention_forward_hs16",
+            "attention_dq_hs16",
+            "attention_dkdv_hs16"
+        ),
+    ),
+    (
+        64,
+        variant!(
+            16,
+            "attention_forward_hs64",
+            "attention_dq_hs64",
+            "attention_dkdv_hs64"
+        ),
+    ),
+    (
+        128,
+        variant!(
+            32,
+            "attention_forward_hs128",
+            "attention_dq_hs128",
+            "attention_dkdv_hs128"
+        ),
+    ),
+];
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    t: u32,
+    c: u32,
+    nh: u32,
+    hs: u32,
+    scale: f32,
+    _pad: [u32; 3],
+}
+
+/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
+#[track_caller]
+fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
+    assert!(
+        buffer.size() >= floats as u64 * 4,
+        "{what}: a {}-byte buffer for {floats} floats",
+        buffer.size()
+    );
+}
+
+fn setup(b: usize, t: usize, c: usize, nh: usize) -> (Params, &'static [Kernel; 3], [u32; 3]) {
+    assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
+    assert!(c % nh == 0, "c = {c} does not split into nh = {nh} heads");
+    let hs = c / nh;
+    let (_, kernels) = VARIANTS
+        .iter()
+        .find(|(max, _)| hs <= *max)
+        .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
+    let groups = [t.div_ceil(BLOCK) as u32, (b * nh) as u32, 1];
+    assert!(
+        b * nh <= 65535,
+        "b * nh = {} exceeds one grid dimension",
+        b * nh
+    );
+    let params = Params {
+        t: t as u32,
+        c: c as u32,
+        nh: nh as u32,
+        hs: hs as u32,
+        scale: 1.0 / (hs as f32).sqrt(),
+        _pad: [0; 3],
+    };
+    (params, kernels, groups)
+}
+
+/// Causal self-attention over `qkv` `[b, t, 3c]` (queries, keys, values along
+/// channels; head size `c / nh`, at most 128). Returns `out` `[b, t, c]` and what
+/// [`attention_backward`] needs: the logsumexp of each row's scaled scores,
+/// `[b, nh, t]`.
+pub fn attention_forward(
+    ctx: &WgpuContext,
+    qkv: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+) -> (PooledBuffer, PooledBuffer) {
+    let (params, kernels, groups) = setup(b, t, c, nh);
+    check_len(qkv, b * t * 3 * c, "attention_forward qkv");
+    let out = ctx.create_pooled(b * t * c * 4);
+    let lse = ctx.create_pooled(b * nh * t * 4);
+    ctx.dispatch(&kernels[0], &params, &[qkv, &out, &lse], groups);
+    (out, lse)
+}
+
+/// Gradient of [`attention_forward`] with respect to `qkv`: `dqkv` `[b, t, 3c]`,
+/// from `dout` `[b, t, c]`, the forward's input, output and saved logsumexp.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    qkv: &PooledBuffer,
+    out: &PooledBuffer,
+    saved: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+) -> PooledBuffer {
+    let (params, kernels, groups) = setup(b, t, c, nh);
+    check_len(dout, b * t * c, "attention_backward dout");
+    check_len(qkv, b * t * 3 * c, "attention_backward qkv");
+    check_len(out, b * t * c, "attention_backward out");
+    check_len(saved, b * nh * t, "attention_backward saved");
+    let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
+    // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
+    let dsum = ctx.create_pooled(b * nh * t * 4);
+    ctx.dispatch(
+        &kernels[1],
+        &params,
+        &[dout, qkv, saved, &dsum, &dqkv, out],
+        groups,
+    );
+    ctx.dispatch(
+        &kernels[2],
+        &params,
+        &[dout, qkv, saved, &dsum, &dqkv],
+        groups,
+    );
+    dqkv
+}

@@ -1,0 +1,82 @@
+// Softmax + cross-entropy, fused. Entry points:
+//   forward   one workgroup a row of v logits: max, sum of exp, then the probs and
+//             loss = log(sum) + max - logit[target] (finite even when the target's
+//             probability underflows to 0)
+//   backward  one thread an element: dlogits = (probs - onehot(target)) * scale
+// (The mean of the losses is the optimizer's sum reduction; see optimizer.wgsl.)
+// Entry points share bindings; each uses exactly those its launcher passes.
+
+struct Params { rows: u32, v: u32, scale: f32, _pad0: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+// forward: logits, targets, losses, probs
+@group(0) @binding(1) var<storage, read> logits: array<f32>;
+@group(0) @binding(2) var<storage, read> targets: array<u32>;
+@group(0) @binding(3) var<storage, read_write> losses: array<f32>;
+@group(0) @binding(4) var<storage, read_write> probs: array<f32>;
+// backward: probs, targets, dlogits
+@group(0) @binding(1) var<storage, read> b_probs: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dlogits: array<f32>;
+
+const WG: u32 = 128u;
+
+var<workgroup> red: array<f32, WG>;
+
+// Max (when `take_max`) or sum of `x` over the workgroup, returned to every thread.
+// Called in uniform control flow; leaves `red` free for the next call.
+fn block_reduce(x: f32, lid: u32, take_max: bool) -> f32 {
+    red[lid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            let other = red[lid + s];
+            red[lid] = select(red[lid] + other, max(red[lid], other), take_max);
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(128)
+fn forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.v;
+    // Every thread starts from the row's first logit, so threads with no columns
+    // (v < WG) hold a real value, not an identity.
+    var mx = logits[base];
+    for (var i = lid; i < p.v; i += WG) {
+        mx = max(mx, logits[base + i]);
+    }
+    mx = block_reduce(mx, lid, true);
+    var s = 0.0;
+    for (var i = lid; i < p.v; i += WG) {
+        s += exp(logits[base + i] - mx);
+    }
+    s = block_reduce(s, lid, false);
+    for (var i = lid; i < p.v; i += WG) {
+        probs[base + i] = exp(logits[base + i] - mx) / s;
+    }
+    if (lid == 0u) {
+        losses[row] = log(s) + mx - logits[base + targets[row]];
+    }
+}
+
+@compute @workgroup_size(256)
+fn backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = gid.x + gid.y * nwg.x * 256u;
+    if (idx >= p.rows * p.v) {
+        return;
+    }
+    let row = idx / p.v;
+    let onehot = select(0.0, 1.0, idx % p.v == targets[row]);
+    dlogits[idx] = (b_probs[idx] - onehot) * p.scale;
+}

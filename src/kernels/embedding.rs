@@ -1,0 +1,132 @@
+//! Token + position embedding (llm.c's encoder), forward and backward.
+
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+
+const SOURCE: &str = include_str!("embedding.wgsl");
+
+const FORWARD: Kernel = Kernel {
+    name: "encoder_forward",
+    source: SOURCE,
+    entry: "forward",
+    unchecked: false,
+};
+const DWTE: Kernel = Kernel {
+    name: "encoder_backward_dwte",
+    source: SOURCE,
+    entry: "dwte_only",
+    unchecked: false,
+};
+const DWTE_EXTRA: Kernel = Kernel {
+    name: "encoder_backward_dwte_extra",
+    source: SOURCE,
+    entry: "dwte_extra",
+    unchecked: false,
+};
+const DWPE: Kernel = Kernel {
+    name: "encoder_backward_dwpe",
+    source: SOURCE,
+    entry: "dwpe_sum",
+    unchecked: false,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    b: u32,
+    t: u32,
+    c: u32,
+    v: u32,
+}
+
+const WG: u32 = 256;
+
+/// `out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]`: `tokens` is `b*t` u32, `wte` `v*c`,
+/// `wpe` at least `t*c`; returns `b*t*c` floats.
+pub fn encoder_forward(
+    ctx: &WgpuContext,
+    tokens: &PooledBuffer,
+    wte: &PooledBuffer,
+    wpe: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+) -> PooledBuffer {
+    let n = b * t * c;
+    let out = ctx.create_pooled(n * 4);
+    let params = Params {
+        b: b as u32,
+        t: t as u32,
+        c: c as u32,
+        v: 0,
+    };
+    ctx.dispatch(
+        &FORWARD,
+        &params,
+        &[tokens, wte, wpe, &out],
+        grid_1d(n as u32, WG),
+    );
+    out
+}
+
+/// Groups the rows of `tokens` (`b*t` of them) by token, for [`encoder_backward`]:
+/// the rows holding token `k` are `positions[offsets[k]..offsets[k + 1]]`, in
+/// increasing order. A counting sort on the host, where the trainer has the batch
+/// anyway; it turns the backward's scatter-add (racy without float atomics) into a
+/// gather with one writer per element.
+pub fn token_index(tokens: &[u32], v: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut offsets = vec![0u32; v + 1];
+    for &tok in tokens {
+        assert!((tok as usize) < v, "token {tok} out of vocab {v}");
+        offsets[tok as usize + 1] += 1;
+    }
+    for k in 0..v {
+        offsets[k + 1] += offsets[k];
+    }
+    let mut next = offsets.clone();
+    let mut positions = vec![0u32; tokens.len()];
+    for (row, &tok) in tokens.iter().enumerate() {
+        let slot = &mut next[tok as usize];
+        positions[*slot as usize] = row as u32;
+        *slot += 1;
+    }
+    (offsets, positions)
+}
+
+/// Gradients of [`encoder_forward`] from `dout` (`b*t*c`), with `offsets` and
+/// `positions` from [`token_index`] (uploaded as u32). Returns `dwte` (`v*c`; plus
+/// `extra_dwte`, `v*c`, when given, e.g. the tied output head's gradient) and `dwpe`
+/// (`t*c`, summed over the batch). Deterministic: every element is summed by one
+/// thread in a fixed order.
+#[allow(clippy::too_many_arguments)]
+pub fn encoder_backward(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    offsets: &PooledBuffer,
+    positions: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+    v: usize,
+    extra_dwte: Option<&PooledBuffer>,
+) -> (PooledBuffer, PooledBuffer) {
+    let params = Params {
+        b: b as u32,
+        t: t as u32,
+        c: c as u32,
+        v: v as u32,
+    };
+    let dwte = ctx.create_pooled(v * c * 4);
+    let grid = grid_1d((v * c) as u32, WG);
+    match extra_dwte {
+        Some(extra) => ctx.dispatch(
+            &DWTE_EXTRA,
+            &params,
+            &[dout, offsets, positions, &dwte, extra],
+            grid,
+        ),
+        None => ctx.dispatch(&DWTE, &params, &[dout, offsets, positions, &dwte], grid),
+    }
+    let dwpe = ctx.create_pooled(t * c * 4);
+    ctx.dispatch(&DWPE, &params, &[dout, &dwpe], grid_1d((t * c) as u32, WG));
+    (dwte, dwpe)
+}

@@ -1,0 +1,160 @@
+// LayerNorm over rows of c floats (eps 1e-5, biased variance). Entry points:
+//   forward        one workgroup a row: mean, then variance around it (two passes,
+//                  steadier than E[x^2] - mean^2), then the normalized, scaled row
+//   backward_dinp  one workgroup a row: dinp = rstd * (g - mean(g) - n * mean(g * n))
+//                  with n the normalized input and g = weight * dout
+//   backward_partial  dweight/dbias, first pass: one thread per (chunk of CHUNK rows,
+//                  channel) sums its chunk into `partial` ([dweight chunks; dbias chunks])
+//   backward_final second pass: one thread a channel sums its chunks in order
+// Every output element has one writer, so the row reduction needs no atomics.
+// Entry points share bindings; each uses exactly those its launcher passes.
+
+struct Params { rows: u32, c: u32, chunks: u32, chunk_rows: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+
+// forward
+@group(0) @binding(1) var<storage, read> inp: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> rstd_out: array<f32>;
+
+// backward_dinp: dout, inp, weight, mean, rstd, dinp
+@group(0) @binding(1) var<storage, read> dout: array<f32>;
+@group(0) @binding(2) var<storage, read> b_inp: array<f32>;
+@group(0) @binding(3) var<storage, read> b_weight: array<f32>;
+@group(0) @binding(4) var<storage, read> b_mean: array<f32>;
+@group(0) @binding(5) var<storage, read> b_rstd: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dinp: array<f32>;
+
+// backward_partial: dout, inp, mean, rstd, partial
+@group(0) @binding(3) var<storage, read> p_mean: array<f32>;
+@group(0) @binding(4) var<storage, read> p_rstd: array<f32>;
+@group(0) @binding(5) var<storage, read_write> partial: array<f32>;
+
+// backward_final: partial, dweight, dbias
+@group(0) @binding(1) var<storage, read> f_partial: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dweight: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dbias: array<f32>;
+
+const EPS: f32 = 1e-5;
+const WG: u32 = 128u;
+
+var<workgroup> red: array<f32, WG>;
+
+// Sum of `x` over the workgroup, returned to every thread. Called in uniform control
+// flow; leaves `red` free for the next call.
+fn block_sum(x: f32, lid: u32) -> f32 {
+    red[lid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            red[lid] += red[lid + s];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(128)
+fn forward(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    let cf = f32(p.c);
+    var s = 0.0;
+    for (var i = lid; i < p.c; i += WG) {
+        s += inp[base + i];
+    }
+    let m = block_sum(s, lid) / cf;
+    var q = 0.0;
+    for (var i = lid; i < p.c; i += WG) {
+        let d = inp[base + i] - m;
+        q += d * d;
+    }
+    let rs = 1.0 / sqrt(block_sum(q, lid) / cf + EPS);
+    for (var i = lid; i < p.c; i += WG) {
+        out[base + i] = (inp[base + i] - m) * rs * weight[i] + bias[i];
+    }
+    if (lid == 0u) {
+        mean_out[row] = m;
+        rstd_out[row] = rs;
+    }
+}
+
+@compute @workgroup_size(128)
+fn backward_dinp(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    let m = b_mean[row];
+    let rs = b_rstd[row];
+    var sg = 0.0;
+    var sgn = 0.0;
+    for (var i = lid; i < p.c; i += WG) {
+        let g = b_weight[i] * dout[base + i];
+        sg += g;
+        sgn += g * (b_inp[base + i] - m) * rs;
+    }
+    let cf = f32(p.c);
+    let g_mean = block_sum(sg, lid) / cf;
+    let gn_mean = block_sum(sgn, lid) / cf;
+    for (var i = lid; i < p.c; i += WG) {
+        let g = b_weight[i] * dout[base + i];
+        let n = (b_inp[base + i] - m) * rs;
+        dinp[base + i] = rs * (g - g_mean - n * gn_mean);
+    }
+}
+
+@compute @workgroup_size(256)
+fn backward_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = gid.x + gid.y * nwg.x * 256u;
+    if (idx >= p.chunks * p.c) {
+        return;
+    }
+    let chunk = idx / p.c;
+    let i = idx % p.c;
+    let first = chunk * p.chunk_rows;
+    let last = min(first + p.chunk_rows, p.rows);
+    var dw = 0.0;
+    var db = 0.0;
+    for (var r = first; r < last; r++) {
+        let d = dout[r * p.c + i];
+        dw += d * (b_inp[r * p.c + i] - p_mean[r]) * p_rstd[r];
+        db += d;
+    }
+    partial[idx] = dw;
+    partial[p.chunks * p.c + idx] = db;
+}
+
+@compute @workgroup_size(256)
+fn backward_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= p.c) {
+        return;
+    }
+    var dw = 0.0;
+    var db = 0.0;
+    for (var k = 0u; k < p.chunks; k++) {
+        dw += f_partial[k * p.c + i];
+        db += f_partial[(p.chunks + k) * p.c + i];
+    }
+    dweight[i] = dw;
+    dbias[i] = db;
+}

@@ -1,0 +1,257 @@
+//! Matrix products of a `Linear` layer, forward and backward, as tiled GEMMs
+//! (`matmul.wgsl` and one prelude per operand layout).
+
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+
+/// Output tile of one workgroup (square) and the step along the reduction.
+const TILE: usize = 128;
+const BK: usize = 8;
+/// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
+/// of a large GPU (an H200 holds about 264 of these at once), so that few output
+/// tiles still fill it and the last wave's idle share stays small.
+const TARGET_WORKGROUPS: usize = 1024;
+/// Fewest reduction steps (rows) one split takes: below that the extra partials
+/// cost more than the parallelism gains.
+const MIN_SPLIT: usize = 256;
+
+macro_rules! gemm_kernel {
+    ($name:literal, $prelude:literal) => {
+        Kernel {
+            name: $name,
+            source: concat!(include_str!($prelude), include_str!("matmul.wgsl")),
+            entry: "main",
+            unchecked: UNCHECKED,
+        }
+    };
+}
+
+/// Every index in these shaders is guarded, and each launcher checks its buffers
+/// (`check_len`), so they run without wgpu's per-access bounds checks.
+const UNCHECKED: bool = true;
+
+const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl");
+const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl");
+const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl");
+const SUM_SPLITS: Kernel = Kernel {
+    name: "matmul_sum_splits",
+    source: include_str!("matmul_reduce.wgsl"),
+    entry: "sum_splits",
+    unchecked: UNCHECKED,
+};
+const COLSUM: Kernel = Kernel {
+    name: "matmul_colsum",
+    source: include_str!("matmul_reduce.wgsl"),
+    entry: "colsum_part",
+    unchecked: UNCHECKED,
+};
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct GemmParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    k_chunk: u32,
+    has_bias: u32,
+    _pad: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ReduceParams {
+    len: u32,
+    splits: u32,
+    rows: u32,
+    row_chunk: u32,
+}
+
+fn u32_of(x: usize, what: &str) -> u32 {
+    u32::try_from(x).unwrap_or_else(|_| panic!("{what} = {x} does not fit in u32"))
+}
+
+/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
+#[track_caller]
+fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
+    assert!(
+        buffer.size() >= floats as u64 * 4,
+        "{what}: a {}-byte buffer for {floats} floats",
+        buffer.size()
+    );
+}
+
+/// Splits a reduction of `len` steps over about `want` workgroups: (chunk, splits),
+/// the chunk a multiple of `align`, every split non-empty.
+fn split(len: usize, want: usize, align: usize) -> (usize, usize) {
+    let splits = want.clamp(1, len.div_ceil(MIN_SPLIT).max(1));
+    let chunk = len.div_ceil(splits).div_ceil(align) * align;
+    (chunk, len.div_ceil(chunk))
+}
+
+/// `out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j]`, PyTorch `Linear` layout:
+/// `inp` `[rows, k]`, `weight` `[n, k]`, `bias` `[n]`; returns `out` `[rows, n]`.
+pub fn matmul_forward(
+    ctx: &WgpuContext,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    bias: Option<&PooledBuffer>,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
+    assert!(
+        rows > 0 && k > 0 && n > 0,
+        "matmul_forward of an empty matrix"
+    );
+    let out = ctx.create_pooled(rows * n * 4);
+    let params = GemmParams {
+        m: u32_of(rows, "rows"),
+        n: u32_of(n, "n"),
+        k: u32_of(k, "k"),
+        k_chunk: u32_of(k, "k"),
+        has_bias: bias.is_some() as u32,
+        _pad: [0; 3],
+    };
+    // Without a bias the binding still needs a buffer; the shader never reads it.
+    let bias = bias.unwrap_or(weight);
+    ctx.dispatch(
+        &FORWARD,
+        &params,
+        &[inp, weight, bias, &out],
+        [n.div_ceil(TILE) as u32, rows.div_ceil(TILE) as u32, 1],
+    );
+    out
+}
+
+/// Gradients of [`matmul_forward`] from `dout` `[rows, n]`: `dinp` `[rows, k]`,
+/// `dweight` `[n, k]` and, `with_bias`, `dbias` `[n]`. The weight gradients reduce
+/// over all rows in parallel splits whose partial sums are then added in a fixed
+/// order: no atomics, the same bits every run.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    with_bias: bool,
+) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
+    let dinp = matmul_dinp(ctx, dout, weight, rows, k, n);
+    let dweight = matmul_dweight(ctx, dout, inp, rows, k, n);
+    let dbias = with_bias.then(|| matmul_dbias(ctx, dout, rows, n));
+    (dinp, dweight, dbias)
+}
+
+/// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of
+/// [`matmul_backward`].
+pub fn matmul_dinp(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
+    assert!(rows > 0 && k > 0 && n > 0, "matmul_dinp of an empty matrix");
+    check_len(dout, rows * n, "matmul_dinp dout");
+    check_len(weight, n * k, "matmul_dinp weight");
+    let dinp = ctx.create_pooled(rows * k * 4);
+    let params = GemmParams {
+        m: u32_of(rows, "rows"),
+        n: u32_of(k, "k"),
+        k: u32_of(n, "n"),
+        k_chunk: u32_of(n, "n"),
+        has_bias: 0,
+        _pad: [0; 3],
+    };
+    ctx.dispatch(
+        &DINP,
+        &params,
+        &[dout, weight, &dinp],
+        [k.div_ceil(TILE) as u32, rows.div_ceil(TILE) as u32, 1],
+    );
+    dinp
+}
+
+/// `dweight = doutᵀ · inp` (`[n, k]`, summed over all `rows`): the weight half of
+/// [`matmul_backward`].
+pub fn matmul_dweight(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
+    assert!(
+        rows > 0 && k > 0 && n > 0,
+        "matmul_dweight of an empty matrix"
+    );
+    check_len(dout, rows * n, "matmul_dweight dout");
+    check_len(inp, rows * k, "matmul_dweight inp");
+    let dweight = ctx.create_pooled(n * k * 4);
+    let tiles = n.div_ceil(TILE) * k.div_ceil(TILE);
+    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(tiles), BK);
+    let params = GemmParams {
+        m: u32_of(n, "n"),
+        n: u32_of(k, "k"),
+        k: u32_of(rows, "rows"),
+        k_chunk: u32_of(chunk, "chunk"),
+        has_bias: 0,
+        _pad: [0; 3],
+    };
+    let groups = [
+        k.div_ceil(TILE) as u32,
+        n.div_ceil(TILE) as u32,
+        u32_of(splits, "splits"),
+    ];
+    if splits == 1 {
+        ctx.dispatch(&DWEIGHT, &params, &[dout, inp, &dweight], groups);
+    } else {
+        let part = ctx.create_pooled(splits * n * k * 4);
+        ctx.dispatch(&DWEIGHT, &params, &[dout, inp, &part], groups);
+        sum_splits(ctx, &part, &dweight, n * k, splits);
+    }
+    dweight
+}
+
+/// `dbias[j] = sum_r dout[r, j]`.
+fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -> PooledBuffer {
+    check_len(dout, rows * n, "matmul_dbias dout");
+    let dbias = ctx.create_pooled(n * 4);
+    let col_groups = n.div_ceil(64);
+    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1);
+    let params = ReduceParams {
+        len: u32_of(n, "n"),
+        splits: u32_of(splits, "splits"),
+        rows: u32_of(rows, "rows"),
+        row_chunk: u32_of(chunk, "chunk"),
+    };
+    let groups = [col_groups as u32, splits as u32, 1];
+    if splits == 1 {
+        ctx.dispatch(&COLSUM, &params, &[dout, &dbias], groups);
+    } else {
+        let part = ctx.create_pooled(splits * n * 4);
+        ctx.dispatch(&COLSUM, &params, &[dout, &part], groups);
+        sum_splits(ctx, &part, &dbias, n, splits);
+    }
+    dbias
+}
+
+/// `out[i] = sum_s part[s * len + i]`.
+fn sum_splits(
+    ctx: &WgpuContext,
+    part: &PooledBuffer,
+    out: &PooledBuffer,
+    len: usize,
+    splits: usize,
+) {
+    let params = ReduceParams {
+        len: u32_of(len, "len"),
+        splits: splits as u32,
+        rows: 0,
+        row_chunk: 0,
+    };
+    ctx.dispatch(&SUM_SPLITS, &params, &[part, out], grid_1d(len as u32, 256));
+}

@@ -1,0 +1,51 @@
+// dinp = dout · weight, A·B: dinp[r, i] = sum_j dout[r, j] * weight[j, i].
+// GEMM m = rows, n = k (dinp's columns), k = n (dout's columns).
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, has_bias: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> dout: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dinp: array<f32>;
+
+// dout rows, read along the reduction.
+fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = m0 + t / 2u;
+    let k = k0 + (t % 2u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < p.m) {
+        let base = r * p.k + k;
+        if (k < k_end) { v.x = dout[base]; }
+        if (k + 1u < k_end) { v.y = dout[base + 1u]; }
+        if (k + 2u < k_end) { v.z = dout[base + 2u]; }
+        if (k + 3u < k_end) { v.w = dout[base + 3u]; }
+    }
+    return v;
+}
+
+fn put_a(buf: u32, t: u32, v: vec4<f32>) { put_rows_a(buf, t, v); }
+
+// weight rows j are the reduction index; read along dinp's columns.
+fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let k = k0 + t / 32u;
+    let i = n0 + (t % 32u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (k < k_end) {
+        let base = k * p.n + i;
+        if (i < p.n) { v.x = weight[base]; }
+        if (i + 1u < p.n) { v.y = weight[base + 1u]; }
+        if (i + 2u < p.n) { v.z = weight[base + 2u]; }
+        if (i + 3u < p.n) { v.w = weight[base + 3u]; }
+    }
+    return v;
+}
+
+fn put_b(buf: u32, t: u32, v: vec4<f32>) { put_cols_b(buf, t, v); }
+
+fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
+    if (r >= p.m) { return; }
+    let base = r * p.n + i;
+    for (var c = 0u; c < 4u; c++) {
+        if (i + c < p.n) { dinp[base + c] = v[c]; }
+    }
+}
+

@@ -1,0 +1,57 @@
+// Forward, A·Bᵀ: out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j].
+// GEMM m = rows, n = n, k = k; both operands are read along k.
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, has_bias: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inp: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+// Bound to `weight` again when there is no bias (has_bias = 0).
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = m0 + t / 2u;
+    let k = k0 + (t % 2u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < p.m) {
+        let base = r * p.k + k;
+        if (k < k_end) { v.x = inp[base]; }
+        if (k + 1u < k_end) { v.y = inp[base + 1u]; }
+        if (k + 2u < k_end) { v.z = inp[base + 2u]; }
+        if (k + 3u < k_end) { v.w = inp[base + 3u]; }
+    }
+    return v;
+}
+
+fn put_a(buf: u32, t: u32, v: vec4<f32>) { put_rows_a(buf, t, v); }
+
+fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let j = n0 + t / 2u;
+    let k = k0 + (t % 2u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (j < p.n) {
+        let base = j * p.k + k;
+        if (k < k_end) { v.x = weight[base]; }
+        if (k + 1u < k_end) { v.y = weight[base + 1u]; }
+        if (k + 2u < k_end) { v.z = weight[base + 2u]; }
+        if (k + 3u < k_end) { v.w = weight[base + 3u]; }
+    }
+    return v;
+}
+
+fn put_b(buf: u32, t: u32, v: vec4<f32>) { put_rows_b(buf, t, v); }
+
+fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
+    if (r >= p.m) { return; }
+    var w = v;
+    if (p.has_bias != 0u) {
+        for (var i = 0u; i < 4u; i++) {
+            if (j + i < p.n) { w[i] += bias[j + i]; }
+        }
+    }
+    let base = r * p.n + j;
+    for (var i = 0u; i < 4u; i++) {
+        if (j + i < p.n) { out[base + i] = w[i]; }
+    }
+}
+

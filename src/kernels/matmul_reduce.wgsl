@@ -1,0 +1,47 @@
+// The race-free halves of matmul_backward's weight gradients.
+//
+// `sum_splits`: out[i] = sum over s of part[s * len + i], s in order, so the result
+// is the same on every run (no atomics, one writer an element).
+// `colsum_part`: dbias partials. Workgroup (x, y) sums rows y*row_chunk .. of 64
+// columns of dout with 4 lanes of rows each, then adds the lanes in a fixed order
+// into part[y, col].
+struct Params { len: u32, splits: u32, rows: u32, row_chunk: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> part: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= p.len) {
+        return;
+    }
+    var acc = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        acc += part[s * p.len + i];
+    }
+    out[i] = acc;
+}
+
+var<workgroup> lanes: array<f32, 256>;
+
+// Here `part` is dout [rows, len] and `out` the partials [splits, len].
+@compute @workgroup_size(256)
+fn colsum_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let col = wg.x * 64u + t % 64u;
+    let lane = t / 64u;
+    let r_begin = wg.y * p.row_chunk;
+    let r_end = min(r_begin + p.row_chunk, p.rows);
+    var acc = 0.0;
+    if (col < p.len) {
+        for (var r = r_begin + lane; r < r_end; r += 4u) {
+            acc += part[r * p.len + col];
+        }
+    }
+    lanes[t] = acc;
+    workgroupBarrier();
+    if (lane == 0u && col < p.len) {
+        out[wg.y * p.len + col] = ((lanes[t] + lanes[t + 64u]) + lanes[t + 128u]) + lanes[t + 192u];
+    }
+}

@@ -1,0 +1,52 @@
+// dweight = doutᵀ · inp, Aᵀ·B: dweight[j, i] = sum_r dout[r, j] * inp[r, i], split
+// over r: split z sums rows z*k_chunk .. and writes its own slice of `part`
+// ([splits, n, k]); matmul_reduce.wgsl adds the slices in a fixed order.
+// GEMM m = n (dweight's rows), n = k, k = rows.
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, has_bias: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> dout: array<f32>;
+@group(0) @binding(2) var<storage, read> inp: array<f32>;
+@group(0) @binding(3) var<storage, read_write> part: array<f32>;
+
+// dout read along its columns j (the GEMM's m), one row r a step.
+fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = k0 + t / 32u;
+    let j = m0 + (t % 32u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < k_end) {
+        let base = r * p.m + j;
+        if (j < p.m) { v.x = dout[base]; }
+        if (j + 1u < p.m) { v.y = dout[base + 1u]; }
+        if (j + 2u < p.m) { v.z = dout[base + 2u]; }
+        if (j + 3u < p.m) { v.w = dout[base + 3u]; }
+    }
+    return v;
+}
+
+fn put_a(buf: u32, t: u32, v: vec4<f32>) { put_cols_a(buf, t, v); }
+
+fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = k0 + t / 32u;
+    let i = n0 + (t % 32u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < k_end) {
+        let base = r * p.n + i;
+        if (i < p.n) { v.x = inp[base]; }
+        if (i + 1u < p.n) { v.y = inp[base + 1u]; }
+        if (i + 2u < p.n) { v.z = inp[base + 2u]; }
+        if (i + 3u < p.n) { v.w = inp[base + 3u]; }
+    }
+    return v;
+}
+
+fn put_b(buf: u32, t: u32, v: vec4<f32>) { put_cols_b(buf, t, v); }
+
+fn write4(z: u32, j: u32, i: u32, v: vec4<f32>) {
+    if (j >= p.m) { return; }
+    let base = (z * p.m + j) * p.n + i;
+    for (var c = 0u; c < 4u; c++) {
+        if (i + c < p.n) { part[base + c] = v[c]; }
+    }
+}
+

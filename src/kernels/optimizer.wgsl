@@ -1,0 +1,146 @@
+// Optimizer pieces: gradient norms, clipping, AdamW. Entry points:
+//   reduce_partial  sum (or sum of squares) of x: workgroup g sums elements
+//                   g*256 + lid + k*(groups*256) and writes partial[g]
+//   reduce_final    one workgroup sums the partials in order, out[slot] = sum * mul
+//   global_norm     one workgroup: norm = sqrt(sum of the per-tensor sums of squares),
+//                   scale = max_norm / (norm + 1e-6) if 0 < max_norm < norm, else 1
+//   adamw           one thread an element: AdamW on param, m, v in place, the gradient
+//                   times the clipping scale norm_scale[1]
+//   scale           x *= norm_scale[1]
+// Fixed summation orders: the same input always gives the same bits.
+// Entry points share bindings; each uses exactly those its launcher passes.
+
+// Uniform parameters are at most 32 bytes on some devices (lavapipe's uniform offset
+// alignment), so AdamW's hyperparameters get their own struct at binding 0.
+struct Params {
+    n: u32,        // elements (global_norm: tensors)
+    parts: u32,    // reduce_*: partial sums
+    slot: u32,     // reduce_final: element of `out` to write
+    square: u32,   // reduce_partial: 1 sums squares
+    mul: f32,      // reduce_final: factor on the sum (1/n for a mean)
+    max_norm: f32, // global_norm: clip threshold, 0 = off
+    _pad0: u32,
+    _pad1: u32,
+}
+
+struct AdamParams {
+    n: u32,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    weight_decay: f32,
+    bc1: f32, // 1 - beta1^step
+    bc2: f32, // 1 - beta2^step
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(0) var<uniform> hp: AdamParams;
+// reduce_partial: x, partial
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> partial: array<f32>;
+// reduce_final: partials, out
+@group(0) @binding(1) var<storage, read> partials: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+// global_norm: sumsq, norm_scale_out
+@group(0) @binding(1) var<storage, read> sumsq: array<f32>;
+@group(0) @binding(2) var<storage, read_write> norm_scale_out: array<f32>;
+// adamw: param, grad, m, v, norm_scale
+@group(0) @binding(1) var<storage, read_write> param: array<f32>;
+@group(0) @binding(2) var<storage, read> grad: array<f32>;
+@group(0) @binding(3) var<storage, read_write> m: array<f32>;
+@group(0) @binding(4) var<storage, read_write> v: array<f32>;
+@group(0) @binding(5) var<storage, read> norm_scale: array<f32>;
+// scale: x_io, norm_scale
+@group(0) @binding(1) var<storage, read_write> x_io: array<f32>;
+@group(0) @binding(2) var<storage, read> s_norm_scale: array<f32>;
+
+const WG: u32 = 256u;
+
+var<workgroup> red: array<f32, WG>;
+
+// Sum of `s` over the workgroup, returned to every thread (uniform control flow).
+fn block_sum(s: f32, lid: u32) -> f32 {
+    red[lid] = s;
+    workgroupBarrier();
+    for (var k = WG / 2u; k > 0u; k >>= 1u) {
+        if (lid < k) {
+            red[lid] += red[lid + k];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    workgroupBarrier();
+    return total;
+}
+
+@compute @workgroup_size(256)
+fn reduce_partial(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let stride = nwg.x * WG;
+    var s = 0.0;
+    for (var i = wid.x * WG + lid; i < p.n; i += stride) {
+        let e = x[i];
+        s += select(e, e * e, p.square != 0u);
+    }
+    let total = block_sum(s, lid);
+    if (lid == 0u) {
+        partial[wid.x] = total;
+    }
+}
+
+@compute @workgroup_size(256)
+fn reduce_final(@builtin(local_invocation_index) lid: u32) {
+    var s = 0.0;
+    for (var i = lid; i < p.parts; i += WG) {
+        s += partials[i];
+    }
+    let total = block_sum(s, lid);
+    if (lid == 0u) {
+        out[p.slot] = total * p.mul;
+    }
+}
+
+@compute @workgroup_size(256)
+fn global_norm(@builtin(local_invocation_index) lid: u32) {
+    var s = 0.0;
+    for (var i = lid; i < p.n; i += WG) {
+        s += sumsq[i];
+    }
+    let total = block_sum(s, lid);
+    if (lid == 0u) {
+        let norm = sqrt(total);
+        let clip = p.max_norm > 0.0 && norm > p.max_norm;
+        norm_scale_out[0] = norm;
+        norm_scale_out[1] = select(1.0, p.max_norm / (norm + 1e-6), clip);
+    }
+}
+
+@compute @workgroup_size(256)
+fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= hp.n) {
+        return;
+    }
+    let g = grad[i] * norm_scale[1];
+    let mi = hp.beta1 * m[i] + (1.0 - hp.beta1) * g;
+    let vi = hp.beta2 * v[i] + (1.0 - hp.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    let m_hat = mi / hp.bc1;
+    let v_hat = vi / hp.bc2;
+    let w = param[i];
+    param[i] = w - hp.lr * (m_hat / (sqrt(v_hat) + hp.eps) + hp.weight_decay * w);
+}
+
+@compute @workgroup_size(256)
+fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * WG;
+    if (i >= p.n) {
+        return;
+    }
+    x_io[i] = x_io[i] * s_norm_scale[1];
+}

@@ -1,0 +1,117 @@
+//! [`Ops`] on the CPU: the reference functions, for the step-parity test and the
+//! reference trainer.
+
+use super::Ops;
+use crate::reference as r;
+
+/// The CPU backend: [`crate::reference`] behind [`Ops`].
+pub struct CpuOps;
+
+pub struct CpuBatch {
+    pub tokens: Vec<u32>,
+    pub targets: Vec<u32>,
+}
+
+type T = Vec<f32>;
+
+impl Ops for CpuOps {
+    type T = Vec<f32>;
+    type Batch = CpuBatch;
+
+    fn encoder_forward(
+        &self,
+        batch: &CpuBatch,
+        wte: &T,
+        wpe: &T,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> T {
+        r::encoder_forward(&batch.tokens, wte, wpe, b, t, c)
+    }
+    fn encoder_backward(
+        &self,
+        dout: &T,
+        batch: &CpuBatch,
+        b: usize,
+        t: usize,
+        c: usize,
+        v: usize,
+        head_dwte: &T,
+    ) -> (T, T) {
+        let (mut dwte, dwpe) = r::encoder_backward(dout, &batch.tokens, b, t, c, v);
+        dwte.iter_mut().zip(head_dwte).for_each(|(d, h)| *d += h);
+        (dwte, dwpe)
+    }
+    fn layernorm_forward(&self, x: &T, w: &T, bias: &T, rows: usize, c: usize) -> (T, T, T) {
+        r::layernorm_forward(x, w, bias, rows, c)
+    }
+    fn layernorm_backward(
+        &self,
+        dout: &T,
+        x: &T,
+        w: &T,
+        mean: &T,
+        rstd: &T,
+        rows: usize,
+        c: usize,
+    ) -> (T, T, T) {
+        r::layernorm_backward(dout, x, w, mean, rstd, rows, c)
+    }
+    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
+        r::matmul_forward(x, w, bias.map(|b| b.as_slice()), rows, k, n)
+    }
+    fn matmul_backward(
+        &self,
+        dout: &T,
+        x: &T,
+        w: &T,
+        rows: usize,
+        k: usize,
+        n: usize,
+        with_bias: bool,
+    ) -> (T, T, Option<T>) {
+        r::matmul_backward(dout, x, w, rows, k, n, with_bias)
+    }
+    fn attention_forward(&self, qkv: &T, b: usize, t: usize, c: usize, nh: usize) -> (T, T) {
+        r::attention_forward(qkv, b, t, c, nh)
+    }
+    fn attention_backward(
+        &self,
+        dout: &T,
+        qkv: &T,
+        _out: &T,
+        att: &T,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> T {
+        r::attention_backward(dout, qkv, att, b, t, c, nh)
+    }
+    fn gelu_forward(&self, x: &T, _n: usize) -> T {
+        r::gelu_forward(x)
+    }
+    fn gelu_backward(&self, x: &T, dout: &T, _n: usize) -> T {
+        r::gelu_backward(x, dout)
+    }
+    fn add(&self, a: &T, b: &T, _n: usize) -> T {
+        r::residual_forward(a, b)
+    }
+    fn crossentropy_forward(&self, logits: &T, batch: &CpuBatch, rows: usize, v: usize) -> (T, T) {
+        r::crossentropy_forward(logits, &batch.targets, rows, v)
+    }
+    fn crossentropy_backward(
+        &self,
+        probs: &T,
+        batch: &CpuBatch,
+        rows: usize,
+        v: usize,
+        scale: f32,
+    ) -> T {
+        r::crossentropy_backward(probs, &batch.targets, rows, v, scale)
+    }
+    fn mean(&self, x: &T, _n: usize) -> T {
+        vec![r::mean(x)]
+    }
+}

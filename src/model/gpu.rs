@@ -1,0 +1,156 @@
+//! [`Ops`] on the GPU: every op a kernel launcher, every tensor a pooled buffer.
+
+use super::Ops;
+use crate::gpu::{PooledBuffer, WgpuContext};
+use crate::kernels;
+
+/// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers.
+pub struct GpuOps<'a>(pub &'a WgpuContext);
+
+/// A batch on the GPU: inputs and targets, and the inputs grouped by token id
+/// (`offsets`, `positions`) for the race-free embedding backward.
+pub struct GpuBatch {
+    pub tokens: PooledBuffer,
+    pub targets: PooledBuffer,
+    pub offsets: PooledBuffer,
+    pub positions: PooledBuffer,
+}
+
+impl GpuBatch {
+    /// Uploads through the staging belt (`belt`: ordered and pooled, so steady-state
+    /// steps create no buffers for their inputs either) or the seed's `upload`.
+    pub fn upload(
+        ctx: &WgpuContext,
+        tokens: &[u32],
+        targets: &[u32],
+        vocab: usize,
+        belt: bool,
+    ) -> Self {
+        let (offsets, positions) = kernels::token_index(tokens, vocab);
+        let up = |data: &[u32]| {
+            if belt {
+                ctx.upload_pooled(data)
+            } else {
+                ctx.upload(data)
+            }
+        };
+        GpuBatch {
+            tokens: up(tokens),
+            targets: up(targets),
+            offsets: up(&offsets),
+            positions: up(&positions),
+        }
+    }
+}
+
+type T = PooledBuffer;
+
+impl Ops for GpuOps<'_> {
+    type T = PooledBuffer;
+    type Batch = GpuBatch;
+
+    fn encoder_forward(
+        &self,
+        batch: &GpuBatch,
+        wte: &T,
+        wpe: &T,
+        b: usize,
+        t: usize,
+        c: usize,
+    ) -> T {
+        kernels::encoder_forward(self.0, &batch.tokens, wte, wpe, b, t, c)
+    }
+    fn encoder_backward(
+        &self,
+        dout: &T,
+        batch: &GpuBatch,
+        b: usize,
+        t: usize,
+        c: usize,
+        v: usize,
+        head_dwte: &T,
+    ) -> (T, T) {
+        kernels::encoder_backward(
+            self.0,
+            dout,
+            &batch.offsets,
+            &batch.positions,
+            b,
+            t,
+            c,
+            v,
+            Some(head_dwte),
+        )
+    }
+    fn layernorm_forward(&self, x: &T, w: &T, bias: &T, rows: usize, c: usize) -> (T, T, T) {
+        kernels::layernorm_forward(self.0, x, w, bias, rows, c)
+    }
+    fn layernorm_backward(
+        &self,
+        dout: &T,
+        x: &T,
+        w: &T,
+        mean: &T,
+        rstd: &T,
+        rows: usize,
+        c: usize,
+    ) -> (T, T, T) {
+        kernels::layernorm_backward(self.0, dout, x, w, mean, rstd, rows, c)
+    }
+    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
+        kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
+    }
+    fn matmul_backward(
+        &self,
+        dout: &T,
+        x: &T,
+        w: &T,
+        rows: usize,
+        k: usize,
+        n: usize,
+        with_bias: bool,
+    ) -> (T, T, Option<T>) {
+        kernels::matmul_backward(self.0, dout, x, w, rows, k, n, with_bias)
+    }
+    fn attention_forward(&self, qkv: &T, b: usize, t: usize, c: usize, nh: usize) -> (T, T) {
+        kernels::attention_forward(self.0, qkv, b, t, c, nh)
+    }
+    fn attention_backward(
+        &self,
+        dout: &T,
+        qkv: &T,
+        out: &T,
+        saved: &T,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+    ) -> T {
+        kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh)
+    }
+    fn gelu_forward(&self, x: &T, n: usize) -> T {
+        kernels::gelu_forward(self.0, x, n)
+    }
+    fn gelu_backward(&self, x: &T, dout: &T, n: usize) -> T {
+        kernels::gelu_backward(self.0, x, dout, n)
+    }
+    fn add(&self, a: &T, b: &T, n: usize) -> T {
+        kernels::residual_forward(self.0, a, b, n)
+    }
+    fn crossentropy_forward(&self, logits: &T, batch: &GpuBatch, rows: usize, v: usize) -> (T, T) {
+        kernels::crossentropy_forward(self.0, logits, &batch.targets, rows, v)
+    }
+    fn crossentropy_backward(
+        &self,
+        probs: &T,
+        batch: &GpuBatch,
+        rows: usize,
+        v: usize,
+        scale: f32,
+    ) -> T {
+        kernels::crossentropy_backward(self.0, probs, &batch.targets, rows, v, scale)
+    }
+    fn mean(&self, x: &T, n: usize) -> T {
+        kernels::mean(self.0, x, n)
+    }
+}

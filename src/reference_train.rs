@@ -1,0 +1,94 @@
+//! The CPU reference trainer: the same model, init, batches and optimizer as
+//! [`crate::train::Trainer`], computed by [`crate::reference`]. Slow and plain; the
+//! step-parity test holds the GPU trainer to it.
+
+use crate::data::Corpus;
+use crate::error::Result;
+use crate::model::{self, CpuBatch, CpuOps, GptConfig, ParamSpec};
+use crate::reference;
+use crate::train::{Batcher, TrainConfig};
+
+pub struct ReferenceTrainer {
+    cfg: TrainConfig,
+    model: GptConfig,
+    specs: Vec<ParamSpec>,
+    corpus: Corpus,
+    pub params: Vec<Vec<f32>>,
+    m: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    batcher: Batcher,
+    step: u32,
+}
+
+impl ReferenceTrainer {
+    pub fn new(cfg: TrainConfig, corpus: Corpus) -> Result<Self> {
+        cfg.validate()?;
+        let model = cfg.model(corpus.vocab_size());
+        model.validate()?;
+        corpus.check_context(cfg.context)?;
+        let specs = model.params();
+        let params = model.init(cfg.seed);
+        let zeros: Vec<Vec<f32>> = specs.iter().map(|s| vec![0.0; s.len]).collect();
+        Ok(ReferenceTrainer {
+            // Same seeds as the GPU trainer: same batches.
+            batcher: Batcher::new(cfg.seed ^ 0xBA7C4),
+            m: zeros.clone(),
+            v: zeros,
+            cfg,
+            model,
+            specs,
+            corpus,
+            params,
+            step: 0,
+        })
+    }
+
+    /// The next training batch (what the GPU trainer's next step will see).
+    pub fn next_batch(&mut self) -> (Vec<u32>, Vec<u32>) {
+        self.batcher
+            .next(&self.corpus.train, self.cfg.batch, self.cfg.context)
+    }
+
+    /// The batch the next [`ReferenceTrainer::step`] will draw, without drawing it.
+    pub fn peek_batch(&self) -> (Vec<u32>, Vec<u32>) {
+        self.batcher
+            .clone()
+            .next(&self.corpus.train, self.cfg.batch, self.cfg.context)
+    }
+
+    /// Loss and gradients on one batch.
+    pub fn gradients(&self, inputs: &[u32], targets: &[u32]) -> (f32, Vec<Vec<f32>>) {
+        let batch = CpuBatch {
+            tokens: inputs.to_vec(),
+            targets: targets.to_vec(),
+        };
+        let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
+        let acts = model::forward(&CpuOps, &self.model, &self.params, &batch, b, t);
+        let loss = acts.loss[0];
+        (
+            loss,
+            model::backward(&CpuOps, &self.model, &self.params, &batch, acts),
+        )
+    }
+
+    /// One step: batch, gradients, clip, AdamW. Returns the loss and the grad norm.
+    pub fn step(&mut self) -> (f32, f32) {
+        let (inputs, targets) = self.next_batch();
+        let (loss, grads) = self.gradients(&inputs, &targets);
+        self.step += 1;
+        let total: f64 = grads.iter().map(|g| reference::grad_sumsq(g)).sum();
+        let (norm, scale) = reference::clip_scale(total, self.cfg.grad_clip);
+        for (i, spec) in self.specs.iter().enumerate() {
+            let hp = self.cfg.adamw(self.step, spec);
+            reference::adamw_update(
+                &mut self.params[i],
+                &grads[i],
+                &mut self.m[i],
+                &mut self.v[i],
+                &hp,
+                scale,
+            );
+        }
+        (loss, norm)
+    }
+}

@@ -1,0 +1,550 @@
+//! Training: configuration and presets, batches, the learning-rate schedule, and the
+//! GPU [`Trainer`]: one submit a step, the loss read back asynchronously, held-out
+//! evaluation and text sampling. [`crate::reference_train`] is its CPU twin.
+
+use crate::data::Corpus;
+use crate::error::{Error, Result};
+use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
+use crate::kernels::{self, AdamW};
+use crate::model::{self, GptConfig, GpuBatch, GpuOps, ParamSpec};
+use crate::pool::{BucketStats, BufferPoolConfig, BufferPoolStats, SizePolicy};
+use crate::rng::Rng;
+
+/// Everything a training run is configured by. Unset fields take the `tiny` preset's
+/// values; [`TrainConfig::preset`] gives the others.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TrainConfig {
+    pub layers: usize,
+    pub heads: usize,
+    pub width: usize,
+    /// Tokens a sequence (the model's context).
+    pub context: usize,
+    /// Sequences a step.
+    pub batch: usize,
+    /// Peak learning rate (after warmup; cosine decay to `lr / 10` over `steps`).
+    pub lr: f32,
+    pub warmup: u32,
+    /// Length of the schedule.
+    pub steps: u32,
+    pub weight_decay: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    /// Clip gradients to this global norm (0: no clipping).
+    pub grad_clip: f32,
+    pub seed: u64,
+    /// Held-out batches averaged by one evaluation.
+    pub eval_batches: usize,
+    /// `false`: every buffer created fresh and destroyed after the step.
+    pub pool: bool,
+    pub policy: SizePolicy,
+    /// Upload each batch through the staging belt (ordered, pooled). `false`: the
+    /// seed's `upload`, a fresh never-recycled buffer per tensor per step.
+    pub belt: bool,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig::preset("tiny").expect("tiny exists")
+    }
+}
+
+/// Names of the presets, smallest first.
+pub const PRESETS: [&str; 3] = ["tiny", "small", "shakespeare"];
+
+impl TrainConfig {
+    /// `tiny`: trains in seconds on a CPU adapter. `small`: the page's bigger model.
+    /// `shakespeare`: nanoGPT's shakespeare_char (6 layers, 6 heads, 384 wide,
+    /// context 256, batch 64).
+    pub fn preset(name: &str) -> Result<Self> {
+        let base = TrainConfig {
+            layers: 2,
+            heads: 4,
+            width: 64,
+            context: 64,
+            batch: 8,
+            lr: 3e-3,
+            warmup: 20,
+            steps: 1000,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            grad_clip: 1.0,
+            seed: 1337,
+            eval_batches: 4,
+            pool: true,
+            policy: SizePolicy::PowerOfTwo,
+            belt: true,
+        };
+        Ok(match name {
+            "tiny" => base,
+            "small" => TrainConfig {
+                layers: 4,
+                heads: 4,
+                width: 128,
+                context: 128,
+                batch: 16,
+                lr: 1e-3,
+                warmup: 50,
+                steps: 2000,
+                ..base
+            },
+            "shakespeare" => TrainConfig {
+                layers: 6,
+                heads: 6,
+                width: 384,
+                context: 256,
+                batch: 64,
+                lr: 1e-3,
+                warmup: 100,
+                steps: 5000,
+                eval_batches: 20,
+                ..base
+            },
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown preset {other:?}; choose one of {PRESETS:?}"
+                )))
+            }
+        })
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.batch == 0 {
+            return bad("batch must be at least 1".into());
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("learning rate must be positive, got {}", self.lr));
+        }
+        if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
+            return bad("beta1 and beta2 must be in [0, 1)".into());
+        }
+        if !(self.eps > 0.0) || !(self.weight_decay >= 0.0) || !(self.grad_clip >= 0.0) {
+            return bad("eps must be positive; weight_decay and grad_clip not negative".into());
+        }
+        if self.steps == 0 {
+            return bad("steps must be at least 1".into());
+        }
+        if self.eval_batches == 0 {
+            return bad("eval_batches must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The model this config trains on a corpus of `vocab` characters.
+    pub fn model(&self, vocab: usize) -> GptConfig {
+        GptConfig {
+            vocab,
+            context: self.context,
+            layers: self.layers,
+            heads: self.heads,
+            width: self.width,
+        }
+    }
+
+    /// Learning rate at 1-based `step`: linear warmup, then cosine decay to lr/10.
+    pub fn lr_at(&self, step: u32) -> f32 {
+        let min_lr = self.lr / 10.0;
+        if step <= self.warmup {
+            return self.lr * step as f32 / self.warmup.max(1) as f32;
+        }
+        if step >= self.steps {
+            return min_lr;
+        }
+        let progress = (step - self.warmup) as f32 / (self.steps - self.warmup).max(1) as f32;
+        min_lr + 0.5 * (self.lr - min_lr) * (1.0 + (std::f32::consts::PI * progress).cos())
+    }
+
+    pub fn adamw(&self, step: u32, spec: &ParamSpec) -> AdamW {
+        AdamW {
+            lr: self.lr_at(step),
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: if spec.decay { self.weight_decay } else { 0.0 },
+            step,
+        }
+    }
+}
+
+/// Random windows of a token stream, seeded: the GPU and CPU trainers draw the
+/// same batches from the same seed.
+#[derive(Clone, Debug)]
+pub struct Batcher {
+    rng: Rng,
+}
+
+impl Batcher {
+    pub fn new(seed: u64) -> Self {
+        Batcher {
+            rng: Rng::new(seed),
+        }
+    }
+
+    /// `batch` windows of `t` inputs and their next-token targets.
+    pub fn next(&mut self, tokens: &[u32], batch: usize, t: usize) -> (Vec<u32>, Vec<u32>) {
+        let mut inputs = Vec::with_capacity(batch * t);
+        let mut targets = Vec::with_capacity(batch * t);
+        for _ in 0..batch {
+            let start = self.rng.below(tokens.len() - t);
+            inputs.extend_from_slice(&tokens[start..start + t]);
+            targets.extend_from_slice(&tokens[start + 1..start + t + 1]);
+        }
+        (inputs, targets)
+    }
+}
+
+/// Figures of one step (or the latest, from [`Trainer::stats`]).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StepStats {
+    pub step: u32,
+    pub loss: f32,
+    pub ms: f64,
+    pub tokens_per_s: f64,
+    pub lr: f32,
+    pub grad_norm: f32,
+    /// Pool hits / acquires since the start.
+    pub hit_rate: f64,
+    /// The same, this step only.
+    pub step_hit_rate: f64,
+    /// GPU buffers the context has created since the start.
+    pub buffers_created: u64,
+    /// Created during this step: 0 in steady state with the pool.
+    pub buffers_created_step: u64,
+    pub bytes_held: u64,
+    pub peak_bytes_held: u64,
+    pub bytes_in_use: u64,
+    pub peak_bytes_in_use: u64,
+    pub peak_bytes_requested: u64,
+    pub total_pooled: usize,
+    pub buckets: Vec<BucketStats>,
+    pub dispatches: u64,
+    pub submits: u64,
+    /// The latest held-out loss, if evaluated.
+    pub val_loss: Option<f32>,
+    pub pool: BufferPoolStats,
+    pub context: ContextCounters,
+}
+
+/// Milliseconds from an arbitrary origin: `performance.now()` on the web.
+pub fn now_ms() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
+        perf.and_then(|p| {
+            let now = js_sys::Reflect::get(&p, &"now".into()).ok()?;
+            let now: &js_sys::Function = wasm_bindgen::JsCast::dyn_ref(&now)?;
+            now.call0(&p).ok()?.as_f64()
+        })
+        .unwrap_or_else(js_sys::Date::now)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        use std::sync::OnceLock;
+        static START: OnceLock<std::time::Instant> = OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_secs_f64()
+            * 1e3
+    }
+}
+
+/// Trains a GPT on the GPU, every buffer from the pool.
+pub struct Trainer {
+    cfg: TrainConfig,
+    model: GptConfig,
+    specs: Vec<ParamSpec>,
+    corpus: Corpus,
+    params: Vec<PooledBuffer>,
+    adam_m: Vec<PooledBuffer>,
+    adam_v: Vec<PooledBuffer>,
+    batcher: Batcher,
+    sample_rng: Rng,
+    step: u32,
+    last: StepStats,
+    val_loss: Option<f32>,
+    /// Last, so it drops after the buffers above: its drop destroys what they
+    /// returned to the pool.
+    ctx: WgpuContext,
+}
+
+impl Trainer {
+    /// Checks the config against the corpus and the device, then uploads the
+    /// initial parameters.
+    pub async fn new(cfg: TrainConfig, corpus: Corpus) -> Result<Self> {
+        cfg.validate()?;
+        let model = cfg.model(corpus.vocab_size());
+        model.validate()?;
+        corpus.check_context(cfg.context)?;
+        let ctx = WgpuContext::with_options(ContextOptions {
+            pool: BufferPoolConfig {
+                policy: cfg.policy,
+                ..Default::default()
+            },
+            pooling: cfg.pool,
+        })
+        .await?;
+        let (bytes, what) = model.largest_tensor(cfg.batch, cfg.context);
+        ctx.check_fits(bytes, what)?;
+        let specs = model.params();
+        let params = model
+            .init(cfg.seed)
+            .iter()
+            .map(|values| ctx.upload_pooled(values))
+            .collect();
+        let zeros = |spec: &ParamSpec| ctx.create_zeroed(spec.len * 4);
+        let adam_m = specs.iter().map(zeros).collect();
+        let adam_v = specs.iter().map(zeros).collect();
+        ctx.flush();
+        ctx.take_error()?;
+        Ok(Trainer {
+            batcher: Batcher::new(cfg.seed ^ 0xBA7C4),
+            sample_rng: Rng::new(cfg.seed ^ 0x5A3B1E),
+            ctx,
+            cfg,
+            model,
+            specs,
+            corpus,
+            params,
+            adam_m,
+            adam_v,
+            step: 0,
+            last: StepStats::default(),
+            val_loss: None,
+        })
+    }
+
+    pub fn context(&self) -> &WgpuContext {
+        &self.ctx
+    }
+    pub fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+    pub fn model(&self) -> &GptConfig {
+        &self.model
+    }
+    pub fn corpus(&self) -> &Corpus {
+        &self.corpus
+    }
+    pub fn steps_done(&self) -> u32 {
+        self.step
+    }
+    pub fn stats(&self) -> &StepStats {
+        &self.last
+    }
+
+    /// One training step: upload a batch, forward, backward, clip, AdamW, all in one
+    /// submit; then await the loss.
+    pub async fn step(&mut self) -> Result<StepStats> {
+        let start = now_ms();
+        let before_counters = self.ctx.counters();
+        let before_pool = self.ctx.pool_stats();
+        let (c, b) = (self.cfg.context, self.cfg.batch);
+        let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+        let step = self.step + 1;
+        let report = self.ctx.scope(|| {
+            let (grads, report) = self.gradients(&inputs, &targets);
+            let norm_scale = self.update(&grads, step);
+            // report = [loss, norm, scale]
+            self.ctx.copy_buffer(&norm_scale, 0, &report, 4, 8);
+            report
+        });
+        let figures = self.ctx.download::<f32>(&report, 3).await?;
+        drop(report);
+        self.step = step;
+        let ms = now_ms() - start;
+        let (counters, pool) = (self.ctx.counters(), self.ctx.pool_stats());
+        let acquires = |p: &BufferPoolStats| p.hits + p.misses + p.oversize_requests;
+        let step_acquires = acquires(&pool) - acquires(&before_pool);
+        let loss = figures[0];
+        if !loss.is_finite() {
+            return Err(Error::Gpu(format!(
+                "the loss became {loss} at step {step}; lower the learning rate"
+            )));
+        }
+        self.last = StepStats {
+            step,
+            loss,
+            ms,
+            tokens_per_s: (b * c) as f64 / (ms / 1e3),
+            lr: self.cfg.lr_at(step),
+            grad_norm: figures[1],
+            hit_rate: pool.hit_rate(),
+            step_hit_rate: if step_acquires == 0 {
+                0.0
+            } else {
+                (pool.hits - before_pool.hits) as f64 / step_acquires as f64
+            },
+            buffers_created: counters.buffers_created,
+            buffers_created_step: counters.buffers_created - before_counters.buffers_created,
+            bytes_held: pool.bytes_held,
+            peak_bytes_held: pool.peak_bytes_held,
+            bytes_in_use: counters.bytes_in_use,
+            peak_bytes_in_use: counters.peak_bytes_in_use,
+            peak_bytes_requested: counters.peak_bytes_requested_in_use,
+            total_pooled: pool.total_pooled,
+            buckets: pool.buckets.clone(),
+            dispatches: counters.dispatches,
+            submits: counters.submits,
+            val_loss: self.val_loss,
+            pool,
+            context: counters,
+        };
+        Ok(self.last.clone())
+    }
+
+    /// Records forward and backward for one batch; returns the gradients and a
+    /// 4-float report buffer whose first element is the loss.
+    fn gradients(&self, inputs: &[u32], targets: &[u32]) -> (Vec<PooledBuffer>, PooledBuffer) {
+        let ops = GpuOps(&self.ctx);
+        let batch = GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
+        let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
+        let acts = model::forward(&ops, &self.model, &self.params, &batch, b, t);
+        let report = self.ctx.create_pooled(16);
+        self.ctx.copy_buffer(&acts.loss, 0, &report, 0, 4);
+        let grads = model::backward(&ops, &self.model, &self.params, &batch, acts);
+        (grads, report)
+    }
+
+    /// Clips by global norm and applies AdamW; returns `[norm, scale]`.
+    fn update(&self, grads: &[PooledBuffer], step: u32) -> PooledBuffer {
+        let ctx = &self.ctx;
+        let sumsq = ctx.create_pooled(grads.len() * 4);
+        for (slot, (grad, spec)) in grads.iter().zip(&self.specs).enumerate() {
+            kernels::grad_sumsq_into(ctx, grad, spec.len, &sumsq, slot);
+        }
+        let norm_scale = kernels::global_norm_scale(ctx, &sumsq, grads.len(), self.cfg.grad_clip);
+        for (i, spec) in self.specs.iter().enumerate() {
+            let hp = self.cfg.adamw(step, spec);
+            kernels::adamw_update(
+                ctx,
+                &self.params[i],
+                &grads[i],
+                &self.adam_m[i],
+                &self.adam_v[i],
+                spec.len,
+                &hp,
+                &norm_scale,
+            );
+        }
+        norm_scale
+    }
+
+    /// Gradients of the loss on one batch, downloaded (for the parity tests).
+    pub async fn compute_gradients(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+    ) -> Result<(f32, Vec<Vec<f32>>)> {
+        let (grads, report) = self.ctx.scope(|| self.gradients(inputs, targets));
+        let loss = self.ctx.download::<f32>(&report, 1).await?[0];
+        let mut out = Vec::with_capacity(grads.len());
+        for (grad, spec) in grads.iter().zip(&self.specs) {
+            out.push(self.ctx.download::<f32>(grad, spec.len).await?);
+        }
+        Ok((loss, out))
+    }
+
+    /// The current parameters, downloaded.
+    pub async fn parameters(&self) -> Result<Vec<Vec<f32>>> {
+        let mut out = Vec::with_capacity(self.params.len());
+        for (param, spec) in self.params.iter().zip(&self.specs) {
+            out.push(self.ctx.download::<f32>(param, spec.len).await?);
+        }
+        Ok(out)
+    }
+
+    /// Mean loss over `eval_batches` held-out batches (the same windows every time,
+    /// so evaluations are comparable).
+    pub async fn evaluate(&mut self) -> Result<f32> {
+        let mut batcher = Batcher::new(self.cfg.seed ^ 0xE7A1);
+        let (b, c) = (self.cfg.batch, self.cfg.context);
+        let mut total = 0.0;
+        for _ in 0..self.cfg.eval_batches {
+            let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
+            let loss = self.ctx.scope(|| {
+                let batch = GpuBatch::upload(
+                    &self.ctx,
+                    &inputs,
+                    &targets,
+                    self.model.vocab,
+                    self.cfg.belt,
+                );
+                let acts =
+                    model::forward(&GpuOps(&self.ctx), &self.model, &self.params, &batch, b, c);
+                acts.loss
+            });
+            total += self.ctx.download::<f32>(&loss, 1).await?[0];
+        }
+        let loss = total / self.cfg.eval_batches as f32;
+        self.val_loss = Some(loss);
+        self.last.val_loss = Some(loss);
+        Ok(loss)
+    }
+
+    /// `length` characters from the model after `prompt`, with `temperature`
+    /// (0: greedy) and `top_k` (0: all). Each token is one forward pass over a full
+    /// context window (right-padded; causal attention ignores the padding), so the
+    /// shapes never change and sampling reuses the same pooled buffers every time.
+    pub async fn sample(
+        &mut self,
+        prompt: &str,
+        length: usize,
+        temperature: f32,
+        top_k: usize,
+    ) -> Result<String> {
+        let (c, v) = (self.cfg.context, self.model.vocab);
+        let mut ids = self.corpus.tokenizer.encode(prompt);
+        if ids.is_empty() {
+            ids.push(self.sample_rng.below(v) as u32);
+        }
+        let first_new = ids.len();
+        for _ in 0..length {
+            let window = &ids[ids.len().saturating_sub(c)..];
+            let last = window.len() - 1;
+            let mut inputs = window.to_vec();
+            inputs.resize(c, 0);
+            let logits = self.ctx.scope(|| {
+                let batch = GpuBatch::upload(&self.ctx, &inputs, &inputs, v, self.cfg.belt);
+                model::forward(&GpuOps(&self.ctx), &self.model, &self.params, &batch, 1, c).logits
+            });
+            let row = self.ctx.download_at::<f32>(&logits, last * v, v).await?;
+            ids.push(pick(&row, temperature, top_k, &mut self.sample_rng) as u32);
+        }
+        Ok(self.corpus.tokenizer.decode(&ids[first_new..]))
+    }
+}
+
+/// Draws a token from `logits` with temperature and top-k.
+pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut Rng) -> usize {
+    let best = || {
+        (0..logits.len())
+            .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+            .unwrap_or(0)
+    };
+    if temperature <= 0.0 {
+        return best();
+    }
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if top_k > 0 {
+        order.truncate(top_k);
+    }
+    let top = logits[order[0]];
+    let weights: Vec<f64> = order
+        .iter()
+        .map(|&i| (((logits[i] - top) / temperature) as f64).exp())
+        .collect();
+    let mut r = rng.uniform() as f64 * weights.iter().sum::<f64>();
+    for (&i, w) in order.iter().zip(&weights) {
+        r -= w;
+        if r <= 0.0 {
+            return i;
+        }
+    }
+    *order.last().unwrap_or(&best())
+}

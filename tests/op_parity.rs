@@ -1,0 +1,785 @@
+//! Every GPU kernel against its CPU reference (`tidepool::reference`), on outputs
+//! drawn from NaN-poisoned pool buffers, natively and in headless Chromium.
+
+mod common;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+// ---- kernels-a: embedding, layernorm, gelu, cross-entropy, optimizer ----
+//
+// Tolerances are max |got - want| over max |want| (see `common::assert_close`). The
+// references accumulate in f64; the kernels in f32, so sums over k terms carry up to
+// about k * 6e-8 relative error in the worst case and far less on random data.
+
+mod kernels_a {
+    pub use crate::common::{assert_close, context, read};
+    use tidepool::WgpuContext;
+
+    /// Leaves one NaN-filled pooled buffer of each of `lens` floats on top of its
+    /// bucket, runs `launch`, and checks that every pooled buffer it drew was one of
+    /// them (exactly `lens.len()` hits, no miss). `lens` lists the launcher's outputs
+    /// and scratch buffers; any element a kernel fails to write stays NaN.
+    pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R) -> R {
+        // Held together so that two of one size are two buffers, not one reused.
+        let held: Vec<_> = lens
+            .iter()
+            .map(|&len| ctx.upload_pooled(&vec![f32::NAN; len.max(1)]))
+            .collect();
+        drop(held);
+        let before = ctx.pool_stats();
+        let out = launch();
+        let after = ctx.pool_stats();
+        assert_eq!(after.misses, before.misses, "a buffer missed the pool");
+        assert_eq!(
+            after.hits - before.hits,
+            lens.len() as u64,
+            "pooled buffers drawn (outputs and scratch)"
+        );
+        out
+    }
+
+    /// [`assert_close`] with the scale at least `floor`: for values whose absolute
+    /// error is what matters (a loss near 0 has ~1e-7 absolute error from log(sum)).
+    /// The appended pair adds no error and only raises the scale.
+    #[track_caller]
+    pub fn assert_close_floor(
+        what: &str,
+        got: &[f32],
+        want: &[f32],
+        tol: f32,
+        floor: f32,
+        seed: u64,
+    ) {
+        let got: Vec<f32> = got.iter().copied().chain([floor]).collect();
+        let want: Vec<f32> = want.iter().copied().chain([floor]).collect();
+        assert_close(what, &got, &want, tol, seed);
+    }
+
+    pub fn normals(rng: &mut tidepool::rng::Rng, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| rng.normal() * scale).collect()
+    }
+
+    pub fn tokens(rng: &mut tidepool::rng::Rng, n: usize, v: usize) -> Vec<u32> {
+        (0..n).map(|_| rng.below(v) as u32).collect()
+    }
+}
+
+mod embedding {
+    use super::kernels_a::*;
+    use crate::gpu_test;
+    use tidepool::kernels;
+    use tidepool::reference as cpu;
+    use tidepool::rng::{fresh_seed, Rng};
+
+    /// (b, t, c, v), and natively the training shape of the shakespeare preset's
+    /// embedding (b*t = 16384 rows).
+    fn shapes() -> Vec<(usize, usize, usize, usize)> {
+        let mut shapes = vec![(1, 1, 3, 5), (2, 7, 48, 65), (3, 130, 130, 67)];
+        if cfg!(not(target_arch = "wasm32")) {
+            shapes.push((64, 256, 384, 65));
+        }
+        shapes
+    }
+
+    gpu_test!(encoder_forward_matches_reference, forward_body());
+    async fn forward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (b, t, c, v) in shapes() {
+            let toks = tokens(&mut rng, b * t, v);
+            let wte = normals(&mut rng, v * c, 1.0);
+            let wpe = normals(&mut rng, t * c, 1.0);
+            let (gt, gwte, gwpe) = (ctx.upload(&toks), ctx.upload(&wte), ctx.upload(&wpe));
+            let out = poisoned(&ctx, &[b * t * c], || {
+                kernels::encoder_forward(&ctx, &gt, &gwte, &gwpe, b, t, c)
+            });
+            let got = read(&ctx, &out, b * t * c).await;
+            // One f32 add, as the reference: bit-identical.
+            let want = cpu::encoder_forward(&toks, &wte, &wpe, b, t, c);
+            assert_eq!(got, want, "b {b} t {t} c {c} v {v}, seed {seed}");
+        }
+    }
+
+    gpu_test!(
+        token_index_groups_rows_by_token_in_order,
+        token_index_body()
+    );
+    async fn token_index_body() {
+        let (offsets, positions) = kernels::token_index(&[2, 0, 2, 2, 4, 0], 5);
+        assert_eq!(offsets, vec![0, 2, 2, 5, 5, 6]);
+        assert_eq!(positions, vec![1, 5, 0, 2, 3, 4]);
+    }
+
+    /// Runs the GPU backward for `toks`, with an extra dwte term or not, and checks it
+    /// against the reference. Sums over up to b*t rows in f32 (the repeated-token
+    /// cases put all of them in one element): 1e-5.
+    async fn check_backward(
+        ctx: &tidepool::WgpuContext,
+        rng: &mut Rng,
+        seed: u64,
+        toks: &[u32],
+        (b, t, c, v): (usize, usize, usize, usize),
+        with_extra: bool,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let dout = normals(rng, b * t * c, 1.0);
+        let extra = normals(rng, v * c, 1.0);
+        let (offsets, positions) = kernels::token_index(toks, v);
+        let gdout = ctx.upload(&dout);
+        let (goff, gpos, gextra) = (
+            ctx.upload(&offsets),
+            ctx.upload(&positions),
+            ctx.upload(&extra),
+        );
+        let (dwte, dwpe) = poisoned(ctx, &[v * c, t * c], || {
+            let extra = with_extra.then_some(&gextra);
+            kernels::encoder_backward(ctx, &gdout, &goff, &gpos, b, t, c, v, extra)
+        });
+        let got_dwte = read(ctx, &dwte, v * c).await;
+        let got_dwpe = read(ctx, &dwpe, t * c).await;
+        let (mut want_dwte, want_dwpe) = cpu::encoder_backward(&dout, toks, b, t, c, v);
+        if with_extra {
+            for (w, e) in want_dwte.iter_mut().zip(&extra) {
+                *w += e;
+            }
+        }
+        let what = format!("b {b} t {t} c {c} v {v} extra {with_extra}");
+        assert_close(&format!("dwte, {what}"), &got_dwte, &want_dwte, 1e-5, seed);
+        assert_close(&format!("dwpe, {what}"), &got_dwpe, &want_dwpe, 1e-5, seed);
+        (got_dwte, got_dwpe)
+    }
+
+    gpu_test!(encoder_backward_matches_reference, backward_body());
+    async fn backward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (b, t, c, v) in shapes() {
+            let toks = tokens(&mut rng, b * t, v);
+            for with_extra in [false, true] {
+                check_backward(&ctx, &mut rng, seed, &toks, (b, t, c, v), with_extra).await;
+            }
+        }
+    }
+
+    gpu_test!(
+        encoder_backward_repeated_tokens_lose_nothing,
+        repeated_body()
+    );
+    /// One token repeated over the whole batch, and one token in ~90% of rows: every
+    /// repeat must land (no lost update), and two runs give the same bits.
+    async fn repeated_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        #[cfg(not(target_arch = "wasm32"))]
+        let shape = (8, 256, 48, 65);
+        #[cfg(target_arch = "wasm32")]
+        let shape = (4, 130, 48, 65);
+        let (b, t, _, v) = shape;
+        let all_same = vec![3u32; b * t];
+        let mostly: Vec<u32> = (0..b * t)
+            .map(|_| {
+                if rng.uniform() < 0.9 {
+                    7
+                } else {
+                    rng.below(v) as u32
+                }
+            })
+            .collect();
+        for toks in [all_same, mostly] {
+            let mut replay = rng.clone();
+            let first = check_backward(&ctx, &mut rng, seed, &toks, shape, true).await;
+            let second = check_backward(&ctx, &mut replay, seed, &toks, shape, true).await;
+            assert!(
+                first.0 == second.0 && first.1 == second.1,
+                "deterministic (seed {seed})"
+            );
+        }
+    }
+}
+
+mod layernorm {
+    use super::kernels_a::*;
+    use crate::gpu_test;
+    use tidepool::kernels;
+    use tidepool::reference as cpu;
+    use tidepool::rng::{fresh_seed, Rng};
+
+    /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
+    /// natively a training-sized one whose rows are not a multiple of the 64-row chunk.
+    fn shapes() -> Vec<(usize, usize)> {
+        let mut shapes: Vec<_> = [1, 7, 130]
+            .iter()
+            .flat_map(|&r| [3, 48, 130, 384].map(|c| (r, c)))
+            .collect();
+        if cfg!(not(target_arch = "wasm32")) {
+            shapes.push((16_000 + 37, 384));
+        }
+        shapes
+    }
+
+    /// Inputs with a per-row offset (so the mean matters) and non-trivial weights.
+    fn inputs(rng: &mut Rng, rows: usize, c: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let mut inp = normals(rng, rows * c, 1.0);
+        for r in 0..rows {
+            let shift = rng.range(-3.0, 3.0);
+            inp[r * c..(r + 1) * c].iter_mut().for_each(|x| *x += shift);
+        }
+        (inp, rng.vec(c, 0.5, 1.5), rng.vec(c, -0.5, 0.5))
+    }
+
+    gpu_test!(layernorm_forward_matches_reference, forward_body());
+    /// Tolerance 1e-5: f32 sums over c <= 384 terms and one rsqrt per row.
+    async fn forward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, c) in shapes() {
+            let (inp, w, bias) = inputs(&mut rng, rows, c);
+            let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
+            let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
+                kernels::layernorm_forward(&ctx, &gi, &gw, &gb, rows, c)
+            });
+            let (want_out, want_mean, want_rstd) = cpu::layernorm_forward(&inp, &w, &bias, rows, c);
+            let what = format!("rows {rows} c {c}");
+            let got = read(&ctx, &out, rows * c).await;
+            assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
+            let got = read(&ctx, &mean, rows).await;
+            assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
+            let got = read(&ctx, &rstd, rows).await;
+            assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+        }
+    }
+
+    gpu_test!(layernorm_backward_matches_reference, backward_body());
+    /// Tolerances 1e-5: dinp subtracts two row means from g (a few bits lost to
+    /// cancellation; measured up to 5e-7), dweight and dbias are f32 sums over up to
+    /// 16k rows in chunks of 64, then over the chunks (measured up to 6e-7).
+    async fn backward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, c) in shapes() {
+            let (inp, w, _) = inputs(&mut rng, rows, c);
+            let dout = normals(&mut rng, rows * c, 1.0);
+            // mean and rstd as the forward reference gives them.
+            let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+            let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+            let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
+            let chunks = rows.div_ceil(64);
+            let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
+                kernels::layernorm_backward(&ctx, &gd, &gi, &gw, &gm, &gr, rows, c)
+            });
+            let (want_dinp, want_dw, want_db) =
+                cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
+            let what = format!("rows {rows} c {c}");
+            let got = read(&ctx, &dinp, rows * c).await;
+            assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+            let got = read(&ctx, &dw, c).await;
+            assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+            let got = read(&ctx, &db, c).await;
+            assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+        }
+    }
+}
+
+mod gelu {
+    use super::kernels_a::*;
+    use crate::gpu_test;
+    use tidepool::kernels;
+    use tidepool::reference as cpu;
+    use tidepool::rng::{fresh_seed, Rng};
+
+    const SIZES: &[usize] = &[1, 7, 130, 1000, 70_001];
+
+    gpu_test!(gelu_matches_reference, gelu_body());
+    /// Tolerance 1e-5: elementwise, f32 tanh (a few ulp, worse on some drivers) on
+    /// inputs of magnitude up to ~12.
+    async fn gelu_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for &n in SIZES {
+            let x = normals(&mut rng, n, 3.0);
+            let dout = normals(&mut rng, n, 1.0);
+            let (gx, gd) = (ctx.upload(&x), ctx.upload(&dout));
+            let out = poisoned(&ctx, &[n], || kernels::gelu_forward(&ctx, &gx, n));
+            let got = read(&ctx, &out, n).await;
+            assert_close(
+                &format!("gelu forward n {n}"),
+                &got,
+                &cpu::gelu_forward(&x),
+                1e-5,
+                seed,
+            );
+            let dx = poisoned(&ctx, &[n], || kernels::gelu_backward(&ctx, &gx, &gd, n));
+            let got = read(&ctx, &dx, n).await;
+            let want = cpu::gelu_backward(&x, &dout);
+            assert_close(&format!("gelu backward n {n}"), &got, &want, 1e-5, seed);
+        }
+    }
+
+    gpu_test!(gelu_is_finite_and_right_at_extremes, extremes_body());
+    /// Large |x| (where tanh through exp overflows) checked element by element,
+    /// relative to max(|want|, 1).
+    async fn extremes_body() {
+        let ctx = context().await;
+        let x: Vec<f32> = [
+            0.0, 1e-6, 5.0, 9.0, 10.5, 30.0, 100.0, 1e4, 1e13, 1e20, 3e38,
+        ]
+        .iter()
+        .flat_map(|&v: &f32| [v, -v])
+        .collect();
+        let n = x.len();
+        let dout = vec![1.0f32; n];
+        let (gx, gd) = (ctx.upload(&x), ctx.upload(&dout));
+        let out = kernels::gelu_forward(&ctx, &gx, n);
+        let dx = kernels::gelu_backward(&ctx, &gx, &gd, n);
+        let (got_out, got_dx) = (read(&ctx, &out, n).await, read(&ctx, &dx, n).await);
+        let (want_out, want_dx) = (cpu::gelu_forward(&x), cpu::gelu_backward(&x, &dout));
+        for i in 0..n {
+            for (what, g, w) in [
+                ("forward", got_out[i], want_out[i]),
+                ("backward", got_dx[i], want_dx[i]),
+            ] {
+                let err = (g - w).abs() / w.abs().max(1.0);
+                assert!(err <= 1e-5, "gelu {what} at {}: got {g}, want {w}", x[i]);
+            }
+        }
+    }
+}
+
+mod crossentropy {
+    use super::kernels_a::*;
+    use crate::gpu_test;
+    use tidepool::kernels;
+    use tidepool::reference as cpu;
+    use tidepool::rng::{fresh_seed, Rng};
+
+    /// (rows, v): rows {1, 7, 130} by v {5, 65, 67}, plus a v wider than a workgroup.
+    fn shapes() -> Vec<(usize, usize)> {
+        let mut shapes: Vec<_> = [1, 7, 130]
+            .iter()
+            .flat_map(|&r| [5, 65, 67].map(|v| (r, v)))
+            .collect();
+        shapes.push((33, 1000));
+        if cfg!(not(target_arch = "wasm32")) {
+            shapes.push((16_384, 65));
+        }
+        shapes
+    }
+
+    gpu_test!(crossentropy_matches_reference, crossentropy_body());
+    /// Tolerances: probs 1e-5 (f32 exp, sums over v terms); losses 1e-5 of
+    /// max(|loss|, 1) (log(sum) in f32 is good to ~1e-7 absolute, so a confident row's
+    /// loss near 0 is only absolutely accurate); dlogits 1e-6 (one subtract and
+    /// multiply of the same probs).
+    async fn crossentropy_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, v) in shapes() {
+            // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
+            let logits = rng.vec(rows * v, -40.0, 40.0);
+            let targets = tokens(&mut rng, rows, v);
+            let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
+            let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
+                kernels::crossentropy_forward(&ctx, &gl, &gt, rows, v)
+            });
+            let (want_losses, want_probs) = cpu::crossentropy_forward(&logits, &targets, rows, v);
+            let what = format!("rows {rows} v {v}");
+            let got_losses = read(&ctx, &losses, rows).await;
+            assert_close_floor(
+                &format!("losses, {what}"),
+                &got_losses,
+                &want_losses,
+                1e-5,
+                1.0,
+                seed,
+            );
+            let got_probs = read(&ctx, &probs, rows * v).await;
+            assert_close(
+                &format!("probs, {what}"),
+                &got_probs,
+                &want_probs,
+                1e-5,
+                seed,
+            );
+
+            // The backward from the GPU's own probs, so only the backward is compared.
+            let scale = 1.0 / rows as f32;
+            let dlogits = poisoned(&ctx, &[rows * v], || {
+                kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
+            });
+            let got = read(&ctx, &dlogits, rows * v).await;
+            let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
+            assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+        }
+    }
+
+    gpu_test!(mean_matches_reference, mean_body());
+    /// Tolerance 1e-5 of the largest input: a tree of f32 sums, sizes from one
+    /// partial to the 256-partial cap.
+    async fn mean_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for n in [1usize, 7, 130, 1024, 1025, 16_384, 70_001, 300_001] {
+            let x = rng.vec(n, 0.0, 5.0);
+            let gx = ctx.upload(&x);
+            let parts = n.div_ceil(1024).clamp(1, 256);
+            let out = poisoned(&ctx, &[1, parts], || kernels::mean(&ctx, &gx, n));
+            let got = read(&ctx, &out, 1).await;
+            let want = cpu::mean(&x);
+            let err = (got[0] - want).abs() / 5.0;
+            assert!(
+                err <= 1e-5,
+                "mean n {n}: got {} want {want} (seed {seed})",
+                got[0]
+            );
+        }
+    }
+}
+
+mod optimizer {
+    use super::kernels_a::*;
+    use crate::gpu_test;
+    use tidepool::kernels::{self, AdamW};
+    use tidepool::reference as cpu;
+    use tidepool::rng::{fresh_seed, Rng};
+
+    /// Gradient tensors of assorted sizes, one a slot.
+    const SIZES: &[usize] = &[1, 130, 5_000, 70_001];
+
+    gpu_test!(grad_norm_and_clip_scale_match_reference, norm_body());
+    /// Tolerance 1e-5 relative: f32 sums of squares (tree-ordered) against f64.
+    async fn norm_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let grads: Vec<Vec<f32>> = SIZES.iter().map(|&n| normals(&mut rng, n, 0.1)).collect();
+        let uploaded: Vec<_> = grads.iter().map(|g| ctx.upload(g)).collect();
+        let count = grads.len();
+        let sumsq = ctx.create_pooled(count * 4);
+        for (slot, (g, &n)) in uploaded.iter().zip(SIZES).enumerate() {
+            let parts = n.div_ceil(1024).clamp(1, 256);
+            poisoned(&ctx, &[parts], || {
+                kernels::grad_sumsq_into(&ctx, g, n, &sumsq, slot)
+            });
+        }
+        let got = read(&ctx, &sumsq, count).await;
+        let want: Vec<f32> = grads.iter().map(|g| cpu::grad_sumsq(g) as f32).collect();
+        for (slot, (g, w)) in got.iter().zip(&want).enumerate() {
+            let err = (g - w).abs() / w.abs();
+            assert!(
+                err <= 1e-5,
+                "sumsq slot {slot}: got {g} want {w} (seed {seed})"
+            );
+        }
+        let total: f64 = grads.iter().map(|g| cpu::grad_sumsq(g)).sum();
+        let norm = total.sqrt() as f32;
+        // Off, above the norm (no clip), below it (clip).
+        for max_norm in [0.0, norm * 2.0, norm * 0.25] {
+            let ns = poisoned(&ctx, &[2], || {
+                kernels::global_norm_scale(&ctx, &sumsq, count, max_norm)
+            });
+            let got = read(&ctx, &ns, 2).await;
+            let (want_norm, want_scale) = cpu::clip_scale(total, max_norm);
+            let what = format!("max_norm {max_norm}, norm {want_norm}");
+            assert_close(
+                &format!("norm, {what}"),
+                &got[..1],
+                &[want_norm],
+                1e-5,
+                seed,
+            );
+            assert_close(
+                &format!("scale, {what}"),
+                &got[1..],
+                &[want_scale],
+                1e-5,
+                seed,
+            );
+            if max_norm == norm * 0.25 {
+                assert!(got[1] < 0.3, "clipped: {what}");
+            } else {
+                assert_eq!(got[1], 1.0, "not clipped: {what}");
+            }
+        }
+    }
+
+    gpu_test!(adamw_matches_reference_over_steps, adamw_body());
+    /// Tolerance 1e-5 of the largest parameter after each of five steps, with clip
+    /// scales 1 and 0.5: elementwise f32 against f64, one sqrt and divide a step.
+    async fn adamw_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for &n in &[1usize, 7, 130, 70_001] {
+            for clip in [1.0f32, 0.5] {
+                let mut param = normals(&mut rng, n, 0.5);
+                let (mut m, mut v) = (vec![0.0f32; n], vec![0.0f32; n]);
+                let (gp, gm, gv) = (ctx.upload(&param), ctx.upload(&m), ctx.upload(&v));
+                let ns = ctx.upload(&[123.0f32, clip]);
+                for step in 1..=5 {
+                    let hp = AdamW {
+                        lr: 1e-2,
+                        beta1: 0.9,
+                        beta2: 0.95,
+                        eps: 1e-8,
+                        weight_decay: 0.1,
+                        step,
+                    };
+                    let grad = normals(&mut rng, n, 0.1);
+                    let gg = ctx.upload(&grad);
+                    poisoned(&ctx, &[], || {
+                        kernels::adamw_update(&ctx, &gp, &gg, &gm, &gv, n, &hp, &ns)
+                    });
+                    cpu::adamw_update(&mut param, &grad, &mut m, &mut v, &hp, clip);
+                    let what = format!("n {n} clip {clip} step {step}");
+                    let got = read(&ctx, &gp, n).await;
+                    assert_close(&format!("param, {what}"), &got, &param, 1e-5, seed);
+                    let got = read(&ctx, &gm, n).await;
+                    assert_close(&format!("m, {what}"), &got, &m, 1e-5, seed);
+                    let got = read(&ctx, &gv, n).await;
+                    assert_close(&format!("v, {what}"), &got, &v, 1e-5, seed);
+                }
+            }
+        }
+    }
+
+    gpu_test!(scale_in_place_matches_reference, scale_body());
+    /// Exact: one f32 multiply, as the reference.
+    async fn scale_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for &n in &[1usize, 130, 70_001] {
+            let mut x = normals(&mut rng, n, 1.0);
+            let gx = ctx.upload(&x);
+            let ns = ctx.upload(&[9.0f32, 0.37]);
+            poisoned(&ctx, &[], || kernels::scale_in_place(&ctx, &gx, n, &ns));
+            cpu::scale_in_place(&mut x, 0.37);
+            assert_eq!(read(&ctx, &gx, n).await, x, "n {n}, seed {seed}");
+        }
+    }
+}
+
+// ---- kernels-b: matmul, attention ----
+//
+// Tolerances are max |got - want| over max |want| (`common::assert_close`); the
+// references sum in f64, the kernels in f32.
+// - matmul forward and dinp: 1e-5. Each output is one f32 dot product of k <= 1536
+//   terms; on random data its rounding error is about sqrt(k) * 6e-8 of the largest
+//   output (about 2e-6), and the bound leaves room for less lucky draws.
+// - matmul dweight and dbias: 2e-5. Sums over up to 16384 rows: f32 partial sums
+//   over splits of <= 2048 rows, added in f32; about sqrt(rows) * 6e-8 ~ 8e-6.
+// - attention forward: 1e-5; backward: 2e-5. Online softmax rescales, the GPU's
+//   exp and log (a few ulp), and for the backward a difference dp - D whose terms
+//   are larger than the result.
+
+mod kernels_b {
+    pub use crate::common::{assert_close, context, read};
+    use tidepool::WgpuContext;
+
+    /// Leaves a NaN-filled pooled buffer of each of `lens` floats on its bucket,
+    /// runs `launch`, and checks the launcher drew at least that many buffers from
+    /// the pool. List the outputs last-created first, so that each pops its own.
+    pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R) -> R {
+        // Alive together: two of one size must be two buffers.
+        let held: Vec<_> = lens
+            .iter()
+            .map(|&len| ctx.upload_pooled(&vec![f32::NAN; len.max(1)]))
+            .collect();
+        drop(held);
+        let hits = ctx.pool_stats().hits;
+        let out = launch();
+        assert!(
+            ctx.pool_stats().hits >= hits + lens.len() as u64,
+            "outputs drawn from the poisoned pool"
+        );
+        out
+    }
+}
+
+use kernels_b::{assert_close, context, poisoned, read};
+use tidepool::kernels::{attention_backward, attention_forward, matmul_backward, matmul_forward};
+use tidepool::reference;
+use tidepool::rng::{fresh_seed, Rng};
+
+const MM_FWD_TOL: f32 = 1e-5;
+const MM_DW_TOL: f32 = 2e-5;
+const ATT_FWD_TOL: f32 = 1e-5;
+const ATT_BWD_TOL: f32 = 2e-5;
+
+/// (rows, k, n): tiny, none dividing the 128x128 tiles or the step of 8, and GPT-2
+/// layer shapes natively.
+#[cfg(not(target_arch = "wasm32"))]
+const MM_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (7, 13, 5),
+    (130, 67, 33),
+    (129, 9, 257),
+    (256, 384, 1152),
+    (300, 1536, 384),
+    (512, 384, 65),
+];
+#[cfg(target_arch = "wasm32")]
+const MM_SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (7, 13, 5),
+    (130, 67, 33),
+    (129, 9, 257),
+    (64, 96, 160),
+];
+
+gpu_test!(matmul_forward_matches_reference, matmul_forward_body());
+async fn matmul_forward_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for &(rows, k, n) in MM_SHAPES {
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let bias = rng.vec(n, -1.0, 1.0);
+        let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+        for with_bias in [false, true] {
+            let out = poisoned(&ctx, &[rows * n], || {
+                matmul_forward(&ctx, &g_inp, &g_w, with_bias.then_some(&g_b), rows, k, n)
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let want = reference::matmul_forward(
+                &inp,
+                &weight,
+                with_bias.then_some(&bias[..]),
+                rows,
+                k,
+                n,
+            );
+            let what = format!("matmul_forward {rows}x{k}x{n} bias {with_bias}");
+            assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+        }
+    }
+}
+
+gpu_test!(matmul_backward_matches_reference, matmul_backward_body());
+async fn matmul_backward_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    // Plus shapes whose weight gradients reduce over many rows (split and summed).
+    #[cfg(not(target_arch = "wasm32"))]
+    let many: &[(usize, usize, usize)] = &[(4099, 20, 12), (16384, 9, 70)];
+    #[cfg(target_arch = "wasm32")]
+    let many: &[(usize, usize, usize)] = &[(2051, 20, 12)];
+    for &(rows, k, n) in MM_SHAPES.iter().chain(many) {
+        let dout = rng.vec(rows * n, -1.0, 1.0);
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+        let (want_dinp, want_dw, want_db) =
+            reference::matmul_backward(&dout, &inp, &weight, rows, k, n, true);
+        for with_bias in [false, true] {
+            let lens: &[usize] = if with_bias {
+                &[n, n * k, rows * k]
+            } else {
+                &[n * k, rows * k]
+            };
+            let (dinp, dw, db) = poisoned(&ctx, lens, || {
+                matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, with_bias)
+            });
+            let what = format!("{rows}x{k}x{n} bias {with_bias}");
+            let got = read(&ctx, &dinp, rows * k).await;
+            assert_close(&format!("dinp {what}"), &got, &want_dinp, MM_FWD_TOL, seed);
+            let got = read(&ctx, &dw, n * k).await;
+            assert_close(&format!("dweight {what}"), &got, &want_dw, MM_DW_TOL, seed);
+            assert_eq!(db.is_some(), with_bias);
+            if let Some(db) = db {
+                let got = read(&ctx, &db, n).await;
+                let want = want_db.as_ref().expect("reference dbias");
+                assert_close(&format!("dbias {what}"), &got, want, MM_DW_TOL, seed);
+            }
+        }
+    }
+}
+
+gpu_test!(
+    matmul_weight_gradients_are_deterministic,
+    matmul_deterministic_body()
+);
+/// The split reductions add partial sums in a fixed order: same bits every run.
+async fn matmul_deterministic_body() {
+    let ctx = context().await;
+    let mut rng = Rng::new(fresh_seed());
+    let (rows, k, n) = (3000, 24, 40);
+    let dout = ctx.upload(&rng.vec(rows * n, -1.0, 1.0));
+    let inp = ctx.upload(&rng.vec(rows * k, -1.0, 1.0));
+    let weight = ctx.upload(&rng.vec(n * k, -1.0, 1.0));
+    let (_, dw1, db1) = matmul_backward(&ctx, &dout, &inp, &weight, rows, k, n, true);
+    let (_, dw2, db2) = matmul_backward(&ctx, &dout, &inp, &weight, rows, k, n, true);
+    assert_eq!(read(&ctx, &dw1, n * k).await, read(&ctx, &dw2, n * k).await);
+    let (db1, db2) = (db1.expect("dbias"), db2.expect("dbias"));
+    assert_eq!(read(&ctx, &db1, n).await, read(&ctx, &db2, n).await);
+}
+
+/// (b, t, c, nh): t not a multiple of any block (1, 5, 33, 100, 130), head sizes
+/// 4, 8, 16, 64 and 96 (the three compiled variants), GPT-2's layer natively.
+#[cfg(not(target_arch = "wasm32"))]
+const ATT_SHAPES: &[(usize, usize, usize, usize)] = &[
+    (1, 1, 4, 1),
+    (2, 5, 16, 2),
+    (1, 33, 32, 2),
+    (2, 100, 128, 2),
+    (1, 130, 64, 1),
+    (1, 70, 192, 2),
+    (2, 256, 384, 6),
+];
+#[cfg(target_arch = "wasm32")]
+const ATT_SHAPES: &[(usize, usize, usize, usize)] = &[
+    (1, 1, 4, 1),
+    (2, 5, 16, 2),
+    (1, 33, 32, 2),
+    (1, 100, 128, 2),
+    (1, 70, 96, 1),
+];
+
+gpu_test!(attention_matches_reference, attention_body());
+async fn attention_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for &(b, t, c, nh) in ATT_SHAPES {
+        // Spread like trained activations: scores of a few units, peaked softmaxes.
+        let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
+        let dout = rng.vec(b * t * c, -1.0, 1.0);
+        let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
+        let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
+            attention_forward(&ctx, &g_qkv, b, t, c, nh)
+        });
+        let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh);
+        let what = format!("b {b} t {t} c {c} nh {nh}");
+        let got = read(&ctx, &out, b * t * c).await;
+        assert_close(
+            &format!("attention_forward {what}"),
+            &got,
+            &want_out,
+            ATT_FWD_TOL,
+            seed,
+        );
+
+        let dqkv = poisoned(&ctx, &[b * nh * t, b * t * 3 * c], || {
+            attention_backward(&ctx, &g_dout, &g_qkv, &out, &saved, b, t, c, nh)
+        });
+        let got = read(&ctx, &dqkv, b * t * 3 * c).await;
+        let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh);
+        assert_close(
+            &format!("attention_backward {what}"),
+            &got,
+            &want,
+            ATT_BWD_TOL,
+            seed,
+        );
+    }
+}

@@ -1,0 +1,148 @@
+//! `matmul_backward` and `attention_backward` references against central finite
+//! differences of their forward references, on tiny shapes. The loss is
+//! `sum(out * w)` for fixed random `w`, whose gradient is the backward at `dout = w`.
+#![cfg(not(target_arch = "wasm32"))]
+
+use tidepool::reference as cpu;
+use tidepool::rng::{fresh_seed, Rng};
+
+/// Checks `grad` against `(loss(x + h e_i) - loss(x - h e_i)) / (2h)` for every i,
+/// dividing by the step the f32 inputs really took. The worst difference over the
+/// largest |grad| must be at most `tol`.
+#[track_caller]
+fn assert_fd(
+    what: &str,
+    seed: u64,
+    x: &[f32],
+    grad: &[f32],
+    h: f32,
+    tol: f64,
+    loss: impl Fn(&[f32]) -> f64,
+) {
+    assert_eq!(x.len(), grad.len(), "{what}: gradient length");
+    let scale = grad.iter().fold(1e-9f64, |m, g| m.max(g.abs() as f64));
+    let mut x_h = x.to_vec();
+    let mut worst = (0.0f64, 0usize, 0.0f64);
+    for i in 0..x.len() {
+        let (up, down) = (x[i] + h, x[i] - h);
+        x_h[i] = up;
+        let l_up = loss(&x_h);
+        x_h[i] = down;
+        let l_down = loss(&x_h);
+        x_h[i] = x[i];
+        let fd = (l_up - l_down) / (up as f64 - down as f64);
+        let err = (fd - grad[i] as f64).abs();
+        if err > worst.0 {
+            worst = (err, i, fd);
+        }
+    }
+    let (err, i, fd) = worst;
+    assert!(
+        err / scale <= tol,
+        "{what}: element {i}: finite difference {fd} vs backward {} ({:e} of max |grad| {scale:e}; seed {seed}, replay with TIDEPOOL_SEED={seed})",
+        grad[i],
+        err / scale
+    );
+}
+
+fn weighted_sum(out: &[f32], w: &[f32]) -> f64 {
+    out.iter().zip(w).map(|(&o, &w)| o as f64 * w as f64).sum()
+}
+
+fn normals(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.normal()).collect()
+}
+
+#[test]
+fn matmul_backward_matches_finite_differences() {
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for (rows, k, n) in [(1, 1, 1), (3, 4, 5), (6, 3, 2)] {
+        let inp = normals(&mut rng, rows * k);
+        let weight = normals(&mut rng, n * k);
+        let bias = normals(&mut rng, n);
+        let w = normals(&mut rng, rows * n);
+        let (dinp, dweight, dbias) = cpu::matmul_backward(&w, &inp, &weight, rows, k, n, true);
+        let dbias = dbias.expect("with_bias gives dbias");
+        let (_, _, none) = cpu::matmul_backward(&w, &inp, &weight, rows, k, n, false);
+        assert!(none.is_none());
+        // Linear in each argument: the differences are exact but for f32 rounding of
+        // the outputs (about 6e-8 of each, over a step of 1e-2).
+        let tol = 1e-4;
+        let shape = format!("{rows}x{k}x{n}");
+        assert_fd(
+            &format!("dinp {shape}"),
+            seed,
+            &inp,
+            &dinp,
+            1e-2,
+            tol,
+            |x| {
+                weighted_sum(
+                    &cpu::matmul_forward(x, &weight, Some(&bias), rows, k, n),
+                    &w,
+                )
+            },
+        );
+        assert_fd(
+            &format!("dweight {shape}"),
+            seed,
+            &weight,
+            &dweight,
+            1e-2,
+            tol,
+            |x| weighted_sum(&cpu::matmul_forward(&inp, x, Some(&bias), rows, k, n), &w),
+        );
+        assert_fd(
+            &format!("dbias {shape}"),
+            seed,
+            &bias,
+            &dbias,
+            1e-2,
+            tol,
+            |x| weighted_sum(&cpu::matmul_forward(&inp, &weight, Some(x), rows, k, n), &w),
+        );
+    }
+}
+
+#[test]
+fn attention_probabilities_are_causal_rows_summing_to_one() {
+    let mut rng = Rng::new(fresh_seed());
+    let (b, t, c, nh) = (2, 4, 6, 3);
+    let qkv = normals(&mut rng, b * t * 3 * c);
+    let (_, att) = cpu::attention_forward(&qkv, b, t, c, nh);
+    for row in att.chunks(t).enumerate() {
+        let (r, p) = row;
+        let ti = r % t;
+        assert!(
+            p[ti + 1..].iter().all(|&x| x == 0.0),
+            "row {r} sees the future"
+        );
+        let sum: f64 = p.iter().map(|&x| x as f64).sum();
+        assert!((sum - 1.0).abs() < 1e-6, "row {r} sums to {sum}");
+    }
+}
+
+#[test]
+fn attention_backward_matches_finite_differences() {
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    // Head sizes 1, 2 and 4; t = 1 (softmax of one key: only v gets a gradient).
+    for (b, t, c, nh) in [(1, 1, 2, 1), (1, 3, 2, 2), (2, 4, 4, 2), (1, 5, 4, 1)] {
+        let qkv = normals(&mut rng, b * t * 3 * c);
+        let w = normals(&mut rng, b * t * c);
+        let (_, att) = cpu::attention_forward(&qkv, b, t, c, nh);
+        let dqkv = cpu::attention_backward(&w, &qkv, &att, b, t, c, nh);
+        // Curved (softmax), so central differences are off by O(h^2) ~ 1e-6 of the
+        // curvature; f32 rounding of outputs adds ~1e-5 at h = 1e-2.
+        assert_fd(
+            &format!("dqkv b {b} t {t} c {c} nh {nh}"),
+            seed,
+            &qkv,
+            &dqkv,
+            1e-2,
+            1e-3,
+            |x| weighted_sum(&cpu::attention_forward(x, b, t, c, nh).0, &w),
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! The trainer end to end: step parity with the CPU reference (llm.c's check),
+//! zero buffer creations in steady state, learning, and clear errors for bad input.
+//! GPU bodies run natively and in headless Chromium.
+
+mod common;
+
+use tidepool::data::Corpus;
+use tidepool::reference_train::ReferenceTrainer;
+use tidepool::train::{TrainConfig, Trainer};
+use tidepool::Error;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+/// Small enough for the CPU reference to keep up; odd sizes on purpose.
+fn parity_config() -> TrainConfig {
+    TrainConfig {
+        layers: 2,
+        heads: 2,
+        width: 24,
+        context: 19,
+        batch: 3,
+        lr: 1e-2,
+        warmup: 2,
+        steps: 10,
+        ..TrainConfig::preset("tiny").unwrap()
+    }
+}
+
+/// Max |a - b| over max |b| (and a floor, for tensors that are all near zero).
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+    let worst = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    worst / scale
+}
+
+gpu_test!(step_parity_with_the_cpu_reference, step_parity_body());
+/// Gradients of every parameter at step 1, then ten steps of losses, GPU against CPU
+/// from the same seed, batches and optimizer.
+async fn step_parity_body() {
+    let corpus = Corpus::builtin();
+    let cfg = parity_config();
+    let mut gpu = Trainer::new(cfg.clone(), corpus.clone())
+        .await
+        .expect("gpu trainer");
+    let mut cpu = ReferenceTrainer::new(cfg, corpus).expect("cpu trainer");
+
+    // Step-1 gradients, on the batch both trainers will draw first.
+    let (inputs, targets) = cpu.peek_batch();
+    let (cpu_loss, cpu_grads) = cpu.gradients(&inputs, &targets);
+    let (gpu_loss, gpu_grads) = gpu
+        .compute_gradients(&inputs, &targets)
+        .await
+        .expect("grads");
+    assert!(
+        (gpu_loss - cpu_loss).abs() <= 1e-5 * cpu_loss.abs(),
+        "loss {gpu_loss} vs {cpu_loss}"
+    );
+    let names = gpu.model().params();
+    // 1e-3 of each tensor's largest gradient: fp32 sums over a few hundred terms
+    // in a different order land around 1e-6..1e-5; a wrong index is O(1).
+    for ((g, c), spec) in gpu_grads.iter().zip(&cpu_grads).zip(&names) {
+        let err = rel_err(g, c);
+        assert!(
+            err < 1e-3,
+            "gradient of {}: relative error {err:e}",
+            spec.name
+        );
+    }
+
+    // Ten steps: losses agree (AdamW amplifies rounding a little each step).
+    for step in 1..=10 {
+        let (cpu_loss, _) = cpu.step();
+        let gpu_loss = gpu.step().await.expect("step").loss;
+        let rel = (gpu_loss - cpu_loss).abs() / cpu_loss.abs();
+        assert!(
+            rel < 1e-4,
+            "step {step}: gpu {gpu_loss} vs cpu {cpu_loss} (rel {rel:e})"
+        );
+    }
+    // And so do the parameters they arrive at.
+    let gpu_params = gpu.parameters().await.expect("params");
+    for ((g, c), spec) in gpu_params.iter().zip(&cpu.params).zip(&names) {
+        let err = rel_err(g, c);
+        assert!(
+            err < 1e-3,
+            "parameter {} after 10 steps: relative error {err:e}",
+            spec.name
+        );
+    }
+}
+
+gpu_test!(steady_state_creates_no_buffers, steady_state_body());
+async fn steady_state_body() {
+    let mut trainer = Trainer::new(TrainConfig::preset("tiny").unwrap(), Corpus::builtin())
+        .await
+        .expect("trainer");
+    for _ in 0..3 {
+        trainer.step().await.expect("warm-up step");
+    }
+    let warm = trainer.stats().clone();
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        let s = trainer.step().await.expect("step");
+        assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+        assert!(
+            s.step_hit_rate >= 0.99,
+            "step {} hit rate {}",
+            s.step,
+            s.step_hit_rate
+        );
+        held.push(s.bytes_held);
+    }
+    assert_eq!(trainer.stats().buffers_created, warm.buffers_created);
+    assert!(
+        held.windows(2).all(|w| w[0] == w[1]),
+        "bytes held moved: {held:?}"
+    );
+    assert!(trainer.stats().dispatches > warm.dispatches);
+    // Sampling uses fixed shapes, so after its first token it reuses too.
+    let text = trainer.sample("\n", 3, 1.0, 10).await.expect("sample");
+    assert_eq!(text.chars().count(), 3);
+    let before = trainer.context().counters().buffers_created;
+    trainer.sample("\n", 3, 1.0, 10).await.expect("sample");
+    assert_eq!(trainer.context().counters().buffers_created, before);
+}
+
+gpu_test!(no_pool_mode_creates_buffers_every_step, no_pool_body());
+async fn no_pool_body() {
+    let cfg = TrainConfig {
+        pool: false,
+        ..TrainConfig::preset("tiny").unwrap()
+    };
+    let mut trainer = Trainer::new(cfg, Corpus::builtin()).await.expect("trainer");
+    trainer.step().await.expect("step");
+    let s = trainer.step().await.expect("step");
+    assert!(
+        s.buffers_created_step > 50,
+        "created {}",
+        s.buffers_created_step
+    );
+    assert_eq!(s.pool.hits, 0);
+    assert_eq!(s.bytes_held, 0);
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn tiny_preset_learns_the_builtin_corpus() {
+    pollster::block_on(async {
+        let corpus = Corpus::builtin();
+        let ln_vocab = (corpus.vocab_size() as f32).ln();
+        let mut trainer = Trainer::new(TrainConfig::preset("tiny").unwrap(), corpus)
+            .await
+            .expect("trainer");
+        let val_before = trainer.evaluate().await.expect("eval");
+        let mut last = 0.0;
+        for _ in 0..300 {
+            last = trainer.step().await.expect("step").loss;
+        }
+        let val_after = trainer.evaluate().await.expect("eval");
+        eprintln!(
+            "ln(vocab) {ln_vocab:.3}; train {last:.3}; held-out {val_before:.3} -> {val_after:.3}"
+        );
+        assert!(
+            last < 0.65 * ln_vocab,
+            "train loss {last} vs ln(vocab) {ln_vocab}"
+        );
+        assert!(
+            val_after < val_before - 1.0,
+            "held-out {val_before} -> {val_after}"
+        );
+    });
+}
+
+async fn trainer_error(cfg: TrainConfig, corpus: Result<Corpus, Error>) -> Error {
+    match corpus {
+        Err(e) => e,
+        Ok(corpus) => match Trainer::new(cfg, corpus).await {
+            Err(e) => e,
+            Ok(_) => panic!("expected an error"),
+        },
+    }
+}
+
+gpu_test!(bad_input_is_a_clear_error, bad_input_body());
+async fn bad_input_body() {
+    let tiny = || TrainConfig::preset("tiny").unwrap();
+    let text = |t: &str| Corpus::from_text("test.txt", t);
+    let cases: Vec<(TrainConfig, Result<Corpus, Error>, &str)> = vec![
+        (tiny(), Corpus::from_bytes("empty.txt", b""), "empty"),
+        (
+            tiny(),
+            Corpus::from_bytes("bad.txt", b"ok \xff\xfe"),
+            "not UTF-8",
+        ),
+        (
+            tiny(),
+            Corpus::from_bytes("img.bin", &[0u8, 1, 2, 3, 65, 7, 0, 9]),
+            "binary",
+        ),
+        (tiny(), text("far too short for the context"), "too short"),
+        (
+            TrainConfig { batch: 0, ..tiny() },
+            Ok(Corpus::builtin()),
+            "batch",
+        ),
+        (
+            TrainConfig {
+                layers: 0,
+                ..tiny()
+            },
+            Ok(Corpus::builtin()),
+            "layers",
+        ),
+        (
+            TrainConfig {
+                width: 30,
+                heads: 4,
+                ..tiny()
+            },
+            Ok(Corpus::builtin()),
+            "multiple of heads",
+        ),
+        (
+            TrainConfig { lr: -1.0, ..tiny() },
+            Ok(Corpus::builtin()),
+            "learning rate",
+        ),
+        (
+            TrainConfig {
+                context: 0,
+                ..tiny()
+            },
+            Ok(Corpus::builtin()),
+            "context",
+        ),
+    ];
+    for (cfg, corpus, expect) in cases {
+        let message = trainer_error(cfg, corpus).await.to_string();
+        assert!(
+            message.contains(expect),
+            "{message:?} should mention {expect:?}"
+        );
+    }
+    assert!(TrainConfig::preset("huge")
+        .unwrap_err()
+        .to_string()
+        .contains("tiny"));
+    // Too large for the device: one activation past the largest binding.
+    let huge = TrainConfig {
+        width: 16384,
+        heads: 4,
+        batch: 64,
+        context: 256,
+        ..tiny()
+    };
+    match trainer_error(huge, Ok(Corpus::builtin())).await {
+        Error::TooLarge(m) => assert!(m.contains("needs a"), "{m}"),
+        other => panic!("expected TooLarge, got {other}"),
+    }
+}
