@@ -77,8 +77,8 @@ export class TrainerClient extends EventTarget {
   }
 
   /** A new Trainer; the previous one is freed only once this one exists. */
-  create(config, corpus, run = false) {
-    return this.request({ type: 'create', config, corpus, run });
+  create(config, corpus, run = false, corpusName = undefined) {
+    return this.request({ type: 'create', config, corpus, corpusName, run });
   }
   run() {
     this.worker?.postMessage({ type: 'run' });

@@ -30,7 +30,7 @@ const DEFAULTS = {
   batch: undefined,
   context: undefined,
   seed: undefined,
-  steps: 2000, // length of the lr schedule; training pauses there
+  steps: undefined, // length of the lr schedule (preset's when unset); training pauses there
   corpus: undefined, // text, or undefined for the built-in corpus
   corpusName: 'custom text',
   corpusUrl: undefined, // fetched at mount when given
@@ -283,7 +283,7 @@ class TidepoolWidget {
     this.updateButtons();
     this.setStatus(`Building the ${config.preset} model${config.pool === false ? ' (pool off)' : ''}…`);
     try {
-      const m = await this.client.create(config, corpus ? corpus.text : undefined, run);
+      const m = await this.client.create(config, corpus ? corpus.text : undefined, run, corpus?.name);
       this.corpus = corpus;
       const c = m.corpus;
       this.el.corpusName.textContent = corpus ? corpus.name : `${c.name} (built-in)`;
@@ -727,6 +727,23 @@ class TidepoolWidget {
 }
 
 /**
+ * Options from a query string, so a link can open a configured trainer:
+ * `?preset=small&batch=4&context=32&lr=0.002&pool=off&policy=exact&autostart`.
+ */
+export function optionsFromQuery(search = location.search) {
+  const q = new URLSearchParams(search);
+  const o = {};
+  for (const k of ['preset', 'policy']) if (q.get(k)) o[k] = q.get(k);
+  for (const k of ['lr', 'batch', 'context', 'seed', 'steps']) {
+    const v = Number(q.get(k));
+    if (q.get(k) && Number.isFinite(v)) o[k] = v;
+  }
+  if (q.has('pool')) o.pool = !['off', 'false', '0'].includes(q.get('pool').toLowerCase());
+  if (q.has('autostart')) o.autostart = true;
+  return o;
+}
+
+/**
  * Mounts a trainer into `element` and returns its controller.
  * @param {HTMLElement} element
  * @param {object} [options] title, preset, pool, policy, lr, batch, context, seed, steps,
@@ -756,7 +773,7 @@ export class TidepoolTrainer extends HTMLElement {
       batch: num('batch'),
       context: num('context'),
       seed: num('seed'),
-      steps: num('steps') ?? DEFAULTS.steps,
+      steps: num('steps'),
       corpusUrl: a('corpus-url'),
       autostart: this.hasAttribute('autostart'),
       pkgUrl: a('pkg-url'),

@@ -3,7 +3,7 @@
 //
 // Protocol (page -> worker; replies carry the request's `id`):
 //   {type:'init', pkgUrl, schedule}   load the wasm, look for a GPU  -> 'ready'
-//   {type:'create', id, config, corpus, run}  a new Trainer          -> 'created' | 'error'
+//   {type:'create', id, config, corpus, corpusName, run}  a new Trainer          -> 'created' | 'error'
 //   {type:'run'} / {type:'pause'}     train continuously / stop after the step in flight
 //   {type:'step', id}                 one step when paused            -> 'step'
 //   {type:'sample', id, length, temperature, topK}                    -> 'sample'
@@ -23,19 +23,27 @@ let reported = false; // what the page was last told
 let busy = false;
 const queue = [];
 
-// When to evaluate and sample. Both cost GPU time, so each is also held to a
-// share of the wall clock: on a slow device (SwiftShader) they must not starve training.
+// When to evaluate and sample. Both cost GPU time (on SwiftShader a 200-character
+// sample is a minute), so each is held to a share of the wall clock, a sample's
+// length follows the measured time per character, and neither runs once a pause
+// is asked for: Pause takes effect right after the step in flight.
 const schedule = {
-  evalEvery: 25, // steps
+  evalEvery: 25, // steps between held-out evaluations...
+  evalShare: 0.15, // ...unless that would spend more than this share of the time
   firstSample: 10, // step of the first sample
   sampleSeconds: 15, // then at most one every this many seconds...
-  sampleShare: 0.2, // ...and sampling gets at most this share of the time
-  sampleLength: 200,
+  sampleShare: 0.15, // ...and at most this share of the time
+  sampleBudgetMs: 2500, // a sample's length is what fits in this
+  sampleLength: 200, // characters, at most
+  sampleMinLength: 24,
+  firstSampleLength: 32, // before anything is measured
   temperature: 0.8,
-  topK: 0,
+  topK: 0, // 0: all
   maxSteps: 0, // pause here (0: the length of the lr schedule)
 };
 let lastSample = { at: 0, ms: 0, step: 0 };
+let lastEval = { at: 0, ms: 0 };
+let msPerChar = 0; // measured by each sample
 let maxSteps = 0;
 
 const post = (msg) => self.postMessage(msg);
@@ -113,7 +121,7 @@ async function handle(m) {
       if (!wasm) return post({ type: 'error', id: m.id, op: 'create', message: 'the wasm package is not loaded.' });
       let next;
       try {
-        next = await wasm.Trainer.create(m.config ?? {}, m.corpus ?? undefined);
+        next = await wasm.Trainer.create(m.config ?? {}, m.corpus ?? undefined, m.corpusName ?? undefined);
       } catch (err) {
         // The trainer we had (if any) stays: a bad corpus or setting loses nothing.
         post({ type: 'error', id: m.id, op: 'create', message: message(err) });
@@ -127,14 +135,17 @@ async function handle(m) {
       }
       trainer = next;
       lastSample = { at: performance.now(), ms: 0, step: 0 };
-      maxSteps = schedule.maxSteps || m.config?.steps || 0;
+      lastEval = { at: performance.now(), ms: 0 };
+      msPerChar = 0;
+      const model = plain(trainer.model());
+      maxSteps = schedule.maxSteps || m.config?.steps || model.steps || 0;
       wantRun = Boolean(m.run);
       post({
         type: 'created',
         id: m.id,
         adapter: plain(trainer.adapter()),
         corpus: plain(trainer.corpus()),
-        model: plain(trainer.model()),
+        model,
       });
       report();
       return;
@@ -145,7 +156,7 @@ async function handle(m) {
     case 'sample':
       if (!trainer) return;
       try {
-        const text = await trainer.sample(m.length ?? schedule.sampleLength, m.temperature ?? schedule.temperature, m.topK ?? schedule.topK);
+        const text = await timedSample(m.length ?? sampleLength(), m.temperature ?? schedule.temperature, m.topK ?? schedule.topK);
         post({ type: 'sample', id: m.id, step: currentStep(), text });
       } catch (err) {
         fail('sample', err);
@@ -196,33 +207,54 @@ async function trainStep() {
   }
   post({ type: 'step', stats });
   const step = stats.step;
-  if (schedule.evalEvery > 0 && step % schedule.evalEvery === 0) {
+  // evaluation and samples only while running on: a pause is not kept waiting
+  if (wantRun && schedule.evalEvery > 0 && step % schedule.evalEvery === 0 && shareLeft(lastEval, schedule.evalShare)) {
+    const t0 = performance.now();
     try {
       post({ type: 'eval', step, loss: await trainer.evaluate() });
     } catch (err) {
       return fail('evaluate', err);
     }
+    const t1 = performance.now();
+    lastEval = { at: t1, ms: t1 - t0 };
   }
-  const now = performance.now();
   const due =
     lastSample.step === 0
       ? step >= schedule.firstSample
-      : now - lastSample.at >= Math.max(schedule.sampleSeconds * 1000, lastSample.ms / schedule.sampleShare);
-  if (schedule.sampleLength > 0 && due) {
-    const t0 = performance.now();
+      : performance.now() - lastSample.at >= schedule.sampleSeconds * 1000 && shareLeft(lastSample, schedule.sampleShare);
+  if (wantRun && schedule.sampleLength > 0 && due) {
     try {
-      const text = await trainer.sample(schedule.sampleLength, schedule.temperature, schedule.topK);
+      const text = await timedSample(sampleLength(), schedule.temperature, schedule.topK);
       post({ type: 'sample', step, text });
     } catch (err) {
       return fail('sample', err);
     }
-    const t1 = performance.now();
-    lastSample = { at: t1, ms: t1 - t0, step };
+    lastSample.step = step;
   }
   if (wantRun && maxSteps > 0 && step === maxSteps) {
     wantRun = false;
     report(`finished the ${maxSteps}-step schedule`);
   }
+}
+
+// True when a job that last took `last.ms` may run again and stay within `share` of the time.
+function shareLeft(last, share) {
+  return performance.now() - last.at >= last.ms * (1 / share - 1);
+}
+
+function sampleLength() {
+  if (!msPerChar) return Math.min(schedule.firstSampleLength, schedule.sampleLength);
+  const fits = Math.floor(schedule.sampleBudgetMs / msPerChar);
+  return Math.max(schedule.sampleMinLength, Math.min(schedule.sampleLength, fits));
+}
+
+async function timedSample(length, temperature, topK) {
+  const t0 = performance.now();
+  const text = await trainer.sample(length, temperature, topK);
+  const t1 = performance.now();
+  msPerChar = (t1 - t0) / Math.max(1, length);
+  lastSample = { at: t1, ms: t1 - t0, step: lastSample.step };
+  return text;
 }
 
 async function pump() {

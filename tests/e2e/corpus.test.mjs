@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { num, open, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
+import { FAST, num, open, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
 
 // About 12 KB of varied English: long enough for any preset's context.
 const LINES = [
@@ -25,7 +25,7 @@ describe('corpora', { timeout: 300_000 }, () => {
 
   before(async () => {
     env = await setup();
-    ({ page, errors } = await open(env, ''));
+    ({ page, errors } = await open(env, FAST));
     await waitReady(page);
   });
   after(() => env?.close());

@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { history, num, open, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
+import { FAST, history, num, open, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
 
 const LEFT = '#with-pool';
 const RIGHT = '#without-pool';
@@ -16,7 +16,7 @@ before(async () => {
 after(() => env?.close());
 
 test('embed.html runs two trainers at once, independently', { timeout: 240_000 }, async () => {
-  const { page, errors } = await open(env, 'www/embed.html', { width: 1400, height: 900 });
+  const { page, errors } = await open(env, `www/embed.html${FAST}`, { width: 1400, height: 900 });
   await waitReady(page, LEFT);
   await waitReady(page, RIGHT);
   assert.equal(await page.locator(tid('pool-toggle', LEFT)).isChecked(), true);

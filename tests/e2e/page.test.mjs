@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { ROOT, history, mean, num, open, screenshotPath, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
+import { FAST, ROOT, history, mean, num, open, screenshotPath, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
 
 describe('the page', { timeout: 300_000 }, () => {
   let env;
@@ -15,7 +15,7 @@ describe('the page', { timeout: 300_000 }, () => {
 
   before(async () => {
     env = await setup();
-    ({ page, errors } = await open(env, ''));
+    ({ page, errors } = await open(env, FAST));
   });
   after(() => env?.close());
 
@@ -107,11 +107,16 @@ describe('the page', { timeout: 300_000 }, () => {
     assert.equal(await page.evaluate(() => document.activeElement.dataset.testid), 'start');
   });
 
-  test('Reset starts over', { timeout: 90_000 }, async () => {
+  test('Reset starts over, with the settings changed', { timeout: 90_000 }, async () => {
     assert.ok((await num(page, 'step-count')) > 0);
+    assert.match(await page.locator('.tp-model').innerText(), /context 32 · .*batch 4/);
+    await page.click('.tp-settings summary');
+    await page.getByLabel('Batch').fill('2');
+    await page.getByLabel('Batch').press('Tab');
     await page.click(tid('reset'));
     await waitNumber(page, 'step-count', (n) => n === 0, { timeout: 60_000, what: 'step 0 after Reset' });
     await waitReady(page);
+    assert.match(await page.locator('.tp-model').innerText(), /batch 2 /, 'the new batch applies');
     assert.equal((await history(page)).n, 0);
     assert.equal(await page.locator(tid('chart-hit-rate')).getAttribute('data-points'), '0');
     assert.equal(await page.locator(tid('loss')).innerText(), '');
