@@ -1,0 +1,52 @@
+// www/embed.html: two trainers on one page (a <tidepool-trainer> element and a
+// mount() call), pool on and pool off, each with its own worker and GPU device,
+// training at once and independently.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { FAST, history, num, open, setup, tid, waitNumber, waitPaused, waitReady } from './helpers.mjs';
+
+const LEFT = '#with-pool';
+const RIGHT = '#without-pool';
+
+let env;
+before(async () => {
+  env = await setup();
+});
+after(() => env?.close());
+
+test('embed.html runs two trainers at once, independently', { timeout: 240_000 }, async () => {
+  const { page, errors } = await open(env, `www/embed.html${FAST}`, { width: 1400, height: 900 });
+  await waitReady(page, LEFT);
+  await waitReady(page, RIGHT);
+  assert.equal(await page.locator(tid('pool-toggle', LEFT)).isChecked(), true);
+  assert.equal(await page.locator(tid('pool-toggle', RIGHT)).isChecked(), false);
+
+  await page.click('#start-both');
+  await waitNumber(page, 'step-count', (n) => n >= 5, { scope: LEFT, timeout: 150_000, what: 'left: 5 steps' });
+  await waitNumber(page, 'step-count', (n) => n >= 5, { scope: RIGHT, timeout: 150_000, what: 'right: 5 steps' });
+
+  // Pause one: it stops, the other goes on.
+  await page.click(tid('pause', LEFT));
+  const leftAt = await waitPaused(page, LEFT);
+  const rightAt = await num(page, 'step-count', RIGHT);
+  await waitNumber(page, 'step-count', (n) => n >= rightAt + 3, { scope: RIGHT, timeout: 60_000, what: 'right keeps training' });
+  assert.equal(await num(page, 'step-count', LEFT), leftAt, 'left stays paused');
+  await page.click(tid('pause', RIGHT));
+  await waitPaused(page, RIGHT);
+
+  // Their own state: the pooled one stopped creating buffers, the other never did.
+  const left = await history(page, LEFT);
+  const right = await history(page, RIGHT);
+  assert.equal(left.created.at(-1), 0, `pool on: no buffers created in the latest step (${left.created})`);
+  assert.ok(right.created.every((c) => c > 0), `pool off: buffers created every step (${right.created})`);
+  assert.equal(await num(page, 'buffers-created', LEFT), 0);
+  assert.ok((await num(page, 'buffers-created', RIGHT)) > 0);
+  assert.notEqual(left.n, right.n, 'separate step counts');
+
+  // Reset one: the other keeps its run.
+  await page.click(tid('reset', RIGHT));
+  await waitNumber(page, 'step-count', (n) => n === 0, { scope: RIGHT, timeout: 60_000, what: 'right reset' });
+  assert.equal(await num(page, 'step-count', LEFT), leftAt);
+  assert.deepEqual(errors, [], 'no console errors');
+});

@@ -1,0 +1,796 @@
+// tidepool's trainer widget: controls, live charts of the buffer pool, samples.
+// Any page can import this module and either
+//   mount(element, options)          -> a controller (start, pause, ...)
+// or write
+//   <tidepool-trainer preset="tiny" pool="off" autostart></tidepool-trainer>
+// Each widget owns its own Web Worker (so its own wasm instance, GPU device and
+// Trainer): several run on one page independently. index.html is one of them.
+
+import { TrainerClient } from './client.mjs';
+import { Chart, fmtBytes, fmtCount, loadChartCss } from './charts.mjs';
+
+const CSS_URL = new URL('./tidepool.css', import.meta.url);
+const POLICIES = ['pow2', 'pow2/2', 'pow2/4', 'pow2/8', 'exact'];
+const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
+// Above this many points a series is thinned before drawing: the eye cannot
+// tell, and a frame stays cheap however long the run.
+const MAX_POINTS = 2000;
+
+const BROWSERS =
+  'WebGPU is in Chrome and Edge 113+ (on Linux start them with --enable-unsafe-webgpu --enable-features=Vulkan), ' +
+  'Safari 26+, and Firefox 141+ on Windows (elsewhere set dom.webgpu.enabled in about:config). ' +
+  'It needs https:// or http://localhost.';
+
+const DEFAULTS = {
+  title: 'tidepool',
+  preset: 'tiny',
+  pool: true,
+  policy: 'pow2',
+  lr: undefined,
+  batch: undefined,
+  context: undefined,
+  seed: undefined,
+  steps: undefined, // length of the lr schedule (preset's when unset); training pauses there
+  corpus: undefined, // text, or undefined for the built-in corpus
+  corpusName: 'custom text',
+  corpusUrl: undefined, // fetched at mount when given
+  autostart: false,
+  pkgUrl: undefined, // defaults to ../pkg/tidepool.js next to this module
+  schedule: {}, // evaluation and sampling cadence, see worker.mjs
+};
+
+let instances = 0;
+
+function loadCss(doc) {
+  loadChartCss(doc);
+  if (doc.querySelector('link[data-tidepool-css]')) return;
+  const link = doc.createElement('link');
+  link.rel = 'stylesheet';
+  link.href = CSS_URL;
+  link.dataset.tidepoolCss = '';
+  doc.head.append(link);
+}
+
+const escapeHtml = (s) =>
+  String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
+
+function template(id, o) {
+  const title = o.title ? `<h2 class="tp-title">${escapeHtml(o.title)}</h2>` : '';
+  const policyOptions = POLICIES.map((p) => `<option value="${p}"${p === o.policy ? ' selected' : ''}>${p}</option>`).join('');
+  const num = (v) => (v === undefined || v === null ? '' : escapeHtml(v));
+  return `
+  <div class="tp-head">
+    ${title}
+    <p class="tp-status" role="status" aria-live="polite" data-ref="status">Loading…</p>
+  </div>
+  <div class="tp-error" data-testid="error" data-ref="error" role="alert" hidden>
+    <p class="tp-error-title" data-ref="errorTitle"></p>
+    <p class="tp-error-text" data-ref="errorText"></p>
+    <div class="tp-error-actions">
+      <button type="button" class="tp-primary" data-ref="restart" hidden>Restart</button>
+      <button type="button" data-ref="dismiss">Dismiss</button>
+    </div>
+  </div>
+  <div class="tp-controls" role="group" aria-label="Training">
+    <button type="button" class="tp-primary" data-testid="start" data-ref="start">Start</button>
+    <button type="button" data-testid="pause" data-ref="pause" disabled>Pause</button>
+    <button type="button" data-testid="step-once" data-ref="stepOnce">Step once</button>
+    <button type="button" data-testid="reset" data-ref="reset">Reset</button>
+    <label class="tp-switch">
+      <input type="checkbox" role="switch" data-testid="pool-toggle" data-ref="pool" ${o.pool ? 'checked' : ''}
+        aria-describedby="${id}-pool-hint">
+      <span>Pool</span>
+    </label>
+    <span class="tp-hint" id="${id}-pool-hint">switching restarts training</span>
+  </div>
+  <details class="tp-settings">
+    <summary>Settings</summary>
+    <div class="tp-fields">
+      <label>Model <select data-ref="preset"><option value="${escapeHtml(o.preset)}">${escapeHtml(o.preset)}</option></select></label>
+      <label>Learning rate <input type="number" inputmode="decimal" step="any" min="0" data-ref="lr" value="${num(o.lr)}" placeholder="preset"></label>
+      <label>Batch <input type="number" inputmode="numeric" step="1" min="1" data-ref="batch" value="${num(o.batch)}" placeholder="preset"></label>
+      <label>Context <input type="number" inputmode="numeric" step="1" min="2" data-ref="context" value="${num(o.context)}" placeholder="preset"></label>
+      <label>Size classes <select data-ref="policy">${policyOptions}</select></label>
+    </div>
+    <p class="tp-hint" data-ref="settingsHint">Empty fields take the preset's value. Changes apply on Reset.</p>
+  </details>
+  <div class="tp-corpus" data-ref="drop">
+    <p class="tp-corpus-info"><span class="tp-label">Corpus</span>
+      <span data-ref="corpusName">built-in</span> <span class="tp-muted" data-ref="corpusInfo"></span></p>
+    <div class="tp-corpus-actions">
+      <label class="tp-button">Choose a text file…<input type="file" class="tp-visually-hidden" data-testid="corpus-file"
+        data-ref="file" accept=".txt,.md,.csv,.tsv,.json,.html,.xml,.tex,.js,.py,.rs,text/*"></label>
+      <button type="button" data-ref="builtin" hidden>Use the built-in corpus</button>
+      <span class="tp-hint">or drop one here</span>
+    </div>
+  </div>
+  <dl class="tp-figures">
+    <div class="tp-wide"><dt>Device</dt><dd data-testid="adapter" data-ref="adapter"></dd></div>
+    <div><dt>Step</dt><dd><span data-testid="step-count" data-ref="step">0</span></dd></div>
+    <div><dt>Loss</dt><dd><span data-testid="loss" data-ref="loss"></span></dd></div>
+    <div><dt>Held-out loss</dt><dd><span data-ref="valLoss"></span></dd></div>
+    <div><dt>Hit rate, this step</dt><dd><span data-testid="hit-rate" data-ref="hitRate"></span> %</dd></div>
+    <div><dt>Buffers created, this step</dt><dd><span data-testid="buffers-created" data-ref="created"></span></dd></div>
+    <div><dt>Bytes held by the pool</dt><dd><span data-testid="bytes-held" data-ref="held"></span>
+      <span class="tp-muted" data-ref="heldHuman"></span></dd></div>
+    <div><dt>Step time</dt><dd><span data-ref="ms"></span> ms</dd></div>
+    <div><dt>Tokens per second</dt><dd><span data-ref="tps"></span></dd></div>
+  </dl>
+  <p class="tp-model tp-muted" data-ref="model"></p>
+  <div class="tp-charts">
+    <figure class="tp-chart" data-testid="chart-loss" data-ref="chartLoss" data-points="0">
+      <figcaption>Loss <span class="tp-muted">training, held-out<span data-ref="prevLoss"></span></span></figcaption>
+      <div class="tp-plot" role="img" aria-label="Loss per step"></div></figure>
+    <figure class="tp-chart" data-testid="chart-hit-rate" data-ref="chartHit" data-points="0">
+      <figcaption>Pool hit rate <span class="tp-muted">and GPU buffers created, per step</span></figcaption>
+      <div class="tp-plot" role="img" aria-label="Pool hit rate per step"></div></figure>
+    <figure class="tp-chart" data-testid="chart-bytes" data-ref="chartBytes" data-points="0">
+      <figcaption>Bytes <span class="tp-muted">held free by the pool, and in use</span></figcaption>
+      <div class="tp-plot" role="img" aria-label="Bytes held and in use per step"></div></figure>
+    <figure class="tp-chart" data-testid="chart-buckets" data-ref="chartBuckets" data-points="0">
+      <figcaption>Free buffers per size class <span class="tp-muted">now</span></figcaption>
+      <p class="tp-empty tp-muted" data-ref="bucketsEmpty"></p>
+      <div class="tp-plot" role="img" aria-label="Free buffers per size class"></div></figure>
+    <figure class="tp-chart" data-testid="chart-step-time" data-ref="chartTime" data-points="0">
+      <figcaption>Step time <span class="tp-muted">ms, and tokens per second<span data-ref="prevTime"></span></span></figcaption>
+      <div class="tp-plot" role="img" aria-label="Step time per step"></div></figure>
+  </div>
+  <section class="tp-sample" aria-labelledby="${id}-sample-h">
+    <div class="tp-sample-head">
+      <h3 id="${id}-sample-h">Sample</h3>
+      <span class="tp-muted" data-ref="sampleStep">from the current model, refreshed as it trains</span>
+      <button type="button" data-ref="sampleNow">Sample now</button>
+    </div>
+    <pre data-testid="sample" data-ref="sample" tabindex="0" aria-label="Sampled text"></pre>
+  </section>`;
+}
+
+function emptyRun(label) {
+  return { label, n: 0, x: [], loss: [], val: [], hit: [], hitCum: [], created: [], held: [], inUse: [], ms: [], tps: [], sizes: new Set(), latest: null };
+}
+
+// Thins `arr` (length n) to at most MAX_POINTS by taking the last value present
+// in each window, padding to `total` with nulls.
+function column(arr, total, stride) {
+  const out = new Array(Math.ceil(total / stride));
+  for (let j = 0; j < out.length; j++) {
+    let v = null;
+    const end = Math.min((j + 1) * stride, arr.length);
+    for (let i = end - 1; i >= j * stride; i--) {
+      if (arr[i] != null) {
+        v = arr[i];
+        break;
+      }
+    }
+    out[j] = v;
+  }
+  return out;
+}
+
+const fixed = (v, digits) => (v == null || !Number.isFinite(v) ? '' : v.toFixed(digits));
+const pct = (v) => `${Math.round(v * 100)}%`;
+
+// Says what went wrong in a heading a person can act on.
+function describe(message) {
+  const m = message.toLowerCase();
+  if (m.startsWith('could not load the wasm package')) return ['The wasm package did not load', message];
+  if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) return ['No WebGPU here', `${message} ${BROWSERS}`];
+  if (m.startsWith('bad corpus')) return ['This corpus cannot be used', message];
+  if (m.startsWith('bad configuration')) return ['Check the settings', message];
+  if (m.startsWith('too large for this device')) return ['Too large for this GPU', `${message} Try the tiny preset, a smaller batch or context.`];
+  if (m.includes('device was lost')) return ['The GPU device was lost', `${message} Restart builds a new device and trains again.`];
+  if (m.includes('device') && (m.includes('refused') || m.includes('request'))) return ['The GPU refused a device', message];
+  return ['Something went wrong', message];
+}
+
+class TidepoolWidget {
+  constructor(root, options) {
+    this.root = root;
+    this.opts = { ...DEFAULTS, ...options };
+    this.id = `tp${++instances}`;
+    this.running = false;
+    this.hasTrainer = false;
+    this.creating = false;
+    this.corpus = this.opts.corpus === undefined ? null : { name: this.opts.corpusName, text: this.opts.corpus };
+    this.cur = emptyRun('');
+    this.prev = null;
+    this.bucketSizes = [];
+    this.raf = 0;
+    this.destroyed = false;
+    this.loaded = false; // the worker has the wasm package
+    loadCss(root.ownerDocument);
+    root.classList.add('tp');
+    root.innerHTML = template(this.id, this.opts);
+    this.el = {};
+    for (const node of root.querySelectorAll('[data-ref]')) this.el[node.dataset.ref] = node;
+    this.buildCharts();
+    this.wire();
+    this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule: this.opts.schedule });
+    this.listen();
+    this.boot(true);
+  }
+
+  // ---- lifecycle ---------------------------------------------------------
+
+  async boot(first) {
+    this.loaded = false;
+    this.setStatus('Loading the wasm package…');
+    let ready;
+    try {
+      ready = await this.client.start();
+    } catch (err) {
+      this.loaded = false;
+      this.showError(err.message, { restart: true });
+      this.setStatus('Not loaded.');
+      return;
+    }
+    if (this.destroyed) return;
+    this.loaded = true;
+    this.fillPresets(ready.presets);
+    if (!ready.gpu.ok) {
+      this.setStatus('No WebGPU in this browser.');
+      this.showError(ready.gpu.message);
+      return;
+    }
+    const info = ready.gpu.info;
+    this.el.adapter.textContent = info.description || [info.vendor, info.architecture].filter(Boolean).join(' ') || 'WebGPU adapter';
+    if (first && this.opts.corpusUrl && !this.corpus) {
+      try {
+        const res = await fetch(this.opts.corpusUrl);
+        if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        const name = decodeURIComponent(new URL(res.url).pathname.split('/').pop() || 'corpus');
+        this.corpus = { name, text: this.checkText(name, new Uint8Array(await res.arrayBuffer())) };
+      } catch (err) {
+        this.showError(`could not load the corpus ${this.opts.corpusUrl}: ${err.message}. Training uses the built-in corpus.`);
+      }
+    }
+    await this.create({ run: (first && this.opts.autostart) || this.wantRunAfterRestart === true });
+    this.wantRunAfterRestart = false;
+  }
+
+  destroy() {
+    this.destroyed = true;
+    cancelAnimationFrame(this.raf);
+    this.client.terminate();
+    for (const c of Object.values(this.charts)) c.destroy();
+    this.schemeQuery?.removeEventListener('change', this.onScheme);
+    this.root.innerHTML = '';
+    this.root.classList.remove('tp');
+  }
+
+  // ---- requests -----------------------------------------------------------
+
+  config(overrides = {}) {
+    const n = (input) => (input.value.trim() === '' ? undefined : Number(input.value));
+    const config = {
+      preset: this.el.preset.value || this.opts.preset,
+      lr: n(this.el.lr),
+      batch: n(this.el.batch),
+      context: n(this.el.context),
+      policy: this.el.policy.value,
+      pool: this.el.pool.checked,
+      seed: this.opts.seed,
+      steps: this.opts.steps,
+      ...overrides,
+    };
+    for (const k of Object.keys(config)) if (config[k] === undefined) delete config[k];
+    return config;
+  }
+
+  /** Builds a new Trainer; on failure the one running keeps running. */
+  async create({ run = false, corpus = this.corpus, config = this.config() } = {}) {
+    this.creating = true;
+    this.updateButtons();
+    this.setStatus(`Building the ${config.preset} model${config.pool === false ? ' (pool off)' : ''}…`);
+    try {
+      const m = await this.client.create(config, corpus ? corpus.text : undefined, run, corpus?.name);
+      this.corpus = corpus;
+      const c = m.corpus;
+      this.el.corpusName.textContent = corpus ? corpus.name : `${c.name} (built-in)`;
+      this.el.corpusInfo.textContent = `${fmtBytes(c.bytes)} · vocab ${c.vocab} · ${c.tokens.toLocaleString('en')} tokens`;
+      this.el.builtin.hidden = !corpus;
+      this.el.settingsHint.classList.remove('tp-changed');
+      this.el.settingsHint.textContent = "Empty fields take the preset's value. Changes apply on Reset.";
+      return true;
+    } catch (err) {
+      this.showError(err.message);
+      this.setStatus(this.hasTrainer ? this.stateText() : 'Not started.');
+      return false;
+    } finally {
+      this.creating = false;
+      // Start pressed while the model was being built
+      if (this.startAfterCreate && this.hasTrainer) this.client.run();
+      this.startAfterCreate = false;
+      this.updateButtons();
+    }
+  }
+
+  start() {
+    this.clearError();
+    if (!this.hasTrainer) {
+      // nothing built yet (or the device was lost): build, then run
+      if (this.creating) this.startAfterCreate = true;
+      else if (this.loaded) this.create({ run: true });
+      else this.restart(true);
+      return;
+    }
+    this.client.run();
+  }
+
+  pause() {
+    this.client.pause();
+  }
+
+  stepOnce() {
+    if (this.hasTrainer && !this.running) this.client.step();
+  }
+
+  reset() {
+    this.clearError();
+    return this.create({ run: false });
+  }
+
+  async setPool(on) {
+    this.el.pool.checked = on;
+    const ok = await this.create({ run: this.running });
+    if (!ok) this.el.pool.checked = !on; // the old trainer stayed: so does its setting
+  }
+
+  /** A whole new worker: the way back from a lost device or a panic. */
+  restart(run = this.running) {
+    this.clearError();
+    this.hasTrainer = false;
+    this.running = false;
+    this.wantRunAfterRestart = run;
+    this.updateButtons();
+    this.boot(false);
+  }
+
+  async useFile(file) {
+    this.clearError();
+    if (file.size > MAX_CORPUS_BYTES) {
+      return this.showError(`bad corpus: ${file.name} is ${fmtBytes(file.size)}; the page takes up to ${fmtBytes(MAX_CORPUS_BYTES)}.`);
+    }
+    let text;
+    try {
+      text = this.checkText(file.name, new Uint8Array(await file.arrayBuffer()));
+    } catch (err) {
+      return this.showError(err.message);
+    }
+    await this.create({ run: this.running, corpus: { name: file.name, text } });
+  }
+
+  // The page says what is wrong with a file before the wasm sees it (the wasm
+  // checks again): it only takes text, and must not mangle bytes into U+FFFD.
+  checkText(name, bytes) {
+    if (bytes.length === 0) throw new Error(`bad corpus: ${name} is empty. Choose a text file with some writing in it.`);
+    let text;
+    try {
+      text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    } catch {
+      throw new Error(`bad corpus: ${name} is not UTF-8 text (a binary file?). Choose a plain text file.`);
+    }
+    // Valid UTF-8 can still be binary (zeros, control codes): text has almost none.
+    let control = 0;
+    const n = Math.min(text.length, 65536);
+    for (let i = 0; i < n; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 0) throw new Error(`bad corpus: ${name} is not UTF-8 text (it holds NUL bytes: a binary file?). Choose a plain text file.`);
+      if (c < 32 && c !== 9 && c !== 10 && c !== 13 && c !== 12) control++;
+    }
+    if (control > n * 0.01) throw new Error(`bad corpus: ${name} is not UTF-8 text (it is full of control codes: a binary file?).`);
+    return text;
+  }
+
+  sampleNow() {
+    if (!this.hasTrainer) return;
+    this.el.sampleNow.disabled = true;
+    this.client
+      .sample()
+      .catch(() => {}) // shown through the error event
+      .finally(() => (this.el.sampleNow.disabled = false));
+  }
+
+  // ---- worker events ------------------------------------------------------
+
+  listen() {
+    const on = (type, fn) => this.client.addEventListener(type, (e) => !this.destroyed && fn(e.detail));
+    on('created', (m) => this.onCreated(m));
+    on('step', (m) => this.onStep(m.stats));
+    on('eval', (m) => this.onEval(m.step, m.loss));
+    on('sample', (m) => {
+      this.el.sample.textContent = m.text;
+      this.el.sampleStep.textContent = `after step ${m.step}`;
+      this.fire('sample', m);
+    });
+    on('state', (m) => {
+      this.running = m.running;
+      this.updateButtons();
+      this.setStatus(m.reason ? `Paused at step ${m.step}: ${m.reason}.` : this.stateText(m.step));
+      this.fire('state', m);
+    });
+    on('error', (m) => {
+      if (m.lost || m.op === 'step' || m.op === 'worker' || m.op === 'load') {
+        // the worker freed a lost device; after a panic the wasm instance is suspect
+        if (m.lost || m.op === 'worker') this.hasTrainer = false;
+        this.showError(m.message, { restart: true, runAgain: this.running || m.op === 'step' });
+      } else this.showError(m.message);
+      this.updateButtons();
+    });
+  }
+
+  onCreated(m) {
+    const cfg = m.model;
+    this.hasTrainer = true;
+    if (this.cur.n > 0) {
+      this.prev = this.cur;
+    }
+    this.cur = emptyRun(`${cfg.pool ? 'pool on' : 'pool off'}, ${this.el.preset.value}, batch ${cfg.batch}`);
+    const prevNote = this.prev ? `; dashed: previous run (${this.prev.label})` : '';
+    this.el.prevLoss.textContent = prevNote;
+    this.el.prevTime.textContent = prevNote;
+    this.el.adapter.textContent = `${m.adapter.name || 'WebGPU adapter'} (${m.adapter.backend})`;
+    this.el.model.textContent =
+      `${cfg.layers} layers · ${cfg.heads} heads · width ${cfg.width} · context ${cfg.context} · vocab ${cfg.vocab} · ` +
+      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${cfg.lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
+    // the placeholders show what an empty field means now
+    this.el.lr.placeholder = cfg.lr;
+    this.el.batch.placeholder = cfg.batch;
+    this.el.context.placeholder = cfg.context;
+    this.el.pool.checked = cfg.pool;
+    this.el.sample.textContent = '';
+    this.el.sampleStep.textContent = 'from the current model, refreshed as it trains';
+    this.latestVal = null;
+    this.setStatus(this.stateText(0));
+    this.scheduleDraw();
+    this.fire('created', m);
+  }
+
+  onStep(s) {
+    const h = this.cur;
+    const i = h.n++;
+    h.x[i] = s.step;
+    h.loss[i] = s.loss;
+    h.hit[i] = s.step_hit_rate;
+    h.hitCum[i] = s.hit_rate;
+    h.created[i] = s.buffers_created_step;
+    h.held[i] = s.bytes_held;
+    h.inUse[i] = s.bytes_in_use;
+    h.ms[i] = s.ms;
+    h.tps[i] = s.tokens_per_s;
+    h.val[i] = null;
+    // the trainer may evaluate on its own schedule (eval_every): plot each new value once
+    if (s.val_loss != null && s.val_loss !== h.lastVal) {
+      h.val[i] = h.lastVal = s.val_loss;
+      this.latestVal = s.val_loss;
+    }
+    for (const b of s.buckets ?? []) h.sizes.add(b.size);
+    h.latest = s;
+    this.scheduleDraw();
+    this.fire('step', s);
+  }
+
+  onEval(step, loss) {
+    const h = this.cur;
+    const i = h.x.lastIndexOf(step);
+    if (i >= 0) h.val[i] = loss;
+    h.lastVal = loss;
+    this.latestVal = loss;
+    this.scheduleDraw();
+  }
+
+  fire(type, detail) {
+    this.root.dispatchEvent(new CustomEvent(`tidepool:${type}`, { detail, bubbles: true }));
+  }
+
+  // ---- view ---------------------------------------------------------------
+
+  wire() {
+    const { el } = this;
+    // Start and Pause disable each other: keyboard focus moves across with the press
+    el.start.addEventListener('click', () => {
+      this.focusNext = document.activeElement === el.start ? el.pause : null;
+      this.start();
+    });
+    el.pause.addEventListener('click', () => {
+      this.focusNext = document.activeElement === el.pause ? el.start : null;
+      this.pause();
+    });
+    el.stepOnce.addEventListener('click', () => this.stepOnce());
+    el.reset.addEventListener('click', () => this.reset());
+    el.pool.addEventListener('change', () => this.setPool(el.pool.checked));
+    el.restart.addEventListener('click', () => this.restart(this.errorRunAgain));
+    el.dismiss.addEventListener('click', () => this.clearError());
+    el.sampleNow.addEventListener('click', () => this.sampleNow());
+    el.file.addEventListener('change', () => {
+      const file = el.file.files?.[0];
+      el.file.value = ''; // choosing the same file again must fire change again
+      if (file) this.useFile(file);
+    });
+    el.builtin.addEventListener('click', () => this.create({ run: this.running, corpus: null }));
+    for (const input of [el.preset, el.lr, el.batch, el.context, el.policy]) {
+      input.addEventListener('change', () => {
+        el.settingsHint.textContent = 'Changed: press Reset to train with these settings.';
+        el.settingsHint.classList.add('tp-changed');
+      });
+    }
+    // Drag and drop anywhere on the widget.
+    const drop = this.root;
+    drop.addEventListener('dragover', (e) => {
+      if (![...(e.dataTransfer?.types ?? [])].includes('Files')) return;
+      e.preventDefault();
+      e.dataTransfer.dropEffect = 'copy';
+      el.drop.classList.add('tp-dragging');
+    });
+    drop.addEventListener('dragleave', (e) => {
+      if (!drop.contains(e.relatedTarget)) el.drop.classList.remove('tp-dragging');
+    });
+    drop.addEventListener('drop', (e) => {
+      const file = e.dataTransfer?.files?.[0];
+      if (!file) return;
+      e.preventDefault();
+      el.drop.classList.remove('tp-dragging');
+      this.useFile(file);
+    });
+    this.schemeQuery = matchMedia('(prefers-color-scheme: dark)');
+    this.onScheme = () => Object.values(this.charts).forEach((c) => c.restyle());
+    this.schemeQuery.addEventListener('change', this.onScheme);
+  }
+
+  fillPresets(presets) {
+    const want = this.el.preset.value || this.opts.preset;
+    this.el.preset.replaceChildren(
+      ...presets.map((p) => {
+        const o = document.createElement('option');
+        o.value = o.textContent = p;
+        o.selected = p === want;
+        return o;
+      }),
+    );
+  }
+
+  updateButtons() {
+    const { el } = this;
+    el.start.disabled = this.running;
+    el.pause.disabled = !this.running;
+    el.stepOnce.disabled = this.running || !this.hasTrainer || this.creating;
+    el.sampleNow.disabled = !this.hasTrainer;
+    el.start.textContent = this.hasTrainer && this.cur.n > 0 ? 'Resume' : 'Start';
+    if (this.focusNext && !this.focusNext.disabled) {
+      this.focusNext.focus();
+      this.focusNext = null;
+    }
+  }
+
+  stateText(step = this.cur.latest?.step ?? 0) {
+    if (this.running) return 'Training…';
+    return step > 0 ? `Paused at step ${step}.` : 'Ready: press Start.';
+  }
+
+  setStatus(text) {
+    this.el.status.textContent = text;
+  }
+
+  showError(message, { restart = false, runAgain = false } = {}) {
+    this.focusNext = null;
+    const [title, text] = describe(message);
+    this.el.errorTitle.textContent = title;
+    this.el.errorText.textContent = text;
+    this.el.restart.hidden = !restart;
+    this.errorRunAgain = runAgain;
+    this.el.error.hidden = false;
+    this.fire('error', { message });
+  }
+
+  clearError() {
+    this.el.error.hidden = true;
+    this.el.errorTitle.textContent = '';
+    this.el.errorText.textContent = '';
+  }
+
+  buildCharts() {
+    const plot = (fig) => fig.querySelector('.tp-plot');
+    const bytes = { fmt: fmtBytes, zero: true };
+    this.charts = {
+      loss: new Chart(plot(this.el.chartLoss), {
+        y: { fmt: (v) => v.toFixed(2) },
+        series: [
+          { label: 'training', color: 0 },
+          { label: 'held-out', color: 1, points: true, width: 2 },
+          { label: 'previous run', color: 'ghost', dash: [4, 4], width: 1 },
+        ],
+      }),
+      hit: new Chart(plot(this.el.chartHit), {
+        y: { fmt: pct, range: [0, 1.02] },
+        y2: { fmt: fmtCount, zero: true },
+        series: [
+          { label: 'hit rate, this step', color: 0, width: 2 },
+          { label: 'since start', color: 3 },
+          { label: 'buffers created', color: 2, y2: true },
+        ],
+      }),
+      bytes: new Chart(plot(this.el.chartBytes), {
+        y: bytes,
+        series: [
+          { label: 'held by the pool', color: 0, width: 2 },
+          { label: 'in use', color: 1 },
+        ],
+      }),
+      buckets: new Chart(plot(this.el.chartBuckets), {
+        bars: true,
+        xLabel: 'size class',
+        // one tick per size class, labelled with its size
+        xSplits: () => this.bucketSizes.map((_, i) => i),
+        xFmt: (i) => (Number.isInteger(i) && this.bucketSizes[i] !== undefined ? fmtBytes(this.bucketSizes[i]) : ''),
+        y: { fmt: fmtCount, zero: true },
+        series: [{ label: 'free buffers', color: 3 }],
+      }),
+      time: new Chart(plot(this.el.chartTime), {
+        y: { fmt: (v) => `${+v.toFixed(1)}`, zero: true },
+        y2: { fmt: fmtCount, zero: true },
+        series: [
+          { label: 'ms per step', color: 0, width: 2 },
+          { label: 'tokens/s', color: 1, y2: true },
+          { label: 'previous run, ms', color: 'ghost', dash: [4, 4], width: 1 },
+        ],
+      }),
+    };
+  }
+
+  scheduleDraw() {
+    if (!this.raf && !this.destroyed) this.raf = requestAnimationFrame(() => this.draw());
+  }
+
+  // Everything on screen changes here, once a frame at most, however fast steps come.
+  draw() {
+    this.raf = 0;
+    const { el, cur: h, prev } = this;
+    const s = h.latest;
+    el.step.textContent = s ? s.step : 0;
+    el.loss.textContent = s ? fixed(s.loss, 4) : '';
+    el.valLoss.textContent = this.latestVal == null ? '' : fixed(this.latestVal, 4);
+    el.hitRate.textContent = s ? fixed(s.step_hit_rate * 100, 1) : '';
+    el.created.textContent = s ? s.buffers_created_step : '';
+    el.held.textContent = s ? s.bytes_held : '';
+    el.heldHuman.textContent = s ? `B (${fmtBytes(s.bytes_held)})` : '';
+    el.ms.textContent = s ? fixed(s.ms, 1) : '';
+    el.tps.textContent = s ? Math.round(s.tokens_per_s).toLocaleString('en') : '';
+    if (!this.running && s && !this.creating) this.setStatus(this.stateText(s.step));
+
+    // Lines: x is the step; the previous run shares the axis, so pad to the longer.
+    const total = Math.max(h.n, prev?.n ?? 0);
+    const stride = Math.max(1, Math.ceil(total / MAX_POINTS));
+    const xs = Array.from({ length: Math.ceil(total / stride) }, (_, j) => Math.min((j + 1) * stride, total));
+    const col = (arr) => column(arr, total, stride);
+    const ghost = (arr) => (prev ? col(arr) : new Array(xs.length).fill(null));
+    this.charts.loss.setData([xs, col(h.loss), col(h.val), ghost(prev?.loss ?? [])]);
+    this.charts.hit.setData([xs, col(h.hit), col(h.hitCum), col(h.created)]);
+    this.charts.time.setData([xs, col(h.ms), col(h.tps), ghost(prev?.ms ?? [])]);
+    const own = Array.from({ length: Math.ceil(h.n / stride) }, (_, j) => Math.min((j + 1) * stride, h.n));
+    this.charts.bytes.setData([own, column(h.held, h.n, stride), column(h.inUse, h.n, stride)]);
+
+    // Bars: every size class seen in this run keeps its slot, so bars rise and fall in place.
+    const sizes = [...h.sizes].sort((a, b) => a - b);
+    const counts = sizes.map((size) => s?.buckets?.find((b) => b.size === size)?.count ?? 0);
+    this.bucketSizes = sizes;
+    this.charts.buckets.setData([sizes.map((_, i) => i), counts]);
+    const pooling = this.el.pool.checked;
+    el.bucketsEmpty.textContent = counts.some((c) => c > 0)
+      ? ''
+      : !pooling
+        ? 'None: with the pool off, every buffer is destroyed after its step.'
+        : s
+          ? 'None free right now.'
+          : 'Appears after the first step.';
+
+    // Plain figures for tests and for anyone reading the DOM.
+    const mark = (fig, points, latest) => {
+      fig.dataset.points = points;
+      fig.dataset.latest = latest ?? '';
+    };
+    mark(el.chartLoss, h.n, s?.loss);
+    mark(el.chartHit, h.n, s?.step_hit_rate);
+    mark(el.chartBytes, h.n, s?.bytes_held);
+    mark(el.chartBuckets, counts.filter((c) => c > 0).length, s?.total_pooled);
+    mark(el.chartTime, h.n, s?.ms);
+  }
+
+  /** What a host page can drive. */
+  controller() {
+    const w = this;
+    return {
+      start: () => w.start(),
+      pause: () => w.pause(),
+      stepOnce: () => w.stepOnce(),
+      reset: () => w.reset(),
+      setPool: (on) => w.setPool(on),
+      sample: () => w.sampleNow(),
+      /** text (string) or a File; undefined goes back to the built-in corpus */
+      useCorpus: (corpus, name = 'custom text') =>
+        corpus instanceof Blob ? w.useFile(corpus) : w.create({ run: w.running, corpus: corpus === undefined ? null : { name, text: corpus } }),
+      destroy: () => w.destroy(),
+      get running() {
+        return w.running;
+      },
+      get history() {
+        return w.cur;
+      },
+      get previous() {
+        return w.prev;
+      },
+      get latest() {
+        return w.cur.latest;
+      },
+      element: w.root,
+    };
+  }
+}
+
+/**
+ * Options from a query string, so a link can open a configured trainer:
+ * `?preset=small&batch=4&context=32&lr=0.002&pool=off&policy=exact&autostart`.
+ */
+export function optionsFromQuery(search = location.search) {
+  const q = new URLSearchParams(search);
+  const o = {};
+  for (const k of ['preset', 'policy']) if (q.get(k)) o[k] = q.get(k);
+  for (const k of ['lr', 'batch', 'context', 'seed', 'steps']) {
+    const v = Number(q.get(k));
+    if (q.get(k) && Number.isFinite(v)) o[k] = v;
+  }
+  if (q.has('pool')) o.pool = !['off', 'false', '0'].includes(q.get('pool').toLowerCase());
+  if (q.has('autostart')) o.autostart = true;
+  return o;
+}
+
+/**
+ * Mounts a trainer into `element` and returns its controller.
+ * @param {HTMLElement} element
+ * @param {object} [options] title, preset, pool, policy, lr, batch, context, seed, steps,
+ *   corpus (text), corpusName, corpusUrl, autostart, pkgUrl, schedule
+ */
+export function mount(element, options = {}) {
+  if (element.tidepool) element.tidepool.destroy();
+  const widget = new TidepoolWidget(element, options);
+  element.tidepool = widget.controller();
+  return element.tidepool;
+}
+
+// <tidepool-trainer preset="tiny" pool="off" lr="0.001" batch="8" context="64"
+//   policy="pow2" steps="2000" corpus-url="text.txt" title="..." autostart>
+// Attributes are read when the element joins the page.
+export class TidepoolTrainer extends HTMLElement {
+  connectedCallback() {
+    if (this.tidepool) return;
+    const a = (name) => this.getAttribute(name) ?? undefined;
+    const num = (name) => (this.hasAttribute(name) ? Number(this.getAttribute(name)) : undefined);
+    mount(this, {
+      title: this.hasAttribute('title') ? a('title') : DEFAULTS.title,
+      preset: a('preset') ?? DEFAULTS.preset,
+      pool: !['off', 'false', '0'].includes((a('pool') ?? 'on').toLowerCase()),
+      policy: a('policy') ?? DEFAULTS.policy,
+      lr: num('lr'),
+      batch: num('batch'),
+      context: num('context'),
+      seed: num('seed'),
+      steps: num('steps'),
+      corpusUrl: a('corpus-url'),
+      autostart: this.hasAttribute('autostart'),
+      pkgUrl: a('pkg-url'),
+    });
+    // the title attribute would also show as a tooltip over the whole widget
+    this.removeAttribute('title');
+  }
+
+  disconnectedCallback() {
+    // moved within the page: keep running; removed: release the GPU
+    queueMicrotask(() => {
+      if (!this.isConnected && this.tidepool) {
+        this.tidepool.destroy();
+        this.tidepool = undefined;
+      }
+    });
+  }
+}
+
+if (!customElements.get('tidepool-trainer')) customElements.define('tidepool-trainer', TidepoolTrainer);
