@@ -2,12 +2,16 @@
 // scaled scores, never the t x t probabilities.
 //
 // qkv is [b, t, 3c] (queries, keys, values), head h at channels h*hs..(h+1)*hs.
-// A prelude sets HS4, the head size in vec4s this variant holds (hs <= 4 * HS4;
-// channels past hs read as zero and are never written).
+//
+// A template: attention.rs prepends `const HS4` (the head size in vec4s this
+// variant holds, hs <= 4 * HS4; channels past hs read as zero and are never
+// written) and repeats every line holding `#D` for #D = 0 .. HS4-1. So a row's
+// q and output live in named vec4 registers (q0, q1, ..) instead of a local array
+// whose dynamic indexing could spill to memory.
 //
 // Workgroup (x, y): 64 queries x*64.. of one (batch, head) y. Thread = one query
-// row, its q and output in registers. Keys and values stream through shared
-// memory 16 at a time; per tile the row's max is updated once (online softmax).
+// row. Keys and values stream through shared memory 16 at a time, 4 keys per
+// online-softmax update (rescaling the output only when the row's max grows).
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -34,6 +38,13 @@ fn load4(bi: u32, ti: u32, part: u32, h: u32, d: u32) -> vec4<f32> {
     return v;
 }
 
+fn store4(base: u32, d: u32, v: vec4<f32>) {
+    if (d < p.hs) { out[base + d] = v.x; }
+    if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
+    if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
+    if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
+}
+
 fn hsum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }
@@ -43,24 +54,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let q0 = wg.x * BQ;
-    let i = q0 + lid;
+    let qb = wg.x * BQ;
+    let i = qb + lid;
     // Rows past the end compute a copy of the last row and write nothing.
     let iq = min(i, p.t - 1u);
 
-    var q: array<vec4<f32>, HS4>;
-    var o: array<vec4<f32>, HS4>;
-    for (var d4 = 0u; d4 < HS4; d4++) {
-        q[d4] = load4(bi, iq, 0u, h, d4 * 4u) * p.scale;
-        o[d4] = vec4<f32>(0.0);
-    }
+    var q#D = load4(bi, iq, 0u, h, #Du * 4u) * p.scale;
+    var o#D = vec4<f32>(0.0);
     var m = MASKED;
     var l = 0.0;
 
-    let kv_end = min(q0 + BQ, p.t);
-    for (var k0 = 0u; k0 < kv_end; k0 += BKV) {
+    let kv_end = min(qb + BQ, p.t);
+    for (var kt = 0u; kt < kv_end; kt += BKV) {
         for (var e = lid; e < BKV * HS4; e += BQ) {
-            let j = k0 + e / HS4;
+            let j = kt + e / HS4;
             let d = (e % HS4) * 4u;
             var kv = vec4<f32>(0.0);
             var vv = vec4<f32>(0.0);
@@ -73,56 +80,43 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
 
-        // Four keys at a time, each dot in a vec4 accumulator: 16 independent FMA
-        // chains instead of one long one per key.
-        var s: array<f32, BKV>;
-        var smax = m;
         for (var jj = 0u; jj < BKV; jj += 4u) {
+            let b0 = jj * HS4;
+            let b1 = b0 + HS4;
+            let b2 = b1 + HS4;
+            let b3 = b2 + HS4;
+            // Four dots in vec4 accumulators: 16 independent FMA chains.
             var a0 = vec4<f32>(0.0);
             var a1 = vec4<f32>(0.0);
             var a2 = vec4<f32>(0.0);
             var a3 = vec4<f32>(0.0);
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                let qd = q[d4];
-                a0 = fma(qd, ks[jj * HS4 + d4], a0);
-                a1 = fma(qd, ks[(jj + 1u) * HS4 + d4], a1);
-                a2 = fma(qd, ks[(jj + 2u) * HS4 + d4], a2);
-                a3 = fma(qd, ks[(jj + 3u) * HS4 + d4], a3);
+            a0 = fma(q#D, ks[b0 + #Du], a0); a1 = fma(q#D, ks[b1 + #Du], a1); a2 = fma(q#D, ks[b2 + #Du], a2); a3 = fma(q#D, ks[b3 + #Du], a3);
+            // Key kt + jj is visible to query iq only at or before it (and so < t).
+            let s0 = select(MASKED, hsum(a0), kt + jj <= iq);
+            let s1 = select(MASKED, hsum(a1), kt + jj + 1u <= iq);
+            let s2 = select(MASKED, hsum(a2), kt + jj + 2u <= iq);
+            let s3 = select(MASKED, hsum(a3), kt + jj + 3u <= iq);
+            let mnew = max(m, max(max(s0, s1), max(s2, s3)));
+            if (mnew > m) {
+                let corr = exp(m - mnew);
+                l *= corr;
+                o#D *= corr;
+                m = mnew;
             }
-            // Key k0 + jj is visible to query iq only at or before it (and so < t).
-            s[jj] = select(MASKED, hsum(a0), k0 + jj <= iq);
-            s[jj + 1u] = select(MASKED, hsum(a1), k0 + jj + 1u <= iq);
-            s[jj + 2u] = select(MASKED, hsum(a2), k0 + jj + 2u <= iq);
-            s[jj + 3u] = select(MASKED, hsum(a3), k0 + jj + 3u <= iq);
-            smax = max(smax, max(max(s[jj], s[jj + 1u]), max(s[jj + 2u], s[jj + 3u])));
+            let p0 = exp(s0 - m);
+            let p1 = exp(s1 - m);
+            let p2 = exp(s2 - m);
+            let p3 = exp(s3 - m);
+            l += (p0 + p1) + (p2 + p3);
+            o#D = fma(vec4<f32>(p0), vs[b0 + #Du], fma(vec4<f32>(p1), vs[b1 + #Du], fma(vec4<f32>(p2), vs[b2 + #Du], fma(vec4<f32>(p3), vs[b3 + #Du], o#D))));
         }
-        let corr = exp(m - smax);
-        l *= corr;
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            o[d4] *= corr;
-        }
-        for (var jj = 0u; jj < BKV; jj++) {
-            let pj = exp(s[jj] - smax);
-            l += pj;
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                o[d4] += pj * vs[jj * HS4 + d4];
-            }
-        }
-        m = smax;
         workgroupBarrier();
     }
 
     if (i < p.t) {
         let inv = 1.0 / l;
         let base = (bi * p.t + i) * p.c + h * p.hs;
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            let v = o[d4] * inv;
-            let d = d4 * 4u;
-            if (d < p.hs) { out[base + d] = v.x; }
-            if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
-            if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
-            if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
-        }
+        store4(base, #Du * 4u, o#D * inv);
         lse[bh * p.t + i] = m + log(l);
     }
 }

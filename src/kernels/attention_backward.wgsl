@@ -1,11 +1,11 @@
 // Causal self-attention backward from the forward's logsumexp (see attention.wgsl
-// for layouts). With p_ij = exp(s_ij - lse_i), dp_ij = dout_i · v_j and
-// D_i = dout_i · out_i = sum_j p_ij dp_ij, the softmax backward is
-// ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j, dk_j = scale sum_i ds_ij q_i,
-// dv_j = sum_i p_ij dout_i. No atomics: `dq` gives each query row one thread
-// (looping over keys) and writes D; then `dkdv` gives each key one dk thread and one
-// dv thread (looping over queries). Each kernel writes its own channels of dqkv.
-// A prelude sets HS4 as for the forward.
+// for layouts and the `#D` template lines). With p_ij = exp(s_ij - lse_i),
+// dp_ij = dout_i · v_j and D_i = dout_i · out_i = sum_j p_ij dp_ij, the softmax
+// backward is ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j,
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i. No atomics: `dq` gives
+// each query row one thread (looping over keys) and writes D; then `dkdv` gives
+// each key one dk thread and one dv thread (looping over queries). Each kernel
+// writes its own channels of dqkv.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -75,26 +75,22 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let q0 = wg.x * BQ;
-    let i = q0 + lid;
+    let qb = wg.x * BQ;
+    let i = qb + lid;
     let iq = min(i, p.t - 1u);
 
-    var q: array<vec4<f32>, HS4>;
-    var g: array<vec4<f32>, HS4>;
-    var dqa: array<vec4<f32>, HS4>;
-    var dd = 0.0;
-    for (var d4 = 0u; d4 < HS4; d4++) {
-        q[d4] = qkv4(bi, iq, 0u, h, d4 * 4u) * p.scale;
-        g[d4] = dout4(bi, iq, h, d4 * 4u);
-        dd += dot(g[d4], out4(bi, iq, h, d4 * 4u));
-        dqa[d4] = vec4<f32>(0.0);
-    }
+    var q#D = qkv4(bi, iq, 0u, h, #Du * 4u) * p.scale;
+    var g#D = dout4(bi, iq, h, #Du * 4u);
+    var dq#D = vec4<f32>(0.0);
+    var dd4 = vec4<f32>(0.0);
+    dd4 = fma(g#D, out4(bi, iq, h, #Du * 4u), dd4);
+    let dd = hsum(dd4);
     let li = lse[bh * p.t + iq];
 
-    let kv_end = min(q0 + BQ, p.t);
-    for (var k0 = 0u; k0 < kv_end; k0 += BT) {
+    let kv_end = min(qb + BQ, p.t);
+    for (var kt = 0u; kt < kv_end; kt += BT) {
         for (var e = lid; e < BT * HS4; e += BQ) {
-            let j = k0 + e / HS4;
+            let j = kt + e / HS4;
             let d = (e % HS4) * 4u;
             var kv = vec4<f32>(0.0);
             var vv = vec4<f32>(0.0);
@@ -108,32 +104,25 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid
         workgroupBarrier();
         // Two keys at a time, dots in vec4 accumulators (independent FMA chains).
         for (var jj = 0u; jj < BT; jj += 2u) {
-            var s0 = vec4<f32>(0.0);
-            var s1 = vec4<f32>(0.0);
-            var g0 = vec4<f32>(0.0);
-            var g1 = vec4<f32>(0.0);
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                s0 = fma(q[d4], ta[jj * HS4 + d4], s0);
-                s1 = fma(q[d4], ta[(jj + 1u) * HS4 + d4], s1);
-                g0 = fma(g[d4], tb[jj * HS4 + d4], g0);
-                g1 = fma(g[d4], tb[(jj + 1u) * HS4 + d4], g1);
-            }
+            let b0 = jj * HS4;
+            let b1 = b0 + HS4;
+            var sa0 = vec4<f32>(0.0);
+            var sa1 = vec4<f32>(0.0);
+            var da0 = vec4<f32>(0.0);
+            var da1 = vec4<f32>(0.0);
+            sa0 = fma(q#D, ta[b0 + #Du], sa0); sa1 = fma(q#D, ta[b1 + #Du], sa1); da0 = fma(g#D, tb[b0 + #Du], da0); da1 = fma(g#D, tb[b1 + #Du], da1);
             // select, not a product: exp of a masked score may be inf.
-            let p0 = select(0.0, exp(hsum(s0) - li), k0 + jj <= iq);
-            let p1 = select(0.0, exp(hsum(s1) - li), k0 + jj + 1u <= iq);
-            let ds0 = vec4<f32>(p0 * (hsum(g0) - dd));
-            let ds1 = vec4<f32>(p1 * (hsum(g1) - dd));
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                dqa[d4] = fma(ds0, ta[jj * HS4 + d4], fma(ds1, ta[(jj + 1u) * HS4 + d4], dqa[d4]));
-            }
+            let p0 = select(0.0, exp(hsum(sa0) - li), kt + jj <= iq);
+            let p1 = select(0.0, exp(hsum(sa1) - li), kt + jj + 1u <= iq);
+            let ds0 = vec4<f32>(p0 * (hsum(da0) - dd));
+            let ds1 = vec4<f32>(p1 * (hsum(da1) - dd));
+            dq#D = fma(ds0, ta[b0 + #Du], fma(ds1, ta[b1 + #Du], dq#D));
         }
         workgroupBarrier();
     }
 
     if (i < p.t) {
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            store4(i, bi, 0u, h, d4 * 4u, dqa[d4] * p.scale);
-        }
+        store4(i, bi, 0u, h, #Du * 4u, dq#D * p.scale);
         dsum[bh * p.t + i] = dd;
     }
 }
@@ -146,23 +135,18 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let j0 = wg.x * BQ;
+    let jb = wg.x * BQ;
     let is_dk = lid < BQ;
-    let j = j0 + lid % BQ;
+    let j = jb + lid % BQ;
     let jk = min(j, p.t - 1u);
 
-    var k: array<vec4<f32>, HS4>;
-    var v: array<vec4<f32>, HS4>;
-    var acc: array<vec4<f32>, HS4>;
-    for (var d4 = 0u; d4 < HS4; d4++) {
-        k[d4] = qkv4(bi, jk, 1u, h, d4 * 4u) * p.scale;
-        v[d4] = select(vec4<f32>(0.0), qkv4(bi, jk, 2u, h, d4 * 4u), is_dk);
-        acc[d4] = vec4<f32>(0.0);
-    }
+    var k#D = qkv4(bi, jk, 1u, h, #Du * 4u) * p.scale;
+    var v#D = select(vec4<f32>(0.0), qkv4(bi, jk, 2u, h, #Du * 4u), is_dk);
+    var acc#D = vec4<f32>(0.0);
 
-    for (var i0 = j0; i0 < p.t; i0 += BT) {
+    for (var it = jb; it < p.t; it += BT) {
         for (var e = lid; e < BT * HS4; e += 2u * BQ) {
-            let i = i0 + e / HS4;
+            let i = it + e / HS4;
             let d = (e % HS4) * 4u;
             var qv = vec4<f32>(0.0);
             var gv = vec4<f32>(0.0);
@@ -174,66 +158,54 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             tb[e] = gv;
         }
         if (lid < BT) {
-            let i = min(i0 + lid, p.t - 1u);
+            let i = min(it + lid, p.t - 1u);
             ra[lid] = lse[bh * p.t + i];
             rb[lid] = dsum[bh * p.t + i];
         }
         workgroupBarrier();
         if (is_dk) {
             for (var ii = 0u; ii < BT; ii += 2u) {
-                var s0 = vec4<f32>(0.0);
-                var s1 = vec4<f32>(0.0);
-                var g0 = vec4<f32>(0.0);
-                var g1 = vec4<f32>(0.0);
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    s0 = fma(k[d4], ta[ii * HS4 + d4], s0);
-                    s1 = fma(k[d4], ta[(ii + 1u) * HS4 + d4], s1);
-                    g0 = fma(v[d4], tb[ii * HS4 + d4], g0);
-                    g1 = fma(v[d4], tb[(ii + 1u) * HS4 + d4], g1);
-                }
-                let i = i0 + ii;
-                let p0 = select(0.0, exp(hsum(s0) - ra[ii]), i >= jk && i < p.t);
-                let p1 = select(0.0, exp(hsum(s1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t);
-                let ds0 = vec4<f32>(p0 * (hsum(g0) - rb[ii]));
-                let ds1 = vec4<f32>(p1 * (hsum(g1) - rb[ii + 1u]));
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    acc[d4] = fma(ds0, ta[ii * HS4 + d4], fma(ds1, ta[(ii + 1u) * HS4 + d4], acc[d4]));
-                }
+                let b0 = ii * HS4;
+                let b1 = b0 + HS4;
+                var sa0 = vec4<f32>(0.0);
+                var sa1 = vec4<f32>(0.0);
+                var da0 = vec4<f32>(0.0);
+                var da1 = vec4<f32>(0.0);
+                sa0 = fma(k#D, ta[b0 + #Du], sa0); sa1 = fma(k#D, ta[b1 + #Du], sa1); da0 = fma(v#D, tb[b0 + #Du], da0); da1 = fma(v#D, tb[b1 + #Du], da1);
+                let i = it + ii;
+                let p0 = select(0.0, exp(hsum(sa0) - ra[ii]), i >= jk && i < p.t);
+                let p1 = select(0.0, exp(hsum(sa1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t);
+                let ds0 = vec4<f32>(p0 * (hsum(da0) - rb[ii]));
+                let ds1 = vec4<f32>(p1 * (hsum(da1) - rb[ii + 1u]));
+                acc#D = fma(ds0, ta[b0 + #Du], fma(ds1, ta[b1 + #Du], acc#D));
             }
         } else {
             for (var ii = 0u; ii < BT; ii += 4u) {
-                var s0 = vec4<f32>(0.0);
-                var s1 = vec4<f32>(0.0);
-                var s2 = vec4<f32>(0.0);
-                var s3 = vec4<f32>(0.0);
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    s0 = fma(k[d4], ta[ii * HS4 + d4], s0);
-                    s1 = fma(k[d4], ta[(ii + 1u) * HS4 + d4], s1);
-                    s2 = fma(k[d4], ta[(ii + 2u) * HS4 + d4], s2);
-                    s3 = fma(k[d4], ta[(ii + 3u) * HS4 + d4], s3);
-                }
-                let i = i0 + ii;
-                let p0 = vec4<f32>(select(0.0, exp(hsum(s0) - ra[ii]), i >= jk && i < p.t));
-                let p1 = vec4<f32>(select(0.0, exp(hsum(s1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t));
-                let p2 = vec4<f32>(select(0.0, exp(hsum(s2) - ra[ii + 2u]), i + 2u >= jk && i + 2u < p.t));
-                let p3 = vec4<f32>(select(0.0, exp(hsum(s3) - ra[ii + 3u]), i + 3u >= jk && i + 3u < p.t));
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    let a = fma(p0, tb[ii * HS4 + d4], p1 * tb[(ii + 1u) * HS4 + d4]);
-                    let b = fma(p2, tb[(ii + 2u) * HS4 + d4], p3 * tb[(ii + 3u) * HS4 + d4]);
-                    acc[d4] += a + b;
-                }
+                let b0 = ii * HS4;
+                let b1 = b0 + HS4;
+                let b2 = b1 + HS4;
+                let b3 = b2 + HS4;
+                var sa0 = vec4<f32>(0.0);
+                var sa1 = vec4<f32>(0.0);
+                var sa2 = vec4<f32>(0.0);
+                var sa3 = vec4<f32>(0.0);
+                sa0 = fma(k#D, ta[b0 + #Du], sa0); sa1 = fma(k#D, ta[b1 + #Du], sa1); sa2 = fma(k#D, ta[b2 + #Du], sa2); sa3 = fma(k#D, ta[b3 + #Du], sa3);
+                let i = it + ii;
+                let p0 = vec4<f32>(select(0.0, exp(hsum(sa0) - ra[ii]), i >= jk && i < p.t));
+                let p1 = vec4<f32>(select(0.0, exp(hsum(sa1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t));
+                let p2 = vec4<f32>(select(0.0, exp(hsum(sa2) - ra[ii + 2u]), i + 2u >= jk && i + 2u < p.t));
+                let p3 = vec4<f32>(select(0.0, exp(hsum(sa3) - ra[ii + 3u]), i + 3u >= jk && i + 3u < p.t));
+                acc#D = fma(p0, tb[b0 + #Du], fma(p1, tb[b1 + #Du], fma(p2, tb[b2 + #Du], fma(p3, tb[b3 + #Du], acc#D))));
             }
         }
         workgroupBarrier();
     }
 
     if (j < p.t) {
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            if (is_dk) {
-                store4(j, bi, 1u, h, d4 * 4u, acc[d4] * p.scale);
-            } else {
-                store4(j, bi, 2u, h, d4 * 4u, acc[d4]);
-            }
+        if (is_dk) {
+            store4(j, bi, 1u, h, #Du * 4u, acc#D * p.scale);
+        } else {
+            store4(j, bi, 2u, h, #Du * 4u, acc#D);
         }
     }
 }
