@@ -3,11 +3,11 @@
 //
 // qkv is [b, t, 3c] (queries, keys, values), head h at channels h*hs..(h+1)*hs.
 //
-// A template: attention.rs prepends `const HS4` (the head size in vec4s this
-// variant holds, hs <= 4 * HS4; channels past hs read as zero and are never
-// written) and repeats every line holding `#D` for #D = 0 .. HS4-1. So a row's
-// q and output live in named vec4 registers (q0, q1, ..) instead of a local array
-// whose dynamic indexing could spill to memory.
+// A template, expanded by attention.rs: it prepends `const HS4` (the head size in
+// vec4s this variant holds, hs <= 4 * HS4; channels past hs read as zero and are
+// never written), and each code line holding `#D` acts on vec4 #D of the head:
+// natively repeated for #D = 0 .. HS4-1 over named registers (q0, q1, ..), in the
+// browser a loop over an array (see `expand` there for why).
 //
 // Workgroup (x, y): 64 queries x*64.. of one (batch, head) y. Thread = one query
 // row. Keys and values stream through shared memory 16 at a time, 4 keys per

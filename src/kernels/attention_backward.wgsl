@@ -81,7 +81,7 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid
 
     var q#D = qkv4(bi, iq, 0u, h, #Du * 4u) * p.scale;
     var g#D = dout4(bi, iq, h, #Du * 4u);
-    var dq#D = vec4<f32>(0.0);
+    var gq#D = vec4<f32>(0.0);
     var dd4 = vec4<f32>(0.0);
     dd4 = fma(g#D, out4(bi, iq, h, #Du * 4u), dd4);
     let dd = hsum(dd4);
@@ -116,13 +116,13 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid
             let p1 = select(0.0, exp(hsum(sa1) - li), kt + jj + 1u <= iq);
             let ds0 = vec4<f32>(p0 * (hsum(da0) - dd));
             let ds1 = vec4<f32>(p1 * (hsum(da1) - dd));
-            dq#D = fma(ds0, ta[b0 + #Du], fma(ds1, ta[b1 + #Du], dq#D));
+            gq#D = fma(ds0, ta[b0 + #Du], fma(ds1, ta[b1 + #Du], gq#D));
         }
         workgroupBarrier();
     }
 
     if (i < p.t) {
-        store4(i, bi, 0u, h, #Du * 4u, dq#D * p.scale);
+        store4(i, bi, 0u, h, #Du * 4u, gq#D * p.scale);
         dsum[bh * p.t + i] = dd;
     }
 }
