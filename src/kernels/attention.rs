@@ -18,24 +18,26 @@ const BACKWARD_WGSL: &str = include_str!("attention_backward.wgsl");
 const HS4S: [usize; 3] = [4, 16, 32];
 
 /// Expands a `.wgsl` template for heads of up to `4 * hs4` channels. It prepends
-/// `const HS4`; every code line holding `#D` works on one vec4 `#D` of the head.
+/// `const HS4` and `const H2` (`hs4 / 2`: each thread holds half of a head, every
+/// other vec4); every code line holding `#D` works on one vec4 `#D` of that half.
 ///
-/// Natively such a line is repeated for #D = 0 .. hs4-1 (`q#D` becomes `q0`, `q1`..,
-/// `#Du` the index): the head lives in named registers, with no dynamically
-/// indexed local array for the driver to spill (12% off the backward on an H200).
-/// In the browser it becomes a loop over `array<vec4<f32>, HS4>` instead
-/// (`var q#D = e;` declares the array and fills it): the same arithmetic in a
-/// fraction of the shader, which WebGPU implementations compile several times
+/// Natively such a line is repeated for #D = 0 .. H2-1 (`qa#D` becomes `qa0`,
+/// `qa1`.., `#Du` the index): the head lives in named registers, with no
+/// dynamically indexed local array for the driver to spill (12% off the backward
+/// on an H200). In the browser it becomes a loop over `array<vec4<f32>, H2>`
+/// instead (`var qa#D = e;` declares the array and fills it): the same arithmetic
+/// in a fraction of the shader, which WebGPU implementations compile several times
 /// faster (seconds less per pipeline on SwiftShader).
 fn expand(template: &str, hs4: usize) -> String {
     let unroll = cfg!(not(target_arch = "wasm32"));
-    let mut wgsl = format!("const HS4: u32 = {hs4}u;\n");
+    let h2 = hs4 / 2;
+    let mut wgsl = format!("const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n");
     for line in template.lines() {
         let code = line.trim_start();
         if !line.contains("#D") || code.starts_with("//") {
             wgsl.push_str(line);
         } else if unroll {
-            for d in 0..hs4 {
+            for d in 0..h2 {
                 wgsl.push_str(&line.replace("#D", &d.to_string()));
                 wgsl.push('\n');
             }
@@ -44,7 +46,7 @@ fn expand(template: &str, hs4: usize) -> String {
             let indent = &line[..line.len() - code.len()];
             let looped = |stmt: &str| {
                 let stmt = stmt.replace("#Du", "d_").replace("#D", "[d_]");
-                format!("for (var d_ = 0u; d_ < HS4; d_++) {{ {stmt} }}")
+                format!("for (var d_ = 0u; d_ < H2; d_++) {{ {stmt} }}")
             };
             let decl = code
                 .strip_prefix("var ")
@@ -52,9 +54,7 @@ fn expand(template: &str, hs4: usize) -> String {
             match decl {
                 Some((name, init)) => {
                     let fill = looped(&format!("{name}#D = {init}"));
-                    wgsl.push_str(&format!(
-                        "{indent}var {name}: array<vec4<f32>, HS4>; {fill}"
-                    ));
+                    wgsl.push_str(&format!("{indent}var {name}: array<vec4<f32>, H2>; {fill}"));
                 }
                 None => wgsl.push_str(&format!("{indent}{}", looped(code))),
             }
