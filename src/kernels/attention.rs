@@ -126,7 +126,10 @@ fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
 
 fn setup(b: usize, t: usize, c: usize, nh: usize) -> (Params, &'static [Kernel; 3], [u32; 3]) {
     assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
-    assert!(c % nh == 0, "c = {c} does not split into nh = {nh} heads");
+    assert!(
+        c.is_multiple_of(nh),
+        "c = {c} does not split into nh = {nh} heads"
+    );
     let hs = c / nh;
     let v = HS4S
         .iter()
