@@ -9,6 +9,11 @@
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
 //! adapter (lavapipe); `--json` adds one JSON object a line; `--only OP` runs the
 //! cases whose op name contains OP.
+//!
+//! Measured on an NVIDIA H200 through Vulkan (one session, with cuBLAS fp32, TF32
+//! off, through PyTorch for comparison): 4096^3 forward / dinp / dweight 29.4 /
+//! 31.3 / 32.8 TFLOP/s against cuBLAS 50.4 / 51.3 / 51.8; the four GPT-2 layer
+//! GEMMs at 64 x 256 tokens, all three products each, 6.55 ms against 3.90.
 
 #[cfg(target_arch = "wasm32")]
 fn main() {}
