@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{context, poison_next_output, read};
+use common::{context, poisoned, read};
 use tidepool::gpu::Kernel;
 use tidepool::kernels::residual_forward;
 use tidepool::rng::{fresh_seed, Rng};
@@ -86,14 +86,7 @@ async fn residual_parity_body() {
         let a = rng.vec(n, -2.0, 2.0);
         let b = rng.vec(n, -2.0, 2.0);
         let (ga, gb) = (ctx.upload(&a), ctx.upload(&b));
-        poison_next_output(&ctx, n);
-        let hits = ctx.pool_stats().hits;
-        let out = residual_forward(&ctx, &ga, &gb, n);
-        assert_eq!(
-            ctx.pool_stats().hits,
-            hits + 1,
-            "output came from the poisoned pool"
-        );
+        let out = poisoned(&ctx, &[n], || residual_forward(&ctx, &ga, &gb, n));
         let got = read(&ctx, &out, n).await;
         let want = tidepool::reference::residual_forward(&a, &b);
         assert_eq!(got, want, "n = {n}, seed {seed}");
@@ -121,10 +114,7 @@ async fn one_scope_one_submit_body() {
 gpu_test!(zeroed_buffers_are_zero_even_when_recycled, zeroed_body());
 async fn zeroed_body() {
     let ctx = context().await;
-    poison_next_output(&ctx, 300);
-    let hits = ctx.pool_stats().hits;
-    let zeroed = ctx.create_zeroed(300 * 4);
-    assert_eq!(ctx.pool_stats().hits, hits + 1, "took the poisoned buffer");
+    let zeroed = poisoned(&ctx, &[300], || ctx.create_zeroed(300 * 4));
     assert_eq!(read(&ctx, &zeroed, 300).await, vec![0.0; 300]);
 }
 

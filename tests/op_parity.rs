@@ -13,31 +13,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 // about k * 6e-8 relative error in the worst case and far less on random data.
 
 mod kernels_a {
-    pub use crate::common::{assert_close, context, read};
-    use tidepool::WgpuContext;
-
-    /// Leaves one NaN-filled pooled buffer of each of `lens` floats on top of its
-    /// bucket, runs `launch`, and checks that every pooled buffer it drew was one of
-    /// them (exactly `lens.len()` hits, no miss). `lens` lists the launcher's outputs
-    /// and scratch buffers; any element a kernel fails to write stays NaN.
-    pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R) -> R {
-        // Held together so that two of one size are two buffers, not one reused.
-        let held: Vec<_> = lens
-            .iter()
-            .map(|&len| ctx.upload_pooled(&vec![f32::NAN; len.max(1)]))
-            .collect();
-        drop(held);
-        let before = ctx.pool_stats();
-        let out = launch();
-        let after = ctx.pool_stats();
-        assert_eq!(after.misses, before.misses, "a buffer missed the pool");
-        assert_eq!(
-            after.hits - before.hits,
-            lens.len() as u64,
-            "pooled buffers drawn (outputs and scratch)"
-        );
-        out
-    }
+    pub use crate::common::{assert_close, context, poisoned, read};
 
     /// [`assert_close`] with the scale at least `floor`: for values whose absolute
     /// error is what matters (a loss near 0 has ~1e-7 absolute error from log(sum)).
@@ -581,27 +557,7 @@ mod optimizer {
 //   are larger than the result.
 
 mod kernels_b {
-    pub use crate::common::{assert_close, context, read};
-    use tidepool::WgpuContext;
-
-    /// Leaves a NaN-filled pooled buffer of each of `lens` floats on its bucket,
-    /// runs `launch`, and checks the launcher drew at least that many buffers from
-    /// the pool. List the outputs last-created first, so that each pops its own.
-    pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R) -> R {
-        // Alive together: two of one size must be two buffers.
-        let held: Vec<_> = lens
-            .iter()
-            .map(|&len| ctx.upload_pooled(&vec![f32::NAN; len.max(1)]))
-            .collect();
-        drop(held);
-        let hits = ctx.pool_stats().hits;
-        let out = launch();
-        assert!(
-            ctx.pool_stats().hits >= hits + lens.len() as u64,
-            "outputs drawn from the poisoned pool"
-        );
-        out
-    }
+    pub use crate::common::{assert_close, context, poisoned, read};
 }
 
 use kernels_b::{assert_close, context, poisoned, read};
