@@ -36,9 +36,21 @@ fn median_p99(samples: &mut [f64]) -> (f64, f64) {
     (at(0.5), at(0.99))
 }
 
-/// Times `per_batch` calls of `op` at a time (browser clocks are coarse) and
-/// returns ns a call for each batch.
-fn time_batches(batches: usize, per_batch: usize, mut op: impl FnMut()) -> Vec<f64> {
+/// Times `op` in batches and returns ns a call for each batch. A batch grows (from
+/// 16, doubling) until it takes at least 2 ms, because browsers round
+/// `performance.now()` to 0.1 ms; `max_per_batch` bounds it.
+fn time_batches(batches: usize, max_per_batch: usize, mut op: impl FnMut()) -> Vec<f64> {
+    let mut per_batch = 16.min(max_per_batch).max(1);
+    loop {
+        let start = now_ms();
+        for _ in 0..per_batch {
+            op();
+        }
+        if now_ms() - start >= 2.0 || per_batch >= max_per_batch {
+            break;
+        }
+        per_batch = (per_batch * 2).min(max_per_batch);
+    }
     (0..batches)
         .map(|_| {
             let start = now_ms();
@@ -59,7 +71,8 @@ pub struct PoolLatencyRow {
     /// `device.create_buffer` + `destroy`: ns a cycle.
     pub create_median_ns: f64,
     pub create_p99_ns: f64,
-    /// One dispatch writing a pooled buffer, ns (amortised over a submit of 16).
+    /// One dispatch writing a pooled buffer, ns (amortised over a submit of up to
+    /// 16, at most 256 MiB of buffers).
     pub dispatch_pooled_ns: f64,
     /// The same with a fresh buffer each time (created, then destroyed after submit).
     pub dispatch_fresh_ns: f64,
@@ -77,39 +90,47 @@ pub async fn pool_latency(sizes: &[u64], batches: usize) -> Result<Vec<PoolLaten
     for &bytes in sizes {
         pooled.check_fits(bytes, "a benchmark buffer")?;
         drop(pooled.create_pooled(bytes as usize)); // warm the bucket
-        let (pool_median_ns, pool_p99_ns) = median_p99(&mut time_batches(batches, 16, || {
+        let (pool_median_ns, pool_p99_ns) = median_p99(&mut time_batches(batches, 4096, || {
             drop(pooled.create_pooled(bytes as usize));
         }));
+        // Fresh buffers: at most 2 GiB created in all per measurement (browsers free
+        // destroyed memory lazily and lose the device under that much churn).
+        let fresh_batches = ((2u64 << 30) / (16 * bytes)).clamp(3, batches as u64) as usize;
         let device = &pooled.device;
-        let (create_median_ns, create_p99_ns) = median_p99(&mut time_batches(batches, 16, || {
-            let buffer = device.create_buffer(&wgpu::BufferDescriptor {
-                label: None,
-                size: bytes,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            buffer.destroy();
-        }));
+        let (create_median_ns, create_p99_ns) =
+            median_p99(&mut time_batches(fresh_batches, 16, || {
+                let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: bytes,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                buffer.destroy();
+            }));
         let mut dispatch_ns = Vec::new();
+        // At most 256 MiB of fresh buffers alive in one submit: a browser's GPU
+        // process loses the device well before a GiB.
+        let per_round = (256u64 << 20).div_ceil(bytes).clamp(1, 16) as u32;
         for ctx in [&pooled, &fresh] {
             let n = (bytes / 4) as u32;
             let one_round = || async move {
                 let start = now_ms();
                 let last = ctx.scope(|| {
                     let mut last = None;
-                    for i in 0..16u32 {
+                    for i in 0..per_round {
                         let out = ctx.create_pooled(bytes as usize);
                         ctx.dispatch(&FILL, &[n, i, 0, 0], &[&out], grid_1d(n, 256));
                         last = Some(out);
                     }
-                    last.expect("16 rounds")
+                    last.expect("at least one dispatch")
                 });
                 ctx.download::<u32>(&last, 1).await?;
-                Ok::<f64, crate::Error>((now_ms() - start) * 1e6 / 16.0)
+                Ok::<f64, crate::Error>((now_ms() - start) * 1e6 / per_round as f64)
             };
             one_round().await?; // warm-up: pipelines, buckets, staging
             let mut samples = Vec::new();
-            for _ in 0..batches.clamp(3, 20) {
+            let rounds = ((2u64 << 30) / (per_round as u64 * bytes)).clamp(3, 20);
+            for _ in 0..rounds {
                 samples.push(one_round().await?);
             }
             dispatch_ns.push(median_p99(&mut samples).0);

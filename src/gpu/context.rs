@@ -347,15 +347,23 @@ impl WgpuContext {
             mapped_at_creation: true,
         });
         self.shared.note_created(size as u64);
-        {
-            let mut view = buffer
-                .slice(..)
-                .get_mapped_range_mut()
-                .expect("a buffer mapped at creation maps");
-            view.slice(..bytes.len()).copy_from_slice(bytes);
+        self.write_mapped(&buffer, size as u64, bytes);
+        PooledBuffer::new(buffer, size, bytes.len(), false, self.shared.clone())
+    }
+
+    /// Copies `bytes` into a buffer mapped for writing (its first `len` bytes) and
+    /// unmaps it. `false` (and an error for the next [`WgpuContext::take_error`])
+    /// when it cannot be mapped, which happens once the device is lost.
+    pub(crate) fn write_mapped(&self, buffer: &wgpu::Buffer, len: u64, bytes: &[u8]) -> bool {
+        match buffer.slice(..len).get_mapped_range_mut() {
+            Ok(mut view) => view.slice(..bytes.len()).copy_from_slice(bytes),
+            Err(e) => {
+                lock(&self.errors).push(format!("could not write an upload: {e}"));
+                return false;
+            }
         }
         buffer.unmap();
-        PooledBuffer::new(buffer, size, bytes.len(), false, self.shared.clone())
+        true
     }
 
     pub(crate) fn create_buffer(&self, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {

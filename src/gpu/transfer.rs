@@ -80,14 +80,11 @@ impl WgpuContext {
         let len = bytes.len().max(4).div_ceil(4) * 4;
         let dst = self.create_pooled(len);
         let chunk = self.belt.take(self, staging_class(len as u64));
-        {
-            let mut view = chunk
-                .slice(..len as u64)
-                .get_mapped_range_mut()
-                .expect("staging chunks are mapped while free");
-            view.slice(..bytes.len()).copy_from_slice(bytes);
+        // A chunk that cannot be mapped means the device is gone: report it at the
+        // next download instead of panicking, and leave the destination unwritten.
+        if !self.write_mapped(&chunk, len as u64, bytes) {
+            return dst;
         }
-        chunk.unmap();
         lock(&self.belt.in_flight).push(chunk.clone());
         self.record(|encoder| encoder.copy_buffer_to_buffer(&chunk, 0, &dst, 0, len as u64));
         dst
