@@ -173,6 +173,7 @@ const pct = (v) => `${Math.round(v * 100)}%`;
 // Says what went wrong in a heading a person can act on.
 function describe(message) {
   const m = message.toLowerCase();
+  if (m.startsWith('the wasm module panicked')) return ['tidepool crashed', `${message} Restart starts it afresh.`];
   if (m.startsWith('could not load the wasm package')) return ['The wasm package did not load', message];
   if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) return ['No WebGPU here', `${message} ${BROWSERS}`];
   if (m.startsWith('bad corpus')) return ['This corpus cannot be used', message];
@@ -410,9 +411,10 @@ class TidepoolWidget {
       this.fire('state', m);
     });
     on('error', (m) => {
-      if (m.lost || m.op === 'step' || m.op === 'worker' || m.op === 'load') {
-        // the worker freed a lost device; after a panic the wasm instance is suspect
-        if (m.lost || m.op === 'worker') this.hasTrainer = false;
+      if (m.lost || m.fatal || m.op === 'step' || m.op === 'worker' || m.op === 'load') {
+        // a lost device was freed by the worker; after a panic only a new worker will do
+        if (m.lost || m.fatal) this.hasTrainer = false;
+        if (m.fatal || m.op === 'load') this.loaded = false;
         this.showError(m.message, { restart: true, runAgain: this.running || m.op === 'step' });
       } else this.showError(m.message);
       this.updateButtons();
