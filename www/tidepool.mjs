@@ -7,7 +7,7 @@
 // Trainer): several run on one page independently. index.html is one of them.
 
 import { TrainerClient } from './client.mjs';
-import { Chart, fmtBytes, fmtCount, loadChartCss } from './charts.mjs';
+import { Chart, fmtBytes, fmtBytesShort, fmtCount, loadChartCss } from './charts.mjs';
 
 const CSS_URL = new URL('./tidepool.css', import.meta.url);
 const POLICIES = ['pow2', 'pow2/2', 'pow2/4', 'pow2/8', 'exact'];
@@ -134,15 +134,15 @@ function template(id, o) {
     <figure class="tp-chart" data-testid="chart-step-time" data-ref="chartTime" data-points="0">
       <figcaption>Step time <span class="tp-muted">ms, and tokens per second<span data-ref="prevTime"></span></span></figcaption>
       <div class="tp-plot" role="img" aria-label="Step time per step"></div></figure>
-  </div>
-  <section class="tp-sample" aria-labelledby="${id}-sample-h">
+    <section class="tp-sample" aria-labelledby="${id}-sample-h">
     <div class="tp-sample-head">
       <h3 id="${id}-sample-h">Sample</h3>
       <span class="tp-muted" data-ref="sampleStep">from the current model, refreshed as it trains</span>
       <button type="button" data-ref="sampleNow">Sample now</button>
     </div>
     <pre data-testid="sample" data-ref="sample" tabindex="0" aria-label="Sampled text"></pre>
-  </section>`;
+    </section>
+  </div>`;
 }
 
 function emptyRun(label) {
@@ -287,7 +287,7 @@ class TidepoolWidget {
       const m = await this.client.create(config, corpus ? corpus.text : undefined, run, corpus?.name);
       this.corpus = corpus;
       const c = m.corpus;
-      this.el.corpusName.textContent = corpus ? corpus.name : `${c.name} (built-in)`;
+      this.el.corpusName.textContent = corpus ? corpus.name : /built.?in/i.test(c.name) ? c.name : `${c.name} (built-in)`;
       this.el.corpusInfo.textContent = `${fmtBytes(c.bytes)} · vocab ${c.vocab} · ${c.tokens.toLocaleString('en')} tokens`;
       this.el.builtin.hidden = !corpus;
       this.el.settingsHint.classList.remove('tp-changed');
@@ -432,11 +432,12 @@ class TidepoolWidget {
     this.el.prevLoss.textContent = prevNote;
     this.el.prevTime.textContent = prevNote;
     this.el.adapter.textContent = `${m.adapter.name || 'WebGPU adapter'} (${m.adapter.backend})`;
+    const lr = +Number(cfg.lr).toPrecision(4); // an f32 0.003 arrives as 0.003000000026
     this.el.model.textContent =
       `${cfg.layers} layers · ${cfg.heads} heads · width ${cfg.width} · context ${cfg.context} · vocab ${cfg.vocab} · ` +
-      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${cfg.lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
+      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
     // the placeholders show what an empty field means now
-    this.el.lr.placeholder = cfg.lr;
+    this.el.lr.placeholder = lr;
     this.el.batch.placeholder = cfg.batch;
     this.el.context.placeholder = cfg.context;
     this.el.pool.checked = cfg.pool;
@@ -622,13 +623,20 @@ class TidepoolWidget {
         bars: true,
         xLabel: 'size class',
         // one tick per size class, labelled with its size
-        xSplits: () => this.bucketSizes.map((_, i) => i),
-        xFmt: (i) => (Number.isInteger(i) && this.bucketSizes[i] !== undefined ? fmtBytes(this.bucketSizes[i]) : ''),
+        // every size class is a bar; labels thin out when they would collide
+        xSplits: (u) => {
+          const n = this.bucketSizes.length;
+          const fit = Math.max(1, Math.floor(u.bbox.width / devicePixelRatio / 38));
+          const every = Math.ceil(n / fit);
+          return this.bucketSizes.map((_, i) => i).filter((i) => i % every === 0);
+        },
+        xFmt: (i) => (Number.isInteger(i) && this.bucketSizes[i] !== undefined ? fmtBytesShort(this.bucketSizes[i]) : ''),
         y: { fmt: fmtCount, zero: true },
         series: [{ label: 'free buffers', color: 3 }],
       }),
       time: new Chart(plot(this.el.chartTime), {
-        y: { fmt: (v) => `${+v.toFixed(1)}`, zero: true },
+        // the first step compiles every shader: left off the scale, or it flattens the rest
+        y: { fmt: (v) => `${+v.toFixed(1)}`, zero: true, skipFirst: true },
         y2: { fmt: fmtCount, zero: true },
         series: [
           { label: 'ms per step', color: 0, width: 2 },
