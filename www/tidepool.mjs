@@ -175,7 +175,9 @@ function describe(message) {
   const m = message.toLowerCase();
   if (m.startsWith('the wasm module panicked')) return ['tidepool crashed', `${message} Restart starts it afresh.`];
   if (m.startsWith('could not load the wasm package')) return ['The wasm package did not load', message];
-  if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) return ['No WebGPU here', `${message} ${BROWSERS}`];
+  if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) {
+    return ['No WebGPU here', m.includes('chrome') ? message : `${message} ${BROWSERS}`];
+  }
   if (m.startsWith('bad corpus')) return ['This corpus cannot be used', message];
   if (m.startsWith('bad configuration')) return ['Check the settings', message];
   if (m.startsWith('too large for this device')) return ['Too large for this GPU', `${message} Try the tiny preset, a smaller batch or context.`];
