@@ -30,8 +30,9 @@ test: setup test-native test-web test-e2e
 test-native:
 	cargo test --release
 
+# SwiftShader (a CPU Vulkan) runs WebGPU here: give each browser test time.
 test-web:
-	wasm-pack test --headless --chrome --release
+	WASM_BINDGEN_TEST_TIMEOUT=900 wasm-pack test --headless --chrome --release
 
 test-e2e: pkg
 	node --test tests/e2e/

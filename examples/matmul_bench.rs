@@ -2,12 +2,18 @@
 //! square sizes and on the GPT-2 layer shapes this crate trains, plus causal
 //! attention forward and backward.
 //!
-//! `cargo run --release --example matmul_bench -- [--json] [--quick]`
+//! `cargo run --release --example matmul_bench -- [--json] [--quick] [--only OP]`
 //!
 //! Each case warms up (pipeline compile, pool fill), then records `reps` launches in
 //! one scope (one submit) and waits for them with a 4-byte download; the time per
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
-//! adapter (lavapipe); `--json` adds one JSON object a line.
+//! adapter (lavapipe); `--json` adds one JSON object a line; `--only OP` runs the
+//! cases whose op name contains OP.
+//!
+//! Measured on an NVIDIA H200 through Vulkan (one session, with cuBLAS fp32, TF32
+//! off, through PyTorch for comparison): 4096^3 forward / dinp / dweight 29.4 /
+//! 31.3 / 32.8 TFLOP/s against cuBLAS 50.4 / 51.3 / 51.8; the four GPT-2 layer
+//! GEMMs at 64 x 256 tokens, all three products each, 6.55 ms against 3.90.
 
 #[cfg(target_arch = "wasm32")]
 fn main() {}
@@ -30,19 +36,23 @@ mod bench {
     struct Args {
         json: bool,
         quick: bool,
+        only: String,
     }
 
     fn args() -> Args {
         let mut a = Args {
             json: false,
             quick: false,
+            only: String::new(),
         };
-        for arg in std::env::args().skip(1) {
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
             match arg.as_str() {
                 "--json" => a.json = true,
                 "--quick" => a.quick = true,
+                "--only" => a.only = it.next().unwrap_or_default(),
                 "-h" | "--help" => {
-                    println!("matmul_bench [--json] [--quick]");
+                    println!("matmul_bench [--json] [--quick] [--only OP]");
                     std::process::exit(0);
                 }
                 other => {
@@ -114,6 +124,12 @@ mod bench {
             "op", "m", "k", "n", "ms", "GFLOP/s"
         );
         let mut rows = Vec::new();
+        let matmuls = "matmul_forward matmul_dinp matmul_dweight";
+        let shapes = if matmuls.contains(&args.only) {
+            shapes
+        } else {
+            Vec::new()
+        };
         for &(m, k, n) in &shapes {
             // Forward out[m, n] = inp[m, k] · weight[n, k]ᵀ; backward from dout[m, n].
             let inp = ctx.upload(&rng.vec(m * k, -1.0, 1.0));
@@ -132,6 +148,9 @@ mod bench {
                 }),
             ];
             for (op, launch) in cases {
+                if !op.contains(&args.only) {
+                    continue;
+                }
                 let secs = time(&ctx, budget, launch).await;
                 let row = Row {
                     op,
@@ -162,6 +181,9 @@ mod bench {
             ("attention_backward", &bwd, 10.0 * pairs * hs),
         ];
         for (op, launch, flops) in cases {
+            if !op.contains(&args.only) {
+                continue;
+            }
             let secs = time(&ctx, budget, launch).await;
             // m, k, n: batch x heads, t, head size.
             let row = Row {

@@ -30,7 +30,9 @@ try {
   const result = await page.evaluate(async ({ which, opt }) => {
     const m = await import('/pkg/tidepool.js');
     await m.default();
-    const info = await (await m.Trainer.create({ preset: 'tiny' })).adapter();
+    const probe = await m.Trainer.create({ preset: 'tiny' });
+    const info = probe.adapter();
+    probe.free();
     if (which === 'pool') return { info, rows: await m.benchPool(Number(opt.batches)) };
     if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps)) };
     return { info, rows: await m.benchStep(opt.preset, Number(opt.warmup), Number(opt.steps)) };

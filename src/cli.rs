@@ -86,9 +86,9 @@ struct TrainArgs {
     /// Create every buffer fresh and destroy it after the step, for comparison.
     #[arg(long)]
     no_pool: bool,
-    /// Size classes: pow2, pow2/N (N a power of two) or exact.
-    #[arg(long, default_value = "pow2")]
-    policy: String,
+    /// Size classes: pow2, pow2/N (N a power of two) or exact (default: pow2/8).
+    #[arg(long)]
+    policy: Option<String>,
     /// One JSON object a line, a line a step, and a last line with "final": true.
     #[arg(long)]
     json: bool,
@@ -120,7 +120,9 @@ impl TrainArgs {
             cfg.steps = steps;
         }
         cfg.pool = !self.no_pool;
-        cfg.policy = SizePolicy::parse(&self.policy).map_err(tidepool::Error::Config)?;
+        if let Some(policy) = &self.policy {
+            cfg.policy = SizePolicy::parse(policy).map_err(tidepool::Error::Config)?;
+        }
         Ok(cfg)
     }
 

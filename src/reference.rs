@@ -383,7 +383,7 @@ pub fn attention_forward(
     nh: usize,
 ) -> (Vec<f32>, Vec<f32>) {
     assert_eq!(qkv.len(), b * t * 3 * c);
-    assert!(nh > 0 && c % nh == 0, "c must split into nh heads");
+    assert!(nh > 0 && c.is_multiple_of(nh), "c must split into nh heads");
     let hs = c / nh;
     let scale = 1.0 / (hs as f64).sqrt();
     let at =

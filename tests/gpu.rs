@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{context, poison_next_output, read};
+use common::{context, poisoned, read};
 use tidepool::gpu::Kernel;
 use tidepool::kernels::residual_forward;
 use tidepool::rng::{fresh_seed, Rng};
@@ -86,14 +86,7 @@ async fn residual_parity_body() {
         let a = rng.vec(n, -2.0, 2.0);
         let b = rng.vec(n, -2.0, 2.0);
         let (ga, gb) = (ctx.upload(&a), ctx.upload(&b));
-        poison_next_output(&ctx, n);
-        let hits = ctx.pool_stats().hits;
-        let out = residual_forward(&ctx, &ga, &gb, n);
-        assert_eq!(
-            ctx.pool_stats().hits,
-            hits + 1,
-            "output came from the poisoned pool"
-        );
+        let out = poisoned(&ctx, &[n], || residual_forward(&ctx, &ga, &gb, n));
         let got = read(&ctx, &out, n).await;
         let want = tidepool::reference::residual_forward(&a, &b);
         assert_eq!(got, want, "n = {n}, seed {seed}");
@@ -121,10 +114,7 @@ async fn one_scope_one_submit_body() {
 gpu_test!(zeroed_buffers_are_zero_even_when_recycled, zeroed_body());
 async fn zeroed_body() {
     let ctx = context().await;
-    poison_next_output(&ctx, 300);
-    let hits = ctx.pool_stats().hits;
-    let zeroed = ctx.create_zeroed(300 * 4);
-    assert_eq!(ctx.pool_stats().hits, hits + 1, "took the poisoned buffer");
+    let zeroed = poisoned(&ctx, &[300], || ctx.create_zeroed(300 * 4));
     assert_eq!(read(&ctx, &zeroed, 300).await, vec![0.0; 300]);
 }
 
@@ -242,4 +232,93 @@ async fn too_large_body() {
     let message = err.to_string();
     assert!(message.contains("a test tensor"), "{message}");
     assert!(ctx.check_fits(1024, "small").is_ok());
+}
+
+gpu_test!(policies_round_through_the_context, policies_body());
+async fn policies_body() {
+    use tidepool::{BufferPoolConfig, SizePolicy};
+    for (policy, want) in [
+        (SizePolicy::PowerOfTwo, 2048u64),
+        (SizePolicy::Subdivided { subdivisions: 4 }, 1280),
+        (SizePolicy::Exact, 1200),
+    ] {
+        let ctx = WgpuContext::with_options(ContextOptions {
+            pool: BufferPoolConfig {
+                policy,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .await
+        .expect("context");
+        let buffer = ctx.create_pooled(1200);
+        assert_eq!(buffer.size(), want, "{policy:?}");
+        drop(buffer);
+        let again = ctx.create_pooled(1190);
+        // Exact classes only serve their own size.
+        let hits = ctx.pool_stats().hits;
+        assert_eq!(hits, u64::from(policy != SizePolicy::Exact), "{policy:?}");
+        drop(again);
+    }
+}
+
+gpu_test!(idle_buffers_are_evicted_after_submits, idle_eviction_body());
+async fn idle_eviction_body() {
+    use tidepool::BufferPoolConfig;
+    let ctx = WgpuContext::with_options(ContextOptions {
+        pool: BufferPoolConfig {
+            max_idle_ticks: Some(2),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let x = ctx.upload(&[1.0f32; 64]);
+    drop(ctx.create_pooled(4096)); // idle from now on
+    for round in 0..4 {
+        // Each round is one submit: one tick of the pool's clock.
+        let y = residual_forward(&ctx, &x, &x, 64);
+        assert_eq!(read(&ctx, &y, 1).await, vec![2.0]);
+        let held_4096 = ctx.pool_stats().buckets.iter().any(|b| b.size == 4096);
+        if round == 0 {
+            assert!(held_4096, "still young after one tick");
+        }
+    }
+    let s = ctx.pool_stats();
+    assert!(
+        !s.buckets.iter().any(|b| b.size == 4096),
+        "evicted: {:?}",
+        s.buckets
+    );
+    assert!(s.buffers_evicted >= 1 && s.bytes_evicted >= 4096);
+}
+
+gpu_test!(
+    trim_and_budget_bound_what_the_pool_holds,
+    trim_budget_body()
+);
+async fn trim_budget_body() {
+    use tidepool::BufferPoolConfig;
+    let ctx = WgpuContext::with_options(ContextOptions {
+        pool: BufferPoolConfig {
+            max_bytes: 64 * 1024,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let held: Vec<_> = (0..6).map(|_| ctx.create_pooled(16 * 1024)).collect();
+    drop(held); // 96 KiB offered, 64 KiB budget: two rejected and destroyed
+    let s = ctx.pool_stats();
+    assert_eq!(s.bytes_held, 64 * 1024);
+    assert_eq!(s.rejected_over_budget, 2);
+    assert_eq!(ctx.counters().buffers_destroyed, 2);
+    assert_eq!(ctx.pool().trim(16 * 1024), 3);
+    assert_eq!(ctx.pool_stats().bytes_held, 16 * 1024);
+    // Still a working pool afterwards.
+    let x = ctx.upload(&[1.5f32; 8]);
+    let y = residual_forward(&ctx, &x, &x, 8);
+    assert_eq!(read(&ctx, &y, 8).await, vec![3.0; 8]);
 }

@@ -148,6 +148,9 @@ pub struct WgpuContext {
     pub(crate) readback: Readback,
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
+    /// Kept alive as long as the device: WebGPU implementations (Dawn) lose every
+    /// device of an instance once its last reference is gone.
+    _instance: wgpu::Instance,
 }
 
 impl WgpuContext {
@@ -160,7 +163,7 @@ impl WgpuContext {
     /// dx12) and `WGPU_ADAPTER_NAME` (a substring of the adapter's name) choose it.
     pub async fn with_options(options: ContextOptions) -> Result<Self> {
         options.pool.validate().map_err(Error::Config)?;
-        let adapter = request_adapter().await?;
+        let (instance, adapter) = request_adapter().await?;
         let mut info = adapter.get_info();
         if info.name.is_empty() {
             // Browsers leave `description` empty; vendor and architecture say enough.
@@ -220,6 +223,7 @@ impl WgpuContext {
             params: Mutex::new(params),
             errors,
             lost,
+            _instance: instance,
         })
     }
 
@@ -550,7 +554,7 @@ impl Drop for WgpuContext {
     }
 }
 
-async fn request_adapter() -> Result<wgpu::Adapter> {
+async fn request_adapter() -> Result<(wgpu::Instance, wgpu::Adapter)> {
     #[cfg(target_arch = "wasm32")]
     if !wgpu::util::is_browser_webgpu_supported().await {
         return Err(Error::NoAdapter(crate::NO_WEBGPU.into()));
@@ -562,16 +566,17 @@ async fn request_adapter() -> Result<wgpu::Adapter> {
         let wanted = wanted.to_lowercase();
         let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
-        return adapters
+        let adapter = adapters
             .into_iter()
             .find(|a| a.get_info().name.to_lowercase().contains(&wanted))
             .ok_or_else(|| {
                 Error::NoAdapter(format!(
                     "WGPU_ADAPTER_NAME={wanted:?} matches none of {names:?}"
                 ))
-            });
+            })?;
+        return Ok((instance, adapter));
     }
-    instance
+    let adapter = instance
         .request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             ..Default::default()
@@ -583,7 +588,8 @@ async fn request_adapter() -> Result<wgpu::Adapter> {
             #[cfg(not(target_arch = "wasm32"))]
             let hint = "install a Vulkan, Metal or DX12 driver (on Linux without a GPU: mesa-vulkan-drivers gives lavapipe)";
             Error::NoAdapter(format!("{e}. {hint}"))
-        })
+        })?;
+    Ok((instance, adapter))
 }
 
 /// "google swiftshader" and the like, from `GPUAdapterInfo` (wgpu maps only the

@@ -2,12 +2,21 @@
 // scaled scores, never the t x t probabilities.
 //
 // qkv is [b, t, 3c] (queries, keys, values), head h at channels h*hs..(h+1)*hs.
-// A prelude sets HS4, the head size in vec4s this variant holds (hs <= 4 * HS4;
-// channels past hs read as zero and are never written).
 //
-// Workgroup (x, y): 64 queries x*64.. of one (batch, head) y. Thread = one query
-// row, its q and output in registers. Keys and values stream through shared
-// memory 16 at a time; per tile the row's max is updated once (online softmax).
+// A template, expanded by attention.rs: it prepends `const HS4` (the head size in
+// vec4s this variant holds, hs <= 4 * HS4; channels past hs read as zero and are
+// never written) and `const H2 = HS4 / 2`. Each code line holding `#D` acts on
+// vec4 `#D` (0 .. H2-1) of a thread's half of the head: natively the line is
+// repeated for each over named registers (qa0, qa1, ..), in the browser it is a
+// loop over an array (see `expand` there for why).
+//
+// Workgroup (x, y): queries x*64 .. x*64+63 of one (batch, head) y, 64 threads.
+// Threads 2r and 2r+1 share rows x*64 + r ("a") and x*64 + 32 + r ("b"); each
+// holds the vec4s 2d + half of their q and output (half = thread % 2), so every
+// vec4 a thread reads from shared memory feeds two rows: half the shared-memory
+// traffic per score of one thread a row, which is what limits this on big GPUs.
+// The two half dots meet through shared memory. Keys and values stream through
+// shared memory 16 at a time, 4 keys per online-softmax update.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -22,10 +31,12 @@ const MASKED: f32 = -1.0e30;
 
 var<workgroup> ks: array<vec4<f32>, BKV * HS4>;
 var<workgroup> vs: array<vec4<f32>, BKV * HS4>;
+// Half dots: [key pair][thread] = (a key 0, a key 1, b key 0, b key 1).
+var<workgroup> part: array<vec4<f32>, 512>;
 
 // 4 channels d.. of part (0 q, 1 k, 2 v) of (batch bi, position ti, head h), zero past hs.
-fn load4(bi: u32, ti: u32, part: u32, h: u32, d: u32) -> vec4<f32> {
-    let base = (bi * p.t + ti) * 3u * p.c + part * p.c + h * p.hs + d;
+fn load4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
+    let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
     var v = vec4<f32>(0.0);
     if (d < p.hs) { v.x = qkv[base]; }
     if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
@@ -34,33 +45,54 @@ fn load4(bi: u32, ti: u32, part: u32, h: u32, d: u32) -> vec4<f32> {
     return v;
 }
 
+fn store4(base: u32, d: u32, v: vec4<f32>) {
+    if (d < p.hs) { out[base + d] = v.x; }
+    if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
+    if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
+    if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
+}
+
 fn hsum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }
 
+// Online softmax of one row over 4 more scores: returns (new max, new sum, factor
+// for the old output, 0) and the 4 weights in `w`.
+struct Step { m: f32, l: f32, corr: f32, w: vec4<f32> }
+
+fn softmax_step(m: f32, l: f32, s: vec4<f32>) -> Step {
+    let mnew = max(m, max(max(s.x, s.y), max(s.z, s.w)));
+    let corr = exp(m - mnew);
+    let w = exp(s - vec4<f32>(mnew));
+    return Step(mnew, l * corr + hsum(w), corr, w);
+}
+
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let q0 = wg.x * BQ;
-    let i = q0 + lid;
+    let row0 = wg.x * BQ;
+    let hh = t % 2u;
+    let ra = row0 + t / 2u;
+    let rb = ra + 32u;
     // Rows past the end compute a copy of the last row and write nothing.
-    let iq = min(i, p.t - 1u);
+    let ia = min(ra, p.t - 1u);
+    let ib = min(rb, p.t - 1u);
 
-    var q: array<vec4<f32>, HS4>;
-    var o: array<vec4<f32>, HS4>;
-    for (var d4 = 0u; d4 < HS4; d4++) {
-        q[d4] = load4(bi, iq, 0u, h, d4 * 4u) * p.scale;
-        o[d4] = vec4<f32>(0.0);
-    }
-    var m = MASKED;
-    var l = 0.0;
+    var qa#D = load4(bi, ia, 0u, h, (2u * #Du + hh) * 4u) * p.scale;
+    var qb#D = load4(bi, ib, 0u, h, (2u * #Du + hh) * 4u) * p.scale;
+    var oa#D = vec4<f32>(0.0);
+    var ob#D = vec4<f32>(0.0);
+    var ma = MASKED;
+    var la = 0.0;
+    var mb = MASKED;
+    var lb = 0.0;
 
-    let kv_end = min(q0 + BQ, p.t);
-    for (var k0 = 0u; k0 < kv_end; k0 += BKV) {
-        for (var e = lid; e < BKV * HS4; e += BQ) {
-            let j = k0 + e / HS4;
+    let kv_end = min(row0 + BQ, p.t);
+    for (var kt = 0u; kt < kv_end; kt += BKV) {
+        for (var e = t; e < BKV * HS4; e += BQ) {
+            let j = kt + e / HS4;
             let d = (e % HS4) * 4u;
             var kv = vec4<f32>(0.0);
             var vv = vec4<f32>(0.0);
@@ -73,56 +105,60 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
 
-        // Four keys at a time, each dot in a vec4 accumulator: 16 independent FMA
-        // chains instead of one long one per key.
-        var s: array<f32, BKV>;
-        var smax = m;
-        for (var jj = 0u; jj < BKV; jj += 4u) {
+        // Half dots, two keys at a time (four independent vec4 FMA chains).
+        for (var jj = 0u; jj < BKV; jj += 2u) {
+            let k0 = jj * HS4 + hh;
+            let k1 = k0 + HS4;
             var a0 = vec4<f32>(0.0);
             var a1 = vec4<f32>(0.0);
-            var a2 = vec4<f32>(0.0);
-            var a3 = vec4<f32>(0.0);
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                let qd = q[d4];
-                a0 = fma(qd, ks[jj * HS4 + d4], a0);
-                a1 = fma(qd, ks[(jj + 1u) * HS4 + d4], a1);
-                a2 = fma(qd, ks[(jj + 2u) * HS4 + d4], a2);
-                a3 = fma(qd, ks[(jj + 3u) * HS4 + d4], a3);
-            }
-            // Key k0 + jj is visible to query iq only at or before it (and so < t).
-            s[jj] = select(MASKED, hsum(a0), k0 + jj <= iq);
-            s[jj + 1u] = select(MASKED, hsum(a1), k0 + jj + 1u <= iq);
-            s[jj + 2u] = select(MASKED, hsum(a2), k0 + jj + 2u <= iq);
-            s[jj + 3u] = select(MASKED, hsum(a3), k0 + jj + 3u <= iq);
-            smax = max(smax, max(max(s[jj], s[jj + 1u]), max(s[jj + 2u], s[jj + 3u])));
+            var b0 = vec4<f32>(0.0);
+            var b1 = vec4<f32>(0.0);
+            a0 = fma(qa#D, ks[k0 + 2u * #Du], a0); a1 = fma(qa#D, ks[k1 + 2u * #Du], a1); b0 = fma(qb#D, ks[k0 + 2u * #Du], b0); b1 = fma(qb#D, ks[k1 + 2u * #Du], b1);
+            part[(jj / 2u) * 64u + t] = vec4<f32>(hsum(a0), hsum(a1), hsum(b0), hsum(b1));
         }
-        let corr = exp(m - smax);
-        l *= corr;
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            o[d4] *= corr;
+        workgroupBarrier();
+
+        for (var jj = 0u; jj < BKV; jj += 4u) {
+            // Own half plus the partner's: both threads add the same two numbers.
+            let g = (jj / 2u) * 64u;
+            let x = part[g + t] + part[g + (t ^ 1u)];
+            let y = part[g + 64u + t] + part[g + 64u + (t ^ 1u)];
+            // Key kt + jj + c is visible to a row only at or before it (and so < t).
+            let key = vec4<u32>(kt + jj) + vec4<u32>(0u, 1u, 2u, 3u);
+            let sa = select(vec4<f32>(MASKED), vec4<f32>(x.x, x.y, y.x, y.y), key <= vec4<u32>(ia));
+            let sb = select(vec4<f32>(MASKED), vec4<f32>(x.z, x.w, y.z, y.w), key <= vec4<u32>(ib));
+            let sta = softmax_step(ma, la, sa);
+            let stb = softmax_step(mb, lb, sb);
+            ma = sta.m;
+            la = sta.l;
+            mb = stb.m;
+            lb = stb.l;
+            let wa = sta.w;
+            let wb = stb.w;
+            let v0 = jj * HS4 + hh;
+            let v1 = v0 + HS4;
+            let v2 = v1 + HS4;
+            let v3 = v2 + HS4;
+            oa#D = fma(vec4<f32>(wa.x), vs[v0 + 2u * #Du], fma(vec4<f32>(wa.y), vs[v1 + 2u * #Du], fma(vec4<f32>(wa.z), vs[v2 + 2u * #Du], fma(vec4<f32>(wa.w), vs[v3 + 2u * #Du], oa#D * sta.corr))));
+            ob#D = fma(vec4<f32>(wb.x), vs[v0 + 2u * #Du], fma(vec4<f32>(wb.y), vs[v1 + 2u * #Du], fma(vec4<f32>(wb.z), vs[v2 + 2u * #Du], fma(vec4<f32>(wb.w), vs[v3 + 2u * #Du], ob#D * stb.corr))));
         }
-        for (var jj = 0u; jj < BKV; jj++) {
-            let pj = exp(s[jj] - smax);
-            l += pj;
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                o[d4] += pj * vs[jj * HS4 + d4];
-            }
-        }
-        m = smax;
         workgroupBarrier();
     }
 
-    if (i < p.t) {
-        let inv = 1.0 / l;
-        let base = (bi * p.t + i) * p.c + h * p.hs;
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            let v = o[d4] * inv;
-            let d = d4 * 4u;
-            if (d < p.hs) { out[base + d] = v.x; }
-            if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
-            if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
-            if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
+    if (ra < p.t) {
+        let inv = 1.0 / la;
+        let base = (bi * p.t + ra) * p.c + h * p.hs;
+        store4(base, (2u * #Du + hh) * 4u, oa#D * inv);
+        if (hh == 0u) {
+            lse[bh * p.t + ra] = ma + log(la);
         }
-        lse[bh * p.t + i] = m + log(l);
+    }
+    if (rb < p.t) {
+        let inv = 1.0 / lb;
+        let base = (bi * p.t + rb) * p.c + h * p.hs;
+        store4(base, (2u * #Du + hh) * 4u, ob#D * inv);
+        if (hh == 0u) {
+            lse[bh * p.t + rb] = mb + log(lb);
+        }
     }
 }

@@ -1,11 +1,11 @@
 // Causal self-attention backward from the forward's logsumexp (see attention.wgsl
-// for layouts). With p_ij = exp(s_ij - lse_i), dp_ij = dout_i · v_j and
+// for layouts, the `#D` template lines and the split of a head between two
+// threads). With p_ij = exp(s_ij - lse_i), dp_ij = dout_i · v_j and
 // D_i = dout_i · out_i = sum_j p_ij dp_ij, the softmax backward is
-// ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j, dk_j = scale sum_i ds_ij q_i,
-// dv_j = sum_i p_ij dout_i. No atomics: `dq` gives each query row one thread
-// (looping over keys) and writes D; then `dkdv` gives each key one dk thread and one
-// dv thread (looping over queries). Each kernel writes its own channels of dqkv.
-// A prelude sets HS4 as for the forward.
+// ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j,
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i.
+// No atomics: `dq` loops over keys for its queries and writes D; then `dkdv` loops
+// over queries for its keys. Each writes its own channels of dqkv.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -18,17 +18,20 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1:
 // Used by `dq` only (the last binding, so `dkdv` simply binds one buffer fewer).
 @group(0) @binding(6) var<storage, read> out: array<f32>;
 
+// Rows (queries for `dq`, keys for `dkdv`) of a workgroup, and the tile of the
+// other side that streams through shared memory.
 const BQ: u32 = 64u;
-const BT: u32 = 16u;
+const BT: u32 = 8u;
 
-// A tile of 16 rows (keys for `dq`, queries for `dkdv`) of two tensors.
-var<workgroup> ta: array<vec4<f32>, BT * HS4>;
-var<workgroup> tb: array<vec4<f32>, BT * HS4>;
-var<workgroup> ra: array<f32, BT>;
-var<workgroup> rb: array<f32, BT>;
+// The tile: two tensors, BT rows of HS4 vec4s each (k, v for `dq`; q, dout for `dkdv`).
+var<workgroup> tile: array<vec4<f32>, 2u * BT * HS4>;
+// Half dots: [tile row][thread] = (row a, row b).
+var<workgroup> part: array<vec2<f32>, BT * 128u>;
+var<workgroup> lse_t: array<f32, BT>;
+var<workgroup> dsum_t: array<f32, BT>;
 
-fn qkv4(bi: u32, ti: u32, part: u32, h: u32, d: u32) -> vec4<f32> {
-    let base = (bi * p.t + ti) * 3u * p.c + part * p.c + h * p.hs + d;
+fn qkv4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
+    let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
     var v = vec4<f32>(0.0);
     if (d < p.hs) { v.x = qkv[base]; }
     if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
@@ -57,8 +60,8 @@ fn out4(bi: u32, ti: u32, h: u32, d: u32) -> vec4<f32> {
     return v;
 }
 
-fn store4(ti: u32, bi: u32, part: u32, h: u32, d: u32, v: vec4<f32>) {
-    let base = (bi * p.t + ti) * 3u * p.c + part * p.c + h * p.hs + d;
+fn store4(ti: u32, bi: u32, which: u32, h: u32, d: u32, v: vec4<f32>) {
+    let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
     if (d < p.hs) { dqkv[base] = v.x; }
     if (d + 1u < p.hs) { dqkv[base + 1u] = v.y; }
     if (d + 2u < p.hs) { dqkv[base + 2u] = v.z; }
@@ -69,171 +72,180 @@ fn hsum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }
 
-// Workgroup (x, y): queries x*64.. of (batch, head) y, one thread a query.
-@compute @workgroup_size(64)
-fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+// Both kernels: 128 threads in two groups of 64 (whole warps). In each group,
+// threads 2r and 2r+1 hold halves (vec4s 2d + half) of rows x*64 + r ("a") and
+// x*64 + 32 + r ("b") of one operand and work out half dots of both rows with the
+// streamed tile; the halves meet in `part`. Then each group accumulates one of two
+// gradients, so both groups do the same work and hold 2 x H2 + (1 or 2) x H2 vec4s.
+
+// Workgroup (x, y): queries x*64 .. of (batch, head) y. Group 0 holds q (scores
+// s = q·k), group 1 dout (dp = dout·v); group 0 accumulates dq of row a, group 1
+// of row b. Keys stream through shared memory 8 at a time.
+@compute @workgroup_size(128)
+fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let q0 = wg.x * BQ;
-    let i = q0 + lid;
-    let iq = min(i, p.t - 1u);
+    let row0 = wg.x * BQ;
+    let grp = t / 64u;
+    let tl = t % 64u;
+    let hh = tl % 2u;
+    let rowa = row0 + tl / 2u;
+    let rowb = rowa + 32u;
+    let ia = min(rowa, p.t - 1u);
+    let ib = min(rowb, p.t - 1u);
 
-    var q: array<vec4<f32>, HS4>;
-    var g: array<vec4<f32>, HS4>;
-    var dqa: array<vec4<f32>, HS4>;
-    var dd = 0.0;
-    for (var d4 = 0u; d4 < HS4; d4++) {
-        q[d4] = qkv4(bi, iq, 0u, h, d4 * 4u) * p.scale;
-        g[d4] = dout4(bi, iq, h, d4 * 4u);
-        dd += dot(g[d4], out4(bi, iq, h, d4 * 4u));
-        dqa[d4] = vec4<f32>(0.0);
+    var xa#D = vec4<f32>(0.0);
+    var xb#D = vec4<f32>(0.0);
+    if (grp == 0u) {
+        xa#D = qkv4(bi, ia, 0u, h, (2u * #Du + hh) * 4u) * p.scale;
+        xb#D = qkv4(bi, ib, 0u, h, (2u * #Du + hh) * 4u) * p.scale;
+    } else {
+        xa#D = dout4(bi, ia, h, (2u * #Du + hh) * 4u);
+        xb#D = dout4(bi, ib, h, (2u * #Du + hh) * 4u);
+        // D = dout · out, half dots; the partner's half comes through `part`.
+        var da4 = vec4<f32>(0.0);
+        var db4 = vec4<f32>(0.0);
+        da4 = fma(xa#D, out4(bi, ia, h, (2u * #Du + hh) * 4u), da4); db4 = fma(xb#D, out4(bi, ib, h, (2u * #Du + hh) * 4u), db4);
+        part[tl] = vec2<f32>(hsum(da4), hsum(db4));
     }
-    let li = lse[bh * p.t + iq];
+    var acc#D = vec4<f32>(0.0);
+    workgroupBarrier();
+    let dd2 = part[tl] + part[tl ^ 1u];
+    // This thread's accumulated row: a in group 0, b in group 1.
+    let row = select(rowb, rowa, grp == 0u);
+    let ir = select(ib, ia, grp == 0u);
+    let dd = select(dd2.y, dd2.x, grp == 0u);
+    let lse_r = lse[bh * p.t + ir];
 
-    let kv_end = min(q0 + BQ, p.t);
-    for (var k0 = 0u; k0 < kv_end; k0 += BT) {
-        for (var e = lid; e < BT * HS4; e += BQ) {
-            let j = k0 + e / HS4;
-            let d = (e % HS4) * 4u;
-            var kv = vec4<f32>(0.0);
-            var vv = vec4<f32>(0.0);
+    let kv_end = min(row0 + BQ, p.t);
+    for (var kt = 0u; kt < kv_end; kt += BT) {
+        for (var e = t; e < 2u * BT * HS4; e += 2u * BQ) {
+            let which = 1u + e / (BT * HS4);
+            let f = e % (BT * HS4);
+            let j = kt + f / HS4;
+            var v = vec4<f32>(0.0);
             if (j < p.t) {
-                kv = qkv4(bi, j, 1u, h, d);
-                vv = qkv4(bi, j, 2u, h, d);
+                v = qkv4(bi, j, which, h, (f % HS4) * 4u);
             }
-            ta[e] = kv;
-            tb[e] = vv;
+            tile[e] = v;
         }
         workgroupBarrier();
-        // Two keys at a time, dots in vec4 accumulators (independent FMA chains).
-        for (var jj = 0u; jj < BT; jj += 2u) {
-            var s0 = vec4<f32>(0.0);
-            var s1 = vec4<f32>(0.0);
-            var g0 = vec4<f32>(0.0);
-            var g1 = vec4<f32>(0.0);
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                s0 = fma(q[d4], ta[jj * HS4 + d4], s0);
-                s1 = fma(q[d4], ta[(jj + 1u) * HS4 + d4], s1);
-                g0 = fma(g[d4], tb[jj * HS4 + d4], g0);
-                g1 = fma(g[d4], tb[(jj + 1u) * HS4 + d4], g1);
-            }
+        // Group 0: s against k (tile rows 0..BT); group 1: dp against v.
+        let off = grp * BT * HS4 + hh;
+        for (var jj = 0u; jj < BT; jj++) {
+            let k0 = off + jj * HS4;
+            var sa = vec4<f32>(0.0);
+            var sb = vec4<f32>(0.0);
+            sa = fma(xa#D, tile[k0 + 2u * #Du], sa); sb = fma(xb#D, tile[k0 + 2u * #Du], sb);
+            part[jj * 128u + t] = vec2<f32>(hsum(sa), hsum(sb));
+        }
+        workgroupBarrier();
+        for (var jj = 0u; jj < BT; jj++) {
+            // Own half plus the partner's: both threads add the same two numbers.
+            let s2 = part[jj * 128u + tl] + part[jj * 128u + (tl ^ 1u)];
+            let dp2 = part[jj * 128u + 64u + tl] + part[jj * 128u + 64u + (tl ^ 1u)];
+            let s = select(s2.y, s2.x, grp == 0u);
+            let dp = select(dp2.y, dp2.x, grp == 0u);
             // select, not a product: exp of a masked score may be inf.
-            let p0 = select(0.0, exp(hsum(s0) - li), k0 + jj <= iq);
-            let p1 = select(0.0, exp(hsum(s1) - li), k0 + jj + 1u <= iq);
-            let ds0 = vec4<f32>(p0 * (hsum(g0) - dd));
-            let ds1 = vec4<f32>(p1 * (hsum(g1) - dd));
-            for (var d4 = 0u; d4 < HS4; d4++) {
-                dqa[d4] = fma(ds0, ta[jj * HS4 + d4], fma(ds1, ta[(jj + 1u) * HS4 + d4], dqa[d4]));
-            }
+            let pr = select(0.0, exp(s - lse_r), kt + jj <= ir);
+            let ds = vec4<f32>(pr * (dp - dd));
+            let k0 = jj * HS4 + hh;
+            acc#D = fma(ds, tile[k0 + 2u * #Du], acc#D);
         }
         workgroupBarrier();
     }
 
-    if (i < p.t) {
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            store4(i, bi, 0u, h, d4 * 4u, dqa[d4] * p.scale);
+    if (row < p.t) {
+        store4(row, bi, 0u, h, (2u * #Du + hh) * 4u, acc#D * p.scale);
+        if (hh == 0u) {
+            dsum[bh * p.t + row] = dd;
         }
-        dsum[bh * p.t + i] = dd;
     }
 }
 
-// Workgroup (x, y): keys x*64.. of (batch, head) y. Threads 0..63 sum dk of one
-// key each, threads 64..127 dv (whole warps take one role). Queries stream
-// through shared memory 16 at a time, from the block's first key to the end.
+// Workgroup (x, y): keys x*64 .. of (batch, head) y. Group 0 holds k (scores
+// s = q·k) and accumulates dv of rows a and b; group 1 holds v (dp = dout·v) and
+// accumulates dk. Queries stream through shared memory 8 at a time from the
+// block's first key on.
 @compute @workgroup_size(128)
-fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let j0 = wg.x * BQ;
-    let is_dk = lid < BQ;
-    let j = j0 + lid % BQ;
-    let jk = min(j, p.t - 1u);
+    let row0 = wg.x * BQ;
+    let grp = t / 64u;
+    let tl = t % 64u;
+    let hh = tl % 2u;
+    let keya = row0 + tl / 2u;
+    let keyb = keya + 32u;
+    let ja = min(keya, p.t - 1u);
+    let jb = min(keyb, p.t - 1u);
 
-    var k: array<vec4<f32>, HS4>;
-    var v: array<vec4<f32>, HS4>;
-    var acc: array<vec4<f32>, HS4>;
-    for (var d4 = 0u; d4 < HS4; d4++) {
-        k[d4] = qkv4(bi, jk, 1u, h, d4 * 4u) * p.scale;
-        v[d4] = select(vec4<f32>(0.0), qkv4(bi, jk, 2u, h, d4 * 4u), is_dk);
-        acc[d4] = vec4<f32>(0.0);
-    }
+    // k (scaled) in group 0, v in group 1.
+    var xa#D = qkv4(bi, ja, 1u + grp, h, (2u * #Du + hh) * 4u) * select(1.0, p.scale, grp == 0u);
+    var xb#D = qkv4(bi, jb, 1u + grp, h, (2u * #Du + hh) * 4u) * select(1.0, p.scale, grp == 0u);
+    var acca#D = vec4<f32>(0.0);
+    var accb#D = vec4<f32>(0.0);
 
-    for (var i0 = j0; i0 < p.t; i0 += BT) {
-        for (var e = lid; e < BT * HS4; e += 2u * BQ) {
-            let i = i0 + e / HS4;
-            let d = (e % HS4) * 4u;
-            var qv = vec4<f32>(0.0);
-            var gv = vec4<f32>(0.0);
+    for (var it = row0; it < p.t; it += BT) {
+        // Tile rows 0..BT: q; BT..2BT: dout.
+        for (var e = t; e < 2u * BT * HS4; e += 2u * BQ) {
+            let f = e % (BT * HS4);
+            let i = it + f / HS4;
+            let d = (f % HS4) * 4u;
+            var v = vec4<f32>(0.0);
             if (i < p.t) {
-                qv = qkv4(bi, i, 0u, h, d);
-                gv = dout4(bi, i, h, d);
+                if (e < BT * HS4) {
+                    v = qkv4(bi, i, 0u, h, d);
+                } else {
+                    v = dout4(bi, i, h, d);
+                }
             }
-            ta[e] = qv;
-            tb[e] = gv;
+            tile[e] = v;
         }
-        if (lid < BT) {
-            let i = min(i0 + lid, p.t - 1u);
-            ra[lid] = lse[bh * p.t + i];
-            rb[lid] = dsum[bh * p.t + i];
+        if (t < BT) {
+            let i = min(it + t, p.t - 1u);
+            lse_t[t] = lse[bh * p.t + i];
+            dsum_t[t] = dsum[bh * p.t + i];
         }
         workgroupBarrier();
-        if (is_dk) {
-            for (var ii = 0u; ii < BT; ii += 2u) {
-                var s0 = vec4<f32>(0.0);
-                var s1 = vec4<f32>(0.0);
-                var g0 = vec4<f32>(0.0);
-                var g1 = vec4<f32>(0.0);
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    s0 = fma(k[d4], ta[ii * HS4 + d4], s0);
-                    s1 = fma(k[d4], ta[(ii + 1u) * HS4 + d4], s1);
-                    g0 = fma(v[d4], tb[ii * HS4 + d4], g0);
-                    g1 = fma(v[d4], tb[(ii + 1u) * HS4 + d4], g1);
-                }
-                let i = i0 + ii;
-                let p0 = select(0.0, exp(hsum(s0) - ra[ii]), i >= jk && i < p.t);
-                let p1 = select(0.0, exp(hsum(s1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t);
-                let ds0 = vec4<f32>(p0 * (hsum(g0) - rb[ii]));
-                let ds1 = vec4<f32>(p1 * (hsum(g1) - rb[ii + 1u]));
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    acc[d4] = fma(ds0, ta[ii * HS4 + d4], fma(ds1, ta[(ii + 1u) * HS4 + d4], acc[d4]));
-                }
+        let off = grp * BT * HS4 + hh;
+        for (var ii = 0u; ii < BT; ii++) {
+            let q0 = off + ii * HS4;
+            var sa = vec4<f32>(0.0);
+            var sb = vec4<f32>(0.0);
+            sa = fma(xa#D, tile[q0 + 2u * #Du], sa); sb = fma(xb#D, tile[q0 + 2u * #Du], sb);
+            part[ii * 128u + t] = vec2<f32>(hsum(sa), hsum(sb));
+        }
+        workgroupBarrier();
+        // Group 0 adds p * dout (tile rows BT..), group 1 ds * q (rows 0..BT).
+        let other = (1u - grp) * BT * HS4 + hh;
+        for (var ii = 0u; ii < BT; ii++) {
+            let s2 = part[ii * 128u + tl] + part[ii * 128u + (tl ^ 1u)];
+            let dp2 = part[ii * 128u + 64u + tl] + part[ii * 128u + 64u + (tl ^ 1u)];
+            let i = it + ii;
+            let pa = select(0.0, exp(s2.x - lse_t[ii]), i >= ja && i < p.t);
+            let pb = select(0.0, exp(s2.y - lse_t[ii]), i >= jb && i < p.t);
+            var wa = pa;
+            var wb = pb;
+            if (grp == 1u) {
+                wa = pa * (dp2.x - dsum_t[ii]);
+                wb = pb * (dp2.y - dsum_t[ii]);
             }
-        } else {
-            for (var ii = 0u; ii < BT; ii += 4u) {
-                var s0 = vec4<f32>(0.0);
-                var s1 = vec4<f32>(0.0);
-                var s2 = vec4<f32>(0.0);
-                var s3 = vec4<f32>(0.0);
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    s0 = fma(k[d4], ta[ii * HS4 + d4], s0);
-                    s1 = fma(k[d4], ta[(ii + 1u) * HS4 + d4], s1);
-                    s2 = fma(k[d4], ta[(ii + 2u) * HS4 + d4], s2);
-                    s3 = fma(k[d4], ta[(ii + 3u) * HS4 + d4], s3);
-                }
-                let i = i0 + ii;
-                let p0 = vec4<f32>(select(0.0, exp(hsum(s0) - ra[ii]), i >= jk && i < p.t));
-                let p1 = vec4<f32>(select(0.0, exp(hsum(s1) - ra[ii + 1u]), i + 1u >= jk && i + 1u < p.t));
-                let p2 = vec4<f32>(select(0.0, exp(hsum(s2) - ra[ii + 2u]), i + 2u >= jk && i + 2u < p.t));
-                let p3 = vec4<f32>(select(0.0, exp(hsum(s3) - ra[ii + 3u]), i + 3u >= jk && i + 3u < p.t));
-                for (var d4 = 0u; d4 < HS4; d4++) {
-                    let a = fma(p0, tb[ii * HS4 + d4], p1 * tb[(ii + 1u) * HS4 + d4]);
-                    let b = fma(p2, tb[(ii + 2u) * HS4 + d4], p3 * tb[(ii + 3u) * HS4 + d4]);
-                    acc[d4] += a + b;
-                }
-            }
+            let q0 = other + ii * HS4;
+            acca#D = fma(vec4<f32>(wa), tile[q0 + 2u * #Du], acca#D); accb#D = fma(vec4<f32>(wb), tile[q0 + 2u * #Du], accb#D);
         }
         workgroupBarrier();
     }
 
-    if (j < p.t) {
-        for (var d4 = 0u; d4 < HS4; d4++) {
-            if (is_dk) {
-                store4(j, bi, 1u, h, d4 * 4u, acc[d4] * p.scale);
-            } else {
-                store4(j, bi, 2u, h, d4 * 4u, acc[d4]);
-            }
-        }
+    // Group 0 writes dv (part 2), group 1 dk (part 1, times the scale).
+    let which = 2u - grp;
+    let scale = select(1.0, p.scale, grp == 1u);
+    if (keya < p.t) {
+        store4(keya, bi, which, h, (2u * #Du + hh) * 4u, acca#D * scale);
+    }
+    if (keyb < p.t) {
+        store4(keyb, bi, which, h, (2u * #Du + hh) * 4u, accb#D * scale);
     }
 }

@@ -28,13 +28,6 @@ pub async fn context() -> WgpuContext {
         .expect("a GPU context (lavapipe natively, WebGPU in the browser)")
 }
 
-/// Leaves a NaN-filled buffer of `len` floats on top of its pool bucket, so the next
-/// `create_pooled` of that size (a kernel's output) gets it and any element the
-/// kernel fails to write stays NaN.
-pub fn poison_next_output(ctx: &WgpuContext, len: usize) {
-    drop(ctx.upload_pooled(&vec![f32::NAN; len.max(1)]));
-}
-
 pub async fn read(ctx: &WgpuContext, buffer: &PooledBuffer, len: usize) -> Vec<f32> {
     ctx.download::<f32>(buffer, len).await.expect("download")
 }
@@ -65,4 +58,26 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32, seed: u64) 
         err <= tol,
         "{what}: max relative error {err:e} > {tol:e} (seed {seed}; replay natively with TIDEPOOL_SEED={seed})"
     );
+}
+
+/// Leaves one NaN-filled pooled buffer of each of `lens` floats on top of its
+/// bucket, runs `launch`, and checks that it drew at least that many buffers from
+/// the pool: the listed outputs (LIFO buckets hand them the poisoned buffers first),
+/// so any element a kernel fails to write stays NaN. List outputs of one size in
+/// the order the launcher creates them, last first. Scratch buffers a launcher
+/// draws beyond the list may miss.
+pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R) -> R {
+    // Held together so that two of one size are two buffers, not one reused.
+    let held: Vec<_> = lens
+        .iter()
+        .map(|&len| ctx.upload_pooled(&vec![f32::NAN; len.max(1)]))
+        .collect();
+    drop(held);
+    let hits = ctx.pool_stats().hits;
+    let out = launch();
+    assert!(
+        ctx.pool_stats().hits >= hits + lens.len() as u64,
+        "the outputs were not drawn from the poisoned pool"
+    );
+    out
 }

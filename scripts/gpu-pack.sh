@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Fills .gpu/ (ignored by git) with what scripts/gpu-run.sh needs on the H200 machine:
+# the shared Vulkan loader, Node.js and Dawn, the corpus and the PyTorch anchor
+# (../shared/gpu/pack.sh), plus tidepool's release binaries and wasm package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
+bash ../shared/gpu/pack.sh --dawn
+cargo build --release --bin tidepool --example matmul_bench
+[ -f pkg/tidepool_bg.wasm ] || wasm-pack build --release --target web --no-pack --out-dir pkg
+cp target/release/tidepool target/release/examples/matmul_bench .gpu/
+strip .gpu/tidepool .gpu/matmul_bench  # the carry limit is 64 MiB
+rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
+cp scripts/bench-dawn.mjs .gpu/dawn/
+du -sh .gpu

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs on the H200 machine (BENCHMARKS.md says how it is called): tidepool's native
+# benchmarks, the wasm build through Dawn, and the PyTorch anchor, side by side in one
+# call so ratios share one machine state. JSON lines land in $OUT/<name>.jsonl.
+#   scripts/gpu-run.sh bench    matmul, step, pool, policies, Dawn, PyTorch (~5 min)
+#   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
+# Expects .gpu/ filled by ../shared/gpu/pack.sh --dawn plus tidepool, matmul_bench,
+# pkg/ and dawn/bench-dawn.mjs (scripts/gpu-pack.sh does that).
+set -u
+source .gpu/prelude.sh
+cd .gpu
+out=${OUT:-out}
+mkdir -p "$out"
+run() {
+  local name=$1
+  shift
+  echo "== $name: $*" >&2
+  local t0=$SECONDS
+  "$@" > "$out/$name.jsonl" 2> "$out/$name.err"
+  echo "   exit $? after $((SECONDS - t0)) s" >&2
+  tail -n 4 "$out/$name.jsonl" >&2
+}
+case "${1:-bench}" in
+  bench)
+    ./tidepool info | tee "$out/info.txt"
+    run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa
+    run matmul ./matmul_bench --json
+    run step ./tidepool bench step --presets shakespeare --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    run dawn /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10 --pool
+    run pool ./tidepool bench pool --json
+    run policies ./tidepool bench policies --presets tiny,shakespeare --warmup 2 --steps 3 --corpus tinyshakespeare.txt --json
+    ;;
+  train)
+    run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json
+    ;;
+esac
