@@ -25,7 +25,7 @@ const DEFAULTS = {
   title: 'tidepool',
   preset: 'tiny',
   pool: true,
-  policy: 'pow2',
+  policy: undefined, // the trainer's default
   lr: undefined,
   batch: undefined,
   context: undefined,
@@ -56,7 +56,10 @@ const escapeHtml = (s) =>
 
 function template(id, o) {
   const title = o.title ? `<h2 class="tp-title">${escapeHtml(o.title)}</h2>` : '';
-  const policyOptions = POLICIES.map((p) => `<option value="${p}"${p === o.policy ? ' selected' : ''}>${p}</option>`).join('');
+  // '' leaves the size policy to the trainer (its default is measured, and may change)
+  const policyOptions = ['', ...POLICIES]
+    .map((p) => `<option value="${p}"${p === (o.policy ?? '') ? ' selected' : ''}>${p || 'default'}</option>`)
+    .join('');
   const num = (v) => (v === undefined || v === null ? '' : escapeHtml(v));
   return `
   <div class="tp-head">
@@ -270,7 +273,7 @@ class TidepoolWidget {
       lr: n(this.el.lr),
       batch: n(this.el.batch),
       context: n(this.el.context),
-      policy: this.el.policy.value,
+      policy: this.el.policy.value || undefined,
       pool: this.el.pool.checked,
       seed: this.opts.seed,
       steps: this.opts.steps,
@@ -443,6 +446,7 @@ class TidepoolWidget {
     this.el.batch.placeholder = cfg.batch;
     this.el.context.placeholder = cfg.context;
     this.el.pool.checked = cfg.pool;
+    if (this.el.policy.value === '') this.el.policy.options[0].textContent = `default (${cfg.policy})`;
     this.el.sample.textContent = '';
     this.el.sampleStep.textContent = 'from the current model, refreshed as it trains';
     this.latestVal = null;
@@ -780,7 +784,7 @@ export class TidepoolTrainer extends HTMLElement {
       title: this.hasAttribute('title') ? a('title') : DEFAULTS.title,
       preset: a('preset') ?? DEFAULTS.preset,
       pool: !['off', 'false', '0'].includes((a('pool') ?? 'on').toLowerCase()),
-      policy: a('policy') ?? DEFAULTS.policy,
+      policy: a('policy'),
       lr: num('lr'),
       batch: num('batch'),
       context: num('context'),
