@@ -31,6 +31,17 @@ export function fmtBytes(n) {
   return u === 0 ? `${sign}${v} B` : `${sign}${v.toFixed(v < 10 ? 1 : 0)} ${units[u]}`;
 }
 
+/** 65536 -> "64K": short size labels for a crowded axis */
+export function fmtBytesShort(n) {
+  const units = ['', 'K', 'M', 'G', 'T'];
+  let u = 0;
+  while (n >= KIB && u < units.length - 1) {
+    n /= KIB;
+    u++;
+  }
+  return `${+n.toFixed(n < 10 && n % 1 ? 1 : 0)}${units[u] || 'B'}`;
+}
+
 /** 12345 -> "12.3k" for axis ticks */
 export function fmtCount(n) {
   if (n == null || !Number.isFinite(n)) return '–';
@@ -142,7 +153,11 @@ export class Chart {
         range: (u, min, max) =>
           min == null || !Number.isFinite(min) ? [0, 1] : spec.bars ? [min - 0.5, max + 0.5] : [min, Math.max(max, min + 1)],
       },
-      y: { range: spec.y?.range ? () => spec.y.range : (u, min, max) => nice(min, max, spec.y?.zero) },
+      y: {
+        range: spec.y?.range
+          ? () => spec.y.range
+          : (u, min, max) => nice(min, spec.y?.skipFirst ? maxAfterFirst(u, 'y', max) : max, spec.y?.zero),
+      },
     };
     const axes = [
       // steps and size classes are whole numbers: no 2.5 ticks
@@ -189,6 +204,19 @@ export class Chart {
     this.plot?.destroy();
     this.plot = null;
   }
+}
+
+// The largest value on `scale` leaving out each series' first point (when there are
+// enough others to show a shape).
+function maxAfterFirst(u, scale, max) {
+  let m = -Infinity;
+  u.series.forEach((s, i) => {
+    if (i === 0 || s.scale !== scale) return;
+    const col = u.data[i];
+    if (!col || col.length < 4) return (m = Math.max(m, max));
+    for (let j = 1; j < col.length; j++) if (col[j] != null && col[j] > m) m = col[j];
+  });
+  return Number.isFinite(m) ? m : max;
 }
 
 // A range with a little headroom that does not hug the data, from zero if asked.

@@ -7,7 +7,7 @@
 // Trainer): several run on one page independently. index.html is one of them.
 
 import { TrainerClient } from './client.mjs';
-import { Chart, fmtBytes, fmtCount, loadChartCss } from './charts.mjs';
+import { Chart, fmtBytes, fmtBytesShort, fmtCount, loadChartCss } from './charts.mjs';
 
 const CSS_URL = new URL('./tidepool.css', import.meta.url);
 const POLICIES = ['pow2', 'pow2/2', 'pow2/4', 'pow2/8', 'exact'];
@@ -25,7 +25,7 @@ const DEFAULTS = {
   title: 'tidepool',
   preset: 'tiny',
   pool: true,
-  policy: 'pow2',
+  policy: undefined, // the trainer's default
   lr: undefined,
   batch: undefined,
   context: undefined,
@@ -56,7 +56,10 @@ const escapeHtml = (s) =>
 
 function template(id, o) {
   const title = o.title ? `<h2 class="tp-title">${escapeHtml(o.title)}</h2>` : '';
-  const policyOptions = POLICIES.map((p) => `<option value="${p}"${p === o.policy ? ' selected' : ''}>${p}</option>`).join('');
+  // '' leaves the size policy to the trainer (its default is measured, and may change)
+  const policyOptions = ['', ...POLICIES]
+    .map((p) => `<option value="${p}"${p === (o.policy ?? '') ? ' selected' : ''}>${p || 'default'}</option>`)
+    .join('');
   const num = (v) => (v === undefined || v === null ? '' : escapeHtml(v));
   return `
   <div class="tp-head">
@@ -134,15 +137,15 @@ function template(id, o) {
     <figure class="tp-chart" data-testid="chart-step-time" data-ref="chartTime" data-points="0">
       <figcaption>Step time <span class="tp-muted">ms, and tokens per second<span data-ref="prevTime"></span></span></figcaption>
       <div class="tp-plot" role="img" aria-label="Step time per step"></div></figure>
-  </div>
-  <section class="tp-sample" aria-labelledby="${id}-sample-h">
+    <section class="tp-sample" aria-labelledby="${id}-sample-h">
     <div class="tp-sample-head">
       <h3 id="${id}-sample-h">Sample</h3>
       <span class="tp-muted" data-ref="sampleStep">from the current model, refreshed as it trains</span>
       <button type="button" data-ref="sampleNow">Sample now</button>
     </div>
     <pre data-testid="sample" data-ref="sample" tabindex="0" aria-label="Sampled text"></pre>
-  </section>`;
+    </section>
+  </div>`;
 }
 
 function emptyRun(label) {
@@ -173,8 +176,11 @@ const pct = (v) => `${Math.round(v * 100)}%`;
 // Says what went wrong in a heading a person can act on.
 function describe(message) {
   const m = message.toLowerCase();
+  if (m.startsWith('the wasm module panicked')) return ['tidepool crashed', `${message} Restart starts it afresh.`];
   if (m.startsWith('could not load the wasm package')) return ['The wasm package did not load', message];
-  if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) return ['No WebGPU here', `${message} ${BROWSERS}`];
+  if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) {
+    return ['No WebGPU here', m.includes('chrome') ? message : `${message} ${BROWSERS}`];
+  }
   if (m.startsWith('bad corpus')) return ['This corpus cannot be used', message];
   if (m.startsWith('bad configuration')) return ['Check the settings', message];
   if (m.startsWith('too large for this device')) return ['Too large for this GPU', `${message} Try the tiny preset, a smaller batch or context.`];
@@ -267,7 +273,7 @@ class TidepoolWidget {
       lr: n(this.el.lr),
       batch: n(this.el.batch),
       context: n(this.el.context),
-      policy: this.el.policy.value,
+      policy: this.el.policy.value || undefined,
       pool: this.el.pool.checked,
       seed: this.opts.seed,
       steps: this.opts.steps,
@@ -286,7 +292,7 @@ class TidepoolWidget {
       const m = await this.client.create(config, corpus ? corpus.text : undefined, run, corpus?.name);
       this.corpus = corpus;
       const c = m.corpus;
-      this.el.corpusName.textContent = corpus ? corpus.name : `${c.name} (built-in)`;
+      this.el.corpusName.textContent = corpus ? corpus.name : /built.?in/i.test(c.name) ? c.name : `${c.name} (built-in)`;
       this.el.corpusInfo.textContent = `${fmtBytes(c.bytes)} · vocab ${c.vocab} · ${c.tokens.toLocaleString('en')} tokens`;
       this.el.builtin.hidden = !corpus;
       this.el.settingsHint.classList.remove('tp-changed');
@@ -410,9 +416,10 @@ class TidepoolWidget {
       this.fire('state', m);
     });
     on('error', (m) => {
-      if (m.lost || m.op === 'step' || m.op === 'worker' || m.op === 'load') {
-        // the worker freed a lost device; after a panic the wasm instance is suspect
-        if (m.lost || m.op === 'worker') this.hasTrainer = false;
+      if (m.lost || m.fatal || m.op === 'step' || m.op === 'worker' || m.op === 'load') {
+        // a lost device was freed by the worker; after a panic only a new worker will do
+        if (m.lost || m.fatal) this.hasTrainer = false;
+        if (m.fatal || m.op === 'load') this.loaded = false;
         this.showError(m.message, { restart: true, runAgain: this.running || m.op === 'step' });
       } else this.showError(m.message);
       this.updateButtons();
@@ -430,14 +437,16 @@ class TidepoolWidget {
     this.el.prevLoss.textContent = prevNote;
     this.el.prevTime.textContent = prevNote;
     this.el.adapter.textContent = `${m.adapter.name || 'WebGPU adapter'} (${m.adapter.backend})`;
+    const lr = +Number(cfg.lr).toPrecision(4); // an f32 0.003 arrives as 0.003000000026
     this.el.model.textContent =
       `${cfg.layers} layers · ${cfg.heads} heads · width ${cfg.width} · context ${cfg.context} · vocab ${cfg.vocab} · ` +
-      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${cfg.lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
+      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
     // the placeholders show what an empty field means now
-    this.el.lr.placeholder = cfg.lr;
+    this.el.lr.placeholder = lr;
     this.el.batch.placeholder = cfg.batch;
     this.el.context.placeholder = cfg.context;
     this.el.pool.checked = cfg.pool;
+    if (this.el.policy.value === '') this.el.policy.options[0].textContent = `default (${cfg.policy})`;
     this.el.sample.textContent = '';
     this.el.sampleStep.textContent = 'from the current model, refreshed as it trains';
     this.latestVal = null;
@@ -620,13 +629,20 @@ class TidepoolWidget {
         bars: true,
         xLabel: 'size class',
         // one tick per size class, labelled with its size
-        xSplits: () => this.bucketSizes.map((_, i) => i),
-        xFmt: (i) => (Number.isInteger(i) && this.bucketSizes[i] !== undefined ? fmtBytes(this.bucketSizes[i]) : ''),
+        // every size class is a bar; labels thin out when they would collide
+        xSplits: (u) => {
+          const n = this.bucketSizes.length;
+          const fit = Math.max(1, Math.floor(u.bbox.width / devicePixelRatio / 38));
+          const every = Math.ceil(n / fit);
+          return this.bucketSizes.map((_, i) => i).filter((i) => i % every === 0);
+        },
+        xFmt: (i) => (Number.isInteger(i) && this.bucketSizes[i] !== undefined ? fmtBytesShort(this.bucketSizes[i]) : ''),
         y: { fmt: fmtCount, zero: true },
         series: [{ label: 'free buffers', color: 3 }],
       }),
       time: new Chart(plot(this.el.chartTime), {
-        y: { fmt: (v) => `${+v.toFixed(1)}`, zero: true },
+        // the first step compiles every shader: left off the scale, or it flattens the rest
+        y: { fmt: (v) => `${+v.toFixed(1)}`, zero: true, skipFirst: true },
         y2: { fmt: fmtCount, zero: true },
         series: [
           { label: 'ms per step', color: 0, width: 2 },
@@ -768,7 +784,7 @@ export class TidepoolTrainer extends HTMLElement {
       title: this.hasAttribute('title') ? a('title') : DEFAULTS.title,
       preset: a('preset') ?? DEFAULTS.preset,
       pool: !['off', 'false', '0'].includes((a('pool') ?? 'on').toLowerCase()),
-      policy: a('policy') ?? DEFAULTS.policy,
+      policy: a('policy'),
       lr: num('lr'),
       batch: num('batch'),
       context: num('context'),

@@ -10,7 +10,8 @@
 //   {type:'evaluate', id}                                             -> 'eval'
 //   {type:'free'}                     release GPU memory now
 // Worker -> page, unasked: 'step' {stats}, 'eval' {step, loss}, 'sample' {step, text},
-//   'state' {running, step, reason}, 'error' {op, message, lost}.
+//   'state' {running, step, reason}, 'error' {op, message, lost, fatal}: after a
+//   fatal one (a Rust panic) the page starts a new worker.
 //
 // A wasm Trainer is one Rust object: two of its async methods must never overlap
 // (wasm-bindgen would throw on the second borrow), so every call goes through one
@@ -28,7 +29,7 @@ const queue = [];
 // length follows the measured time per character, and neither runs once a pause
 // is asked for: Pause takes effect right after the step in flight.
 const schedule = {
-  evalEvery: 25, // steps between held-out evaluations...
+  evalEvery: 20, // steps between held-out evaluations...
   evalShare: 0.15, // ...unless that would spend more than this share of the time
   firstSample: 10, // step of the first sample
   sampleSeconds: 15, // then at most one every this many seconds...
@@ -45,6 +46,16 @@ let lastSample = { at: 0, ms: 0, step: 0 };
 let lastEval = { at: 0, ms: 0 };
 let msPerChar = 0; // measured by each sample
 let maxSteps = 0;
+
+// console_error_panic_hook prints a Rust panic with console.error, then the wasm
+// traps with a bare "unreachable": keep the panic's words to tell the page.
+let lastPanic = null;
+const consoleError = console.error.bind(console);
+console.error = (...args) => {
+  const text = args.map(String).join(' ');
+  if (text.includes('panicked at')) lastPanic = text;
+  consoleError(...args);
+};
 
 const post = (msg) => self.postMessage(msg);
 const message = (err) => (err && err.message) || String(err);
@@ -184,17 +195,25 @@ async function handle(m) {
 }
 
 function fail(op, err) {
-  const text = message(err);
+  let text = message(err);
   const lost = /device was lost|device lost/i.test(text);
+  // After a trap the wasm instance is in an unknown state: only a new worker helps.
+  const fatal = err instanceof WebAssembly.RuntimeError || text === 'unreachable';
+  if (fatal) {
+    const panic = lastPanic ? lastPanic.split('\n').slice(0, 2).join(' ').slice(0, 400) : text;
+    text = `the wasm module panicked (a bug in tidepool; please report it): ${panic}`;
+  }
   wantRun = false;
-  if (lost && trainer) {
+  if (fatal) {
+    trainer = null; // not freed: its memory may be what broke
+  } else if (lost && trainer) {
     // a lost device takes its buffers with it; the page offers Restart
     try {
       trainer.free();
     } catch {}
     trainer = null;
   }
-  post({ type: 'error', op, message: text, lost });
+  post({ type: 'error', op, message: text, lost, fatal });
   report();
 }
 

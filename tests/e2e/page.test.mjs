@@ -67,6 +67,14 @@ describe('the page', { timeout: 300_000 }, () => {
       polling: 200,
     });
 
+    // the held-out loss: evaluated every 20 steps, and drawn on the loss chart
+    await page.waitForFunction(() => document.querySelector('[data-ref="valLoss"]').textContent !== '', null, {
+      timeout: 90_000,
+      polling: 200,
+    });
+    const val = await page.evaluate(() => document.querySelector('.tp').tidepool.history.val.filter((v) => v != null));
+    assert.ok(val.length > 0 && val.every(Number.isFinite), `held-out losses ${val}`);
+
     // the README's screenshot: the page mid-run
     const shot = screenshotPath();
     await page.screenshot({ path: shot, fullPage: true });
