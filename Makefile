@@ -10,9 +10,13 @@ export XDG_RUNTIME_DIR ?= /tmp/tidepool-xdg
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 PORT ?= 8000
 
-.PHONY: demo test setup pkg serve test-native test-web test-e2e bench
+.PHONY: demo test setup setup-web pkg serve test-native test-web test-e2e
 
-demo: setup pkg serve
+demo: setup-web pkg serve
+
+# The page needs only the wasm toolchain and the npm packages.
+setup-web:
+	@scripts/setup.sh web
 
 setup:
 	@mkdir -p $(XDG_RUNTIME_DIR) && chmod 700 $(XDG_RUNTIME_DIR)
