@@ -57,11 +57,6 @@ impl StagingBelt {
                 });
         }
     }
-
-    /// Chunks mapped and waiting (for tests and stats).
-    pub fn ready_count(&self) -> usize {
-        lock(&self.ready).len()
-    }
 }
 
 /// Readback staging buffers (MAP_READ | COPY_DST), reused by size.
@@ -102,11 +97,6 @@ impl WgpuContext {
         self.record(|encoder| {
             encoder.copy_buffer_to_buffer(src, src_offset, dst, dst_offset, bytes)
         });
-    }
-
-    /// Staging chunks mapped and ready for uploads.
-    pub fn staging_ready(&self) -> usize {
-        self.belt.ready_count()
     }
 
     /// Reads the first `count` elements of `buffer` back to the host. Submits what is
