@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine (BENCHMARKS.md says how it is called): tidepool's native
 # benchmarks, the wasm build through Dawn, and the PyTorch anchor, side by side in one
-# call so ratios share one machine state. JSON lines land in $OUT/<name>.jsonl.
+# call so ratios share one machine state. Every run's output lands in
+# $OUT/results.jsonl after a {"run": NAME, "command": ...} line; stderr in $OUT/stderr.log.
 #   scripts/gpu-run.sh bench    matmul, step, pool, policies, Dawn, PyTorch (~5 min)
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 # Expects .gpu/ filled by ../shared/gpu/pack.sh --dawn plus tidepool, matmul_bench,
@@ -15,10 +16,13 @@ run() {
   local name=$1
   shift
   echo "== $name: $*" >&2
+  echo "{\"run\": \"$name\", \"command\": \"$*\"}" >> "$out/results.jsonl"
   local t0=$SECONDS
-  "$@" > "$out/$name.jsonl" 2> "$out/$name.err"
+  "$@" > "$out/$name.tmp" 2>> "$out/stderr.log"
   echo "   exit $? after $((SECONDS - t0)) s" >&2
-  tail -n 4 "$out/$name.jsonl" >&2
+  cat "$out/$name.tmp" >> "$out/results.jsonl"
+  tail -n 4 "$out/$name.tmp" >&2
+  rm -f "$out/$name.tmp"
 }
 case "${1:-bench}" in
   bench)
