@@ -78,6 +78,9 @@ struct TrainArgs {
     batch: Option<usize>,
     #[arg(long)]
     lr: Option<f32>,
+    /// Dropout probability during training (shakespeare preset: 0.2).
+    #[arg(long)]
+    dropout: Option<f32>,
     #[arg(long)]
     seed: Option<u64>,
     /// Evaluate the held-out loss every N steps (0: only at the end).
@@ -112,6 +115,9 @@ impl TrainArgs {
         set(&mut cfg.batch, self.batch);
         if let Some(lr) = self.lr {
             cfg.lr = lr;
+        }
+        if let Some(dropout) = self.dropout {
+            cfg.dropout = dropout;
         }
         if let Some(seed) = self.seed {
             cfg.seed = seed;

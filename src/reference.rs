@@ -480,3 +480,45 @@ pub fn attention_backward(
     }
     grad.into_iter().map(|g| g as f32).collect()
 }
+
+// ---- dropout ----
+
+/// murmur3's 32-bit finaliser (the same integer arithmetic as `dropout.wgsl`).
+fn mix(v: u32) -> u32 {
+    let mut h = v;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h
+}
+
+/// `(threshold, scale)` for drop probability `p`: an element is kept when 24 bits of
+/// its hash are at least `threshold`; kept elements are scaled by `1 / (1 - p)`.
+pub fn dropout_mask_params(p: f32) -> (u32, f32) {
+    let threshold = (p.clamp(0.0, 1.0) as f64 * (1u64 << 24) as f64).round() as u32;
+    (threshold, 1.0 / (1.0 - p))
+}
+
+/// Inverted dropout: element `i` is kept when `mix(seed ^ mix(i)) >> 8 >= threshold`,
+/// and scaled by `1 / (1 - p)`. The mask depends only on `(seed, i)`, so the backward
+/// is the same function applied to the gradient.
+pub fn dropout(x: &[f32], p: f32, seed: u32) -> Vec<f32> {
+    let (threshold, scale) = dropout_mask_params(p);
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if (mix(seed ^ mix(i as u32)) >> 8) >= threshold {
+                v * scale
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// A mask seed for dropout site `site` at training step `step` of a run seeded `seed`.
+pub fn dropout_seed(seed: u64, step: u32, site: u32) -> u32 {
+    mix(mix(seed as u32 ^ mix((seed >> 32) as u32)) ^ mix(step) ^ site.wrapping_mul(0x9e37_79b9))
+}

@@ -4,7 +4,7 @@
 
 use crate::data::Corpus;
 use crate::error::Result;
-use crate::model::{self, CpuBatch, CpuOps, GptConfig, ParamSpec};
+use crate::model::{self, CpuBatch, CpuOps, Dropout, GptConfig, ParamSpec};
 use crate::reference;
 use crate::train::{Batcher, TrainConfig};
 
@@ -56,26 +56,26 @@ impl ReferenceTrainer {
             .next(&self.corpus.train, self.cfg.batch, self.cfg.context)
     }
 
-    /// Loss and gradients on one batch.
+    /// Loss and gradients on one batch, with the next step's dropout masks.
     pub fn gradients(&self, inputs: &[u32], targets: &[u32]) -> (f32, Vec<Vec<f32>>) {
         let batch = CpuBatch {
             tokens: inputs.to_vec(),
             targets: targets.to_vec(),
         };
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
-        let acts = model::forward(&CpuOps, &self.model, &self.params, &batch, b, t);
+        let dropout = Dropout::new(self.cfg.dropout, self.cfg.seed, self.step + 1);
+        let (m, params) = (&self.model, &self.params);
+        let acts = model::forward(&CpuOps, m, params, &batch, b, t, dropout.as_ref());
         let loss = acts.loss[0];
-        (
-            loss,
-            model::backward(&CpuOps, &self.model, &self.params, &batch, acts),
-        )
+        let grads = model::backward(&CpuOps, m, params, &batch, acts, dropout.as_ref());
+        (loss, grads)
     }
 
     /// One step: batch, gradients, clip, AdamW. Returns the loss and the grad norm.
     pub fn step(&mut self) -> (f32, f32) {
         let (inputs, targets) = self.next_batch();
         let (loss, grads) = self.gradients(&inputs, &targets);
-        self.step += 1;
+        self.step += 1; // after `gradients`, which uses the masks of step + 1
         let total: f64 = grads.iter().map(|g| reference::grad_sumsq(g)).sum();
         let (norm, scale) = reference::clip_scale(total, self.cfg.grad_clip);
         for (i, spec) in self.specs.iter().enumerate() {

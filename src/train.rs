@@ -6,7 +6,7 @@ use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
 use crate::kernels::{self, AdamW};
-use crate::model::{self, GptConfig, GpuBatch, GpuOps, ParamSpec};
+use crate::model::{self, Dropout, GptConfig, GpuBatch, GpuOps, ParamSpec};
 use crate::pool::{BucketStats, BufferPoolConfig, BufferPoolStats, SizePolicy};
 use crate::rng::Rng;
 
@@ -33,6 +33,9 @@ pub struct TrainConfig {
     pub eps: f32,
     /// Clip gradients to this global norm (0: no clipping).
     pub grad_clip: f32,
+    /// Dropout probability on the embeddings and the blocks' residual branches
+    /// during training (0: none).
+    pub dropout: f32,
     pub seed: u64,
     /// Held-out batches averaged by one evaluation.
     pub eval_batches: usize,
@@ -72,6 +75,7 @@ impl TrainConfig {
             beta2: 0.99,
             eps: 1e-8,
             grad_clip: 1.0,
+            dropout: 0.0,
             seed: 1337,
             eval_batches: 4,
             pool: true,
@@ -105,6 +109,9 @@ impl TrainConfig {
                 warmup: 100,
                 steps: 5000,
                 eval_batches: 20,
+                // nanoGPT's shakespeare_char setting: without it the model memorises
+                // the training split after about 750 steps.
+                dropout: 0.2,
                 ..base
             },
             other => {
@@ -128,6 +135,9 @@ impl TrainConfig {
         }
         if !(self.eps > 0.0) || !(self.weight_decay >= 0.0) || !(self.grad_clip >= 0.0) {
             return bad("eps must be positive; weight_decay and grad_clip not negative".into());
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
         if self.steps == 0 {
             return bad("steps must be at least 1".into());
@@ -351,7 +361,7 @@ impl Trainer {
         let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
         let step = self.step + 1;
         let report = self.ctx.scope(|| {
-            let (grads, report) = self.gradients(&inputs, &targets);
+            let (grads, report) = self.gradients(&inputs, &targets, step);
             let norm_scale = self.update(&grads, step);
             // report = [loss, norm, scale]
             self.ctx.copy_buffer(&norm_scale, 0, &report, 4, 8);
@@ -401,16 +411,38 @@ impl Trainer {
         Ok(self.last.clone())
     }
 
-    /// Records forward and backward for one batch; returns the gradients and a
-    /// 4-float report buffer whose first element is the loss.
-    fn gradients(&self, inputs: &[u32], targets: &[u32]) -> (Vec<PooledBuffer>, PooledBuffer) {
+    /// Records forward and backward for one batch of training step `step` (whose
+    /// dropout masks it uses); returns the gradients and a 4-float report buffer
+    /// whose first element is the loss.
+    fn gradients(
+        &self,
+        inputs: &[u32],
+        targets: &[u32],
+        step: u32,
+    ) -> (Vec<PooledBuffer>, PooledBuffer) {
         let ops = GpuOps(&self.ctx);
         let batch = GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
-        let acts = model::forward(&ops, &self.model, &self.params, &batch, b, t);
+        let dropout = Dropout::new(self.cfg.dropout, self.cfg.seed, step);
+        let acts = model::forward(
+            &ops,
+            &self.model,
+            &self.params,
+            &batch,
+            b,
+            t,
+            dropout.as_ref(),
+        );
         let report = self.ctx.create_pooled(16);
         self.ctx.copy_buffer(&acts.loss, 0, &report, 0, 4);
-        let grads = model::backward(&ops, &self.model, &self.params, &batch, acts);
+        let grads = model::backward(
+            &ops,
+            &self.model,
+            &self.params,
+            &batch,
+            acts,
+            dropout.as_ref(),
+        );
         (grads, report)
     }
 
@@ -438,13 +470,15 @@ impl Trainer {
         norm_scale
     }
 
-    /// Gradients of the loss on one batch, downloaded (for the parity tests).
+    /// Gradients of the loss on one batch, with the next step's dropout masks,
+    /// downloaded (for the parity tests).
     pub async fn compute_gradients(
         &mut self,
         inputs: &[u32],
         targets: &[u32],
     ) -> Result<(f32, Vec<Vec<f32>>)> {
-        let (grads, report) = self.ctx.scope(|| self.gradients(inputs, targets));
+        let step = self.step + 1;
+        let (grads, report) = self.ctx.scope(|| self.gradients(inputs, targets, step));
         let loss = self.ctx.download::<f32>(&report, 1).await?[0];
         let mut out = Vec::with_capacity(grads.len());
         for (grad, spec) in grads.iter().zip(&self.specs) {
@@ -478,8 +512,8 @@ impl Trainer {
                     self.model.vocab,
                     self.cfg.belt,
                 );
-                let acts =
-                    model::forward(&GpuOps(&self.ctx), &self.model, &self.params, &batch, b, c);
+                let ops = GpuOps(&self.ctx);
+                let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
                 acts.loss
             });
             total += self.ctx.download::<f32>(&loss, 1).await?[0];
@@ -514,7 +548,8 @@ impl Trainer {
             inputs.resize(c, 0);
             let logits = self.ctx.scope(|| {
                 let batch = GpuBatch::upload(&self.ctx, &inputs, &inputs, v, self.cfg.belt);
-                model::forward(&GpuOps(&self.ctx), &self.model, &self.params, &batch, 1, c).logits
+                let ops = GpuOps(&self.ctx);
+                model::forward(&ops, &self.model, &self.params, &batch, 1, c, None).logits
             });
             let row = self.ctx.download_at::<f32>(&logits, last * v, v).await?;
             ids.push(pick(&row, temperature, top_k, &mut self.sample_rng) as u32);

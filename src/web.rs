@@ -39,6 +39,7 @@ struct WebConfig {
     policy: Option<String>,
     seed: Option<f64>,
     steps: Option<u32>,
+    dropout: Option<f32>,
     eval_every: Option<u32>,
 }
 
@@ -68,6 +69,9 @@ impl WebConfig {
         }
         if let Some(steps) = self.steps {
             cfg.steps = steps;
+        }
+        if let Some(dropout) = self.dropout {
+            cfg.dropout = dropout;
         }
         Ok(cfg)
     }

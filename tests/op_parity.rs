@@ -749,3 +749,60 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)]) {
         );
     }
 }
+
+// ---- dropout ----
+
+mod dropout {
+    use crate::common::{context, poisoned, read};
+    use crate::gpu_test;
+    use tidepool::kernels;
+    use tidepool::reference;
+    use tidepool::rng::{fresh_seed, Rng};
+
+    gpu_test!(dropout_matches_reference_bit_for_bit, dropout_body());
+    /// Exact: the mask is integer arithmetic on (seed, index) on both sides and kept
+    /// values are one f32 multiply, so GPU and CPU agree bit for bit.
+    async fn dropout_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (n, p) in [(1usize, 0.5f32), (130, 0.1), (70_001, 0.2), (4097, 0.0)] {
+            let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+            let mask_seed = rng.next_u64() as u32;
+            let gx = ctx.upload(&x);
+            let out = poisoned(&ctx, &[n], || kernels::dropout(&ctx, &gx, n, p, mask_seed));
+            let got = read(&ctx, &out, n).await;
+            let want = reference::dropout(&x, p, mask_seed);
+            assert_eq!(got, want, "n {n} p {p} seed {seed}");
+            if p == 0.0 {
+                assert_eq!(want, x, "p = 0 is the identity");
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn dropout_mask_has_the_right_rate_and_depends_on_the_seed() {
+        let x = vec![1.0f32; 200_000];
+        for p in [0.1f32, 0.2, 0.5] {
+            let out = reference::dropout(&x, p, 7);
+            let dropped = out.iter().filter(|v| **v == 0.0).count() as f32 / x.len() as f32;
+            assert!((dropped - p).abs() < 0.005, "p {p}: dropped {dropped}");
+            let kept = out.iter().find(|v| **v != 0.0).unwrap();
+            assert_eq!(*kept, 1.0 / (1.0 - p), "kept values are scaled up");
+        }
+        assert_ne!(
+            reference::dropout(&x, 0.5, 1),
+            reference::dropout(&x, 0.5, 2)
+        );
+        assert_ne!(
+            reference::dropout_seed(1, 1, 0),
+            reference::dropout_seed(1, 2, 0),
+            "steps get new masks"
+        );
+        assert_ne!(
+            reference::dropout_seed(1, 1, 0),
+            reference::dropout_seed(1, 1, 1)
+        );
+    }
+}

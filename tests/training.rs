@@ -95,6 +95,49 @@ async fn step_parity_body() {
     }
 }
 
+gpu_test!(step_parity_with_dropout, dropout_parity_body());
+/// The same check with dropout on: GPU and CPU draw the same masks, forward and
+/// backward, step after step.
+async fn dropout_parity_body() {
+    let corpus = Corpus::builtin();
+    let cfg = TrainConfig {
+        dropout: 0.2,
+        ..parity_config()
+    };
+    let mut gpu = Trainer::new(cfg.clone(), corpus.clone())
+        .await
+        .expect("gpu trainer");
+    let mut cpu = ReferenceTrainer::new(cfg, corpus).expect("cpu trainer");
+    let (inputs, targets) = cpu.peek_batch();
+    let (_, cpu_grads) = cpu.gradients(&inputs, &targets);
+    let (_, gpu_grads) = gpu
+        .compute_gradients(&inputs, &targets)
+        .await
+        .expect("grads");
+    for ((g, c), spec) in gpu_grads.iter().zip(&cpu_grads).zip(&gpu.model().params()) {
+        let err = rel_err(g, c);
+        assert!(
+            err < 1e-3,
+            "gradient of {} with dropout: relative error {err:e}",
+            spec.name
+        );
+    }
+    let mut no_dropout = ReferenceTrainer::new(parity_config(), Corpus::builtin()).unwrap();
+    let (plain_loss, _) = no_dropout.step();
+    for step in 1..=5 {
+        let (cpu_loss, _) = cpu.step();
+        let gpu_loss = gpu.step().await.expect("step").loss;
+        let rel = (gpu_loss - cpu_loss).abs() / cpu_loss.abs();
+        assert!(
+            rel < 1e-4,
+            "step {step}: gpu {gpu_loss} vs cpu {cpu_loss} (rel {rel:e})"
+        );
+        if step == 1 {
+            assert_ne!(cpu_loss, plain_loss, "dropout changes the loss");
+        }
+    }
+}
+
 gpu_test!(steady_state_creates_no_buffers, steady_state_body());
 async fn steady_state_body() {
     let mut trainer = Trainer::new(TrainConfig::preset("tiny").unwrap(), Corpus::builtin())

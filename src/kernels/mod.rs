@@ -28,3 +28,8 @@ mod matmul;
 
 pub use attention::{attention_backward, attention_forward};
 pub use matmul::{matmul_backward, matmul_dinp, matmul_dweight, matmul_forward};
+
+// ---- dropout ----
+mod dropout;
+
+pub use dropout::dropout;

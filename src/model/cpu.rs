@@ -114,4 +114,7 @@ impl Ops for CpuOps {
     fn mean(&self, x: &T, _n: usize) -> T {
         vec![r::mean(x)]
     }
+    fn dropout(&self, x: &T, _n: usize, p: f32, seed: u32) -> T {
+        r::dropout(x, p, seed)
+    }
 }

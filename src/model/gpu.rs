@@ -153,4 +153,7 @@ impl Ops for GpuOps<'_> {
     fn mean(&self, x: &T, n: usize) -> T {
         kernels::mean(self.0, x, n)
     }
+    fn dropout(&self, x: &T, n: usize, p: f32, seed: u32) -> T {
+        kernels::dropout(self.0, x, n, p, seed)
+    }
 }

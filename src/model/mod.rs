@@ -292,6 +292,57 @@ pub trait Ops {
         scale: f32,
     ) -> Self::T;
     fn mean(&self, x: &Self::T, n: usize) -> Self::T;
+    fn dropout(&self, x: &Self::T, n: usize, p: f32, seed: u32) -> Self::T;
+}
+
+/// Dropout during training, as nanoGPT places it: on the embeddings and on the output
+/// of each block's two residual branches. Masks are a function of (run seed, step,
+/// site), so forward and backward, and the GPU and CPU, draw the same ones.
+#[derive(Clone, Copy, Debug)]
+pub struct Dropout {
+    pub p: f32,
+    pub seed: u64,
+    pub step: u32,
+}
+
+impl Dropout {
+    /// `Some` only when it drops anything.
+    pub fn new(p: f32, seed: u64, step: u32) -> Option<Self> {
+        (p > 0.0).then_some(Dropout { p, seed, step })
+    }
+
+    /// Site 0 is the embedding; a block's attention and MLP outputs follow.
+    fn apply<O: Ops>(&self, ops: &O, x: &O::T, n: usize, site: u32) -> O::T {
+        let seed = crate::reference::dropout_seed(self.seed, self.step, site);
+        ops.dropout(x, n, self.p, seed)
+    }
+}
+
+/// `x` after dropout at `site`, or `x` itself without dropout.
+fn dropped<O: Ops>(ops: &O, dropout: Option<&Dropout>, x: O::T, n: usize, site: u32) -> O::T {
+    match dropout {
+        Some(d) => d.apply(ops, &x, n, site),
+        None => x,
+    }
+}
+
+/// The gradient through dropout at `site` (the same mask), when there is dropout.
+fn masked<O: Ops>(
+    ops: &O,
+    dropout: Option<&Dropout>,
+    g: &O::T,
+    n: usize,
+    site: u32,
+) -> Option<O::T> {
+    dropout.map(|d| d.apply(ops, g, n, site))
+}
+
+fn attn_site(l: usize) -> u32 {
+    1 + 2 * l as u32
+}
+
+fn mlp_site(l: usize) -> u32 {
+    2 + 2 * l as u32
 }
 
 /// What one block keeps from forward for backward.
@@ -331,7 +382,8 @@ pub struct Activations<T> {
     t: usize,
 }
 
-/// Runs the GPT on `b` sequences of `t` tokens (`t <= context`).
+/// Runs the GPT on `b` sequences of `t` tokens (`t <= context`), with dropout when
+/// training.
 pub fn forward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
@@ -339,9 +391,11 @@ pub fn forward<O: Ops>(
     batch: &O::Batch,
     b: usize,
     t: usize,
+    dropout: Option<&Dropout>,
 ) -> Activations<O::T> {
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
-    let x0 = ops.encoder_forward(batch, &params[Idx::WTE], &params[Idx::WPE], b, t, c);
+    let embedded = ops.encoder_forward(batch, &params[Idx::WTE], &params[Idx::WPE], b, t, c);
+    let x0 = dropped(ops, dropout, embedded, rows * c, 0);
     let mut blocks: Vec<BlockActs<O::T>> = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
         let p = &params[Idx::layer(l)..Idx::layer(l) + 12];
@@ -350,12 +404,14 @@ pub fn forward<O: Ops>(
         let qkv = ops.matmul_forward(&ln1, &p[QKVW], Some(&p[QKVB]), rows, c, 3 * c);
         let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh);
         let attproj = ops.matmul_forward(&atty, &p[ATTPROJW], Some(&p[ATTPROJB]), rows, c, c);
+        let attproj = dropped(ops, dropout, attproj, rows * c, attn_site(l));
         let x_mid = ops.add(x, &attproj, rows * c);
         drop(attproj);
         let (ln2, ln2_mean, ln2_rstd) = ops.layernorm_forward(&x_mid, &p[LN2W], &p[LN2B], rows, c);
         let fch = ops.matmul_forward(&ln2, &p[FCW], Some(&p[FCB]), rows, c, 4 * c);
         let fch_gelu = ops.gelu_forward(&fch, rows * 4 * c);
         let fcproj = ops.matmul_forward(&fch_gelu, &p[FCPROJW], Some(&p[FCPROJB]), rows, 4 * c, c);
+        let fcproj = dropped(ops, dropout, fcproj, rows * c, mlp_site(l));
         let x_out = ops.add(&x_mid, &fcproj, rows * c);
         drop(fcproj);
         blocks.push(BlockActs {
@@ -405,6 +461,7 @@ pub fn backward<O: Ops>(
     params: &[O::T],
     batch: &O::Batch,
     acts: Activations<O::T>,
+    dropout: Option<&Dropout>,
 ) -> Vec<O::T> {
     let Activations {
         x0,
@@ -469,8 +526,18 @@ pub fn backward<O: Ops>(
         let dx_mid = ops.add(&dx, &dx_mid_ln, rows * c);
         drop(dx_mid_ln);
 
-        // x_mid = x_in + attproj(attention(qkv(ln1(x_in)))).
-        let (datty, dw, db) = ops.matmul_backward(&dx_mid, &a.atty, &p[ATTPROJW], rows, c, c, true);
+        // x_mid = x_in + drop(attproj(attention(qkv(ln1(x_in))))).
+        let dattproj = masked(ops, dropout, &dx_mid, rows * c, attn_site(l));
+        let (datty, dw, db) = ops.matmul_backward(
+            dattproj.as_ref().unwrap_or(&dx_mid),
+            &a.atty,
+            &p[ATTPROJW],
+            rows,
+            c,
+            c,
+            true,
+        );
+        drop(dattproj);
         put(ATTPROJW, dw);
         put(ATTPROJB, db.expect("with bias"));
         let dqkv = ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh);
@@ -487,6 +554,8 @@ pub fn backward<O: Ops>(
         dx = ops.add(&dx_mid, &dx_in_ln, rows * c);
         // `a` (this block's activations) drops here, back to the pool.
     }
+    let dembedded = masked(ops, dropout, &dx, rows * c, 0);
+    let dx = dembedded.unwrap_or(dx);
     let (dwte, dwpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
     grads[Idx::WTE] = Some(dwte);
     grads[Idx::WPE] = Some(dwpe);

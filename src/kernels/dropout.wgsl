@@ -1,0 +1,31 @@
+// Inverted dropout: out[i] = x[i] * scale where element i is kept, else 0. Whether i is
+// kept depends only on (seed, i) through an integer hash, so the CPU reference draws
+// the same mask bit for bit, and the backward is this same kernel applied to the
+// gradient with the same seed (no mask is stored).
+struct Params { n: u32, seed: u32, threshold: u32, scale: f32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+// murmur3's 32-bit finaliser: every input bit affects every output bit.
+fn mix(v: u32) -> u32 {
+    var h = v;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= p.n) {
+        return;
+    }
+    // 24 bits of the hash against the drop probability scaled to 2^24.
+    let keep = (mix(p.seed ^ mix(i)) >> 8u) >= p.threshold;
+    out[i] = select(0.0, x[i] * p.scale, keep);
+}
