@@ -35,6 +35,6 @@ case "${1:-bench}" in
     run policies ./tidepool bench policies --presets tiny,shakespeare --warmup 2 --steps 3 --corpus tinyshakespeare.txt --json
     ;;
   train)
-    run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json
+    run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}
     ;;
 esac
