@@ -36,10 +36,11 @@ impl Poolable for wgpu::Buffer {
 pub const SIZE_ALIGNMENT: usize = 4;
 
 /// How a requested size is rounded up to the size class of its bucket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SizePolicy {
     /// The next power of two (the seed's rule): few buckets and the most reuse, at
     /// up to 2x the requested bytes.
+    #[default]
     PowerOfTwo,
     /// Each octave split into `subdivisions` equal steps (PyTorch's
     /// `roundup_power2_divisions`): a 1200-byte request with 4 subdivisions gets 1280.
@@ -48,12 +49,6 @@ pub enum SizePolicy {
     /// The size itself, rounded to [`SIZE_ALIGNMENT`]: no waste, but a buffer is only
     /// reused by a request of exactly its size (fine for static-shape training).
     Exact,
-}
-
-impl Default for SizePolicy {
-    fn default() -> Self {
-        SizePolicy::PowerOfTwo
-    }
 }
 
 impl SizePolicy {

@@ -122,6 +122,8 @@ impl TrainConfig {
         })
     }
 
+    // The negated comparisons also reject NaN, which a plain `x <= 0.0` would let in.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
         if self.batch == 0 {

@@ -106,6 +106,9 @@ where
     R: serde::Serialize,
 {
     let inner = inner.clone();
+    // Holding the borrow across the await is the point: a second call made before
+    // this one resolves finds the trainer borrowed and is refused, not interleaved.
+    #[allow(clippy::await_holding_refcell_ref)]
     wasm_bindgen_futures::future_to_promise(async move {
         let mut guard = inner
             .try_borrow_mut()

@@ -166,12 +166,7 @@ impl WgpuContext {
         let (instance, adapter) = request_adapter().await?;
         let mut info = adapter.get_info();
         if info.name.is_empty() {
-            // Browsers leave `description` empty; vendor and architecture say enough.
-            #[cfg(target_arch = "wasm32")]
-            let label = web_adapter_label().await;
-            #[cfg(not(target_arch = "wasm32"))]
-            let label: Option<String> = None;
-            info.name = label.unwrap_or_else(|| "unnamed adapter".into());
+            info.name = fallback_adapter_name(&info).await;
         }
         // Ask for everything the adapter offers: the default limits (128 MiB storage
         // bindings, 8 storage buffers a stage) are too small for real models.
@@ -201,8 +196,11 @@ impl WgpuContext {
         let mut pool_config = options.pool;
         let binding_max = limits
             .max_storage_buffer_binding_size
-            .min(limits.max_buffer_size as u64) as usize;
+            .min(limits.max_buffer_size) as usize;
         pool_config.max_buffer_size = pool_config.max_buffer_size.min(binding_max);
+        // wasm32 is single-threaded (wgpu types are not Send there); natively the
+        // same Arc is shared across threads.
+        #[allow(clippy::arc_with_non_send_sync)]
         let shared = Arc::new(Shared {
             pool: BufferPool::new(pool_config),
             pooling: options.pooling,
@@ -598,6 +596,16 @@ async fn request_adapter() -> Result<(wgpu::Instance, wgpu::Adapter)> {
             Error::NoAdapter(format!("{e}. {hint}"))
         })?;
     Ok((instance, adapter))
+}
+
+/// A display name for an adapter that reports none. Browsers leave `description`
+/// empty; vendor and architecture say enough.
+async fn fallback_adapter_name(info: &wgpu::AdapterInfo) -> String {
+    #[cfg(target_arch = "wasm32")]
+    if let Some(label) = web_adapter_label().await {
+        return label;
+    }
+    format!("{:?} adapter", info.device_type)
 }
 
 /// "google swiftshader" and the like, from `GPUAdapterInfo` (wgpu maps only the

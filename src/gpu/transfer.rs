@@ -125,7 +125,7 @@ impl WgpuContext {
         }
         let offset = (first * size) as u64;
         let padded = (bytes.div_ceil(4) * 4) as u64;
-        if offset % 4 != 0 || offset + padded > buffer.size() {
+        if !offset.is_multiple_of(4) || offset + padded > buffer.size() {
             return Err(Error::Map(format!(
                 "asked for bytes {offset}..{} of a {}-byte buffer",
                 offset + padded,

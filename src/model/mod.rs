@@ -44,13 +44,13 @@ impl GptConfig {
                 return bad(format!("{name} must be at least 1"));
             }
         }
-        if self.width % self.heads != 0 {
+        if !self.width.is_multiple_of(self.heads) {
             return bad(format!(
                 "width {} must be a multiple of heads {}",
                 self.width, self.heads
             ));
         }
-        if self.width % 4 != 0 {
+        if !self.width.is_multiple_of(4) {
             return bad(format!("width {} must be a multiple of 4", self.width));
         }
         Ok(())
