@@ -39,12 +39,11 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     worst / scale
 }
 
-gpu_test!(step_parity_with_the_cpu_reference, step_parity_body());
-/// Gradients of every parameter at step 1, then ten steps of losses, GPU against CPU
-/// from the same seed, batches and optimizer.
-async fn step_parity_body() {
+/// GPU and CPU trainers built from `cfg` (same seed, batches, optimizer): every
+/// parameter's gradient on the first batch, then `steps` steps of losses. Returns
+/// both for further checks.
+async fn assert_parity(cfg: TrainConfig, steps: u32) -> (Trainer, ReferenceTrainer) {
     let corpus = Corpus::builtin();
-    let cfg = parity_config();
     let mut gpu = Trainer::new(cfg.clone(), corpus.clone())
         .await
         .expect("gpu trainer");
@@ -61,10 +60,9 @@ async fn step_parity_body() {
         (gpu_loss - cpu_loss).abs() <= 1e-5 * cpu_loss.abs(),
         "loss {gpu_loss} vs {cpu_loss}"
     );
-    let names = gpu.model().params();
     // 1e-3 of each tensor's largest gradient: fp32 sums over a few hundred terms
     // in a different order land around 1e-6..1e-5; a wrong index is O(1).
-    for ((g, c), spec) in gpu_grads.iter().zip(&cpu_grads).zip(&names) {
+    for ((g, c), spec) in gpu_grads.iter().zip(&cpu_grads).zip(&gpu.model().params()) {
         let err = rel_err(g, c);
         assert!(
             err < 1e-3,
@@ -73,8 +71,8 @@ async fn step_parity_body() {
         );
     }
 
-    // Ten steps: losses agree (AdamW amplifies rounding a little each step).
-    for step in 1..=10 {
+    // Then the losses agree step after step (AdamW amplifies rounding a little).
+    for step in 1..=steps {
         let (cpu_loss, _) = cpu.step();
         let gpu_loss = gpu.step().await.expect("step").loss;
         let rel = (gpu_loss - cpu_loss).abs() / cpu_loss.abs();
@@ -83,59 +81,51 @@ async fn step_parity_body() {
             "step {step}: gpu {gpu_loss} vs cpu {cpu_loss} (rel {rel:e})"
         );
     }
-    // And so do the parameters they arrive at.
+    (gpu, cpu)
+}
+
+gpu_test!(step_parity_with_the_cpu_reference, step_parity_body());
+/// llm.c's check: every gradient of step 1, then ten steps of losses. (Parameters
+/// after ten steps are not compared element by element: AdamW's normalised update
+/// turns rounding noise in a near-zero gradient into a full learning-rate step, so a
+/// few coordinates may differ by lr while the model, and its loss, agree.)
+async fn step_parity_body() {
+    let (gpu, cpu) = assert_parity(parity_config(), 10).await;
+    // The parameters still agree as a whole: relative L2 distance per tensor.
     let gpu_params = gpu.parameters().await.expect("params");
-    for ((g, c), spec) in gpu_params.iter().zip(&cpu.params).zip(&names) {
-        let err = rel_err(g, c);
+    for ((g, c), spec) in gpu_params
+        .iter()
+        .zip(&cpu.params)
+        .zip(&gpu.model().params())
+    {
+        let diff: f64 = g.iter().zip(c).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+        let norm: f64 = c.iter().map(|b| (*b as f64).powi(2)).sum();
+        let rel = (diff / norm.max(1e-30)).sqrt();
         assert!(
-            err < 1e-3,
-            "parameter {} after 10 steps: relative error {err:e}",
+            rel < 1e-2,
+            "parameter {} after 10 steps: relative L2 distance {rel:e}",
             spec.name
         );
     }
 }
 
 gpu_test!(step_parity_with_dropout, dropout_parity_body());
-/// The same check with dropout on: GPU and CPU draw the same masks, forward and
-/// backward, step after step.
+/// The same with dropout on: GPU and CPU draw the same masks, forward and backward.
 async fn dropout_parity_body() {
-    let corpus = Corpus::builtin();
-    let cfg = TrainConfig {
+    let with = TrainConfig {
         dropout: 0.2,
         ..parity_config()
     };
-    let mut gpu = Trainer::new(cfg.clone(), corpus.clone())
-        .await
-        .expect("gpu trainer");
-    let mut cpu = ReferenceTrainer::new(cfg, corpus).expect("cpu trainer");
-    let (inputs, targets) = cpu.peek_batch();
-    let (_, cpu_grads) = cpu.gradients(&inputs, &targets);
-    let (_, gpu_grads) = gpu
-        .compute_gradients(&inputs, &targets)
-        .await
-        .expect("grads");
-    for ((g, c), spec) in gpu_grads.iter().zip(&cpu_grads).zip(&gpu.model().params()) {
-        let err = rel_err(g, c);
-        assert!(
-            err < 1e-3,
-            "gradient of {} with dropout: relative error {err:e}",
-            spec.name
-        );
-    }
-    let mut no_dropout = ReferenceTrainer::new(parity_config(), Corpus::builtin()).unwrap();
-    let (plain_loss, _) = no_dropout.step();
-    for step in 1..=5 {
-        let (cpu_loss, _) = cpu.step();
-        let gpu_loss = gpu.step().await.expect("step").loss;
-        let rel = (gpu_loss - cpu_loss).abs() / cpu_loss.abs();
-        assert!(
-            rel < 1e-4,
-            "step {step}: gpu {gpu_loss} vs cpu {cpu_loss} (rel {rel:e})"
-        );
-        if step == 1 {
-            assert_ne!(cpu_loss, plain_loss, "dropout changes the loss");
-        }
-    }
+    let corpus = Corpus::builtin();
+    let plain = ReferenceTrainer::new(parity_config(), corpus.clone()).unwrap();
+    let dropping = ReferenceTrainer::new(with.clone(), corpus).unwrap();
+    let (inputs, targets) = plain.peek_batch();
+    assert_ne!(
+        plain.gradients(&inputs, &targets).0,
+        dropping.gradients(&inputs, &targets).0,
+        "dropout changes the loss"
+    );
+    assert_parity(with, 5).await;
 }
 
 gpu_test!(steady_state_creates_no_buffers, steady_state_body());
