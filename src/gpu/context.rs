@@ -141,7 +141,9 @@ pub struct WgpuContext {
     pub queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     pub(crate) shared: Arc<Shared>,
-    pipelines: Mutex<HashMap<&'static str, wgpu::ComputePipeline>>,
+    /// Pipelines by kernel name, with their bind group layout (asked for once: on the
+    /// web each `getBindGroupLayout` call makes a new object).
+    pipelines: Mutex<HashMap<&'static str, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
     pub(crate) recorder: Mutex<Recorder>,
     pub(crate) params: Mutex<ParamsArena>,
     pub(crate) belt: StagingBelt,
@@ -428,7 +430,7 @@ impl WgpuContext {
         buffers: &[&wgpu::Buffer],
         workgroups: [u32; 3],
     ) {
-        let pipeline = self.pipeline(kernel);
+        let (pipeline, layout) = self.compiled(kernel);
         let (params_buffer, offset, size) =
             lock(&self.params).push(self, bytemuck::bytes_of(params));
         let mut entries = Vec::with_capacity(buffers.len() + 1);
@@ -448,7 +450,7 @@ impl WgpuContext {
         }
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(kernel.name),
-            layout: &pipeline.get_bind_group_layout(0),
+            layout: &layout,
             entries: &entries,
         });
         self.shared.counters.dispatches.fetch_add(1, Relaxed);
@@ -465,6 +467,11 @@ impl WgpuContext {
 
     /// The compiled pipeline of `kernel`, built on first use.
     pub fn pipeline(&self, kernel: &Kernel) -> wgpu::ComputePipeline {
+        self.compiled(kernel).0
+    }
+
+    /// The pipeline of `kernel` and its bind group layout, built on first use.
+    fn compiled(&self, kernel: &Kernel) -> (wgpu::ComputePipeline, wgpu::BindGroupLayout) {
         let mut cache = lock(&self.pipelines);
         cache
             .entry(kernel.name)
@@ -485,15 +492,18 @@ impl WgpuContext {
                 } else {
                     self.device.create_shader_module(desc)
                 };
-                self.device
-                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                        label: Some(kernel.name),
-                        layout: None,
-                        module: &module,
-                        entry_point: Some(kernel.entry),
-                        compilation_options: Default::default(),
-                        cache: None,
-                    })
+                let pipeline =
+                    self.device
+                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                            label: Some(kernel.name),
+                            layout: None,
+                            module: &module,
+                            entry_point: Some(kernel.entry),
+                            compilation_options: Default::default(),
+                            cache: None,
+                        });
+                let layout = pipeline.get_bind_group_layout(0);
+                (pipeline, layout)
             })
             .clone()
     }
