@@ -56,7 +56,10 @@ impl GptConfig {
         Ok(())
     }
 
-    /// Parameter tensors, in the one order every part of the crate uses.
+    /// Parameter tensors, in the one order every part of the crate uses. Names follow
+    /// nanoGPT's GPT-2 state dict, and every matrix is stored as PyTorch's `nn.Linear`
+    /// stores it (`[out, in]`, row-major), so PyTorch code loads them without renaming
+    /// or transposing. The output head is tied to `transformer.wte.weight`.
     pub fn params(&self) -> Vec<ParamSpec> {
         let (v, t, c, l) = (self.vocab, self.context, self.width, self.layers);
         let std = 0.02;
@@ -64,28 +67,28 @@ impl GptConfig {
         // does not grow with depth.
         let proj_std = 0.02 / ((2 * l) as f32).sqrt();
         let mut specs = vec![
-            ParamSpec::new("wte", v * c, Init::Normal(std), true),
-            ParamSpec::new("wpe", t * c, Init::Normal(std), true),
+            ParamSpec::new("transformer.wte.weight", v * c, Init::Normal(std), true),
+            ParamSpec::new("transformer.wpe.weight", t * c, Init::Normal(std), true),
         ];
         for i in 0..l {
-            let p = |name: &str| format!("h{i}.{name}");
+            let p = |name: &str| format!("transformer.h.{i}.{name}");
             specs.extend([
-                ParamSpec::new(&p("ln1.w"), c, Init::Ones, false),
-                ParamSpec::new(&p("ln1.b"), c, Init::Zeros, false),
-                ParamSpec::new(&p("qkv.w"), 3 * c * c, Init::Normal(std), true),
-                ParamSpec::new(&p("qkv.b"), 3 * c, Init::Zeros, false),
-                ParamSpec::new(&p("attproj.w"), c * c, Init::Normal(proj_std), true),
-                ParamSpec::new(&p("attproj.b"), c, Init::Zeros, false),
-                ParamSpec::new(&p("ln2.w"), c, Init::Ones, false),
-                ParamSpec::new(&p("ln2.b"), c, Init::Zeros, false),
-                ParamSpec::new(&p("fc.w"), 4 * c * c, Init::Normal(std), true),
-                ParamSpec::new(&p("fc.b"), 4 * c, Init::Zeros, false),
-                ParamSpec::new(&p("fcproj.w"), 4 * c * c, Init::Normal(proj_std), true),
-                ParamSpec::new(&p("fcproj.b"), c, Init::Zeros, false),
+                ParamSpec::new(&p("ln_1.weight"), c, Init::Ones, false),
+                ParamSpec::new(&p("ln_1.bias"), c, Init::Zeros, false),
+                ParamSpec::new(&p("attn.c_attn.weight"), 3 * c * c, Init::Normal(std), true),
+                ParamSpec::new(&p("attn.c_attn.bias"), 3 * c, Init::Zeros, false),
+                ParamSpec::new(&p("attn.c_proj.weight"), c * c, Init::Normal(proj_std), true),
+                ParamSpec::new(&p("attn.c_proj.bias"), c, Init::Zeros, false),
+                ParamSpec::new(&p("ln_2.weight"), c, Init::Ones, false),
+                ParamSpec::new(&p("ln_2.bias"), c, Init::Zeros, false),
+                ParamSpec::new(&p("mlp.c_fc.weight"), 4 * c * c, Init::Normal(std), true),
+                ParamSpec::new(&p("mlp.c_fc.bias"), 4 * c, Init::Zeros, false),
+                ParamSpec::new(&p("mlp.c_proj.weight"), 4 * c * c, Init::Normal(proj_std), true),
+                ParamSpec::new(&p("mlp.c_proj.bias"), c, Init::Zeros, false),
             ]);
         }
-        specs.push(ParamSpec::new("lnf.w", c, Init::Ones, false));
-        specs.push(ParamSpec::new("lnf.b", c, Init::Zeros, false));
+        specs.push(ParamSpec::new("transformer.ln_f.weight", c, Init::Ones, false));
+        specs.push(ParamSpec::new("transformer.ln_f.bias", c, Init::Zeros, false));
         specs
     }
 
