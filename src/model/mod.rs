@@ -510,9 +510,19 @@ pub fn backward<O: Ops>(
         let p = &params[base..base + 12];
         let mut put = |offset: usize, grad: O::T| grads[base + offset] = Some(grad);
 
-        // x_out = x_mid + fcproj(gelu(fc(ln2(x_mid)))): dx flows to both terms.
-        let (dfch_gelu, dw, db) =
-            ops.matmul_backward(&dx, &a.fch_gelu, &p[FCPROJW], rows, 4 * c, c, true);
+        // x_out = x_mid + drop(fcproj(gelu(fc(ln2(x_mid))))): dx flows to both terms,
+        // through the branch's dropout mask into the branch.
+        let dfcproj = masked(ops, dropout, &dx, rows * c, mlp_site(l));
+        let (dfch_gelu, dw, db) = ops.matmul_backward(
+            dfcproj.as_ref().unwrap_or(&dx),
+            &a.fch_gelu,
+            &p[FCPROJW],
+            rows,
+            4 * c,
+            c,
+            true,
+        );
+        drop(dfcproj);
         put(FCPROJW, dw);
         put(FCPROJB, db.expect("with bias"));
         let dfch = ops.gelu_backward(&a.fch, &dfch_gelu, rows * 4 * c);
