@@ -4,7 +4,7 @@
 
 use crate::data::Corpus;
 use crate::error::Result;
-use crate::model::{self, CpuBatch, CpuOps, Dropout, GptConfig, ParamSpec};
+use crate::model::{self, CpuBatch, CpuOps, Dropout, GptConfig, GptParams, ParamSpec};
 use crate::reference;
 use crate::train::{Batcher, TrainConfig};
 
@@ -64,11 +64,14 @@ impl ReferenceTrainer {
         };
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
         let dropout = Dropout::new(self.cfg.dropout, self.cfg.seed, self.step + 1);
-        let (m, params) = (&self.model, &self.params);
-        let acts = model::forward(&CpuOps, m, params, &batch, b, t, dropout.as_ref());
+        // The flat parameters stay public (the tests read them); the model takes them
+        // by name, for one batch.
+        let params = GptParams::from_flat(self.params.clone()).expect("from GptConfig::params");
+        let m = &self.model;
+        let acts = model::forward(&CpuOps, m, &params, &batch, b, t, dropout.as_ref());
         let loss = acts.loss[0];
-        let grads = model::backward(&CpuOps, m, params, &batch, acts, dropout.as_ref());
-        (loss, grads)
+        let grads = model::backward(&CpuOps, m, &params, &batch, acts, dropout.as_ref());
+        (loss, grads.into_flat())
     }
 
     /// One step: batch, gradients, clip, AdamW. Returns the loss and the grad norm.

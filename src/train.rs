@@ -6,7 +6,7 @@ use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
 use crate::kernels::{self, AdamW};
-use crate::model::{self, Dropout, GptConfig, GpuBatch, GpuOps, ParamSpec};
+use crate::model::{self, Dropout, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec};
 use crate::pool::{BucketStats, BufferPoolConfig, BufferPoolStats, SizePolicy};
 use crate::rng::Rng;
 
@@ -275,7 +275,7 @@ pub struct Trainer {
     model: GptConfig,
     specs: Vec<ParamSpec>,
     corpus: Corpus,
-    params: Vec<PooledBuffer>,
+    params: GptParams<PooledBuffer>,
     adam_m: Vec<PooledBuffer>,
     adam_v: Vec<PooledBuffer>,
     batcher: Batcher,
@@ -307,11 +307,8 @@ impl Trainer {
         let (bytes, what) = model.largest_tensor(cfg.batch, cfg.context);
         ctx.check_fits(bytes, what)?;
         let specs = model.params();
-        let params = model
-            .init(cfg.seed)
-            .iter()
-            .map(|values| ctx.upload_pooled(values))
-            .collect();
+        let params = model.init(cfg.seed);
+        let params = GptParams::from_flat(params.iter().map(|v| ctx.upload_pooled(v)).collect())?;
         let zeros = |spec: &ParamSpec| ctx.create_zeroed(spec.len * 4);
         let adam_m = specs.iter().map(zeros).collect();
         let adam_v = specs.iter().map(zeros).collect();
@@ -445,7 +442,7 @@ impl Trainer {
             acts,
             dropout.as_ref(),
         );
-        (grads, report)
+        (grads.into_flat(), report)
     }
 
     /// Clips by global norm and applies AdamW; returns `[norm, scale]`.
@@ -456,11 +453,11 @@ impl Trainer {
             kernels::grad_sumsq_into(ctx, grad, spec.len, &sumsq, slot);
         }
         let norm_scale = kernels::global_norm_scale(ctx, &sumsq, grads.len(), self.cfg.grad_clip);
-        for (i, spec) in self.specs.iter().enumerate() {
+        for (i, (spec, param)) in self.specs.iter().zip(self.params.iter()).enumerate() {
             let hp = self.cfg.adamw(step, spec);
             kernels::adamw_update(
                 ctx,
-                &self.params[i],
+                param,
                 &grads[i],
                 &self.adam_m[i],
                 &self.adam_v[i],
@@ -491,7 +488,7 @@ impl Trainer {
 
     /// The current parameters, downloaded.
     pub async fn parameters(&self) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::with_capacity(self.params.len());
+        let mut out = Vec::with_capacity(self.specs.len());
         for (param, spec) in self.params.iter().zip(&self.specs) {
             out.push(self.ctx.download::<f32>(param, spec.len).await?);
         }

@@ -6,7 +6,7 @@
 //! gradient routed to the wrong tensor).
 #![cfg(not(target_arch = "wasm32"))]
 
-use tidepool::model::{self, CpuBatch, CpuOps, Dropout, GptConfig};
+use tidepool::model::{self, CpuBatch, CpuOps, Dropout, GptConfig, GptParams};
 use tidepool::rng::{fresh_seed, Rng};
 
 /// Elements sampled per tensor (every element of smaller tensors).
@@ -62,7 +62,8 @@ fn loss(
     t: usize,
     dropout: &Dropout,
 ) -> f64 {
-    let acts = model::forward(&CpuOps, cfg, params, batch, b, t, Some(dropout));
+    let params = GptParams::from_flat(params.to_vec()).expect("a GPT's tensors");
+    let acts = model::forward(&CpuOps, cfg, &params, batch, b, t, Some(dropout));
     acts.losses.iter().map(|&l| l as f64).sum::<f64>() / (b * t) as f64
 }
 
@@ -75,8 +76,9 @@ fn check_model(dropout: Dropout) {
     let targets: Vec<u32> = (0..b * t).map(|_| rng.below(cfg.vocab) as u32).collect();
     let batch = CpuBatch { tokens, targets };
     let params = random_params(&cfg, &mut rng);
-    let acts = model::forward(&CpuOps, &cfg, &params, &batch, b, t, Some(&dropout));
-    let grads = model::backward(&CpuOps, &cfg, &params, &batch, acts, Some(&dropout));
+    let named = GptParams::from_flat(params.clone()).expect("a GPT's tensors");
+    let acts = model::forward(&CpuOps, &cfg, &named, &batch, b, t, Some(&dropout));
+    let grads = model::backward(&CpuOps, &cfg, &named, &batch, acts, Some(&dropout)).into_flat();
 
     let mut failures = Vec::new();
     let mut probe = params.clone();
@@ -138,4 +140,37 @@ fn model_backward_matches_finite_differences_with_dropout() {
         seed: 0x5eed_0f_d409,
         step: 7,
     });
+}
+
+/// The named structure and the flat spec order agree: names land in the fields
+/// that hold them, and the round trip keeps the order.
+#[test]
+fn named_params_follow_the_flat_spec_order() {
+    let cfg = config();
+    let specs = cfg.param_specs();
+    assert_eq!(specs.wte.name, "transformer.wte.weight");
+    assert_eq!(
+        specs.blocks[1].c_attn_bias.name,
+        "transformer.h.1.attn.c_attn.bias"
+    );
+    assert_eq!(
+        specs.blocks[0].attn_proj_weight.name,
+        "transformer.h.0.attn.c_proj.weight"
+    );
+    assert_eq!(
+        specs.blocks[1].mlp_proj_bias.name,
+        "transformer.h.1.mlp.c_proj.bias"
+    );
+    assert_eq!(specs.ln_f_bias.name, "transformer.ln_f.bias");
+    let flat = cfg.params();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        flat.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        GptParams::from_flat(flat.clone()).unwrap().into_flat(),
+        flat
+    );
+    assert!(GptParams::from_flat(flat[..flat.len() - 1].to_vec()).is_err());
 }

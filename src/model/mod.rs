@@ -56,40 +56,49 @@ impl GptConfig {
         Ok(())
     }
 
-    /// Parameter tensors, in the one order every part of the crate uses. Names follow
-    /// nanoGPT's GPT-2 state dict, and every matrix is stored as PyTorch's `nn.Linear`
-    /// stores it (`[out, in]`, row-major), so PyTorch code loads them without renaming
-    /// or transposing. The output head is tied to `transformer.wte.weight`.
+    /// Parameter tensors, in the one order every part of the crate uses (the flat
+    /// order of [`GptParams::into_flat`]). Names follow nanoGPT's GPT-2 state dict, and
+    /// every matrix is stored as PyTorch's `nn.Linear` stores it (`[out, in]`,
+    /// row-major), so PyTorch code loads them without renaming or transposing. The
+    /// output head is tied to `transformer.wte.weight`.
     pub fn params(&self) -> Vec<ParamSpec> {
+        self.param_specs().into_flat()
+    }
+
+    /// [`GptConfig::params`] by name: the one place parameter names, sizes and inits
+    /// are written.
+    pub fn param_specs(&self) -> GptParams<ParamSpec> {
         let (v, t, c, l) = (self.vocab, self.context, self.width, self.layers);
         let std = 0.02;
         // GPT-2: residual projections scaled down so the residual stream's variance
         // does not grow with depth.
         let proj_std = 0.02 / ((2 * l) as f32).sqrt();
-        let mut specs = vec![
-            ParamSpec::new("transformer.wte.weight", v * c, Init::Normal(std), true),
-            ParamSpec::new("transformer.wpe.weight", t * c, Init::Normal(std), true),
-        ];
-        for i in 0..l {
-            let p = |name: &str| format!("transformer.h.{i}.{name}");
-            specs.extend([
-                ParamSpec::new(&p("ln_1.weight"), c, Init::Ones, false),
-                ParamSpec::new(&p("ln_1.bias"), c, Init::Zeros, false),
-                ParamSpec::new(&p("attn.c_attn.weight"), 3 * c * c, Init::Normal(std), true),
-                ParamSpec::new(&p("attn.c_attn.bias"), 3 * c, Init::Zeros, false),
-                ParamSpec::new(&p("attn.c_proj.weight"), c * c, Init::Normal(proj_std), true),
-                ParamSpec::new(&p("attn.c_proj.bias"), c, Init::Zeros, false),
-                ParamSpec::new(&p("ln_2.weight"), c, Init::Ones, false),
-                ParamSpec::new(&p("ln_2.bias"), c, Init::Zeros, false),
-                ParamSpec::new(&p("mlp.c_fc.weight"), 4 * c * c, Init::Normal(std), true),
-                ParamSpec::new(&p("mlp.c_fc.bias"), 4 * c, Init::Zeros, false),
-                ParamSpec::new(&p("mlp.c_proj.weight"), 4 * c * c, Init::Normal(proj_std), true),
-                ParamSpec::new(&p("mlp.c_proj.bias"), c, Init::Zeros, false),
-            ]);
+        let block = |i: usize| {
+            let spec = |name: &str, len, init, decay| {
+                ParamSpec::new(&format!("transformer.h.{i}.{name}"), len, init, decay)
+            };
+            BlockParams {
+                ln_1_weight: spec("ln_1.weight", c, Init::Ones, false),
+                ln_1_bias: spec("ln_1.bias", c, Init::Zeros, false),
+                c_attn_weight: spec("attn.c_attn.weight", 3 * c * c, Init::Normal(std), true),
+                c_attn_bias: spec("attn.c_attn.bias", 3 * c, Init::Zeros, false),
+                attn_proj_weight: spec("attn.c_proj.weight", c * c, Init::Normal(proj_std), true),
+                attn_proj_bias: spec("attn.c_proj.bias", c, Init::Zeros, false),
+                ln_2_weight: spec("ln_2.weight", c, Init::Ones, false),
+                ln_2_bias: spec("ln_2.bias", c, Init::Zeros, false),
+                c_fc_weight: spec("mlp.c_fc.weight", 4 * c * c, Init::Normal(std), true),
+                c_fc_bias: spec("mlp.c_fc.bias", 4 * c, Init::Zeros, false),
+                mlp_proj_weight: spec("mlp.c_proj.weight", 4 * c * c, Init::Normal(proj_std), true),
+                mlp_proj_bias: spec("mlp.c_proj.bias", c, Init::Zeros, false),
+            }
+        };
+        GptParams {
+            wte: ParamSpec::new("transformer.wte.weight", v * c, Init::Normal(std), true),
+            wpe: ParamSpec::new("transformer.wpe.weight", t * c, Init::Normal(std), true),
+            blocks: (0..l).map(block).collect(),
+            ln_f_weight: ParamSpec::new("transformer.ln_f.weight", c, Init::Ones, false),
+            ln_f_bias: ParamSpec::new("transformer.ln_f.bias", c, Init::Zeros, false),
         }
-        specs.push(ParamSpec::new("transformer.ln_f.weight", c, Init::Ones, false));
-        specs.push(ParamSpec::new("transformer.ln_f.bias", c, Init::Zeros, false));
-        specs
     }
 
     pub fn num_params(&self) -> usize {
@@ -164,32 +173,150 @@ impl ParamSpec {
     }
 }
 
-/// Index of each tensor in [`GptConfig::params`].
-pub(crate) struct Idx;
+/// One block's parameters (nanoGPT's `transformer.h.{l}`), fields in flat order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockParams<T> {
+    pub ln_1_weight: T,
+    pub ln_1_bias: T,
+    /// `attn.c_attn`: the fused query/key/value projection, `[3c, c]`.
+    pub c_attn_weight: T,
+    pub c_attn_bias: T,
+    /// `attn.c_proj`: the attention output projection, `[c, c]`.
+    pub attn_proj_weight: T,
+    pub attn_proj_bias: T,
+    pub ln_2_weight: T,
+    pub ln_2_bias: T,
+    /// `mlp.c_fc`: `[4c, c]`.
+    pub c_fc_weight: T,
+    pub c_fc_bias: T,
+    /// `mlp.c_proj`: `[c, 4c]`.
+    pub mlp_proj_weight: T,
+    pub mlp_proj_bias: T,
+}
 
-impl Idx {
-    pub const WTE: usize = 0;
-    pub const WPE: usize = 1;
-    pub fn layer(l: usize) -> usize {
-        2 + 12 * l
+/// Tensors per block.
+const BLOCK_TENSORS: usize = 12;
+
+impl<T> BlockParams<T> {
+    fn from_array(a: [T; BLOCK_TENSORS]) -> Self {
+        let [ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias, ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias] =
+            a;
+        BlockParams {
+            ln_1_weight,
+            ln_1_bias,
+            c_attn_weight,
+            c_attn_bias,
+            attn_proj_weight,
+            attn_proj_bias,
+            ln_2_weight,
+            ln_2_bias,
+            c_fc_weight,
+            c_fc_bias,
+            mlp_proj_weight,
+            mlp_proj_bias,
+        }
     }
-    pub fn lnf(layers: usize) -> usize {
-        2 + 12 * layers
+
+    fn into_array(self) -> [T; BLOCK_TENSORS] {
+        [
+            self.ln_1_weight,
+            self.ln_1_bias,
+            self.c_attn_weight,
+            self.c_attn_bias,
+            self.attn_proj_weight,
+            self.attn_proj_bias,
+            self.ln_2_weight,
+            self.ln_2_bias,
+            self.c_fc_weight,
+            self.c_fc_bias,
+            self.mlp_proj_weight,
+            self.mlp_proj_bias,
+        ]
     }
 }
-// Offsets inside a layer's twelve tensors.
-const LN1W: usize = 0;
-const LN1B: usize = 1;
-const QKVW: usize = 2;
-const QKVB: usize = 3;
-const ATTPROJW: usize = 4;
-const ATTPROJB: usize = 5;
-const LN2W: usize = 6;
-const LN2B: usize = 7;
-const FCW: usize = 8;
-const FCB: usize = 9;
-const FCPROJW: usize = 10;
-const FCPROJB: usize = 11;
+
+/// Every tensor of a GPT by name (llm.c's `ParameterTensors`): parameters, their
+/// gradients ([`backward`]'s result) or their specs ([`GptConfig::param_specs`]).
+/// [`GptParams::into_flat`] and [`GptParams::from_flat`] convert to and from the flat
+/// order of [`GptConfig::params`], which trainer-level APIs keep.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GptParams<T> {
+    /// `transformer.wte.weight`, `[vocab, c]`; also the output head (tied).
+    pub wte: T,
+    /// `transformer.wpe.weight`, `[context, c]`.
+    pub wpe: T,
+    /// `transformer.h.{l}`.
+    pub blocks: Vec<BlockParams<T>>,
+    pub ln_f_weight: T,
+    pub ln_f_bias: T,
+}
+
+impl<T> GptParams<T> {
+    /// The tensors in [`GptConfig::params`] order.
+    pub fn into_flat(self) -> Vec<T> {
+        let mut flat = Vec::with_capacity(4 + BLOCK_TENSORS * self.blocks.len());
+        flat.extend([self.wte, self.wpe]);
+        for block in self.blocks {
+            flat.extend(block.into_array());
+        }
+        flat.extend([self.ln_f_weight, self.ln_f_bias]);
+        flat
+    }
+
+    /// Tensors in [`GptConfig::params`] order, named; fails unless there are
+    /// `4 + 12 * layers` of them.
+    pub fn from_flat(flat: Vec<T>) -> Result<Self> {
+        let n = flat.len();
+        if n < 4 || !(n - 4).is_multiple_of(BLOCK_TENSORS) {
+            return Err(Error::Config(format!(
+                "{n} parameter tensors do not make a GPT (want 4 + {BLOCK_TENSORS} per layer)"
+            )));
+        }
+        let mut it = flat.into_iter();
+        let mut next = || it.next().expect("length checked");
+        let (wte, wpe) = (next(), next());
+        let blocks = (0..(n - 4) / BLOCK_TENSORS)
+            .map(|_| BlockParams::from_array(std::array::from_fn(|_| next())))
+            .collect();
+        let (ln_f_weight, ln_f_bias) = (next(), next());
+        Ok(GptParams {
+            wte,
+            wpe,
+            blocks,
+            ln_f_weight,
+            ln_f_bias,
+        })
+    }
+
+    /// References to the tensors, in [`GptConfig::params`] order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        let blocks = self.blocks.iter().flat_map(|b| {
+            [
+                &b.ln_1_weight,
+                &b.ln_1_bias,
+                &b.c_attn_weight,
+                &b.c_attn_bias,
+                &b.attn_proj_weight,
+                &b.attn_proj_bias,
+                &b.ln_2_weight,
+                &b.ln_2_bias,
+                &b.c_fc_weight,
+                &b.c_fc_bias,
+                &b.mlp_proj_weight,
+                &b.mlp_proj_bias,
+            ]
+        });
+        [&self.wte, &self.wpe]
+            .into_iter()
+            .chain(blocks)
+            .chain([&self.ln_f_weight, &self.ln_f_bias])
+    }
+
+    /// The same structure with every tensor mapped by `f` (in flat order).
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> GptParams<U> {
+        GptParams::from_flat(self.into_flat().into_iter().map(f).collect()).expect("same structure")
+    }
+}
 
 /// The ops a GPT is made of, on some backend. Each mirrors one kernel launcher in
 /// [`crate::kernels`] and one function in [`crate::reference`]; see those for shapes.
@@ -390,30 +517,45 @@ pub struct Activations<T> {
 pub fn forward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
-    params: &[O::T],
+    params: &GptParams<O::T>,
     batch: &O::Batch,
     b: usize,
     t: usize,
     dropout: Option<&Dropout>,
 ) -> Activations<O::T> {
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
-    let embedded = ops.encoder_forward(batch, &params[Idx::WTE], &params[Idx::WPE], b, t, c);
+    let embedded = ops.encoder_forward(batch, &params.wte, &params.wpe, b, t, c);
     let x0 = dropped(ops, dropout, embedded, rows * c, 0);
     let mut blocks: Vec<BlockActs<O::T>> = Vec::with_capacity(cfg.layers);
-    for l in 0..cfg.layers {
-        let p = &params[Idx::layer(l)..Idx::layer(l) + 12];
+    for (l, p) in params.blocks.iter().enumerate() {
         let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
-        let (ln1, ln1_mean, ln1_rstd) = ops.layernorm_forward(x, &p[LN1W], &p[LN1B], rows, c);
-        let qkv = ops.matmul_forward(&ln1, &p[QKVW], Some(&p[QKVB]), rows, c, 3 * c);
+        let (ln1, ln1_mean, ln1_rstd) =
+            ops.layernorm_forward(x, &p.ln_1_weight, &p.ln_1_bias, rows, c);
+        let qkv = ops.matmul_forward(&ln1, &p.c_attn_weight, Some(&p.c_attn_bias), rows, c, 3 * c);
         let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh);
-        let attproj = ops.matmul_forward(&atty, &p[ATTPROJW], Some(&p[ATTPROJB]), rows, c, c);
+        let attproj = ops.matmul_forward(
+            &atty,
+            &p.attn_proj_weight,
+            Some(&p.attn_proj_bias),
+            rows,
+            c,
+            c,
+        );
         let attproj = dropped(ops, dropout, attproj, rows * c, attn_site(l));
         let x_mid = ops.add(x, &attproj, rows * c);
         drop(attproj);
-        let (ln2, ln2_mean, ln2_rstd) = ops.layernorm_forward(&x_mid, &p[LN2W], &p[LN2B], rows, c);
-        let fch = ops.matmul_forward(&ln2, &p[FCW], Some(&p[FCB]), rows, c, 4 * c);
+        let (ln2, ln2_mean, ln2_rstd) =
+            ops.layernorm_forward(&x_mid, &p.ln_2_weight, &p.ln_2_bias, rows, c);
+        let fch = ops.matmul_forward(&ln2, &p.c_fc_weight, Some(&p.c_fc_bias), rows, c, 4 * c);
         let fch_gelu = ops.gelu_forward(&fch, rows * 4 * c);
-        let fcproj = ops.matmul_forward(&fch_gelu, &p[FCPROJW], Some(&p[FCPROJB]), rows, 4 * c, c);
+        let fcproj = ops.matmul_forward(
+            &fch_gelu,
+            &p.mlp_proj_weight,
+            Some(&p.mlp_proj_bias),
+            rows,
+            4 * c,
+            c,
+        );
         let fcproj = dropped(ops, dropout, fcproj, rows * c, mlp_site(l));
         let x_out = ops.add(&x_mid, &fcproj, rows * c);
         drop(fcproj);
@@ -433,11 +575,10 @@ pub fn forward<O: Ops>(
             x_out,
         });
     }
-    let lnf_at = Idx::lnf(cfg.layers);
     let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
     let (lnf, lnf_mean, lnf_rstd) =
-        ops.layernorm_forward(x, &params[lnf_at], &params[lnf_at + 1], rows, c);
-    let logits = ops.matmul_forward(&lnf, &params[Idx::WTE], None, rows, c, v);
+        ops.layernorm_forward(x, &params.ln_f_weight, &params.ln_f_bias, rows, c);
+    let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v);
     let (losses, probs) = ops.crossentropy_forward(&logits, batch, rows, v);
     let loss = ops.mean(&losses, rows);
     Activations {
@@ -455,17 +596,17 @@ pub fn forward<O: Ops>(
     }
 }
 
-/// Gradients of the mean loss for every parameter, in [`GptConfig::params`] order.
+/// Gradients of the mean loss for every parameter.
 /// Consumes the activations, releasing each block's as soon as it is done with them
 /// (with the pool, the next block's backward reuses those buffers).
 pub fn backward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
-    params: &[O::T],
+    params: &GptParams<O::T>,
     batch: &O::Batch,
     acts: Activations<O::T>,
     dropout: Option<&Dropout>,
-) -> Vec<O::T> {
+) -> GptParams<O::T> {
     let Activations {
         x0,
         mut blocks,
@@ -481,99 +622,114 @@ pub fn backward<O: Ops>(
     } = acts;
     drop((logits, losses, loss));
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
-    let mut grads: Vec<Option<O::T>> = (0..params.len()).map(|_| None).collect();
 
     let dlogits = ops.crossentropy_backward(&probs, batch, rows, v, 1.0 / rows as f32);
     drop(probs);
-    let (dlnf, head_dwte, _) =
-        ops.matmul_backward(&dlogits, &lnf, &params[Idx::WTE], rows, c, v, false);
+    let (dlnf, head_dwte, _) = ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false);
     drop((dlogits, lnf));
-    let lnf_at = Idx::lnf(cfg.layers);
     let x_last = blocks.last().map_or(&x0, |blk| &blk.x_out);
-    let (mut dx, dw, db) = ops.layernorm_backward(
+    let (mut dx, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
         &dlnf,
         x_last,
-        &params[lnf_at],
+        &params.ln_f_weight,
         &lnf_mean,
         &lnf_rstd,
         rows,
         c,
     );
     drop((dlnf, lnf_mean, lnf_rstd));
-    grads[lnf_at] = Some(dw);
-    grads[lnf_at + 1] = Some(db);
 
-    for l in (0..cfg.layers).rev() {
+    // Filled last block first.
+    let mut dblocks = Vec::with_capacity(cfg.layers);
+    for (l, p) in params.blocks.iter().enumerate().rev() {
         let a = blocks.pop().expect("one per layer");
         let x_in = blocks.last().map_or(&x0, |blk| &blk.x_out);
-        let base = Idx::layer(l);
-        let p = &params[base..base + 12];
-        let mut put = |offset: usize, grad: O::T| grads[base + offset] = Some(grad);
 
         // x_out = x_mid + drop(fcproj(gelu(fc(ln2(x_mid))))): dx flows to both terms,
         // through the branch's dropout mask into the branch.
         let dfcproj = masked(ops, dropout, &dx, rows * c, mlp_site(l));
-        let (dfch_gelu, dw, db) = ops.matmul_backward(
+        let (dfch_gelu, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
             dfcproj.as_ref().unwrap_or(&dx),
             &a.fch_gelu,
-            &p[FCPROJW],
+            &p.mlp_proj_weight,
             rows,
             4 * c,
             c,
             true,
         );
         drop(dfcproj);
-        put(FCPROJW, dw);
-        put(FCPROJB, db.expect("with bias"));
         let dfch = ops.gelu_backward(&a.fch, &dfch_gelu, rows * 4 * c);
         drop(dfch_gelu);
-        let (dln2, dw, db) = ops.matmul_backward(&dfch, &a.ln2, &p[FCW], rows, c, 4 * c, true);
+        let (dln2, c_fc_weight, c_fc_bias) =
+            ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true);
         drop(dfch);
-        put(FCW, dw);
-        put(FCB, db.expect("with bias"));
-        let (dx_mid_ln, dw, db) =
-            ops.layernorm_backward(&dln2, &a.x_mid, &p[LN2W], &a.ln2_mean, &a.ln2_rstd, rows, c);
+        let (dx_mid_ln, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
+            &dln2,
+            &a.x_mid,
+            &p.ln_2_weight,
+            &a.ln2_mean,
+            &a.ln2_rstd,
+            rows,
+            c,
+        );
         drop(dln2);
-        put(LN2W, dw);
-        put(LN2B, db);
         let dx_mid = ops.add(&dx, &dx_mid_ln, rows * c);
         drop(dx_mid_ln);
 
         // x_mid = x_in + drop(attproj(attention(qkv(ln1(x_in))))).
         let dattproj = masked(ops, dropout, &dx_mid, rows * c, attn_site(l));
-        let (datty, dw, db) = ops.matmul_backward(
+        let (datty, attn_proj_weight, attn_proj_bias) = ops.matmul_backward(
             dattproj.as_ref().unwrap_or(&dx_mid),
             &a.atty,
-            &p[ATTPROJW],
+            &p.attn_proj_weight,
             rows,
             c,
             c,
             true,
         );
         drop(dattproj);
-        put(ATTPROJW, dw);
-        put(ATTPROJB, db.expect("with bias"));
         let dqkv = ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh);
         drop(datty);
-        let (dln1, dw, db) = ops.matmul_backward(&dqkv, &a.ln1, &p[QKVW], rows, c, 3 * c, true);
+        let (dln1, c_attn_weight, c_attn_bias) =
+            ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true);
         drop(dqkv);
-        put(QKVW, dw);
-        put(QKVB, db.expect("with bias"));
-        let (dx_in_ln, dw, db) =
-            ops.layernorm_backward(&dln1, x_in, &p[LN1W], &a.ln1_mean, &a.ln1_rstd, rows, c);
+        let (dx_in_ln, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
+            &dln1,
+            x_in,
+            &p.ln_1_weight,
+            &a.ln1_mean,
+            &a.ln1_rstd,
+            rows,
+            c,
+        );
         drop(dln1);
-        put(LN1W, dw);
-        put(LN1B, db);
         dx = ops.add(&dx_mid, &dx_in_ln, rows * c);
+        let bias = |g: Option<O::T>| g.expect("with bias");
+        dblocks.push(BlockParams {
+            ln_1_weight,
+            ln_1_bias,
+            c_attn_weight,
+            c_attn_bias: bias(c_attn_bias),
+            attn_proj_weight,
+            attn_proj_bias: bias(attn_proj_bias),
+            ln_2_weight,
+            ln_2_bias,
+            c_fc_weight,
+            c_fc_bias: bias(c_fc_bias),
+            mlp_proj_weight,
+            mlp_proj_bias: bias(mlp_proj_bias),
+        });
         // `a` (this block's activations) drops here, back to the pool.
     }
+    dblocks.reverse();
     let dembedded = masked(ops, dropout, &dx, rows * c, 0);
     let dx = dembedded.unwrap_or(dx);
-    let (dwte, dwpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
-    grads[Idx::WTE] = Some(dwte);
-    grads[Idx::WPE] = Some(dwpe);
-    grads
-        .into_iter()
-        .map(|g| g.expect("every parameter gets a gradient"))
-        .collect()
+    let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
+    GptParams {
+        wte,
+        wpe,
+        blocks: dblocks,
+        ln_f_weight,
+        ln_f_bias,
+    }
 }
