@@ -255,6 +255,19 @@ struct Inner<B> {
     buckets: BTreeMap<usize, Vec<FreeBuffer<B>>>,
     stats: BufferPoolStats,
     tick: u64,
+    /// `Some` while destroys are held (see [`BufferPool::hold_destroys`]): what
+    /// `clear`, `trim` and `evict_idle` let go, waiting for [`BufferPool::take_held`].
+    held: Option<Vec<LetGo<B>>>,
+}
+
+/// A free buffer the pool let go of, handed over by [`BufferPool::take_held`] for
+/// its owner to destroy.
+pub struct LetGo<B> {
+    pub buffer: B,
+    /// Its size class.
+    pub size: usize,
+    /// `true`: by age or budget (`evict_idle`, `trim`); `false`: by `clear`.
+    pub evicted: bool,
 }
 
 /// A pool of reusable GPU buffers, bucketed by size class.
@@ -293,6 +306,7 @@ impl<B: Poolable> BufferPool<B> {
                 buckets: BTreeMap::new(),
                 stats: BufferPoolStats::default(),
                 tick: 0,
+                held: None,
             }),
         }
     }
@@ -341,8 +355,14 @@ impl<B: Poolable> BufferPool<B> {
 
     /// Offers a buffer of `size` bytes back. `true`: the pool keeps it. `false`: it
     /// was rejected (bucket full, pool full, too large, over budget, or `size` is not
-    /// a size class) and the caller should destroy it.
+    /// a size class) and dropped; [`BufferPool::offer`] hands it back with the cause.
     pub fn release(&self, buffer: B, size: usize) -> bool {
+        self.offer(buffer, size).is_ok()
+    }
+
+    /// [`BufferPool::release`] that hands a rejected buffer back with the cause, for
+    /// the caller to destroy (and to report why).
+    pub fn offer(&self, buffer: B, size: usize) -> Result<(), (B, Rejection)> {
         let mut inner = self.lock();
         let stats = &inner.stats;
         let rejection = if size > self.config.max_buffer_size {
@@ -360,36 +380,60 @@ impl<B: Poolable> BufferPool<B> {
             None
         };
         let stats = &mut inner.stats;
-        match rejection {
-            Some(Rejection::TooLarge) => stats.rejected_too_large += 1,
-            Some(Rejection::NotAClass) => stats.rejected_not_a_class += 1,
-            Some(Rejection::PoolFull) => stats.rejected_pool_full += 1,
-            Some(Rejection::BucketFull) => stats.rejected_bucket_full += 1,
-            Some(Rejection::OverBudget) => stats.rejected_over_budget += 1,
-            None => {
-                stats.releases_accepted += 1;
-                stats.total_pooled += 1;
-                stats.bytes_held += size as u64;
-                stats.peak_bytes_held = stats.peak_bytes_held.max(stats.bytes_held);
-                let released_at = inner.tick;
-                inner.buckets.entry(size).or_default().push(FreeBuffer {
-                    buffer,
-                    released_at,
-                });
-                return true;
-            }
-        }
-        false
+        let Some(rejection) = rejection else {
+            stats.releases_accepted += 1;
+            stats.total_pooled += 1;
+            stats.bytes_held += size as u64;
+            stats.peak_bytes_held = stats.peak_bytes_held.max(stats.bytes_held);
+            let released_at = inner.tick;
+            inner.buckets.entry(size).or_default().push(FreeBuffer {
+                buffer,
+                released_at,
+            });
+            return Ok(());
+        };
+        *match rejection {
+            Rejection::TooLarge => &mut stats.rejected_too_large,
+            Rejection::NotAClass => &mut stats.rejected_not_a_class,
+            Rejection::PoolFull => &mut stats.rejected_pool_full,
+            Rejection::BucketFull => &mut stats.rejected_bucket_full,
+            Rejection::OverBudget => &mut stats.rejected_over_budget,
+        } += 1;
+        Err((buffer, rejection))
     }
 
-    /// Destroys every free buffer now, freeing its GPU memory.
+    /// While `hold` is true, the buffers that `clear`, `trim` and `evict_idle` let go
+    /// are not destroyed but kept for [`BufferPool::take_held`] (their bookkeeping is
+    /// done at once). A [`crate::gpu::WgpuContext`] holds always: a buffer let go
+    /// while commands that bind it are recorded but not submitted must not be
+    /// destroyed before that submit, so the context destroys them after it.
+    /// Turning holding off destroys what is held.
+    pub fn hold_destroys(&self, hold: bool) {
+        let mut inner = self.lock();
+        if hold {
+            inner.held.get_or_insert_with(Vec::new);
+        } else if let Some(held) = inner.held.take() {
+            drop(inner);
+            for let_go in held {
+                let_go.buffer.destroy();
+            }
+        }
+    }
+
+    /// The buffers let go while holding (see [`BufferPool::hold_destroys`]), for
+    /// the caller to destroy.
+    pub fn take_held(&self) -> Vec<LetGo<B>> {
+        self.lock().held.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Destroys every free buffer now, freeing its GPU memory (while holding, hands
+    /// them to [`BufferPool::take_held`] instead).
     pub fn clear(&self) {
         let mut inner = self.lock();
         let buckets = std::mem::take(&mut inner.buckets);
         for (size, list) in buckets {
             for free in list {
-                free.buffer.destroy();
-                count_destroyed(&mut inner.stats, size, false);
+                let_go(&mut inner, free.buffer, size, false);
             }
         }
     }
@@ -421,8 +465,7 @@ impl<B: Poolable> BufferPool<B> {
         inner.buckets.retain(|_, list| !list.is_empty());
         let n = evicted.len();
         for (size, free) in evicted {
-            free.buffer.destroy();
-            count_destroyed(&mut inner.stats, size, true);
+            let_go(&mut inner, free.buffer, size, true);
         }
         n
     }
@@ -445,8 +488,7 @@ impl<B: Poolable> BufferPool<B> {
             if list.is_empty() {
                 inner.buckets.remove(&size);
             }
-            free.buffer.destroy();
-            count_destroyed(&mut inner.stats, size, true);
+            let_go(&mut inner, free.buffer, size, true);
             n += 1;
         }
         n
@@ -474,12 +516,33 @@ impl<B: Poolable> BufferPool<B> {
     }
 }
 
-enum Rejection {
+/// Why [`BufferPool::offer`] turned a buffer away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejection {
+    /// Above `max_buffer_size`.
     TooLarge,
+    /// Its size is not a size class of the policy.
     NotAClass,
+    /// The pool held `max_total_buffers`.
     PoolFull,
+    /// Its bucket held `max_buffers_per_bucket`.
     BucketFull,
+    /// Keeping it would pass `max_bytes`.
     OverBudget,
+}
+
+/// Counts a free buffer as gone, and destroys it or holds it for `take_held`.
+fn let_go<B: Poolable>(inner: &mut Inner<B>, buffer: B, size: usize, evicted: bool) {
+    count_destroyed(&mut inner.stats, size, evicted);
+    match inner.held.as_mut() {
+        Some(held) => held.push(LetGo {
+            buffer,
+            size,
+            evicted,
+        }),
+        None => buffer.destroy(),
+    }
 }
 
 fn count_destroyed(stats: &mut BufferPoolStats, size: usize, evicted: bool) {

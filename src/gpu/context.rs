@@ -1,20 +1,16 @@
-//! `WgpuContext`: one device and queue, the buffer pool under every kernel, a
-//! pipeline cache, the dispatch scope and the counters that show what the pool saved.
+//! `WgpuContext`: one device and queue, the command recorder (the dispatch scope)
+//! and the pipeline cache. Every buffer comes from its [`MemoryManager`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 
-use super::kernel::{Kernel, ParamsArena};
+use super::kernel::Kernel;
+use super::lock;
+use super::memory::{ContextCounters, MemoryManager};
 use super::pooled::PooledBuffer;
-use super::transfer::{Readback, StagingBelt};
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, BufferPoolConfig, BufferPoolStats};
-
-/// Usage of every pooled buffer: bound as storage, copied in and out, cleared.
-pub(crate) const POOLED_USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
-    .union(wgpu::BufferUsages::COPY_SRC)
-    .union(wgpu::BufferUsages::COPY_DST);
 
 /// How to build a context.
 #[derive(Clone, Debug)]
@@ -35,99 +31,6 @@ impl Default for ContextOptions {
     }
 }
 
-/// The context's own counters, next to the pool's [`BufferPoolStats`].
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct ContextCounters {
-    /// Compute dispatches recorded.
-    pub dispatches: u64,
-    /// Queue submits.
-    pub submits: u64,
-    /// GPU buffers this context created, of every kind (pooled, uploads, staging,
-    /// kernel parameters). Flat in steady state means the pool is doing its job.
-    pub buffers_created: u64,
-    /// Their bytes.
-    pub bytes_created: u64,
-    /// Buffers the context destroyed (not pooled, or rejected by the pool).
-    pub buffers_destroyed: u64,
-    /// Bytes of live `PooledBuffer`s (their size classes) now.
-    pub bytes_in_use: u64,
-    /// The most `bytes_in_use` has been.
-    pub peak_bytes_in_use: u64,
-    /// Bytes the live `PooledBuffer`s asked for (before rounding) now.
-    pub bytes_requested_in_use: u64,
-    /// The most `bytes_requested_in_use` has been.
-    pub peak_bytes_requested_in_use: u64,
-    /// The most GPU memory the pooled buffers have taken at once: in use plus held
-    /// free by the pool. `peak_bytes_reserved / peak_bytes_requested_in_use` is what a
-    /// size policy costs.
-    pub peak_bytes_reserved: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub dispatches: AtomicU64,
-    pub submits: AtomicU64,
-    pub buffers_created: AtomicU64,
-    pub bytes_created: AtomicU64,
-    pub buffers_destroyed: AtomicU64,
-    pub bytes_in_use: AtomicU64,
-    pub peak_bytes_in_use: AtomicU64,
-    pub bytes_requested_in_use: AtomicU64,
-    pub peak_bytes_requested_in_use: AtomicU64,
-    pub peak_bytes_reserved: AtomicU64,
-}
-
-/// What a `PooledBuffer` needs to find its way home: the pool, the counters, and
-/// the list of buffers to destroy once the commands that use them are submitted.
-pub(crate) struct Shared {
-    pub pool: BufferPool,
-    pub pooling: bool,
-    pub counters: Counters,
-    /// Set while an encoder is open: buffers let go then may still be referenced by
-    /// its commands, so their `destroy` waits for the submit.
-    pub recording: AtomicBool,
-    pub graveyard: Mutex<Vec<wgpu::Buffer>>,
-}
-
-impl Shared {
-    /// Lets a buffer go for good (rule 4): destroy now, or after the open encoder's submit.
-    pub fn retire(&self, buffer: wgpu::Buffer) {
-        self.counters.buffers_destroyed.fetch_add(1, Relaxed);
-        if self.recording.load(Relaxed) {
-            lock(&self.graveyard).push(buffer);
-        } else {
-            buffer.destroy();
-        }
-    }
-
-    pub fn note_in_use(&self, class: usize, requested: usize) {
-        let c = &self.counters;
-        let now = c.bytes_in_use.fetch_add(class as u64, Relaxed) + class as u64;
-        c.peak_bytes_in_use.fetch_max(now, Relaxed);
-        let now = c
-            .bytes_requested_in_use
-            .fetch_add(requested as u64, Relaxed)
-            + requested as u64;
-        c.peak_bytes_requested_in_use.fetch_max(now, Relaxed);
-    }
-
-    pub fn note_released(&self, class: usize, requested: usize) {
-        let c = &self.counters;
-        c.bytes_in_use.fetch_sub(class as u64, Relaxed);
-        c.bytes_requested_in_use
-            .fetch_sub(requested as u64, Relaxed);
-    }
-
-    pub fn note_created(&self, bytes: u64) {
-        self.counters.buffers_created.fetch_add(1, Relaxed);
-        self.counters.bytes_created.fetch_add(bytes, Relaxed);
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The command encoder being recorded, and how deeply scopes are nested.
 #[derive(Default)]
 pub(crate) struct Recorder {
@@ -140,14 +43,12 @@ pub struct WgpuContext {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    pub(crate) shared: Arc<Shared>,
+    /// Every buffer of this context, and the counters.
+    pub(crate) memory: Arc<MemoryManager>,
     /// Pipelines by kernel name, with their bind group layout (asked for once: on the
     /// web each `getBindGroupLayout` call makes a new object).
     pipelines: Mutex<HashMap<&'static str, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
-    pub(crate) recorder: Mutex<Recorder>,
-    pub(crate) params: Mutex<ParamsArena>,
-    pub(crate) belt: StagingBelt,
-    pub(crate) readback: Readback,
+    recorder: Mutex<Recorder>,
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
     /// Kept alive as long as the device: WebGPU implementations (Dawn) lose every
@@ -203,24 +104,19 @@ impl WgpuContext {
         // wasm32 is single-threaded (wgpu types are not Send there); natively the
         // same Arc is shared across threads.
         #[allow(clippy::arc_with_non_send_sync)]
-        let shared = Arc::new(Shared {
-            pool: BufferPool::new(pool_config),
-            pooling: options.pooling,
-            counters: Counters::default(),
-            recording: AtomicBool::new(false),
-            graveyard: Mutex::default(),
-        });
-        let params = ParamsArena::new(limits.min_uniform_buffer_offset_alignment as usize);
+        let memory = Arc::new(MemoryManager::new(
+            device.clone(),
+            pool_config,
+            options.pooling,
+            limits.min_uniform_buffer_offset_alignment as usize,
+        ));
         Ok(WgpuContext {
             device,
             queue,
             info,
-            belt: StagingBelt::default(),
-            readback: Readback::default(),
-            shared,
+            memory,
             pipelines: Mutex::default(),
             recorder: Mutex::default(),
-            params: Mutex::new(params),
             errors,
             lost,
             _instance: instance,
@@ -253,33 +149,26 @@ impl WgpuContext {
     }
 
     /// The pool under every `PooledBuffer` of this context.
+    ///
+    /// The buffers its `clear`, `trim` and `evict_idle` let go are destroyed by the
+    /// context at its next flush, after the submit of any commands that may still
+    /// bind them; [`WgpuContext::clear_pool`], [`WgpuContext::trim_pool`] and
+    /// [`WgpuContext::evict_idle`] do the same and destroy at once outside a scope.
     pub fn pool(&self) -> &BufferPool {
-        &self.shared.pool
+        self.memory.pool()
     }
 
     /// Whether buffers return to the pool (`false` in `--no-pool` mode).
     pub fn pooling(&self) -> bool {
-        self.shared.pooling
+        self.memory.pooling()
     }
 
     pub fn pool_stats(&self) -> BufferPoolStats {
-        self.shared.pool.stats()
+        self.memory.pool().stats()
     }
 
     pub fn counters(&self) -> ContextCounters {
-        let c = &self.shared.counters;
-        ContextCounters {
-            dispatches: c.dispatches.load(Relaxed),
-            submits: c.submits.load(Relaxed),
-            buffers_created: c.buffers_created.load(Relaxed),
-            bytes_created: c.bytes_created.load(Relaxed),
-            buffers_destroyed: c.buffers_destroyed.load(Relaxed),
-            bytes_in_use: c.bytes_in_use.load(Relaxed),
-            peak_bytes_in_use: c.peak_bytes_in_use.load(Relaxed),
-            bytes_requested_in_use: c.bytes_requested_in_use.load(Relaxed),
-            peak_bytes_requested_in_use: c.peak_bytes_requested_in_use.load(Relaxed),
-            peak_bytes_reserved: c.peak_bytes_reserved.load(Relaxed),
-        }
+        self.memory.counters.snapshot()
     }
 
     /// The largest buffer one kernel binding can address on this device.
@@ -305,25 +194,8 @@ impl WgpuContext {
     /// one, else newly created. Its contents are whatever the last user left (rule 2).
     pub fn create_pooled(&self, size: usize) -> PooledBuffer {
         let size = size.max(1);
-        let shared = &self.shared;
-        let class = shared.pool.size_class(size);
-        let reused = if shared.pooling {
-            shared.pool.acquire(size)
-        } else {
-            None
-        };
-        let created = reused.is_none();
-        let buffer = reused.unwrap_or_else(|| self.create_buffer(class as u64, POOLED_USAGE));
-        let buffer = PooledBuffer::new(buffer, class, size, true, shared.clone());
-        if created {
-            // Memory reserved (in use + held free) only grows when a buffer is made.
-            let reserved = shared.counters.bytes_in_use.load(Relaxed) + shared.pool.bytes_held();
-            shared
-                .counters
-                .peak_bytes_reserved
-                .fetch_max(reserved, Relaxed);
-        }
-        buffer
+        let (buffer, class) = self.memory.storage(size);
+        PooledBuffer::new(buffer, class, size, true, self.memory.clone())
     }
 
     /// A storage buffer of at least `size` bytes, all zero when the commands recorded
@@ -339,41 +211,16 @@ impl WgpuContext {
     /// is written at creation (mapped), so it is there before any command runs.
     pub fn upload<T: bytemuck::Pod>(&self, data: &[T]) -> PooledBuffer {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let size = bytes.len().max(4).div_ceil(4) * 4;
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tidepool upload"),
-            size: size as u64,
-            usage: POOLED_USAGE,
-            mapped_at_creation: true,
-        });
-        self.shared.note_created(size as u64);
-        self.write_mapped(&buffer, size as u64, bytes);
-        PooledBuffer::new(buffer, size, bytes.len(), false, self.shared.clone())
-    }
-
-    /// Copies `bytes` into a buffer mapped for writing (its first `len` bytes) and
-    /// unmaps it. `false` (and an error for the next [`WgpuContext::take_error`])
-    /// when it cannot be mapped, which happens once the device is lost.
-    pub(crate) fn write_mapped(&self, buffer: &wgpu::Buffer, len: u64, bytes: &[u8]) -> bool {
-        match buffer.slice(..len).get_mapped_range_mut() {
-            Ok(mut view) => view.slice(..bytes.len()).copy_from_slice(bytes),
-            Err(e) => {
-                lock(&self.errors).push(format!("could not write an upload: {e}"));
-                return false;
-            }
+        let (buffer, size, written) = self.memory.upload(bytes);
+        if let Err(e) = written {
+            self.report(e);
         }
-        buffer.unmap();
-        true
+        PooledBuffer::new(buffer, size, bytes.len(), false, self.memory.clone())
     }
 
-    pub(crate) fn create_buffer(&self, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
-        self.shared.note_created(size);
-        self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tidepool"),
-            size,
-            usage,
-            mapped_at_creation: false,
-        })
+    /// Keeps an error for the next [`WgpuContext::take_error`].
+    pub(crate) fn report(&self, error: String) {
+        lock(&self.errors).push(error);
     }
 
     // ---- recording -----------------------------------------------------------
@@ -409,7 +256,11 @@ impl WgpuContext {
         let auto_submit = {
             let mut rec = lock(&self.recorder);
             let encoder = rec.encoder.get_or_insert_with(|| {
-                self.shared.recording.store(true, Relaxed);
+                self.memory.begin_recording();
+                self.memory
+                    .counters
+                    .encoders_created
+                    .fetch_add(1, Relaxed);
                 self.device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
             });
@@ -431,8 +282,7 @@ impl WgpuContext {
         workgroups: [u32; 3],
     ) {
         let (pipeline, layout) = self.compiled(kernel);
-        let (params_buffer, offset, size) =
-            lock(&self.params).push(self, bytemuck::bytes_of(params));
+        let (params_buffer, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
         let mut entries = Vec::with_capacity(buffers.len() + 1);
         entries.push(wgpu::BindGroupEntry {
             binding: 0,
@@ -448,12 +298,14 @@ impl WgpuContext {
                 resource: buffer.as_entire_binding(),
             });
         }
+        let counters = &self.memory.counters;
+        counters.bind_groups_created.fetch_add(1, Relaxed);
         let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(kernel.name),
             layout: &layout,
             entries: &entries,
         });
-        self.shared.counters.dispatches.fetch_add(1, Relaxed);
+        counters.dispatches.fetch_add(1, Relaxed);
         self.record(|encoder| {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(kernel.name),
@@ -476,6 +328,10 @@ impl WgpuContext {
         cache
             .entry(kernel.name)
             .or_insert_with(|| {
+                self.memory
+                    .counters
+                    .pipelines_created
+                    .fetch_add(1, Relaxed);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
                     source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
@@ -508,33 +364,35 @@ impl WgpuContext {
             .clone()
     }
 
-    /// Submits what has been recorded, then lets the pool and the belt catch up:
-    /// the pool's clock ticks (idle eviction), buffers let go during recording are
-    /// destroyed, and used staging chunks start mapping for their next use.
+    /// Submits what has been recorded, then lets the memory manager catch up:
+    /// buffers let go during recording are destroyed, used staging chunks start
+    /// mapping for their next use, the pool's clock ticks (idle eviction).
     pub fn flush(&self) {
-        let encoder = {
-            let mut rec = lock(&self.recorder);
-            let encoder = rec.encoder.take();
-            self.shared.recording.store(false, Relaxed);
-            encoder
-        };
-        let Some(encoder) = encoder else { return };
-        lock(&self.params).write(&self.queue);
-        self.queue.submit([encoder.finish()]);
-        self.shared.counters.submits.fetch_add(1, Relaxed);
-        for buffer in std::mem::take(&mut *lock(&self.shared.graveyard)) {
-            buffer.destroy();
+        let encoder = lock(&self.recorder).encoder.take();
+        let submitted = encoder.is_some();
+        if let Some(encoder) = encoder {
+            self.memory.before_submit(&self.queue);
+            self.queue.submit([encoder.finish()]);
         }
-        self.belt.recall();
-        self.shared.pool.tick();
-        self.shared.pool.evict_idle();
+        self.memory.after_submit(submitted);
     }
 
-    /// Destroys the pool's free buffers now. Submits first, since buffers released
-    /// during recording may still be used by the open encoder.
+    /// Destroys the pool's free buffers: at once outside a scope, after the scope's
+    /// submit inside one (commands recorded there may still bind them).
     pub fn clear_pool(&self) {
-        self.flush();
-        self.shared.pool.clear();
+        self.memory.clear_pool();
+    }
+
+    /// Destroys free buffers, least recently released first, until the pool holds at
+    /// most `target_bytes`; returns how many. Deferred like [`WgpuContext::clear_pool`].
+    pub fn trim_pool(&self, target_bytes: u64) -> usize {
+        self.memory.trim_pool(target_bytes)
+    }
+
+    /// Destroys free buffers idle longer than the pool's `max_idle_ticks`; returns
+    /// how many. Deferred like [`WgpuContext::clear_pool`].
+    pub fn evict_idle(&self) -> usize {
+        self.memory.evict_idle()
     }
 
     /// Waits for the GPU natively; the browser needs no polling.
@@ -566,7 +424,7 @@ impl WgpuContext {
 impl Drop for WgpuContext {
     fn drop(&mut self) {
         self.flush();
-        self.shared.pool.clear();
+        self.memory.clear_pool();
     }
 }
 

@@ -31,11 +31,29 @@
 //!    deferred until after the next submit when the buffer may still be referenced by
 //!    recorded commands.
 
+//!
+//! # Layout
+//!
+//! Imports run one way: `kernel`, `uniforms` and `staging` are leaves;
+//! `memory` (the memory manager under every buffer: pool, staging belt,
+//! readback buffers, uniform arena, counters, deferred destroys) uses them;
+//! `pooled` returns buffers to `memory`; `context` (device, queue, recorder,
+//! pipelines) builds on `memory`; `transfer` adds uploads and downloads to it.
+
 mod context;
 mod kernel;
+mod memory;
 mod pooled;
+mod staging;
 mod transfer;
+mod uniforms;
 
-pub use context::{ContextCounters, ContextOptions, WgpuContext};
+pub use context::{ContextOptions, WgpuContext};
+pub use memory::ContextCounters;
 pub use kernel::{grid_1d, Kernel};
 pub use pooled::PooledBuffer;
+
+/// Locks a mutex, ignoring poisoning: a panic elsewhere leaves these lists valid.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::context::Shared;
+use super::memory::MemoryManager;
 
 /// A storage buffer that goes back to its context's pool when dropped, instead of
 /// being destroyed. Derefs to `wgpu::Buffer`.
@@ -16,7 +16,7 @@ pub struct PooledBuffer {
     class: usize,
     len: usize,
     recycle: bool,
-    home: Arc<Shared>,
+    home: Arc<MemoryManager>,
 }
 
 impl PooledBuffer {
@@ -25,7 +25,7 @@ impl PooledBuffer {
         class: usize,
         len: usize,
         recycle: bool,
-        home: Arc<Shared>,
+        home: Arc<MemoryManager>,
     ) -> Self {
         home.note_in_use(class, len);
         PooledBuffer {
@@ -51,8 +51,22 @@ impl PooledBuffer {
         self.recycle
     }
 
-    /// Keeps this buffer out of the pool (for example before filling it with
-    /// `queue.write_buffer` yourself: rule 3).
+    /// Whether this buffer goes back to the pool (`true`) or is destroyed (`false`)
+    /// when dropped.
+    ///
+    /// What `false` makes safe: filling this buffer with `queue.write_buffer`
+    /// yourself (rule 3). Such a write lands at the start of the next submit, ahead
+    /// of commands recorded before it; a buffer that will never be recycled can never
+    /// be one that those earlier commands read under a previous owner, because the
+    /// pool can only hand out buffers that were released, and this one never is.
+    ///
+    /// What it does not make safe: the write still jumps ahead of commands already
+    /// recorded that use *this* buffer (this owner's earlier dispatches in the open
+    /// encoder see the new bytes), so write before recording anything that reads or
+    /// writes it, or submit first ([`super::WgpuContext::flush`]). And turning it
+    /// back to `true` after a `write_buffer` brings the hazard back: the buffer may
+    /// then reach the pool and a later owner while the write is still pending.
+    /// Only the flag is read at drop time, so the last value set decides.
     pub fn set_recycle(&mut self, recycle: bool) {
         self.recycle = recycle;
     }
@@ -81,17 +95,7 @@ impl Drop for PooledBuffer {
         let Some(buffer) = self.buffer.take() else {
             return;
         };
-        let home = &self.home;
-        home.note_released(self.class, self.len);
-        if self.recycle && home.pooling {
-            // The pool's `release` hands a rejected buffer back only as `false`; the
-            // buffer itself is then gone with it, so keep a handle to destroy.
-            let keep = buffer.clone();
-            if !home.pool.release(buffer, self.class) {
-                home.retire(keep);
-            }
-        } else {
-            home.retire(buffer);
-        }
+        self.home
+            .release(buffer, self.class, self.len, self.recycle);
     }
 }

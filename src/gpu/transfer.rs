@@ -1,69 +1,11 @@
 //! Moving bytes between host and GPU: uploads through a staging belt recorded in the
 //! encoder (ordered, so pooled: rule 3), and asynchronous downloads.
 
-use std::sync::{Arc, Mutex};
-
-use super::context::{lock, WgpuContext};
+use super::context::WgpuContext;
+use super::memory::write_mapped;
 use super::pooled::PooledBuffer;
+use super::staging::staging_class;
 use crate::error::{Error, Result};
-
-/// Staging chunks are pooled by power-of-two size, at least this big.
-const MIN_STAGING: u64 = 256;
-
-fn staging_class(bytes: u64) -> u64 {
-    bytes.max(MIN_STAGING).next_power_of_two()
-}
-
-/// Upload staging chunks (MAP_WRITE | COPY_SRC). A chunk is written while mapped,
-/// unmapped, copied from by a command in the encoder, and after that submit starts
-/// mapping again; when its map callback fires the GPU is done with it and it is
-/// ready for the next upload.
-#[derive(Default)]
-pub(crate) struct StagingBelt {
-    /// Mapped and free.
-    ready: Arc<Mutex<Vec<wgpu::Buffer>>>,
-    /// Copied from by the encoder being recorded.
-    in_flight: Mutex<Vec<wgpu::Buffer>>,
-}
-
-impl StagingBelt {
-    fn take(&self, ctx: &WgpuContext, class: u64) -> wgpu::Buffer {
-        let mut ready = lock(&self.ready);
-        if let Some(i) = ready.iter().position(|b| b.size() == class) {
-            return ready.swap_remove(i);
-        }
-        drop(ready);
-        ctx.shared.note_created(class);
-        ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tidepool staging"),
-            size: class,
-            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: true,
-        })
-    }
-
-    /// After a submit: every chunk it copied from starts mapping for reuse.
-    pub fn recall(&self) {
-        for chunk in std::mem::take(&mut *lock(&self.in_flight)) {
-            let ready = self.ready.clone();
-            let handle = chunk.clone();
-            chunk
-                .slice(..)
-                .map_async(wgpu::MapMode::Write, move |result| {
-                    // A failed map means the device is gone; the chunk is dropped.
-                    if result.is_ok() {
-                        lock(&ready).push(handle);
-                    }
-                });
-        }
-    }
-}
-
-/// Readback staging buffers (MAP_READ | COPY_DST), reused by size.
-#[derive(Default)]
-pub(crate) struct Readback {
-    free: Mutex<Vec<wgpu::Buffer>>,
-}
 
 impl WgpuContext {
     /// Uploads `data` into a pooled buffer through the staging belt. The copy is a
@@ -74,13 +16,14 @@ impl WgpuContext {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let len = bytes.len().max(4).div_ceil(4) * 4;
         let dst = self.create_pooled(len);
-        let chunk = self.belt.take(self, staging_class(len as u64));
+        let chunk = self.memory.staging_chunk(staging_class(len as u64));
         // A chunk that cannot be mapped means the device is gone: report it at the
         // next download instead of panicking, and leave the destination unwritten.
-        if !self.write_mapped(&chunk, len as u64, bytes) {
+        if let Err(e) = write_mapped(&chunk, len as u64, bytes) {
+            self.report(e);
             return dst;
         }
-        lock(&self.belt.in_flight).push(chunk.clone());
+        self.memory.staging_in_flight(chunk.clone());
         self.record(|encoder| encoder.copy_buffer_to_buffer(&chunk, 0, &dst, 0, len as u64));
         dst
     }
@@ -133,17 +76,7 @@ impl WgpuContext {
             )));
         }
         let class = staging_class(padded);
-        let staging = {
-            let mut free = lock(&self.readback.free);
-            match free.iter().position(|b| b.size() == class) {
-                Some(i) => free.swap_remove(i),
-                None => {
-                    drop(free);
-                    let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
-                    self.create_buffer(class, usage)
-                }
-            }
-        };
+        let staging = self.memory.readback_buffer(class);
         self.record(|encoder| encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, padded));
         self.flush();
         let (tx, rx) = futures_channel::oneshot::channel();
@@ -168,7 +101,7 @@ impl WgpuContext {
             bytemuck::pod_collect_to_vec(&view[..bytes])
         };
         staging.unmap();
-        lock(&self.readback.free).push(staging);
+        self.memory.readback_done(staging);
         Ok(data)
     }
 }

@@ -1,0 +1,367 @@
+//! The memory manager: the one component under every GPU buffer of a context.
+//!
+//! It owns the pool (pooled storage), the staging belt and readback buffers, the
+//! uniform-parameter arena, the counters, and the list of buffers waiting for a
+//! submit before they are destroyed. Every buffer is made by [`MemoryManager::create`]
+//! and let go by [`MemoryManager::retire`], so "created" and "destroyed" are counted
+//! by construction, whatever path asked.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use super::lock;
+use super::staging::{Readback, StagingBelt};
+use super::uniforms::{UniformArena, CHUNK_BYTES};
+use crate::pool::{BufferPool, BufferPoolConfig, LetGo};
+
+/// What a buffer is for: its usage flags, and its label in counters and traces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Pooled storage (tensors): bound as storage, copied in and out, cleared.
+    Storage,
+    /// Storage filled at creation by the seed's `upload`; never pooled (rule 3).
+    Upload,
+    /// Upload staging chunk (MAP_WRITE | COPY_SRC).
+    Staging,
+    /// Readback buffer (MAP_READ | COPY_DST).
+    Readback,
+    /// A chunk of the uniform-parameter arena.
+    Uniform,
+}
+
+impl Purpose {
+    fn usage(self) -> wgpu::BufferUsages {
+        use wgpu::BufferUsages as U;
+        match self {
+            Purpose::Storage | Purpose::Upload => U::STORAGE | U::COPY_SRC | U::COPY_DST,
+            Purpose::Staging => U::MAP_WRITE | U::COPY_SRC,
+            Purpose::Readback => U::MAP_READ | U::COPY_DST,
+            Purpose::Uniform => U::UNIFORM | U::COPY_DST,
+        }
+    }
+
+    /// Mapped at creation: written by the host before any command runs.
+    fn mapped(self) -> bool {
+        matches!(self, Purpose::Upload | Purpose::Staging)
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Purpose::Storage => "storage",
+            Purpose::Upload => "upload",
+            Purpose::Staging => "staging",
+            Purpose::Readback => "readback",
+            Purpose::Uniform => "uniform",
+        }
+    }
+}
+
+/// The context's counters, next to the pool's [`crate::BufferPoolStats`].
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ContextCounters {
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Queue submits.
+    pub submits: u64,
+    /// GPU buffers this context created, of every kind (pooled, uploads, staging,
+    /// readback, kernel parameters). Flat in steady state means the pool is doing
+    /// its job.
+    pub buffers_created: u64,
+    /// Their bytes.
+    pub bytes_created: u64,
+    /// Buffers the context destroyed (not pooled, rejected or evicted by the pool).
+    pub buffers_destroyed: u64,
+    /// Bind groups created (one per dispatch unless cached).
+    pub bind_groups_created: u64,
+    /// Command encoders created (one per submit).
+    pub encoders_created: u64,
+    /// Compute pipelines created (one per kernel, on first use).
+    pub pipelines_created: u64,
+    /// Bytes of live `PooledBuffer`s (their size classes) now.
+    pub bytes_in_use: u64,
+    /// The most `bytes_in_use` has been.
+    pub peak_bytes_in_use: u64,
+    /// Bytes the live `PooledBuffer`s asked for (before rounding) now.
+    pub bytes_requested_in_use: u64,
+    /// The most `bytes_requested_in_use` has been.
+    pub peak_bytes_requested_in_use: u64,
+    /// The most GPU memory the pooled buffers have taken at once: in use plus held
+    /// free by the pool. `peak_bytes_reserved / peak_bytes_requested_in_use` is what a
+    /// size policy costs.
+    pub peak_bytes_reserved: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub dispatches: AtomicU64,
+    pub submits: AtomicU64,
+    pub buffers_created: AtomicU64,
+    pub bytes_created: AtomicU64,
+    pub buffers_destroyed: AtomicU64,
+    pub bind_groups_created: AtomicU64,
+    pub encoders_created: AtomicU64,
+    pub pipelines_created: AtomicU64,
+    pub bytes_in_use: AtomicU64,
+    pub peak_bytes_in_use: AtomicU64,
+    pub bytes_requested_in_use: AtomicU64,
+    pub peak_bytes_requested_in_use: AtomicU64,
+    pub peak_bytes_reserved: AtomicU64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> ContextCounters {
+        ContextCounters {
+            dispatches: self.dispatches.load(Relaxed),
+            submits: self.submits.load(Relaxed),
+            buffers_created: self.buffers_created.load(Relaxed),
+            bytes_created: self.bytes_created.load(Relaxed),
+            buffers_destroyed: self.buffers_destroyed.load(Relaxed),
+            bind_groups_created: self.bind_groups_created.load(Relaxed),
+            encoders_created: self.encoders_created.load(Relaxed),
+            pipelines_created: self.pipelines_created.load(Relaxed),
+            bytes_in_use: self.bytes_in_use.load(Relaxed),
+            peak_bytes_in_use: self.peak_bytes_in_use.load(Relaxed),
+            bytes_requested_in_use: self.bytes_requested_in_use.load(Relaxed),
+            peak_bytes_requested_in_use: self.peak_bytes_requested_in_use.load(Relaxed),
+            peak_bytes_reserved: self.peak_bytes_reserved.load(Relaxed),
+        }
+    }
+}
+
+/// Owns every GPU buffer of a context; see the module docs.
+pub(crate) struct MemoryManager {
+    device: wgpu::Device,
+    pool: BufferPool,
+    pooling: bool,
+    pub counters: Counters,
+    /// Set while an encoder is open: buffers let go then may still be referenced by
+    /// its commands, so their `destroy` waits for the submit.
+    recording: AtomicBool,
+    graveyard: Mutex<Vec<wgpu::Buffer>>,
+    belt: StagingBelt,
+    readback: Readback,
+    uniforms: Mutex<UniformArena>,
+}
+
+impl MemoryManager {
+    pub fn new(
+        device: wgpu::Device,
+        pool: BufferPoolConfig,
+        pooling: bool,
+        uniform_align: usize,
+    ) -> Self {
+        let pool = BufferPool::new(pool);
+        // Everything the pool lets go comes back here to be destroyed at a safe time.
+        pool.hold_destroys(true);
+        MemoryManager {
+            device,
+            pool,
+            pooling,
+            counters: Counters::default(),
+            recording: AtomicBool::new(false),
+            graveyard: Mutex::default(),
+            belt: StagingBelt::default(),
+            readback: Readback::default(),
+            uniforms: Mutex::new(UniformArena::new(uniform_align)),
+        }
+    }
+
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    pub fn pooling(&self) -> bool {
+        self.pooling
+    }
+
+    /// The one place a GPU buffer is created, and counted.
+    fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
+        self.counters.buffers_created.fetch_add(1, Relaxed);
+        self.counters.bytes_created.fetch_add(size, Relaxed);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(purpose.label()),
+            size,
+            usage: purpose.usage(),
+            mapped_at_creation: purpose.mapped(),
+        })
+    }
+
+    /// Lets a buffer go for good (rule 4): destroy now, or after the open encoder's
+    /// submit.
+    pub fn retire(&self, buffer: wgpu::Buffer) {
+        self.counters.buffers_destroyed.fetch_add(1, Relaxed);
+        if self.recording.load(Relaxed) {
+            lock(&self.graveyard).push(buffer);
+        } else {
+            buffer.destroy();
+        }
+    }
+
+    /// Retires what the pool let go (clear, trim, idle eviction).
+    fn retire_let_go(&self) {
+        for LetGo { buffer, .. } in self.pool.take_held() {
+            self.retire(buffer);
+        }
+    }
+
+    // ---- pooled storage --------------------------------------------------------
+
+    /// A storage buffer for a request of `size` bytes (at least 1) and its size
+    /// class: from the pool when its bucket has one, else newly created. The caller
+    /// wraps it in a `PooledBuffer`, which counts it in use.
+    pub fn storage(&self, size: usize) -> (wgpu::Buffer, usize) {
+        let class = self.pool.size_class(size);
+        let reused = if self.pooling {
+            self.pool.acquire(size)
+        } else {
+            None
+        };
+        let created = reused.is_none();
+        let buffer = reused.unwrap_or_else(|| self.create(class as u64, Purpose::Storage));
+        if created {
+            // Memory reserved (in use + held free) only grows when a buffer is made.
+            let reserved = self.counters.bytes_in_use.load(Relaxed)
+                + class as u64
+                + self.pool.bytes_held();
+            self.counters
+                .peak_bytes_reserved
+                .fetch_max(reserved, Relaxed);
+        }
+        (buffer, class)
+    }
+
+    /// A new storage buffer of `bytes.len()` rounded up to 4, holding `bytes`
+    /// (written while mapped at creation), and its size; for a `PooledBuffer` that is
+    /// never recycled (rule 3). `Err` when it cannot be mapped, which happens once
+    /// the device is lost.
+    pub fn upload(&self, bytes: &[u8]) -> (wgpu::Buffer, usize, Result<(), String>) {
+        let size = bytes.len().max(4).div_ceil(4) * 4;
+        let buffer = self.create(size as u64, Purpose::Upload);
+        let written = write_mapped(&buffer, size as u64, bytes);
+        (buffer, size, written)
+    }
+
+    /// A `PooledBuffer` came home: back to the pool, or destroyed.
+    pub fn release(&self, buffer: wgpu::Buffer, class: usize, len: usize, recycle: bool) {
+        self.note_released(class, len);
+        if recycle && self.pooling {
+            if let Err((buffer, _cause)) = self.pool.offer(buffer, class) {
+                self.retire(buffer);
+            }
+        } else {
+            self.retire(buffer);
+        }
+    }
+
+    pub fn note_in_use(&self, class: usize, requested: usize) {
+        let c = &self.counters;
+        let now = c.bytes_in_use.fetch_add(class as u64, Relaxed) + class as u64;
+        c.peak_bytes_in_use.fetch_max(now, Relaxed);
+        let now = c
+            .bytes_requested_in_use
+            .fetch_add(requested as u64, Relaxed)
+            + requested as u64;
+        c.peak_bytes_requested_in_use.fetch_max(now, Relaxed);
+    }
+
+    fn note_released(&self, class: usize, requested: usize) {
+        let c = &self.counters;
+        c.bytes_in_use.fetch_sub(class as u64, Relaxed);
+        c.bytes_requested_in_use
+            .fetch_sub(requested as u64, Relaxed);
+    }
+
+    // ---- staging, readback, uniforms ---------------------------------------------
+
+    /// A mapped upload staging chunk of `class` bytes (see `staging_class`).
+    pub fn staging_chunk(&self, class: u64) -> wgpu::Buffer {
+        self.belt
+            .take(class)
+            .unwrap_or_else(|| self.create(class, Purpose::Staging))
+    }
+
+    /// `chunk` is copied from by the encoder being recorded; it is reused after
+    /// the submit.
+    pub fn staging_in_flight(&self, chunk: wgpu::Buffer) {
+        self.belt.in_flight(chunk);
+    }
+
+    /// An unmapped readback buffer of `class` bytes.
+    pub fn readback_buffer(&self, class: u64) -> wgpu::Buffer {
+        self.readback
+            .take(class)
+            .unwrap_or_else(|| self.create(class, Purpose::Readback))
+    }
+
+    /// A readback buffer read and unmapped, free for the next download.
+    pub fn readback_done(&self, buffer: wgpu::Buffer) {
+        self.readback.give_back(buffer);
+    }
+
+    /// A uniform slot holding `bytes`: chunk, offset, binding size.
+    pub fn uniform_slot(&self, bytes: &[u8]) -> (wgpu::Buffer, u64, std::num::NonZeroU64) {
+        lock(&self.uniforms).push(bytes, || self.create(CHUNK_BYTES as u64, Purpose::Uniform))
+    }
+
+    // ---- the submit cycle ----------------------------------------------------------
+
+    /// An encoder was opened: from now until the submit, nothing is destroyed.
+    pub fn begin_recording(&self) {
+        self.recording.store(true, Relaxed);
+    }
+
+    /// Just before the submit: the uniform slots' bytes go out.
+    pub fn before_submit(&self, queue: &wgpu::Queue) {
+        lock(&self.uniforms).write(queue);
+    }
+
+    /// After a submit (or when nothing was recorded): buffers let go during recording
+    /// are destroyed, used staging chunks start mapping for their next use, the
+    /// pool's clock ticks and idle buffers are evicted.
+    pub fn after_submit(&self, submitted: bool) {
+        self.recording.store(false, Relaxed);
+        if submitted {
+            self.counters.submits.fetch_add(1, Relaxed);
+            self.belt.recall();
+            self.pool.tick();
+            self.pool.evict_idle();
+        }
+        for buffer in std::mem::take(&mut *lock(&self.graveyard)) {
+            buffer.destroy();
+        }
+        self.retire_let_go();
+    }
+
+    /// Destroys the pool's free buffers (after the submit when recording).
+    pub fn clear_pool(&self) {
+        self.pool.clear();
+        self.retire_let_go();
+    }
+
+    /// Destroys free buffers, oldest first, until at most `target_bytes` are held.
+    pub fn trim_pool(&self, target_bytes: u64) -> usize {
+        let n = self.pool.trim(target_bytes);
+        self.retire_let_go();
+        n
+    }
+
+    /// Destroys free buffers idle for longer than the pool's `max_idle_ticks`.
+    pub fn evict_idle(&self) -> usize {
+        let n = self.pool.evict_idle();
+        self.retire_let_go();
+        n
+    }
+}
+
+/// Copies `bytes` into a buffer mapped for writing (its first `len` bytes) and
+/// unmaps it.
+pub(crate) fn write_mapped(buffer: &wgpu::Buffer, len: u64, bytes: &[u8]) -> Result<(), String> {
+    let mut view = buffer
+        .slice(..len)
+        .get_mapped_range_mut()
+        .map_err(|e| format!("could not write an upload: {e}"))?;
+    view.slice(..bytes.len()).copy_from_slice(bytes);
+    drop(view);
+    buffer.unmap();
+    Ok(())
+}
