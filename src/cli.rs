@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use tidepool::config::Overrides;
 use tidepool::data::Corpus;
-use tidepool::pool::SizePolicy;
 use tidepool::train::{now_ms, TrainConfig, Trainer};
 use tidepool::{fmt_bytes, WgpuContext};
 
@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a GPT and report loss, speed and what the pool saved.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Print the adapter wgpu picks (WGPU_BACKEND / WGPU_ADAPTER_NAME choose).
     Info,
     /// Measure the pool: `pool` (latency against create_buffer), `step` (ms a step
@@ -57,41 +57,15 @@ struct BenchArgs {
 
 #[derive(clap::Args)]
 struct TrainArgs {
-    /// Model and training preset: tiny, small or shakespeare.
-    #[arg(long, default_value = "tiny")]
-    preset: String,
-    /// Any UTF-8 text file (default: tidepool's own sources, built in).
+    /// Every model and training setting (the same ones the wasm API takes).
+    #[command(flatten)]
+    overrides: Overrides,
+    /// Any UTF-8 text file up to 64 MiB (default: Tiny Shakespeare, built in).
     #[arg(long)]
     corpus: Option<std::path::PathBuf>,
-    /// Training steps to run (default: the preset's schedule length).
-    #[arg(long)]
-    steps: Option<u32>,
-    #[arg(long)]
-    layers: Option<usize>,
-    #[arg(long)]
-    heads: Option<usize>,
-    #[arg(long)]
-    width: Option<usize>,
-    #[arg(long)]
-    context: Option<usize>,
-    #[arg(long)]
-    batch: Option<usize>,
-    #[arg(long)]
-    lr: Option<f32>,
-    /// Dropout probability during training (shakespeare preset: 0.2).
-    #[arg(long)]
-    dropout: Option<f32>,
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Evaluate the held-out loss every N steps (0: only at the end).
-    #[arg(long, default_value_t = 0)]
-    eval_every: u32,
-    /// Create every buffer fresh and destroy it after the step, for comparison.
+    /// Create every buffer fresh and destroy it after the step (same as --pool false).
     #[arg(long)]
     no_pool: bool,
-    /// Size classes: pow2, pow2/N (N a power of two) or exact (default: pow2/8).
-    #[arg(long)]
-    policy: Option<String>,
     /// One JSON object a line, a line a step, and a last line with "final": true.
     #[arg(long)]
     json: bool,
@@ -102,34 +76,18 @@ struct TrainArgs {
 
 impl TrainArgs {
     fn config(&self) -> Result<TrainConfig, tidepool::Error> {
-        let mut cfg = TrainConfig::preset(&self.preset)?;
-        let set = |slot: &mut usize, value: Option<usize>| {
-            if let Some(v) = value {
-                *slot = v;
-            }
-        };
-        set(&mut cfg.layers, self.layers);
-        set(&mut cfg.heads, self.heads);
-        set(&mut cfg.width, self.width);
-        set(&mut cfg.context, self.context);
-        set(&mut cfg.batch, self.batch);
-        if let Some(lr) = self.lr {
-            cfg.lr = lr;
+        let mut overrides = self.overrides.clone();
+        if self.no_pool {
+            overrides.pool = Some(false);
         }
-        if let Some(dropout) = self.dropout {
-            cfg.dropout = dropout;
-        }
-        if let Some(seed) = self.seed {
-            cfg.seed = seed;
-        }
-        if let Some(steps) = self.steps {
-            cfg.steps = steps;
-        }
-        cfg.pool = !self.no_pool;
-        if let Some(policy) = &self.policy {
-            cfg.policy = SizePolicy::parse(policy).map_err(tidepool::Error::Config)?;
-        }
-        Ok(cfg)
+        overrides.resolve()
+    }
+
+    fn preset(&self) -> &str {
+        self.overrides
+            .preset
+            .as_deref()
+            .unwrap_or(tidepool::config::DEFAULT_PRESET)
     }
 
     fn corpus(&self) -> Result<Corpus, tidepool::Error> {
@@ -142,8 +100,12 @@ fn load_corpus(path: Option<&std::path::Path>) -> Result<Corpus, tidepool::Error
         None => Ok(Corpus::builtin()),
         Some(path) => {
             let name = path.display().to_string();
-            let bytes = std::fs::read(path)
-                .map_err(|e| tidepool::Error::Data(format!("cannot read {name}: {e}")))?;
+            let cannot =
+                |e: std::io::Error| tidepool::Error::Data(format!("cannot read {name}: {e}"));
+            // Checked before reading, so a huge file is refused without loading it.
+            let len = std::fs::metadata(path).map_err(cannot)?.len();
+            tidepool::data::check_corpus_size(&name, len)?;
+            let bytes = std::fs::read(path).map_err(cannot)?;
             Corpus::from_bytes(&name, &bytes)
         }
     }
@@ -311,7 +273,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Train(args) => pollster::block_on(train(args)),
+        Command::Train(args) => pollster::block_on(train(*args)),
         Command::Info => pollster::block_on(info()),
         Command::Bench(args) => pollster::block_on(bench(args)),
     };
@@ -349,7 +311,7 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
     if !args.json {
         eprintln!(
             "{} on {} ({}): {} layers, {} heads, width {}, context {}, batch {}, {} parameters; corpus {} ({} tokens, vocab {}); pool {} ({})",
-            args.preset,
+            args.preset(),
             trainer.context().adapter_name(),
             trainer.context().backend(),
             m.layers, m.heads, m.width, m.context, c.batch, m.num_params(),
@@ -371,11 +333,8 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
     let start = now_ms();
     let mut out = std::io::stdout().lock();
     for _ in 0..steps {
+        // Evaluates every `eval_every` steps itself.
         let s = trainer.step().await?;
-        if args.eval_every > 0 && s.step % args.eval_every == 0 {
-            trainer.evaluate().await?;
-        }
-        let s = trainer.stats().clone();
         if args.json {
             let line = serde_json::to_string(&s).expect("stats serialize");
             writeln!(out, "{line}").ok();
@@ -411,7 +370,7 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
         "peak_bytes_requested": s.peak_bytes_requested,
         "adapter": trainer.context().adapter_name(),
         "backend": trainer.context().backend(),
-        "preset": args.preset,
+        "preset": args.preset(),
         "pool": c.pool,
         "policy": c.policy.label(),
     });

@@ -1,13 +1,39 @@
 //! Text in, token ids out: a character tokenizer built from the corpus itself, the
-//! train/held-out split, and the corpus that ships inside the crate.
+//! train/held-out split, and the default corpus.
+//!
+//! The default corpus is Tiny Shakespeare (`data/tinyshakespeare.txt`, public
+//! domain, 1.1 MB): fixed, so figures and samples do not move when the code does.
+//! The native binary embeds it; the wasm build does not (it would double the
+//! package), so the page fetches the same file and passes its text.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::error::{Error, Result};
 
-/// tidepool's own sources and docs, gathered at build time (build.rs): the app
-/// trains with no download.
-pub const BUILTIN_CORPUS: &str = include_str!(concat!(env!("OUT_DIR"), "/corpus.txt"));
+/// The default corpus, embedded in native builds.
+#[cfg(not(target_arch = "wasm32"))]
+pub const BUILTIN_CORPUS: &str = include_str!("../data/tinyshakespeare.txt");
+
+/// Name of the default corpus (its file under `data/`).
+pub const BUILTIN_NAME: &str = "tinyshakespeare.txt";
+
+/// The largest corpus any entry point accepts (CLI file, page upload, URL, wasm
+/// API), in bytes of UTF-8. Tokens take 4 bytes a character, so a corpus at the
+/// cap needs about 5x its size in memory while it is tokenised.
+pub const MAX_CORPUS_BYTES: u64 = 64 << 20;
+
+/// An error unless a corpus of `bytes` bytes is within [`MAX_CORPUS_BYTES`].
+pub fn check_corpus_size(name: &str, bytes: u64) -> Result<()> {
+    if bytes > MAX_CORPUS_BYTES {
+        return Err(Error::Data(format!(
+            "{name} is {bytes} bytes ({}); the largest corpus accepted is {MAX_CORPUS_BYTES} \
+             bytes ({}): use a shorter text",
+            crate::fmt_bytes(bytes),
+            crate::fmt_bytes(MAX_CORPUS_BYTES)
+        )));
+    }
+    Ok(())
+}
 
 /// One token per distinct character of the corpus, in sorted order.
 #[derive(Clone, Debug)]
@@ -18,9 +44,13 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn from_text(text: &str) -> Self {
-        let mut chars: Vec<char> = text.chars().collect();
-        chars.sort_unstable();
-        chars.dedup();
+        // A set, not every character collected and sorted: memory is the
+        // vocabulary's, not the text's.
+        let chars: Vec<char> = text
+            .chars()
+            .collect::<BTreeSet<char>>()
+            .into_iter()
+            .collect();
         let ids = chars
             .iter()
             .enumerate()
@@ -58,15 +88,16 @@ pub struct Corpus {
 }
 
 impl Corpus {
-    /// The corpus that ships inside the crate.
+    /// The default corpus, Tiny Shakespeare, embedded in native builds.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn builtin() -> Self {
-        Corpus::from_text("tidepool sources (built in)", BUILTIN_CORPUS)
-            .expect("the built-in corpus is valid")
+        Corpus::from_text(BUILTIN_NAME, BUILTIN_CORPUS).expect("the built-in corpus is valid")
     }
 
     /// Any UTF-8 text file. Rejects empty, binary and non-UTF-8 input with a message
     /// that says which.
     pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Self> {
+        check_corpus_size(name, bytes.len() as u64)?;
         if bytes.is_empty() {
             return Err(Error::Data(format!("{name} is empty")));
         }
@@ -79,27 +110,34 @@ impl Corpus {
         Corpus::from_text(name, text)
     }
 
+    /// Any text up to [`MAX_CORPUS_BYTES`]; split into the first 90% of its tokens
+    /// for training and the last 10% held out.
     pub fn from_text(name: &str, text: &str) -> Result<Self> {
+        check_corpus_size(name, text.len() as u64)?;
         if text.trim().is_empty() {
             return Err(Error::Data(format!("{name} is empty")));
         }
+        let chars = text.chars().count();
         let control = text
             .chars()
             .filter(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
             .count();
-        if text.contains('\0') || control * 20 > text.chars().count() {
+        if text.contains('\0') || control * 20 > chars {
             return Err(Error::Data(format!(
                 "{name} looks binary ({control} control characters); pick a plain text file"
             )));
         }
         let tokenizer = Tokenizer::from_text(text);
-        let ids = tokenizer.encode(text);
-        let split = ids.len() * 9 / 10;
+        // One allocation of exactly the ids; the held-out tail is split off (a copy
+        // of 10%), the training head keeps the allocation.
+        let mut train = Vec::with_capacity(chars);
+        train.extend(text.chars().map(|c| tokenizer.ids[&c]));
+        let val = train.split_off(chars * 9 / 10);
         Ok(Corpus {
             name: name.to_string(),
             bytes: text.len(),
-            train: ids[..split].to_vec(),
-            val: ids[split..].to_vec(),
+            train,
+            val,
             tokenizer,
         })
     }

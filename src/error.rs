@@ -38,6 +38,22 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// The class of failure, for code that reacts to it (the page shows a different
+    /// hint for each): `config`, `too_large`, `corpus`, `no_webgpu`, `device_lost` or
+    /// `internal`. JS errors from the wasm API carry it as `error.kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "config",
+            Error::TooLarge(_) => "too_large",
+            Error::Data(_) => "corpus",
+            Error::NoAdapter(_) | Error::RequestDevice(_) => "no_webgpu",
+            Error::DeviceLost(_) => "device_lost",
+            Error::Gpu(_) | Error::Map(_) => "internal",
+        }
+    }
+}
+
 impl std::error::Error for Error {}
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

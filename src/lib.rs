@@ -11,11 +11,13 @@
 //! - [`data`]: the char tokenizer and the built-in corpus; `web`: the wasm API.
 
 pub mod bench;
+pub mod config;
 pub mod data;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
 pub mod model;
+pub mod plan;
 pub mod pool;
 pub mod reference;
 pub mod reference_train;

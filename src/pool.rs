@@ -35,6 +35,15 @@ impl Poolable for wgpu::Buffer {
 /// binding alignment).
 pub const SIZE_ALIGNMENT: usize = 4;
 
+/// `min_size` rounded up to [`SIZE_ALIGNMENT`] (at least one alignment), or itself
+/// when that would overflow.
+fn exact_size(min_size: usize) -> usize {
+    min_size
+        .max(SIZE_ALIGNMENT)
+        .checked_next_multiple_of(SIZE_ALIGNMENT)
+        .unwrap_or(min_size)
+}
+
 /// How a requested size is rounded up to the size class of its bucket.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SizePolicy {
@@ -51,25 +60,42 @@ pub enum SizePolicy {
     Exact,
 }
 
+/// Most subdivisions of an octave [`SizePolicy::parse`] accepts: finer steps than
+/// 1/1024 of an octave save nothing measurable and only multiply the buckets, and
+/// an unbounded count would overflow the step arithmetic.
+pub const MAX_SUBDIVISIONS: u32 = 1024;
+
 impl SizePolicy {
-    /// The size class of a request of `min_size` bytes under this policy.
-    pub fn size_class(self, min_size: usize) -> usize {
-        let min_size = min_size.max(SIZE_ALIGNMENT);
+    /// The size class of a request of `min_size` bytes under this policy, in u64
+    /// with checked arithmetic: `None` when the class would not fit in a u64 (no
+    /// buffer that large exists anywhere).
+    pub fn class_bytes(self, min_size: u64) -> Option<u64> {
+        let align = SIZE_ALIGNMENT as u64;
+        let min_size = min_size.max(align);
         match self {
-            SizePolicy::PowerOfTwo => min_size.next_power_of_two(),
+            SizePolicy::PowerOfTwo => min_size.checked_next_power_of_two(),
             SizePolicy::Subdivided { subdivisions } => {
-                let pow2 = min_size.next_power_of_two();
+                let pow2 = min_size.checked_next_power_of_two()?;
                 let octave = pow2 / 2;
-                let divs = (subdivisions.max(1) as usize).next_power_of_two();
+                let divs = u64::from(subdivisions.clamp(1, MAX_SUBDIVISIONS)).next_power_of_two();
                 // Steps below the alignment cannot be honoured; plain pow2 there.
-                if octave < SIZE_ALIGNMENT * divs {
-                    return pow2;
+                if octave < align * divs {
+                    return Some(pow2);
                 }
                 let step = octave / divs;
-                min_size.div_ceil(step) * step
+                min_size.div_ceil(step).checked_mul(step)
             }
-            SizePolicy::Exact => min_size.div_ceil(SIZE_ALIGNMENT) * SIZE_ALIGNMENT,
+            SizePolicy::Exact => min_size.div_ceil(align).checked_mul(align),
         }
+    }
+
+    /// [`SizePolicy::class_bytes`] for a host-sized request. A class that does not
+    /// fit in a `usize` (a 3 GiB request rounded to 4 GiB on wasm32) falls back to
+    /// the request itself rounded to the alignment, so rounding never wraps.
+    pub fn size_class(self, min_size: usize) -> usize {
+        self.class_bytes(min_size as u64)
+            .and_then(|class| usize::try_from(class).ok())
+            .unwrap_or_else(|| exact_size(min_size))
     }
 
     /// Short label for tables and the page.
@@ -87,11 +113,12 @@ impl SizePolicy {
             "pow2" => Ok(SizePolicy::PowerOfTwo),
             "exact" => Ok(SizePolicy::Exact),
             _ => match text.strip_prefix("pow2/").map(str::parse::<u32>) {
-                Some(Ok(n)) if n >= 1 && n.is_power_of_two() => {
+                Some(Ok(n)) if (1..=MAX_SUBDIVISIONS).contains(&n) && n.is_power_of_two() => {
                     Ok(SizePolicy::Subdivided { subdivisions: n })
                 }
                 _ => Err(format!(
-                    "unknown size policy {text:?}: expected pow2, pow2/N (N a power of two) or exact"
+                    "unknown size policy {text:?}: expected pow2, pow2/N (N a power of two \
+                     from 1 to {MAX_SUBDIVISIONS}) or exact"
                 )),
             },
         }
@@ -163,9 +190,9 @@ impl BufferPoolConfig {
             ));
         }
         if let SizePolicy::Subdivided { subdivisions } = self.policy {
-            if subdivisions == 0 || !subdivisions.is_power_of_two() {
+            if !(1..=MAX_SUBDIVISIONS).contains(&subdivisions) || !subdivisions.is_power_of_two() {
                 return Err(format!(
-                    "subdivisions must be a power of two, got {subdivisions}"
+                    "subdivisions must be a power of two from 1 to {MAX_SUBDIVISIONS}, got {subdivisions}"
                 ));
             }
         }
@@ -315,10 +342,17 @@ impl<B: Poolable> BufferPool<B> {
         &self.config
     }
 
-    /// The size of buffer to create for a request of `min_size` bytes under this
-    /// pool's policy.
+    /// The size of buffer to create for a request of `min_size` bytes: the policy's
+    /// class, unless that passes `max_buffer_size`; then the request itself (rounded
+    /// to the alignment), so an oversize buffer is never rounded past the device's
+    /// limit. Both kinds are fixed points, so releases of either are recognised.
     pub fn size_class(&self, min_size: usize) -> usize {
-        self.config.policy.size_class(min_size)
+        let class = self.config.policy.size_class(min_size);
+        if class > self.config.max_buffer_size {
+            exact_size(min_size)
+        } else {
+            class
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<B>> {

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
 use crate::kernels::{self, AdamW};
 use crate::model::{self, Dropout, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec};
+use crate::plan::DeviceLimits;
 use crate::pool::{BucketStats, BufferPoolConfig, BufferPoolStats, SizePolicy};
 use crate::rng::Rng;
 
@@ -39,6 +40,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Held-out batches averaged by one evaluation.
     pub eval_batches: usize,
+    /// [`Trainer::step`] evaluates the held-out loss after every `eval_every`-th
+    /// step (0: only when asked).
+    pub eval_every: u32,
     /// `false`: every buffer created fresh and destroyed after the step.
     pub pool: bool,
     pub policy: SizePolicy,
@@ -52,6 +56,16 @@ impl Default for TrainConfig {
         TrainConfig::preset("tiny").expect("tiny exists")
     }
 }
+
+/// Upper bounds of the integer settings: far past what any device fits (the plan
+/// refuses long before), low enough that no shape product overflows u64.
+pub const MAX_LAYERS: usize = 1024;
+pub const MAX_WIDTH: usize = 1 << 20;
+pub const MAX_TOKENS: usize = 1 << 24;
+pub const MAX_EVAL_BATCHES: usize = 100_000;
+
+/// Most characters one [`Trainer::sample`] call generates (each is a forward pass).
+pub const MAX_SAMPLE_CHARS: usize = 10_000;
 
 /// Names of the presets, smallest first.
 pub const PRESETS: [&str; 3] = ["tiny", "small", "shakespeare"];
@@ -78,6 +92,7 @@ impl TrainConfig {
             dropout: 0.0,
             seed: 1337,
             eval_batches: 4,
+            eval_every: 0,
             pool: true,
             // Measured (BENCHMARKS.md, policies): on the shakespeare preset pow2/8
             // reserves 1.12x the bytes requested against 1.51x for plain powers of
@@ -122,30 +137,74 @@ impl TrainConfig {
         })
     }
 
+    /// Checks every setting on its own (shapes, ranges, hyperparameters); whether
+    /// the whole fits a device is [`crate::plan::check`]'s job. Errors name the
+    /// setting, its value and what is allowed.
     // The negated comparisons also reject NaN, which a plain `x <= 0.0` would let in.
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
-        if self.batch == 0 {
-            return bad("batch must be at least 1".into());
+        for (name, value, max) in [
+            ("layers", self.layers, MAX_LAYERS),
+            ("heads", self.heads, MAX_WIDTH),
+            ("width", self.width, MAX_WIDTH),
+            ("context", self.context, MAX_TOKENS),
+            ("batch", self.batch, MAX_TOKENS),
+            ("eval_batches", self.eval_batches, MAX_EVAL_BATCHES),
+        ] {
+            if !(1..=max).contains(&value) {
+                return bad(format!("{name} must be from 1 to {max}, got {value}"));
+            }
+        }
+        if !self.width.is_multiple_of(self.heads) {
+            return bad(format!(
+                "width {} must be a multiple of heads {}",
+                self.width, self.heads
+            ));
+        }
+        if !self.width.is_multiple_of(4) {
+            return bad(format!("width {} must be a multiple of 4", self.width));
+        }
+        let head = self.width / self.heads;
+        if head as u64 > crate::plan::MAX_HEAD_SIZE {
+            return bad(format!(
+                "head size width / heads = {} / {} = {head} is over the {} the attention \
+                 kernels support; use more heads (at least {})",
+                self.width,
+                self.heads,
+                crate::plan::MAX_HEAD_SIZE,
+                self.width.div_ceil(crate::plan::MAX_HEAD_SIZE as usize)
+            ));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
             return bad(format!("learning rate must be positive, got {}", self.lr));
         }
         if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
-            return bad("beta1 and beta2 must be in [0, 1)".into());
+            return bad(format!(
+                "beta1 and beta2 must be in [0, 1), got {} and {}",
+                self.beta1, self.beta2
+            ));
         }
-        if !(self.eps > 0.0) || !(self.weight_decay >= 0.0) || !(self.grad_clip >= 0.0) {
-            return bad("eps must be positive; weight_decay and grad_clip not negative".into());
+        if !(self.eps > 0.0 && self.eps.is_finite()) {
+            return bad(format!("eps must be positive, got {}", self.eps));
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return bad(format!(
+                "weight_decay must not be negative, got {}",
+                self.weight_decay
+            ));
+        }
+        if !(self.grad_clip >= 0.0 && self.grad_clip.is_finite()) {
+            return bad(format!(
+                "grad_clip must not be negative (0: off), got {}",
+                self.grad_clip
+            ));
         }
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("dropout must be in [0, 1), got {}", self.dropout));
         }
         if self.steps == 0 {
             return bad("steps must be at least 1".into());
-        }
-        if self.eval_batches == 0 {
-            return bad("eval_batches must be at least 1".into());
         }
         Ok(())
     }
@@ -296,6 +355,7 @@ impl Trainer {
         let model = cfg.model(corpus.vocab_size());
         model.validate()?;
         corpus.check_context(cfg.context)?;
+        let vocab = corpus.vocab_size() as u64;
         let ctx = WgpuContext::with_options(ContextOptions {
             pool: BufferPoolConfig {
                 policy: cfg.policy,
@@ -304,8 +364,7 @@ impl Trainer {
             pooling: cfg.pool,
         })
         .await?;
-        let (bytes, what) = model.largest_tensor(cfg.batch, cfg.context);
-        ctx.check_fits(bytes, what)?;
+        crate::plan::check(&cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;
         let specs = model.params();
         let params = model.init(cfg.seed);
         let params = GptParams::from_flat(params.iter().map(|v| ctx.upload_pooled(v)).collect())?;
@@ -407,6 +466,9 @@ impl Trainer {
             pool,
             context: counters,
         };
+        if self.cfg.eval_every > 0 && step.is_multiple_of(self.cfg.eval_every) {
+            self.evaluate().await?;
+        }
         Ok(self.last.clone())
     }
 
@@ -534,6 +596,16 @@ impl Trainer {
         temperature: f32,
         top_k: usize,
     ) -> Result<String> {
+        if length > MAX_SAMPLE_CHARS {
+            return Err(Error::Config(format!(
+                "sample length must be at most {MAX_SAMPLE_CHARS} characters, got {length}"
+            )));
+        }
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(Error::Config(format!(
+                "sample temperature must be 0 (greedy) or positive, got {temperature}"
+            )));
+        }
         let (c, v) = (self.cfg.context, self.model.vocab);
         let mut ids = self.corpus.tokenizer.encode(prompt);
         if ids.is_empty() {

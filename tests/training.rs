@@ -43,7 +43,7 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 /// parameter's gradient on the first batch, then `steps` steps of losses. Returns
 /// both for further checks.
 async fn assert_parity(cfg: TrainConfig, steps: u32) -> (Trainer, ReferenceTrainer) {
-    let corpus = Corpus::builtin();
+    let corpus = common::corpus();
     let mut gpu = Trainer::new(cfg.clone(), corpus.clone())
         .await
         .expect("gpu trainer");
@@ -116,7 +116,7 @@ async fn dropout_parity_body() {
         dropout: 0.2,
         ..parity_config()
     };
-    let corpus = Corpus::builtin();
+    let corpus = common::corpus();
     let plain = ReferenceTrainer::new(parity_config(), corpus.clone()).unwrap();
     let dropping = ReferenceTrainer::new(with.clone(), corpus).unwrap();
     let (inputs, targets) = plain.peek_batch();
@@ -130,7 +130,7 @@ async fn dropout_parity_body() {
 
 gpu_test!(steady_state_creates_no_buffers, steady_state_body());
 async fn steady_state_body() {
-    let mut trainer = Trainer::new(TrainConfig::preset("tiny").unwrap(), Corpus::builtin())
+    let mut trainer = Trainer::new(TrainConfig::preset("tiny").unwrap(), common::corpus())
         .await
         .expect("trainer");
     for _ in 0..3 {
@@ -169,7 +169,7 @@ async fn no_pool_body() {
         pool: false,
         ..TrainConfig::preset("tiny").unwrap()
     };
-    let mut trainer = Trainer::new(cfg, Corpus::builtin()).await.expect("trainer");
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
     trainer.step().await.expect("step");
     let s = trainer.step().await.expect("step");
     assert!(
@@ -183,9 +183,9 @@ async fn no_pool_body() {
 
 #[cfg(not(target_arch = "wasm32"))]
 #[test]
-fn tiny_preset_learns_the_builtin_corpus() {
+fn tiny_preset_learns_the_default_corpus() {
     pollster::block_on(async {
-        let corpus = Corpus::builtin();
+        let corpus = common::corpus();
         let ln_vocab = (corpus.vocab_size() as f32).ln();
         let mut trainer = Trainer::new(TrainConfig::preset("tiny").unwrap(), corpus)
             .await
@@ -239,7 +239,7 @@ async fn bad_input_body() {
         (tiny(), text("far too short for the context"), "too short"),
         (
             TrainConfig { batch: 0, ..tiny() },
-            Ok(Corpus::builtin()),
+            Ok(common::corpus()),
             "batch",
         ),
         (
@@ -247,7 +247,7 @@ async fn bad_input_body() {
                 layers: 0,
                 ..tiny()
             },
-            Ok(Corpus::builtin()),
+            Ok(common::corpus()),
             "layers",
         ),
         (
@@ -256,12 +256,12 @@ async fn bad_input_body() {
                 heads: 4,
                 ..tiny()
             },
-            Ok(Corpus::builtin()),
+            Ok(common::corpus()),
             "multiple of heads",
         ),
         (
             TrainConfig { lr: -1.0, ..tiny() },
-            Ok(Corpus::builtin()),
+            Ok(common::corpus()),
             "learning rate",
         ),
         (
@@ -269,7 +269,7 @@ async fn bad_input_body() {
                 context: 0,
                 ..tiny()
             },
-            Ok(Corpus::builtin()),
+            Ok(common::corpus()),
             "context",
         ),
     ];
@@ -284,16 +284,16 @@ async fn bad_input_body() {
         .unwrap_err()
         .to_string()
         .contains("tiny"));
-    // Too large for the device: one activation past the largest binding.
+    // Too large for any device: the MLP weights alone are 2^34 floats.
     let huge = TrainConfig {
-        width: 16384,
-        heads: 4,
-        batch: 64,
+        width: 65536,
+        heads: 1024,
+        batch: 8,
         context: 256,
         ..tiny()
     };
-    match trainer_error(huge, Ok(Corpus::builtin())).await {
-        Error::TooLarge(m) => assert!(m.contains("needs a"), "{m}"),
+    match trainer_error(huge, Ok(common::corpus())).await {
+        Error::TooLarge(m) => assert!(m.contains("lower width"), "{m}"),
         other => panic!("expected TooLarge, got {other}"),
     }
 }

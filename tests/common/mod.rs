@@ -81,3 +81,13 @@ pub fn poisoned<R>(ctx: &WgpuContext, lens: &[usize], launch: impl FnOnce() -> R
     );
     out
 }
+
+/// The default corpus, Tiny Shakespeare, on both targets: the wasm build does not
+/// embed it (the page fetches it), so the tests compile the same file in.
+pub fn corpus() -> tidepool::data::Corpus {
+    tidepool::data::Corpus::from_text(
+        tidepool::data::BUILTIN_NAME,
+        include_str!("../../data/tinyshakespeare.txt"),
+    )
+    .expect("the default corpus is valid")
+}

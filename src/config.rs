@@ -1,0 +1,215 @@
+//! One configuration surface: the settings a user gives on the command line (clap)
+//! or an embedding page gives to the wasm API (serde), resolved against a preset
+//! into a checked [`TrainConfig`]. Both front ends take this struct as it is, so a
+//! setting is parsed, bounded and explained in one place.
+//!
+//! Numbers are `f64` because that is what JavaScript sends: a negative, fractional,
+//! NaN or huge value arrives intact and is refused with a message naming the
+//! setting, instead of failing inside serde or wrapping.
+
+use crate::error::{Error, Result};
+use crate::pool::{SizePolicy, MAX_SUBDIVISIONS};
+use crate::train::{TrainConfig, PRESETS};
+
+/// The preset used when none is named.
+pub const DEFAULT_PRESET: &str = "tiny";
+
+/// Overrides of a preset's settings; every field is optional.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(clap::Args))]
+#[serde(default, deny_unknown_fields)]
+pub struct Overrides {
+    /// Model and training preset: tiny, small or shakespeare (default tiny).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    pub preset: Option<String>,
+    /// Transformer blocks.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub layers: Option<f64>,
+    /// Attention heads (width / heads is the head size, at most 128).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub heads: Option<f64>,
+    /// Embedding width (a multiple of 4 and of heads).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub width: Option<f64>,
+    /// Tokens a sequence.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub context: Option<f64>,
+    /// Sequences a step.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub batch: Option<f64>,
+    /// Peak learning rate.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub lr: Option<f64>,
+    /// Training steps (the schedule's length).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub steps: Option<f64>,
+    /// Warm-up steps of the learning rate.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub warmup: Option<f64>,
+    /// Dropout probability during training (shakespeare preset: 0.2).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub dropout: Option<f64>,
+    /// Where dropout applies: residual or nanogpt (also the attention probabilities).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    pub dropout_placement: Option<String>,
+    /// AdamW weight decay of the matrices and embeddings.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub weight_decay: Option<f64>,
+    /// Clip gradients to this global norm (0: off).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub grad_clip: Option<f64>,
+    /// Seed of the initial weights, batches and dropout masks.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub seed: Option<f64>,
+    /// Evaluate the held-out loss every N steps (0: only when asked / at the end).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub eval_every: Option<f64>,
+    /// Held-out batches an evaluation averages.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    pub eval_batches: Option<f64>,
+    /// Reuse buffers through the pool (false: create and destroy every buffer).
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    pub pool: Option<bool>,
+    /// Size classes: pow2, pow2/N (N a power of two up to 1024) or exact.
+    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    pub policy: Option<String>,
+}
+
+/// A whole number in `[0, max]` from a JS/CLI number, or an error naming `name`.
+fn whole(name: &str, value: f64, max: u64) -> Result<u64> {
+    if !(value.is_finite() && value.fract() == 0.0 && value >= 0.0) {
+        return Err(Error::Config(format!(
+            "{name} must be a whole number, not negative, got {value}"
+        )));
+    }
+    // 2^64 is exact in f64; below it the cast of a whole number is exact.
+    if value < 18_446_744_073_709_551_616.0 && value as u64 <= max {
+        return Ok(value as u64);
+    }
+    Err(Error::Config(format!(
+        "{name} must be at most {max}, got {value}"
+    )))
+}
+
+fn set_usize(slot: &mut usize, name: &str, value: Option<f64>) -> Result<()> {
+    if let Some(v) = value {
+        let v = whole(name, v, usize::MAX as u64)?;
+        *slot = usize::try_from(v)
+            .map_err(|_| Error::Config(format!("{name} = {v} does not fit this platform")))?;
+    }
+    Ok(())
+}
+
+fn set_u32(slot: &mut u32, name: &str, value: Option<f64>) -> Result<()> {
+    if let Some(v) = value {
+        *slot = whole(name, v, u32::MAX.into())? as u32;
+    }
+    Ok(())
+}
+
+/// A finite f32 from `value`, or an error naming `name`.
+fn set_f32(slot: &mut f32, name: &str, value: Option<f64>) -> Result<()> {
+    if let Some(v) = value {
+        let x = v as f32;
+        if !x.is_finite() {
+            return Err(Error::Config(format!(
+                "{name} must be a finite number, got {v}"
+            )));
+        }
+        *slot = x;
+    }
+    Ok(())
+}
+
+impl Overrides {
+    /// Parses the overrides from JSON (what a config file or a test gives).
+    pub fn from_json(text: &str) -> Result<Self> {
+        serde_json::from_str(text).map_err(|e| Error::Config(e.to_string()))
+    }
+
+    /// The preset named (or [`DEFAULT_PRESET`]) with every given field applied,
+    /// checked by [`TrainConfig::validate`].
+    pub fn resolve(&self) -> Result<TrainConfig> {
+        let mut cfg = TrainConfig::preset(self.preset.as_deref().unwrap_or(DEFAULT_PRESET))?;
+        set_usize(&mut cfg.layers, "layers", self.layers)?;
+        set_usize(&mut cfg.heads, "heads", self.heads)?;
+        set_usize(&mut cfg.width, "width", self.width)?;
+        set_usize(&mut cfg.context, "context", self.context)?;
+        set_usize(&mut cfg.batch, "batch", self.batch)?;
+        set_usize(&mut cfg.eval_batches, "eval_batches", self.eval_batches)?;
+        set_u32(&mut cfg.steps, "steps", self.steps)?;
+        set_u32(&mut cfg.warmup, "warmup", self.warmup)?;
+        set_u32(&mut cfg.eval_every, "eval_every", self.eval_every)?;
+        set_f32(&mut cfg.lr, "lr", self.lr)?;
+        set_f32(&mut cfg.dropout, "dropout", self.dropout)?;
+        set_f32(&mut cfg.weight_decay, "weight_decay", self.weight_decay)?;
+        set_f32(&mut cfg.grad_clip, "grad_clip", self.grad_clip)?;
+        if let Some(seed) = self.seed {
+            // Seeds pass through JavaScript numbers: only whole numbers below 2^53
+            // are exact there.
+            cfg.seed = whole("seed", seed, (1 << 53) - 1)?;
+        }
+        if let Some(pool) = self.pool {
+            cfg.pool = pool;
+        }
+        if let Some(policy) = &self.policy {
+            cfg.policy = SizePolicy::parse(policy).map_err(Error::Config)?;
+        }
+        if let Some(placement) = &self.dropout_placement {
+            cfg = with_placement(cfg, placement)?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// The dropout placements [`Overrides::dropout_placement`] accepts.
+pub const DROPOUT_PLACEMENTS: [&str; 2] = ["residual", "nanogpt"];
+
+/// Sets `TrainConfig::dropout_placement` through its serde form, so this surface
+/// does not depend on how the model spells the type; a build whose TrainConfig
+/// has no such field refuses the setting instead of ignoring it.
+fn with_placement(cfg: TrainConfig, placement: &str) -> Result<TrainConfig> {
+    if !DROPOUT_PLACEMENTS.contains(&placement) {
+        return Err(Error::Config(format!(
+            "dropout_placement must be one of {DROPOUT_PLACEMENTS:?}, got {placement:?}"
+        )));
+    }
+    let internal = |e: serde_json::Error| Error::Config(format!("dropout_placement: {e}"));
+    let mut value = serde_json::to_value(&cfg).map_err(internal)?;
+    let fields = value
+        .as_object_mut()
+        .ok_or_else(|| Error::Config("the config is not an object".into()))?;
+    if !fields.contains_key("dropout_placement") {
+        return Err(Error::Config(
+            "dropout_placement is not supported by this build".into(),
+        ));
+    }
+    fields.insert("dropout_placement".into(), placement.into());
+    serde_json::from_value(value).map_err(internal)
+}
+
+/// Size policies offered to users, coarsest first (any `pow2/N` with N a power of
+/// two up to [`MAX_SUBDIVISIONS`] is accepted).
+pub fn policy_names() -> Vec<String> {
+    let mut names = vec!["pow2".to_string()];
+    names.extend([2, 4, 8, 16].iter().map(|n: &u32| {
+        debug_assert!(*n <= MAX_SUBDIVISIONS);
+        format!("pow2/{n}")
+    }));
+    names.push("exact".into());
+    names
+}
+
+/// Every preset's name and its settings, smallest first.
+pub fn presets() -> Vec<(&'static str, TrainConfig)> {
+    PRESETS
+        .iter()
+        .map(|&name| {
+            (
+                name,
+                TrainConfig::preset(name).expect("listed presets exist"),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,398 @@
+//! The configuration surface under hostile input: thousands of random settings
+//! (0, 1, huge, u32::MAX, negative, fractional, NaN, infinite, unknown presets and
+//! policies) through `Overrides` and `plan::check`, each accepted or refused with a
+//! clear error, never a panic; a few of the accepted ones train a step, and the
+//! trainer API works after every refusal. Plus one test for each reproduction of
+//! issue 10. GPU bodies run natively and in headless Chromium; the wasm API's own
+//! checks (error kinds, `sample(-1)`) are tested in the browser build.
+
+mod common;
+
+use tidepool::config::Overrides;
+use tidepool::data::Corpus;
+use tidepool::plan::{self, DeviceLimits};
+use tidepool::pool::{BufferPool, BufferPoolConfig, SizePolicy};
+use tidepool::rng::Rng;
+use tidepool::train::{TrainConfig, Trainer};
+use tidepool::Error;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+const KINDS: [&str; 6] = [
+    "config",
+    "too_large",
+    "corpus",
+    "no_webgpu",
+    "device_lost",
+    "internal",
+];
+
+/// A number a user or a page might send: edges and junk when `hostile`, else
+/// mostly unset or small plausible values.
+fn number(rng: &mut Rng, hostile: bool) -> Option<f64> {
+    const EDGES: [f64; 20] = [
+        0.0,
+        1.0,
+        2.0,
+        3.0,
+        4.0,
+        8.0,
+        12.0,
+        16.0,
+        64.0,
+        65535.0,
+        65536.0,
+        4294967295.0,
+        4294967296.0,
+        9007199254740993.0,
+        1e300,
+        -1.0,
+        -0.5,
+        0.5,
+        f64::NAN,
+        f64::INFINITY,
+    ];
+    match (hostile, rng.below(4)) {
+        (true, 0) | (false, 0 | 1) => None,
+        (true, 1) => Some(EDGES[rng.below(EDGES.len())]),
+        (_, 2) => Some(1.0 + rng.below(8) as f64),
+        _ => Some((4 * (1 + rng.below(12))) as f64),
+    }
+}
+
+fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
+    options[rng.below(options.len())].clone()
+}
+
+/// Half the cases hostile (every field may be junk), half plausible (valid-looking
+/// values, most fields unset), so that both refusals and acceptances are common.
+fn random_overrides(rng: &mut Rng) -> Overrides {
+    let hostile = rng.below(2) == 0;
+    let text = |rng: &mut Rng, valid: usize, options: &[&str]| {
+        let n = if hostile { options.len() } else { valid };
+        (n > 0 && rng.below(3) == 0).then(|| options[rng.below(n)].to_string())
+    };
+    let fraction = |rng: &mut Rng| match (hostile, rng.below(4)) {
+        (_, 0) | (false, 1) => None,
+        (true, 1) => Some(pick(rng, &[0.0, 0.999, 1.0, -0.1, f64::NAN, 1e40])),
+        _ => Some(rng.uniform() as f64 * 0.5),
+    };
+    let number = |rng: &mut Rng| number(rng, hostile);
+    Overrides {
+        preset: text(rng, 3, &["tiny", "small", "shakespeare", "huge", "", "TINY"]),
+        layers: number(rng),
+        heads: number(rng),
+        width: number(rng),
+        context: number(rng),
+        batch: number(rng),
+        lr: if hostile {
+            pick(rng, &[None, Some(0.0), Some(-1.0), Some(f64::NAN), Some(1e39)])
+        } else {
+            pick(rng, &[None, Some(1e-3), Some(3e-4)])
+        },
+        steps: number(rng),
+        warmup: number(rng),
+        dropout: fraction(rng),
+        dropout_placement: text(rng, 0, &["residual", "nanogpt", "everywhere"]),
+        weight_decay: fraction(rng),
+        grad_clip: fraction(rng),
+        seed: number(rng),
+        eval_every: number(rng),
+        eval_batches: number(rng),
+        pool: pick(rng, &[None, Some(true), Some(false)]),
+        policy: text(
+            rng,
+            3,
+            &["pow2", "pow2/8", "exact", "pow2/3", "pow2/0", "pow2/1073741824", "pow2/-1", "bogus"],
+        ),
+    }
+}
+
+/// An error a user can act on: a known kind and a message that says something.
+#[track_caller]
+fn assert_clear(e: &Error, what: &str) {
+    assert!(KINDS.contains(&e.kind()), "{what}: unknown kind {}", e.kind());
+    let message = e.to_string();
+    assert!(message.len() > 20, "{what}: unclear error {message:?}");
+}
+
+/// Settings a CPU adapter trains one step of in well under a second.
+fn cheap(cfg: &TrainConfig) -> bool {
+    cfg.layers <= 2
+        && cfg.width <= 64
+        && cfg.context <= 32
+        && cfg.batch <= 8
+        && cfg.eval_batches <= 4
+        && cfg.eval_every <= 1
+}
+
+/// A short slice of the default corpus: tokenising 1 MB thousands of times would
+/// dominate the test.
+fn small_corpus() -> Corpus {
+    let text = include_str!("../data/tinyshakespeare.txt");
+    Corpus::from_text("tinyshakespeare.txt (first 20k)", &text[..20_000]).unwrap()
+}
+
+gpu_test!(random_configs_train_or_fail_clearly, fuzz_body());
+async fn fuzz_body() {
+    let seed = tidepool::rng::fresh_seed();
+    let mut rng = Rng::new(seed);
+    let corpus = small_corpus();
+    let vocab = corpus.vocab_size() as u64;
+    let roomy = DeviceLimits {
+        max_binding_bytes: 1 << 40,
+        ..DeviceLimits::webgpu_default()
+    };
+    let mut cheap_ones = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..4000 {
+        let overrides = random_overrides(&mut rng);
+        let what = format!("case {i} (TIDEPOOL_SEED={seed}): {overrides:?}");
+        match overrides.resolve() {
+            Err(e) => {
+                assert_clear(&e, &what);
+                assert_eq!(e.kind(), "config", "{what}");
+                refused += 1;
+            }
+            Ok(cfg) => {
+                for limits in [DeviceLimits::webgpu_default(), roomy] {
+                    match plan::check(&cfg, vocab, &limits) {
+                        Err(e) => assert_clear(&e, &what),
+                        Ok(plan) => {
+                            assert!(plan.buffers.iter().all(|b| b.created <= limits.max_binding_bytes));
+                            assert!(plan.head_size <= plan::MAX_HEAD_SIZE);
+                        }
+                    }
+                }
+                accepted += 1;
+                if cheap(&cfg) && corpus.check_context(cfg.context).is_ok() {
+                    cheap_ones.push(cfg);
+                }
+            }
+        }
+        // JSON as a config file or a page would send it, junk included.
+        let json = match rng.below(4) {
+            0 => serde_json::to_string(&overrides).unwrap(),
+            1 => r#"{"layers": "two"}"#.to_string(),
+            2 => r#"{"unknown_setting": 1}"#.to_string(),
+            _ => format!(r#"{{"batch": {}, "heads": -3}}"#, rng.below(100)),
+        };
+        if let Err(e) = Overrides::from_json(&json).and_then(|o| o.resolve()) {
+            assert_clear(&e, &json);
+        }
+    }
+    assert!(accepted > 100 && refused > 100, "accepted {accepted}, refused {refused}: the generator lost its edge");
+
+    // A handful of the accepted, cheap ones train a step; after each refused
+    // create the next valid one still works.
+    let mut trained = 0;
+    let invalid = [
+        TrainConfig { heads: 3, ..TrainConfig::default() },
+        TrainConfig { batch: 16384, context: 8, ..TrainConfig::default() },
+    ];
+    for (n, cfg) in cheap_ones.into_iter().take(3).enumerate() {
+        let bad = invalid[n % invalid.len()].clone();
+        match Trainer::new(bad, corpus.clone()).await {
+            Err(e) => assert_clear(&e, "an invalid create"),
+            Ok(_) => panic!("an invalid config was accepted"),
+        }
+        let what = format!("{cfg:?} (TIDEPOOL_SEED={seed})");
+        let mut trainer = Trainer::new(cfg, corpus.clone()).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let stats = trainer.step().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(stats.loss.is_finite(), "{what}: loss {}", stats.loss);
+        trained += 1;
+    }
+    eprintln!("seed {seed}: {accepted} accepted, {refused} refused, {trained} trained a step");
+    assert!(trained >= 1, "no cheap config among the random ones (seed {seed})");
+}
+
+gpu_test!(sample_rejects_absurd_lengths_and_stays_usable, sample_body());
+async fn sample_body() {
+    let cfg = TrainConfig {
+        layers: 1,
+        width: 16,
+        heads: 2,
+        context: 8,
+        batch: 2,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(cfg, small_corpus()).await.expect("trainer");
+    // `sample(-1)` from JS used to become length 4294967295 and lock the trainer.
+    for (length, temperature) in [(u32::MAX as usize, 1.0), (usize::MAX, 1.0), (3, f32::NAN), (3, -1.0)] {
+        match trainer.sample("\n", length, temperature, 0).await {
+            Err(e) => assert_eq!(e.kind(), "config", "{e}"),
+            Ok(_) => panic!("sample({length}, {temperature}) was accepted"),
+        }
+    }
+    let text = trainer.sample("\n", 4, 1.0, 0).await.expect("sample after the errors");
+    assert_eq!(text.chars().count(), 4);
+}
+
+gpu_test!(eval_every_is_honoured, eval_every_body());
+async fn eval_every_body() {
+    let cfg = TrainConfig {
+        layers: 1,
+        width: 16,
+        heads: 2,
+        context: 8,
+        batch: 2,
+        eval_every: 2,
+        eval_batches: 1,
+        ..TrainConfig::default()
+    };
+    let mut trainer = Trainer::new(cfg, small_corpus()).await.expect("trainer");
+    assert_eq!(trainer.step().await.unwrap().val_loss, None, "no evaluation after step 1");
+    let val = trainer.step().await.unwrap().val_loss;
+    assert!(val.is_some_and(f32::is_finite), "evaluated after step 2: {val:?}");
+}
+
+// Reproductions of issue 10, checked against explicit limits (no GPU needed).
+
+fn refused(cfg: &TrainConfig, vocab: u64) -> Error {
+    match plan::check(cfg, vocab, &DeviceLimits::webgpu_default()) {
+        Err(e) => e,
+        Ok(plan) => panic!("accepted: {plan:?}"),
+    }
+}
+
+fn overrides(json: &str) -> Result<TrainConfig, Error> {
+    Overrides::from_json(json)?.resolve()
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn batch_times_heads_past_one_grid_dimension_is_refused() {
+    let cfg = overrides(r#"{"batch": 16384, "context": 8}"#).unwrap();
+    let e = refused(&cfg, 65);
+    assert_eq!(e.kind(), "too_large");
+    let m = e.to_string();
+    assert!(m.contains("65536") && m.contains("65535") && m.contains("lower batch or heads"), "{m}");
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn head_size_over_128_is_a_config_error() {
+    let e = overrides(r#"{"width": 132, "heads": 1}"#).unwrap_err();
+    assert_eq!(e.kind(), "config");
+    let m = e.to_string();
+    assert!(m.contains("132") && m.contains("128") && m.contains("heads"), "{m}");
+    // 128 itself is supported, where the device has the workgroup memory for it.
+    let cfg = overrides(r#"{"width": 128, "heads": 1}"#).unwrap();
+    let e = refused(&cfg, 65);
+    assert!(e.to_string().contains("workgroup memory") && e.to_string().contains("16384"), "{e}");
+    let roomy = DeviceLimits {
+        max_workgroup_storage_bytes: 32768,
+        ..DeviceLimits::webgpu_default()
+    };
+    assert!(plan::check(&cfg, 65, &roomy).is_ok());
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn absurd_subdivisions_are_refused_and_never_divide_by_zero() {
+    let e = overrides(r#"{"policy": "pow2/1073741824"}"#).unwrap_err();
+    assert_eq!(e.kind(), "config");
+    assert!(e.to_string().contains("1024"), "{e}");
+    let config = BufferPoolConfig {
+        policy: SizePolicy::Subdivided {
+            subdivisions: 1 << 30,
+        },
+        ..Default::default()
+    };
+    assert!(config.validate().unwrap_err().contains("1024"));
+    // Built directly, the policy still rounds without wrapping or dividing by 0.
+    for n in [1usize, 4095, 1 << 20, usize::MAX / 2] {
+        assert!(config.policy.size_class(n) >= n);
+    }
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn a_weight_past_the_binding_limit_is_refused() {
+    // 4 x 2900 x 2900 floats: a 134,560,000-byte MLP weight against 128 MiB.
+    // (Head size 116 needs 24 KiB of workgroup memory: give it that, as lavapipe
+    // does, so the binding limit is what refuses it.)
+    let cfg = overrides(r#"{"width": 2900, "heads": 25, "batch": 1, "context": 8}"#).unwrap();
+    let limits = DeviceLimits {
+        max_workgroup_storage_bytes: 32768,
+        ..DeviceLimits::webgpu_default()
+    };
+    let e = plan::check(&cfg, 65, &limits).unwrap_err();
+    assert_eq!(e.kind(), "too_large");
+    let m = e.to_string();
+    assert!(m.contains("134560000") && m.contains("134217728") && m.contains("lower width"), "{m}");
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn shakespeare_at_context_296_fits_128_mib_bindings() {
+    let cfg = overrides(r#"{"preset": "shakespeare", "context": 296}"#).unwrap();
+    let plan = plan::check(&cfg, 65, &DeviceLimits::webgpu_default()).expect("fits");
+    let largest = &plan.buffers[0];
+    assert!(largest.created <= 128 << 20, "{largest:?}");
+    // The flash kernel never forms batch x heads x context^2 (807 MB here).
+    assert!(plan.buffers.iter().all(|b| !b.name.contains("context^2")));
+    // And the split-K partial sums are counted: the MLP's reach 29 x 1536 x 384.
+    assert!(plan.buffers.iter().any(|b| b.name.contains("MLP weights' partial")));
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn sizes_past_4_gib_do_not_wrap() {
+    const GIB: u64 = 1 << 30;
+    // A 3 GiB request rounds to 4 GiB in u64 (it gave 0 in wasm32's usize).
+    assert_eq!(SizePolicy::PowerOfTwo.class_bytes(3 * GIB), Some(4 * GIB));
+    assert_eq!(SizePolicy::PowerOfTwo.class_bytes(u64::MAX - 1), None);
+    assert_eq!(
+        SizePolicy::Subdivided { subdivisions: 8 }.class_bytes(5 * GIB + 1),
+        Some(5 * GIB + GIB / 2)
+    );
+    // Past the pool's largest class the request is created at its exact size.
+    assert_eq!(plan::created_size(SizePolicy::PowerOfTwo, 3 * GIB, GIB), 3 * GIB);
+    let pool = BufferPool::<Fake>::with_config(BufferPoolConfig::default());
+    let n = (3 * GIB) as usize; // fits wasm32's usize (below 4 GiB)
+    assert_eq!(pool.size_class(n), n, "never rounded past the largest pooled size");
+    assert!(SizePolicy::PowerOfTwo.size_class(n) as u64 >= 3 * GIB);
+    // Device limits of 4 GiB and more are read whole.
+    let limits = wgpu::Limits {
+        max_storage_buffer_binding_size: 6 * GIB,
+        max_buffer_size: 5 * GIB,
+        ..wgpu::Limits::default()
+    };
+    assert_eq!(DeviceLimits::from_wgpu(&limits).max_binding_bytes, 5 * GIB);
+    // Shapes whose products pass u64 are refused, not wrapped.
+    let cfg = TrainConfig {
+        width: 1 << 20,
+        heads: 1 << 14,
+        batch: 1 << 24,
+        context: 1 << 24,
+        ..TrainConfig::default()
+    };
+    let roomy = DeviceLimits {
+        max_binding_bytes: u64::MAX,
+        max_workgroups_per_dimension: u64::MAX,
+        ..DeviceLimits::webgpu_default()
+    };
+    let e = plan::check(&cfg, 65, &roomy).unwrap_err();
+    assert_eq!(e.kind(), "too_large", "{e}");
+}
+
+struct Fake;
+impl tidepool::pool::Poolable for Fake {
+    fn destroy(&self) {}
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn corpus_is_capped_and_split_90_10() {
+    let cap = tidepool::data::MAX_CORPUS_BYTES as usize;
+    let e = Corpus::from_bytes("big.txt", &vec![b'a'; cap + 1]).unwrap_err();
+    assert_eq!(e.kind(), "corpus");
+    assert!(e.to_string().contains("67108864"), "{e}");
+    let corpus = small_corpus();
+    assert_eq!(corpus.train.len(), 18_000);
+    assert_eq!(corpus.val.len(), 2_000);
+    let text = &include_str!("../data/tinyshakespeare.txt")[..20_000];
+    assert_eq!(corpus.tokenizer.decode(&corpus.val), text[18_000..]);
+}
