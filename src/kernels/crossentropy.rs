@@ -3,7 +3,7 @@
 use super::optimizer::sum_into;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = include_str!("crossentropy.wgsl");
+const SOURCE: &str = with_prelude!("crossentropy.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "crossentropy_forward",
@@ -17,6 +17,9 @@ const BACKWARD: Kernel = Kernel {
     entry: "backward",
     unchecked: false,
 };
+
+/// Workgroup size of every entry point (`WG` in crossentropy.wgsl).
+const WG: u32 = 128;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -75,7 +78,7 @@ pub fn crossentropy_backward(
         &BACKWARD,
         &params,
         &[probs, targets, &dlogits],
-        grid_1d(n as u32, 256),
+        grid_1d(n as u32, WG),
     );
     dlogits
 }

@@ -20,26 +20,7 @@ struct Params { rows: u32, v: u32, scale: f32, _pad0: u32 }
 
 const WG: u32 = 128u;
 
-var<workgroup> red: array<f32, WG>;
-
-// Max (when `take_max`) or sum of `x` over the workgroup, returned to every thread.
-// Called in uniform control flow; leaves `red` free for the next call.
-fn block_reduce(x: f32, lid: u32, take_max: bool) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            let other = red[lid + s];
-            red[lid] = select(red[lid] + other, max(red[lid], other), take_max);
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -56,12 +37,12 @@ fn forward(
     for (var i = lid; i < p.v; i += WG) {
         mx = max(mx, logits[base + i]);
     }
-    mx = block_reduce(mx, lid, true);
+    mx = block_max(mx, lid);
     var s = 0.0;
     for (var i = lid; i < p.v; i += WG) {
         s += exp(logits[base + i] - mx);
     }
-    s = block_reduce(s, lid, false);
+    s = block_sum(s, lid);
     for (var i = lid; i < p.v; i += WG) {
         probs[base + i] = exp(logits[base + i] - mx) / s;
     }
@@ -70,9 +51,9 @@ fn forward(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 256u;
+    let idx = linear(gid, nwg);
     if (idx >= p.rows * p.v) {
         return;
     }

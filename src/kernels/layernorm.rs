@@ -2,7 +2,7 @@
 
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = include_str!("layernorm.wgsl");
+const SOURCE: &str = with_prelude!("layernorm.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "layernorm_forward",
@@ -41,6 +41,9 @@ struct Params {
 /// Rows a thread of the dweight/dbias first pass sums: at 16384 x 384 that is 256
 /// chunks, about 98k threads, and a second pass of 256 terms a channel.
 const CHUNK_ROWS: usize = 64;
+
+/// Workgroup size of every entry point (`WG` in layernorm.wgsl).
+const WG: u32 = 128;
 
 /// One workgroup a row.
 fn row_grid(rows: usize) -> [u32; 3] {
@@ -109,7 +112,7 @@ pub fn layernorm_backward(
         &BACKWARD_PARTIAL,
         &params,
         &[dout, inp, mean, rstd, &partial],
-        grid_1d((chunks * c) as u32, 256),
+        grid_1d((chunks * c) as u32, WG),
     );
     let dweight = ctx.create_pooled(c * 4);
     let dbias = ctx.create_pooled(c * 4);
@@ -117,7 +120,7 @@ pub fn layernorm_backward(
         &BACKWARD_FINAL,
         &params,
         &[&partial, &dweight, &dbias],
-        grid_1d(c as u32, 256),
+        grid_1d(c as u32, WG),
     );
     (dinp, dweight, dbias)
 }

@@ -42,25 +42,7 @@ struct Params { rows: u32, c: u32, chunks: u32, chunk_rows: u32 }
 const EPS: f32 = 1e-5;
 const WG: u32 = 128u;
 
-var<workgroup> red: array<f32, WG>;
-
-// Sum of `x` over the workgroup, returned to every thread. Called in uniform control
-// flow; leaves `red` free for the next call.
-fn block_sum(x: f32, lid: u32) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -92,7 +74,7 @@ fn forward(
     }
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn backward_dinp(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -122,9 +104,9 @@ fn backward_dinp(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn backward_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 256u;
+    let idx = linear(gid, nwg);
     if (idx >= p.chunks * p.c) {
         return;
     }
@@ -143,9 +125,9 @@ fn backward_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     partial[p.chunks * p.c + idx] = db;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn backward_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
+    let i = linear(gid, nwg);
     if (i >= p.c) {
         return;
     }
