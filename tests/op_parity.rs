@@ -548,7 +548,10 @@ mod optimizer {
 mod matmul {
     use super::support::{assert_close, context, poisoned, read};
     use crate::gpu_test;
-    use tidepool::kernels::{matmul_backward, matmul_forward};
+    use tidepool::kernels::{
+        matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant,
+        MatmulVariant,
+    };
     use tidepool::reference;
     use tidepool::rng::{fresh_seed, Rng};
 
@@ -562,8 +565,8 @@ mod matmul {
     const MM_FWD_TOL: f32 = 1e-5;
     const MM_DW_TOL: f32 = 2e-5;
 
-    /// (rows, k, n): tiny, none dividing the 128x128 tiles or the step of 8, and GPT-2
-    /// layer shapes natively.
+    /// (rows, k, n): tiny, none dividing any variant's tiles (128x128, 8x64) or the
+    /// step of 8, and GPT-2 layer shapes natively.
     #[cfg(not(target_arch = "wasm32"))]
     const MM_SHAPES: &[(usize, usize, usize)] = &[
         (1, 1, 1),
@@ -583,37 +586,56 @@ mod matmul {
         (64, 96, 160),
     ];
 
-    gpu_test!(matmul_forward_matches_reference, matmul_forward_body());
-    async fn matmul_forward_body() {
+    /// A fresh random non-power-of-two shape (rows, k, n) for each test run, on top
+    /// of the fixed ones.
+    fn random_shape(rng: &mut Rng) -> (usize, usize, usize) {
+        let odd = |rng: &mut Rng, hi: usize| loop {
+            let x = 1 + rng.below(hi);
+            if !x.is_power_of_two() {
+                break x;
+            }
+        };
+        (odd(rng, 300), odd(rng, 200), odd(rng, 200))
+    }
+
+    gpu_test!(matmul_forward_matches_reference, forward_body());
+    async fn forward_body() {
         let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        for &(rows, k, n) in MM_SHAPES {
+        let extra = random_shape(&mut rng);
+        for &(rows, k, n) in MM_SHAPES.iter().chain([&extra]) {
             let inp = rng.vec(rows * k, -1.0, 1.0);
             let weight = rng.vec(n * k, -1.0, 1.0);
             let bias = rng.vec(n, -1.0, 1.0);
             let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
-            for with_bias in [false, true] {
-                let out = poisoned(&ctx, &[rows * n], || {
-                    matmul_forward(&ctx, &g_inp, &g_w, with_bias.then_some(&g_b), rows, k, n)
-                });
-                let got = read(&ctx, &out, rows * n).await;
-                let want = reference::matmul_forward(
-                    &inp,
-                    &weight,
-                    with_bias.then_some(&bias[..]),
-                    rows,
-                    k,
-                    n,
-                );
-                let what = format!("matmul_forward {rows}x{k}x{n} bias {with_bias}");
-                assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+            for variant in MatmulVariant::ALL {
+                for with_bias in [false, true] {
+                    let out = poisoned(&ctx, &[rows * n], || {
+                        let bias = with_bias.then_some(&g_b);
+                        matmul_forward_variant(&ctx, variant, &g_inp, &g_w, bias, rows, k, n)
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let want = reference::matmul_forward(
+                        &inp,
+                        &weight,
+                        with_bias.then_some(&bias[..]),
+                        rows,
+                        k,
+                        n,
+                    );
+                    let what =
+                        format!("matmul_forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
+                    assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+                }
             }
         }
     }
 
-    gpu_test!(matmul_backward_matches_reference, matmul_backward_body());
-    async fn matmul_backward_body() {
+    gpu_test!(matmul_backward_matches_reference, backward_body());
+    /// Each variant's dinp and dweight, then `matmul_backward` as the model calls it
+    /// (with dbias).
+    async fn backward_body() {
         let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
@@ -623,13 +645,42 @@ mod matmul {
         let many: &[(usize, usize, usize)] = &[(4099, 20, 12), (16384, 9, 70)];
         #[cfg(target_arch = "wasm32")]
         let many: &[(usize, usize, usize)] = &[(2051, 20, 12)];
-        for &(rows, k, n) in MM_SHAPES.iter().chain(many) {
+        let extra = random_shape(&mut rng);
+        for &(rows, k, n) in MM_SHAPES.iter().chain(many).chain([&extra]) {
             let dout = rng.vec(rows * n, -1.0, 1.0);
             let inp = rng.vec(rows * k, -1.0, 1.0);
             let weight = rng.vec(n * k, -1.0, 1.0);
             let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
             let (want_dinp, want_dw, want_db) =
                 reference::matmul_backward(&dout, &inp, &weight, rows, k, n, true);
+            for variant in MatmulVariant::ALL {
+                let what = format!("{variant:?} {rows}x{k}x{n}");
+                let dinp = poisoned(&ctx, &[rows * k], || {
+                    matmul_dinp_variant(&ctx, variant, &g_dout, &g_w, rows, k, n)
+                });
+                let got = read(&ctx, &dinp, rows * k).await;
+                assert_close(&format!("dinp {what}"), &got, &want_dinp, MM_FWD_TOL, seed);
+                let dw = poisoned(&ctx, &[n * k], || {
+                    matmul_dweight_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n)
+                });
+                let got_dw = read(&ctx, &dw, n * k).await;
+                assert_close(
+                    &format!("dweight {what}"),
+                    &got_dw,
+                    &want_dw,
+                    MM_DW_TOL,
+                    seed,
+                );
+                // The split reductions add partials in a fixed order: same bits again.
+                if many.contains(&(rows, k, n)) {
+                    let dw2 = matmul_dweight_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n);
+                    assert_eq!(
+                        read(&ctx, &dw2, n * k).await,
+                        got_dw,
+                        "dweight {what} rerun"
+                    );
+                }
+            }
             for with_bias in [false, true] {
                 let lens: &[usize] = if with_bias {
                     &[n, n * k, rows * k]
@@ -651,24 +702,14 @@ mod matmul {
                     seed,
                 );
                 assert_eq!(db.is_some(), with_bias);
-                let got_db = match db {
-                    Some(db) => read(&ctx, &db, n).await,
-                    None => Vec::new(),
-                };
-                if with_bias {
+                if let Some(db) = db {
+                    let got_db = read(&ctx, &db, n).await;
                     let want = want_db.as_ref().expect("reference dbias");
                     assert_close(&format!("dbias {what}"), &got_db, want, MM_DW_TOL, seed);
-                }
-                // The split reductions add partials in a fixed order: same bits again.
-                if many.contains(&(rows, k, n)) {
-                    let (_, dw2, db2) =
-                        matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, with_bias);
-                    assert_eq!(
-                        read(&ctx, &dw2, n * k).await,
-                        got_dw,
-                        "dweight {what} rerun"
-                    );
-                    if let Some(db2) = db2 {
+                    if many.contains(&(rows, k, n)) {
+                        let (_, _, db2) =
+                            matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, true);
+                        let db2 = db2.expect("dbias");
                         assert_eq!(read(&ctx, &db2, n).await, got_db, "dbias {what} rerun");
                     }
                 }

@@ -12,6 +12,10 @@ macro_rules! with_prelude {
     };
 }
 
+mod target;
+
+pub use target::{force, Target};
+
 // ---- elementwise: residual add, GELU, dropout ----
 mod dropout;
 mod gelu;
@@ -36,7 +40,10 @@ pub use embedding::{encoder_backward, encoder_forward, token_index};
 // ---- matmul ----
 mod matmul;
 
-pub use matmul::{matmul_backward, matmul_dinp, matmul_dweight, matmul_forward};
+pub use matmul::{
+    matmul_backward, matmul_dinp, matmul_dinp_variant, matmul_dweight, matmul_dweight_variant,
+    matmul_forward, matmul_forward_variant, MatmulVariant,
+};
 
 // ---- attention ----
 mod attention;
