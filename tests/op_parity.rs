@@ -179,7 +179,7 @@ mod embedding {
 mod layernorm {
     use super::support::*;
     use crate::gpu_test;
-    use tidepool::kernels;
+    use tidepool::kernels::{self, Target};
     use tidepool::reference as cpu;
     use tidepool::rng::{fresh_seed, Rng};
 
@@ -213,19 +213,22 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (rows, c) in shapes() {
-            let (inp, w, bias) = inputs(&mut rng, rows, c);
-            let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
-            let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
-                kernels::layernorm_forward(&ctx, &gi, &gw, &gb, rows, c)
-            });
-            let (want_out, want_mean, want_rstd) = cpu::layernorm_forward(&inp, &w, &bias, rows, c);
-            let what = format!("rows {rows} c {c}");
-            let got = read(&ctx, &out, rows * c).await;
-            assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
-            let got = read(&ctx, &mean, rows).await;
-            assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
-            let got = read(&ctx, &rstd, rows).await;
-            assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+            for target in Target::ALL {
+                let (inp, w, bias) = inputs(&mut rng, rows, c);
+                let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
+                let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
+                    kernels::layernorm_forward_on(&ctx, target, &gi, &gw, &gb, rows, c)
+                });
+                let (want_out, want_mean, want_rstd) =
+                    cpu::layernorm_forward(&inp, &w, &bias, rows, c);
+                let what = format!("{target:?} kernels, rows {rows} c {c}");
+                let got = read(&ctx, &out, rows * c).await;
+                assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
+                let got = read(&ctx, &mean, rows).await;
+                assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
+                let got = read(&ctx, &rstd, rows).await;
+                assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+            }
         }
     }
 
@@ -238,25 +241,27 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (rows, c) in shapes() {
-            let (inp, w, _) = inputs(&mut rng, rows, c);
-            let dout = normals(&mut rng, rows * c, 1.0);
-            // mean and rstd as the forward reference gives them.
-            let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
-            let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
-            let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
-            let chunks = rows.div_ceil(64);
-            let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
-                kernels::layernorm_backward(&ctx, &gd, &gi, &gw, &gm, &gr, rows, c)
-            });
-            let (want_dinp, want_dw, want_db) =
-                cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
-            let what = format!("rows {rows} c {c}");
-            let got = read(&ctx, &dinp, rows * c).await;
-            assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
-            let got = read(&ctx, &dw, c).await;
-            assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
-            let got = read(&ctx, &db, c).await;
-            assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+            for target in Target::ALL {
+                let (inp, w, _) = inputs(&mut rng, rows, c);
+                let dout = normals(&mut rng, rows * c, 1.0);
+                // mean and rstd as the forward reference gives them.
+                let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
+                let chunks = rows.div_ceil(64);
+                let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
+                    kernels::layernorm_backward_on(&ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c)
+                });
+                let (want_dinp, want_dw, want_db) =
+                    cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
+                let what = format!("{target:?} kernels, rows {rows} c {c}");
+                let got = read(&ctx, &dinp, rows * c).await;
+                assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+                let got = read(&ctx, &dw, c).await;
+                assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+                let got = read(&ctx, &db, c).await;
+                assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+            }
         }
     }
 }
@@ -330,7 +335,7 @@ mod gelu {
 mod crossentropy {
     use super::support::*;
     use crate::gpu_test;
-    use tidepool::kernels;
+    use tidepool::kernels::{self, Target};
     use tidepool::reference as cpu;
     use tidepool::rng::{fresh_seed, Rng};
 
@@ -357,41 +362,44 @@ mod crossentropy {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (rows, v) in shapes() {
-            // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
-            let logits = rng.vec(rows * v, -40.0, 40.0);
-            let targets = tokens(&mut rng, rows, v);
-            let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
-            let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
-                kernels::crossentropy_forward(&ctx, &gl, &gt, rows, v)
-            });
-            let (want_losses, want_probs) = cpu::crossentropy_forward(&logits, &targets, rows, v);
-            let what = format!("rows {rows} v {v}");
-            let got_losses = read(&ctx, &losses, rows).await;
-            assert_close_floor(
-                &format!("losses, {what}"),
-                &got_losses,
-                &want_losses,
-                1e-5,
-                1.0,
-                seed,
-            );
-            let got_probs = read(&ctx, &probs, rows * v).await;
-            assert_close(
-                &format!("probs, {what}"),
-                &got_probs,
-                &want_probs,
-                1e-5,
-                seed,
-            );
+            for target in Target::ALL {
+                // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
+                let logits = rng.vec(rows * v, -40.0, 40.0);
+                let targets = tokens(&mut rng, rows, v);
+                let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
+                let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
+                    kernels::crossentropy_forward_on(&ctx, target, &gl, &gt, rows, v)
+                });
+                let (want_losses, want_probs) =
+                    cpu::crossentropy_forward(&logits, &targets, rows, v);
+                let what = format!("{target:?} kernels, rows {rows} v {v}");
+                let got_losses = read(&ctx, &losses, rows).await;
+                assert_close_floor(
+                    &format!("losses, {what}"),
+                    &got_losses,
+                    &want_losses,
+                    1e-5,
+                    1.0,
+                    seed,
+                );
+                let got_probs = read(&ctx, &probs, rows * v).await;
+                assert_close(
+                    &format!("probs, {what}"),
+                    &got_probs,
+                    &want_probs,
+                    1e-5,
+                    seed,
+                );
 
-            // The backward from the GPU's own probs, so only the backward is compared.
-            let scale = 1.0 / rows as f32;
-            let dlogits = poisoned(&ctx, &[rows * v], || {
-                kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
-            });
-            let got = read(&ctx, &dlogits, rows * v).await;
-            let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
-            assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+                // The backward from the GPU's own probs, so only the backward is compared.
+                let scale = 1.0 / rows as f32;
+                let dlogits = poisoned(&ctx, &[rows * v], || {
+                    kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
+                });
+                let got = read(&ctx, &dlogits, rows * v).await;
+                let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
+                assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+            }
         }
     }
 

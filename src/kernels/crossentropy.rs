@@ -1,6 +1,7 @@
 //! Softmax + cross-entropy (fused), its backward, and the mean of the losses.
 
 use super::optimizer::sum_into;
+use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
 const SOURCE: &str = with_prelude!("crossentropy.wgsl");
@@ -9,6 +10,12 @@ const FORWARD: Kernel = Kernel {
     name: "crossentropy_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
+};
+const FORWARD_ROWS: Kernel = Kernel {
+    name: "crossentropy_forward_rows",
+    source: SOURCE,
+    entry: "forward_rows",
     unchecked: false,
 };
 const BACKWARD: Kernel = Kernel {
@@ -39,6 +46,19 @@ pub fn crossentropy_forward(
     rows: usize,
     v: usize,
 ) -> (PooledBuffer, PooledBuffer) {
+    crossentropy_forward_on(ctx, Target::of(ctx), logits, targets, rows, v)
+}
+
+/// [`crossentropy_forward`] in the variant for `target`: one workgroup a row (GPUs)
+/// or one thread a row (CPU adapters).
+pub fn crossentropy_forward_on(
+    ctx: &WgpuContext,
+    target: Target,
+    logits: &PooledBuffer,
+    targets: &PooledBuffer,
+    rows: usize,
+    v: usize,
+) -> (PooledBuffer, PooledBuffer) {
     let losses = ctx.create_pooled(rows * 4);
     let probs = ctx.create_pooled(rows * v * 4);
     let params = Params {
@@ -47,12 +67,11 @@ pub fn crossentropy_forward(
         scale: 0.0,
         _pad: 0,
     };
-    ctx.dispatch(
-        &FORWARD,
-        &params,
-        &[logits, targets, &losses, &probs],
-        grid_1d(rows as u32, 1),
-    );
+    let (kernel, grid) = match target {
+        Target::Gpu => (&FORWARD, grid_1d(rows as u32, 1)),
+        Target::Cpu => (&FORWARD_ROWS, grid_1d(rows as u32, WG)),
+    };
+    ctx.dispatch(kernel, &params, &[logits, targets, &losses, &probs], grid);
     (losses, probs)
 }
 

@@ -2,6 +2,7 @@
 //   forward   one workgroup a row of v logits: max, sum of exp, then the probs and
 //             loss = log(sum) + max - logit[target] (finite even when the target's
 //             probability underflows to 0)
+//   forward_rows  the same with one thread a row (CPU adapters: no barriers)
 //   backward  one thread an element: dlogits = (probs - onehot(target)) * scale
 // (The mean of the losses is the optimizer's sum reduction; see optimizer.wgsl.)
 // Entry points share bindings; each uses exactly those its launcher passes.
@@ -49,6 +50,27 @@ fn forward(
     if (lid == 0u) {
         losses[row] = log(s) + mx - logits[base + targets[row]];
     }
+}
+
+@compute @workgroup_size(WG)
+fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = linear(gid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.v;
+    var mx = logits[base];
+    for (var i = 1u; i < p.v; i++) {
+        mx = max(mx, logits[base + i]);
+    }
+    var s = 0.0;
+    for (var i = 0u; i < p.v; i++) {
+        s += exp(logits[base + i] - mx);
+    }
+    for (var i = 0u; i < p.v; i++) {
+        probs[base + i] = exp(logits[base + i] - mx) / s;
+    }
+    losses[row] = log(s) + mx - logits[base + targets[row]];
 }
 
 @compute @workgroup_size(WG)

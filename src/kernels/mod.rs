@@ -29,8 +29,12 @@ pub use residual::residual_forward;
 mod crossentropy;
 mod layernorm;
 
-pub use crossentropy::{crossentropy_backward, crossentropy_forward, mean};
-pub use layernorm::{layernorm_backward, layernorm_forward};
+pub use crossentropy::{
+    crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean,
+};
+pub use layernorm::{
+    layernorm_backward, layernorm_backward_on, layernorm_forward, layernorm_forward_on,
+};
 
 // ---- embedding ----
 mod embedding;
