@@ -1,19 +1,19 @@
-//! GFLOP/s of the matmul kernels (forward `A·Bᵀ`, `dinp = A·B`, `dweight = Aᵀ·B`) on
-//! square sizes and on the GPT-2 layer shapes this crate trains, plus causal
-//! attention forward and backward.
+//! GFLOP/s of the matmul kernels (forward `A·Bᵀ`, `dinp = A·B`, `dweight = Aᵀ·B`) in
+//! every variant (`MatmulVariant`: the GPU tiles, split-K, the CPU-adapter kernel) on
+//! square sizes and on the GPT layer shapes this crate trains, plus causal attention
+//! forward and backward. The `auto` column marks the variant the launchers pick on
+//! this adapter for that shape.
 //!
-//! `cargo run --release --example matmul_bench -- [--json] [--quick] [--only OP]`
+//! `cargo run --release --example matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME]`
 //!
 //! Each case warms up (pipeline compile, pool fill), then records `reps` launches in
 //! one scope (one submit) and waits for them with a 4-byte download; the time per
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
-//! adapter (lavapipe); `--json` adds one JSON object a line; `--only OP` runs the
-//! cases whose op name contains OP.
+//! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
+//! JSON object a line; `--only OP` runs the cases whose op name contains OP;
+//! `--variant NAME` only that matmul variant (tiled, cpu).
 //!
-//! Measured on an NVIDIA H200 through Vulkan (one session, with cuBLAS fp32, TF32
-//! off, through PyTorch for comparison): 4096^3 forward / dinp / dweight 29.4 /
-//! 31.3 / 32.8 TFLOP/s against cuBLAS 50.4 / 51.3 / 51.8; the four GPT-2 layer
-//! GEMMs at 64 x 256 tokens, all three products each, 6.55 ms against 3.90.
+//! Figures: BENCHMARKS.md (Matmul).
 
 #[cfg(target_arch = "wasm32")]
 fn main() {}
@@ -28,7 +28,8 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use tidepool::kernels::{
-        attention_backward, attention_forward, matmul_dinp, matmul_dweight, matmul_forward,
+        attention_backward, attention_forward, matmul_dinp_variant, matmul_dweight_variant,
+        matmul_forward_variant, MatmulVariant,
     };
     use tidepool::rng::Rng;
     use tidepool::{PooledBuffer, WgpuContext};
@@ -37,6 +38,7 @@ mod bench {
         json: bool,
         quick: bool,
         only: String,
+        variant: String,
     }
 
     fn args() -> Args {
@@ -44,6 +46,7 @@ mod bench {
             json: false,
             quick: false,
             only: String::new(),
+            variant: String::new(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -51,8 +54,9 @@ mod bench {
                 "--json" => a.json = true,
                 "--quick" => a.quick = true,
                 "--only" => a.only = it.next().unwrap_or_default(),
+                "--variant" => a.variant = it.next().unwrap_or_default(),
                 "-h" | "--help" => {
-                    println!("matmul_bench [--json] [--quick] [--only OP]");
+                    println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAME]");
                     std::process::exit(0);
                 }
                 other => {
@@ -90,6 +94,9 @@ mod bench {
 
     struct Row {
         op: &'static str,
+        /// Matmul variant ("" for attention) and whether the launchers pick it here.
+        variant: &'static str,
+        auto: bool,
         m: usize,
         k: usize,
         n: usize,
@@ -107,21 +114,32 @@ mod bench {
         let mut rng = Rng::new(1);
 
         let squares: &[usize] = if args.quick {
-            &[256, 512, 1024]
+            &[256]
         } else {
             &[512, 1024, 2048, 4096]
         };
-        let gpt_rows = if args.quick { 2048 } else { 16384 };
+        // The shakespeare preset's layer GEMMs (k, n): qkv, attention projection, MLP
+        // up and down, logits; 64 x 256 tokens (quick: 512).
+        let gpt_rows = if args.quick { 512 } else { 16384 };
         let gpt = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
-        let shapes: Vec<(usize, usize, usize)> = squares
+        // The tiny preset's (8 x 64 tokens, width 64, a vocabulary of about 100).
+        let tiny = [(64, 192), (64, 64), (64, 256), (256, 64), (64, 97)];
+        let mut shapes: Vec<(usize, usize, usize)> = squares
             .iter()
             .map(|&s| (s, s, s))
             .chain(gpt.iter().map(|&(k, n)| (gpt_rows, k, n)))
             .collect();
+        if args.quick {
+            shapes.extend(tiny.iter().map(|&(k, n)| (512, k, n)));
+        }
+        let variants: Vec<MatmulVariant> = MatmulVariant::ALL
+            .into_iter()
+            .filter(|v| args.variant.is_empty() || v.name() == args.variant)
+            .collect();
 
         println!(
-            "{:<18} {:>6} {:>6} {:>6} {:>10} {:>10}",
-            "op", "m", "k", "n", "ms", "GFLOP/s"
+            "{:<18} {:>7} {:>4} {:>6} {:>6} {:>6} {:>10} {:>10}",
+            "op", "variant", "auto", "m", "k", "n", "ms", "GFLOP/s"
         );
         let mut rows = Vec::new();
         let matmuls = "matmul_forward matmul_dinp matmul_dweight";
@@ -136,32 +154,37 @@ mod bench {
             let weight = ctx.upload(&rng.vec(n * k, -1.0, 1.0));
             let dout = ctx.upload(&rng.vec(m * n, -1.0, 1.0));
             let flops = 2.0 * m as f64 * k as f64 * n as f64;
-            let cases: [(&'static str, &dyn Fn() -> PooledBuffer); 3] = [
-                ("matmul_forward", &|| {
-                    matmul_forward(&ctx, &inp, &weight, None, m, k, n)
-                }),
-                ("matmul_dinp", &|| {
-                    matmul_dinp(&ctx, &dout, &weight, m, k, n)
-                }),
-                ("matmul_dweight", &|| {
-                    matmul_dweight(&ctx, &dout, &inp, m, k, n)
-                }),
-            ];
-            for (op, launch) in cases {
-                if !op.contains(&args.only) {
-                    continue;
+            for &v in &variants {
+                // Each product's output shape decides the launchers' choice.
+                let cases: [(&'static str, (usize, usize), &dyn Fn() -> PooledBuffer); 3] = [
+                    ("matmul_forward", (m, n), &|| {
+                        matmul_forward_variant(&ctx, v, &inp, &weight, None, m, k, n)
+                    }),
+                    ("matmul_dinp", (m, k), &|| {
+                        matmul_dinp_variant(&ctx, v, &dout, &weight, m, k, n)
+                    }),
+                    ("matmul_dweight", (n, k), &|| {
+                        matmul_dweight_variant(&ctx, v, &dout, &inp, m, k, n)
+                    }),
+                ];
+                for (op, (out_m, out_n), launch) in cases {
+                    if !op.contains(&args.only) {
+                        continue;
+                    }
+                    let secs = time(&ctx, budget, launch).await;
+                    let row = Row {
+                        op,
+                        variant: v.name(),
+                        auto: MatmulVariant::choose(&ctx, out_m, out_n) == v,
+                        m,
+                        k,
+                        n,
+                        secs,
+                        flops,
+                    };
+                    print_row(&row);
+                    rows.push(row);
                 }
-                let secs = time(&ctx, budget, launch).await;
-                let row = Row {
-                    op,
-                    m,
-                    k,
-                    n,
-                    secs,
-                    flops,
-                };
-                print_row(&row);
-                rows.push(row);
             }
         }
 
@@ -188,6 +211,8 @@ mod bench {
             // m, k, n: batch x heads, t, head size.
             let row = Row {
                 op,
+                variant: "",
+                auto: true,
                 m: b * nh,
                 k: t,
                 n: c / nh,
@@ -201,7 +226,8 @@ mod bench {
         if args.json {
             for r in &rows {
                 let line = serde_json::json!({
-                    "op": r.op, "m": r.m, "k": r.k, "n": r.n,
+                    "op": r.op, "variant": r.variant, "auto": r.auto,
+                    "m": r.m, "k": r.k, "n": r.n,
                     "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
                     "adapter": adapter, "backend": backend,
                 });
@@ -213,8 +239,10 @@ mod bench {
 
     fn print_row(r: &Row) {
         println!(
-            "{:<18} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            "{:<18} {:>7} {:>4} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
             r.op,
+            r.variant,
+            if r.auto { "*" } else { "" },
             r.m,
             r.k,
             r.n,

@@ -10,8 +10,9 @@
 use crate::data::Corpus;
 use crate::error::Result;
 use crate::gpu::{grid_1d, ContextOptions, Kernel, WgpuContext};
+use crate::kernels::Target;
 use crate::pool::SizePolicy;
-use crate::train::{now_ms, TrainConfig, Trainer};
+use crate::train::{now_ms, StepStats, TrainConfig, Trainer};
 
 /// Writes every element of its output: the smallest honest "use" of a buffer.
 const FILL: Kernel = Kernel {
@@ -160,14 +161,18 @@ pub struct StepRow {
     pub final_loss: f32,
 }
 
-/// The three ways to feed a step, side by side in one run.
+/// The three ways to feed a step, side by side in one run (plus, in [`step_variants`],
+/// the first with each kernel tuning forced).
 pub const STEP_VARIANTS: [(&str, bool, bool); 3] = [
     ("pool + belt uploads", true, true),
     ("pool + seed uploads", true, false),
     ("no pool", false, false),
 ];
 
-/// ms a step for each variant of [`STEP_VARIANTS`]: `warmup` steps, then `steps` timed.
+/// ms a step for each variant of [`STEP_VARIANTS`], then for the first variant with
+/// each kernel tuning forced ([`Target`]: the adapter's own choice is one of them).
+/// `warmup` steps each, then `steps` timed, taken in turns (one step of each variant,
+/// then the next) so that a machine busy with other work slows them alike.
 pub async fn step_variants(
     cfg: &TrainConfig,
     preset: &str,
@@ -175,38 +180,63 @@ pub async fn step_variants(
     warmup: u32,
     steps: u32,
 ) -> Result<Vec<StepRow>> {
-    let mut rows = Vec::new();
-    for (variant, pool, belt) in STEP_VARIANTS {
+    let forced = Target::ALL.map(|t| {
+        let name = format!("{}, {} kernels", STEP_VARIANTS[0].0, t.name());
+        (name, true, true, Some(t))
+    });
+    let runs: Vec<_> = STEP_VARIANTS
+        .iter()
+        .map(|&(name, pool, belt)| (name.to_string(), pool, belt, None))
+        .chain(forced)
+        .collect();
+    let mut trainers = Vec::new();
+    for (_, pool, belt, _) in &runs {
         let cfg = TrainConfig {
-            pool,
-            belt,
+            pool: *pool,
+            belt: *belt,
             ..cfg.clone()
         };
-        let mut trainer = Trainer::new(cfg.clone(), corpus.clone()).await?;
+        trainers.push(Trainer::new(cfg, corpus.clone()).await?);
+    }
+    let mut created = Vec::new();
+    for (trainer, run) in trainers.iter_mut().zip(&runs) {
         for _ in 0..warmup {
-            trainer.step().await?;
+            forced_step(trainer, run.3).await?;
         }
-        let created = trainer.context().counters().buffers_created;
-        let mut ms = Vec::new();
-        let mut loss = 0.0;
-        for _ in 0..steps {
-            let s = trainer.step().await?;
-            ms.push(s.ms);
-            loss = s.loss;
+        created.push(trainer.context().counters().buffers_created);
+    }
+    let mut ms = vec![Vec::new(); runs.len()];
+    let mut loss = vec![0.0; runs.len()];
+    for _ in 0..steps {
+        for (i, trainer) in trainers.iter_mut().enumerate() {
+            let s = forced_step(trainer, runs[i].3).await?;
+            ms[i].push(s.ms);
+            loss[i] = s.loss;
         }
-        let median_ms = median_p99(&mut ms).0;
-        let made = trainer.context().counters().buffers_created - created;
+    }
+    let mut rows = Vec::new();
+    for (i, (variant, ..)) in runs.into_iter().enumerate() {
+        let median_ms = median_p99(&mut ms[i]).0;
+        let made = trainers[i].context().counters().buffers_created - created[i];
         rows.push(StepRow {
             preset: preset.into(),
-            variant: variant.into(),
+            variant,
             steps,
             median_ms,
             tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
             buffers_created_per_step: made as f64 / steps as f64,
-            final_loss: loss,
+            final_loss: loss[i],
         });
     }
     Ok(rows)
+}
+
+/// One training step with the kernel tuning `kernels` forced (`None`: by adapter).
+async fn forced_step(trainer: &mut Trainer, kernels: Option<Target>) -> Result<StepStats> {
+    let before = crate::kernels::force(kernels);
+    let result = trainer.step().await;
+    crate::kernels::force(before);
+    result
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -4,13 +4,15 @@
 //! Shapes follow llm.c: `b` batch, `t` time (context), `c` channels, `v` vocab,
 //! `nh` heads; tensors are row-major `Vec<f32>`.
 
+// ---- residual add ----
+
 /// `a + b`, elementwise.
 pub fn residual_forward(a: &[f32], b: &[f32]) -> Vec<f32> {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| x + y).collect()
 }
 
-// ---- kernels-a: embedding, layernorm, gelu, cross-entropy, optimizer ----
+// ---- embedding ----
 
 /// Token plus position embedding: `out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]`.
 pub fn encoder_forward(
@@ -63,6 +65,8 @@ pub fn encoder_backward(
 fn to_f32(x: &[f64]) -> Vec<f32> {
     x.iter().map(|&y| y as f32).collect()
 }
+
+// ---- layernorm ----
 
 /// LayerNorm's epsilon (PyTorch's default).
 pub const LAYERNORM_EPS: f64 = 1e-5;
@@ -129,6 +133,8 @@ pub fn layernorm_backward(
     (dinp, to_f32(&dweight), to_f32(&dbias))
 }
 
+// ---- GELU ----
+
 /// `sqrt(2 / pi)`, the tanh-GELU's inner scale.
 const GELU_SCALE: f64 = 0.797_884_560_802_865_4;
 const GELU_CUBIC: f64 = 0.044715;
@@ -160,6 +166,8 @@ pub fn gelu_backward(x: &[f32], dout: &[f32]) -> Vec<f32> {
         })
         .collect()
 }
+
+// ---- cross-entropy ----
 
 /// Softmax of each row of `logits` (`rows x v`) and the cross-entropy loss of its
 /// target: returns `losses` (`rows`) and `probs` (`rows x v`). The loss is
@@ -208,6 +216,8 @@ pub fn crossentropy_backward(
     }
     dlogits
 }
+
+// ---- optimizer: mean, AdamW, gradient norms ----
 
 /// The mean of `x` (0 for an empty slice).
 pub fn mean(x: &[f32]) -> f32 {
@@ -294,7 +304,7 @@ pub fn scale_in_place(x: &mut [f32], s: f32) {
     }
 }
 
-// ---- matmul / attention (kernels-b) ----
+// ---- matmul ----
 
 /// `out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j]`: a PyTorch `Linear`, with
 /// `inp` `[rows, k]`, `weight` `[n, k]`, `bias` `[n]`, `out` `[rows, n]`.
@@ -368,6 +378,8 @@ pub fn matmul_backward(
     });
     (dinp, dweight, dbias)
 }
+
+// ---- attention ----
 
 /// Causal multi-head self-attention as in GPT-2 (llm.c's layout). `qkv` is
 /// `[b, t, 3c]`: per position the queries, keys and values, each `c = nh * hs`

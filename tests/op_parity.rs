@@ -6,13 +6,13 @@ mod common;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-// ---- kernels-a: embedding, layernorm, gelu, cross-entropy, optimizer ----
+// ---- helpers, and the tolerances of every op ----
 //
 // Tolerances are max |got - want| over max |want| (see `common::assert_close`). The
 // references accumulate in f64; the kernels in f32, so sums over k terms carry up to
 // about k * 6e-8 relative error in the worst case and far less on random data.
 
-mod kernels_a {
+mod support {
     pub use crate::common::{assert_close, context, poisoned, read};
 
     /// [`assert_close`] with the scale at least `floor`: for values whose absolute
@@ -42,7 +42,7 @@ mod kernels_a {
 }
 
 mod embedding {
-    use super::kernels_a::*;
+    use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels;
     use tidepool::reference as cpu;
@@ -177,9 +177,9 @@ mod embedding {
 }
 
 mod layernorm {
-    use super::kernels_a::*;
+    use super::support::*;
     use crate::gpu_test;
-    use tidepool::kernels;
+    use tidepool::kernels::{self, Target};
     use tidepool::reference as cpu;
     use tidepool::rng::{fresh_seed, Rng};
 
@@ -213,19 +213,22 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (rows, c) in shapes() {
-            let (inp, w, bias) = inputs(&mut rng, rows, c);
-            let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
-            let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
-                kernels::layernorm_forward(&ctx, &gi, &gw, &gb, rows, c)
-            });
-            let (want_out, want_mean, want_rstd) = cpu::layernorm_forward(&inp, &w, &bias, rows, c);
-            let what = format!("rows {rows} c {c}");
-            let got = read(&ctx, &out, rows * c).await;
-            assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
-            let got = read(&ctx, &mean, rows).await;
-            assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
-            let got = read(&ctx, &rstd, rows).await;
-            assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+            for target in Target::ALL {
+                let (inp, w, bias) = inputs(&mut rng, rows, c);
+                let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
+                let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
+                    kernels::layernorm_forward_on(&ctx, target, &gi, &gw, &gb, rows, c)
+                });
+                let (want_out, want_mean, want_rstd) =
+                    cpu::layernorm_forward(&inp, &w, &bias, rows, c);
+                let what = format!("{target:?} kernels, rows {rows} c {c}");
+                let got = read(&ctx, &out, rows * c).await;
+                assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
+                let got = read(&ctx, &mean, rows).await;
+                assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
+                let got = read(&ctx, &rstd, rows).await;
+                assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+            }
         }
     }
 
@@ -238,31 +241,33 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (rows, c) in shapes() {
-            let (inp, w, _) = inputs(&mut rng, rows, c);
-            let dout = normals(&mut rng, rows * c, 1.0);
-            // mean and rstd as the forward reference gives them.
-            let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
-            let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
-            let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
-            let chunks = rows.div_ceil(64);
-            let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
-                kernels::layernorm_backward(&ctx, &gd, &gi, &gw, &gm, &gr, rows, c)
-            });
-            let (want_dinp, want_dw, want_db) =
-                cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
-            let what = format!("rows {rows} c {c}");
-            let got = read(&ctx, &dinp, rows * c).await;
-            assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
-            let got = read(&ctx, &dw, c).await;
-            assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
-            let got = read(&ctx, &db, c).await;
-            assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+            for target in Target::ALL {
+                let (inp, w, _) = inputs(&mut rng, rows, c);
+                let dout = normals(&mut rng, rows * c, 1.0);
+                // mean and rstd as the forward reference gives them.
+                let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
+                let chunks = rows.div_ceil(64);
+                let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
+                    kernels::layernorm_backward_on(&ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c)
+                });
+                let (want_dinp, want_dw, want_db) =
+                    cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
+                let what = format!("{target:?} kernels, rows {rows} c {c}");
+                let got = read(&ctx, &dinp, rows * c).await;
+                assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+                let got = read(&ctx, &dw, c).await;
+                assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+                let got = read(&ctx, &db, c).await;
+                assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+            }
         }
     }
 }
 
 mod gelu {
-    use super::kernels_a::*;
+    use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels;
     use tidepool::reference as cpu;
@@ -328,9 +333,9 @@ mod gelu {
 }
 
 mod crossentropy {
-    use super::kernels_a::*;
+    use super::support::*;
     use crate::gpu_test;
-    use tidepool::kernels;
+    use tidepool::kernels::{self, Target};
     use tidepool::reference as cpu;
     use tidepool::rng::{fresh_seed, Rng};
 
@@ -357,41 +362,44 @@ mod crossentropy {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (rows, v) in shapes() {
-            // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
-            let logits = rng.vec(rows * v, -40.0, 40.0);
-            let targets = tokens(&mut rng, rows, v);
-            let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
-            let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
-                kernels::crossentropy_forward(&ctx, &gl, &gt, rows, v)
-            });
-            let (want_losses, want_probs) = cpu::crossentropy_forward(&logits, &targets, rows, v);
-            let what = format!("rows {rows} v {v}");
-            let got_losses = read(&ctx, &losses, rows).await;
-            assert_close_floor(
-                &format!("losses, {what}"),
-                &got_losses,
-                &want_losses,
-                1e-5,
-                1.0,
-                seed,
-            );
-            let got_probs = read(&ctx, &probs, rows * v).await;
-            assert_close(
-                &format!("probs, {what}"),
-                &got_probs,
-                &want_probs,
-                1e-5,
-                seed,
-            );
+            for target in Target::ALL {
+                // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
+                let logits = rng.vec(rows * v, -40.0, 40.0);
+                let targets = tokens(&mut rng, rows, v);
+                let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
+                let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
+                    kernels::crossentropy_forward_on(&ctx, target, &gl, &gt, rows, v)
+                });
+                let (want_losses, want_probs) =
+                    cpu::crossentropy_forward(&logits, &targets, rows, v);
+                let what = format!("{target:?} kernels, rows {rows} v {v}");
+                let got_losses = read(&ctx, &losses, rows).await;
+                assert_close_floor(
+                    &format!("losses, {what}"),
+                    &got_losses,
+                    &want_losses,
+                    1e-5,
+                    1.0,
+                    seed,
+                );
+                let got_probs = read(&ctx, &probs, rows * v).await;
+                assert_close(
+                    &format!("probs, {what}"),
+                    &got_probs,
+                    &want_probs,
+                    1e-5,
+                    seed,
+                );
 
-            // The backward from the GPU's own probs, so only the backward is compared.
-            let scale = 1.0 / rows as f32;
-            let dlogits = poisoned(&ctx, &[rows * v], || {
-                kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
-            });
-            let got = read(&ctx, &dlogits, rows * v).await;
-            let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
-            assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+                // The backward from the GPU's own probs, so only the backward is compared.
+                let scale = 1.0 / rows as f32;
+                let dlogits = poisoned(&ctx, &[rows * v], || {
+                    kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
+                });
+                let got = read(&ctx, &dlogits, rows * v).await;
+                let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
+                assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+            }
         }
     }
 
@@ -420,7 +428,7 @@ mod crossentropy {
 }
 
 mod optimizer {
-    use super::kernels_a::*;
+    use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels::{self, AdamW};
     use tidepool::reference as cpu;
@@ -543,146 +551,196 @@ mod optimizer {
     }
 }
 
-// ---- kernels-b: matmul, attention ----
-//
-// Tolerances are max |got - want| over max |want| (`common::assert_close`); the
-// references sum in f64, the kernels in f32.
-// - matmul forward and dinp: 1e-5. Each output is one f32 dot product of k <= 1536
-//   terms; on random data its rounding error is about sqrt(k) * 6e-8 of the largest
-//   output (about 2e-6), and the bound leaves room for less lucky draws.
-// - matmul dweight and dbias: 2e-5. Sums over up to 16384 rows: f32 partial sums
-//   over splits of <= 2048 rows, added in f32; about sqrt(rows) * 6e-8 ~ 8e-6.
-// - attention forward: 1e-5; backward: 2e-5. Online softmax rescales, the GPU's
-//   exp and log (a few ulp), and for the backward a difference dp - D whose terms
-//   are larger than the result.
+// ---- matmul ----
 
-mod kernels_b {
-    pub use crate::common::{assert_close, context, poisoned, read};
-}
+mod matmul {
+    use super::support::{assert_close, context, poisoned, read};
+    use crate::gpu_test;
+    use tidepool::kernels::{
+        matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant,
+        MatmulVariant,
+    };
+    use tidepool::reference;
+    use tidepool::rng::{fresh_seed, Rng};
 
-use kernels_b::{assert_close, context, poisoned, read};
-use tidepool::kernels::{attention_backward, attention_forward, matmul_backward, matmul_forward};
-use tidepool::reference;
-use tidepool::rng::{fresh_seed, Rng};
+    // Tolerances are max |got - want| over max |want| (`common::assert_close`); the
+    // references sum in f64, the kernels in f32.
+    // - forward and dinp: 1e-5. Each output is one f32 dot product of k <= 1536
+    //   terms; on random data its rounding error is about sqrt(k) * 6e-8 of the
+    //   largest output (about 2e-6), and the bound leaves room for less lucky draws.
+    // - dweight and dbias: 2e-5. Sums over up to 16384 rows: f32 partial sums over
+    //   splits of <= 2048 rows, added in f32; about sqrt(rows) * 6e-8 ~ 8e-6.
+    const MM_FWD_TOL: f32 = 1e-5;
+    const MM_DW_TOL: f32 = 2e-5;
 
-const MM_FWD_TOL: f32 = 1e-5;
-const MM_DW_TOL: f32 = 2e-5;
-const ATT_FWD_TOL: f32 = 1e-5;
-const ATT_BWD_TOL: f32 = 2e-5;
+    /// (rows, k, n): tiny, none dividing any variant's tiles (128x128, 8x64) or the
+    /// step of 8, and GPT-2 layer shapes natively.
+    #[cfg(not(target_arch = "wasm32"))]
+    const MM_SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (7, 13, 5),
+        (130, 67, 33),
+        (129, 9, 257),
+        (256, 384, 1152),
+        (300, 1536, 384),
+        (512, 384, 65),
+    ];
+    #[cfg(target_arch = "wasm32")]
+    const MM_SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (7, 13, 5),
+        (130, 67, 33),
+        (129, 9, 257),
+        (64, 96, 160),
+    ];
 
-/// (rows, k, n): tiny, none dividing the 128x128 tiles or the step of 8, and GPT-2
-/// layer shapes natively.
-#[cfg(not(target_arch = "wasm32"))]
-const MM_SHAPES: &[(usize, usize, usize)] = &[
-    (1, 1, 1),
-    (7, 13, 5),
-    (130, 67, 33),
-    (129, 9, 257),
-    (256, 384, 1152),
-    (300, 1536, 384),
-    (512, 384, 65),
-];
-#[cfg(target_arch = "wasm32")]
-const MM_SHAPES: &[(usize, usize, usize)] = &[
-    (1, 1, 1),
-    (7, 13, 5),
-    (130, 67, 33),
-    (129, 9, 257),
-    (64, 96, 160),
-];
+    /// A fresh random non-power-of-two shape (rows, k, n) for each test run, on top
+    /// of the fixed ones.
+    fn random_shape(rng: &mut Rng) -> (usize, usize, usize) {
+        let odd = |rng: &mut Rng, hi: usize| loop {
+            let x = 1 + rng.below(hi);
+            if !x.is_power_of_two() {
+                break x;
+            }
+        };
+        (odd(rng, 300), odd(rng, 200), odd(rng, 200))
+    }
 
-gpu_test!(matmul_forward_matches_reference, matmul_forward_body());
-async fn matmul_forward_body() {
-    let ctx = context().await;
-    let seed = fresh_seed();
-    let mut rng = Rng::new(seed);
-    for &(rows, k, n) in MM_SHAPES {
-        let inp = rng.vec(rows * k, -1.0, 1.0);
-        let weight = rng.vec(n * k, -1.0, 1.0);
-        let bias = rng.vec(n, -1.0, 1.0);
-        let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
-        for with_bias in [false, true] {
-            let out = poisoned(&ctx, &[rows * n], || {
-                matmul_forward(&ctx, &g_inp, &g_w, with_bias.then_some(&g_b), rows, k, n)
-            });
-            let got = read(&ctx, &out, rows * n).await;
-            let want = reference::matmul_forward(
-                &inp,
-                &weight,
-                with_bias.then_some(&bias[..]),
-                rows,
-                k,
-                n,
-            );
-            let what = format!("matmul_forward {rows}x{k}x{n} bias {with_bias}");
-            assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+    gpu_test!(matmul_forward_matches_reference, forward_body());
+    async fn forward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let extra = random_shape(&mut rng);
+        for &(rows, k, n) in MM_SHAPES.iter().chain([&extra]) {
+            let inp = rng.vec(rows * k, -1.0, 1.0);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+            for variant in MatmulVariant::ALL {
+                for with_bias in [false, true] {
+                    let out = poisoned(&ctx, &[rows * n], || {
+                        let bias = with_bias.then_some(&g_b);
+                        matmul_forward_variant(&ctx, variant, &g_inp, &g_w, bias, rows, k, n)
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let want = reference::matmul_forward(
+                        &inp,
+                        &weight,
+                        with_bias.then_some(&bias[..]),
+                        rows,
+                        k,
+                        n,
+                    );
+                    let what =
+                        format!("matmul_forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
+                    assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+                }
+            }
         }
     }
-}
 
-gpu_test!(matmul_backward_matches_reference, matmul_backward_body());
-async fn matmul_backward_body() {
-    let ctx = context().await;
-    let seed = fresh_seed();
-    let mut rng = Rng::new(seed);
-    // Plus shapes whose weight gradients reduce over many rows (split, summed, and
-    // checked to give the same bits on a rerun).
-    #[cfg(not(target_arch = "wasm32"))]
-    let many: &[(usize, usize, usize)] = &[(4099, 20, 12), (16384, 9, 70)];
-    #[cfg(target_arch = "wasm32")]
-    let many: &[(usize, usize, usize)] = &[(2051, 20, 12)];
-    for &(rows, k, n) in MM_SHAPES.iter().chain(many) {
-        let dout = rng.vec(rows * n, -1.0, 1.0);
-        let inp = rng.vec(rows * k, -1.0, 1.0);
-        let weight = rng.vec(n * k, -1.0, 1.0);
-        let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
-        let (want_dinp, want_dw, want_db) =
-            reference::matmul_backward(&dout, &inp, &weight, rows, k, n, true);
-        for with_bias in [false, true] {
-            let lens: &[usize] = if with_bias {
-                &[n, n * k, rows * k]
-            } else {
-                &[n * k, rows * k]
-            };
-            let (dinp, dw, db) = poisoned(&ctx, lens, || {
-                matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, with_bias)
-            });
-            let what = format!("{rows}x{k}x{n} bias {with_bias}");
-            let got = read(&ctx, &dinp, rows * k).await;
-            assert_close(&format!("dinp {what}"), &got, &want_dinp, MM_FWD_TOL, seed);
-            let got_dw = read(&ctx, &dw, n * k).await;
-            assert_close(
-                &format!("dweight {what}"),
-                &got_dw,
-                &want_dw,
-                MM_DW_TOL,
-                seed,
-            );
-            assert_eq!(db.is_some(), with_bias);
-            let got_db = match db {
-                Some(db) => read(&ctx, &db, n).await,
-                None => Vec::new(),
-            };
-            if with_bias {
-                let want = want_db.as_ref().expect("reference dbias");
-                assert_close(&format!("dbias {what}"), &got_db, want, MM_DW_TOL, seed);
-            }
-            // The split reductions add partials in a fixed order: same bits again.
-            if many.contains(&(rows, k, n)) {
-                let (_, dw2, db2) =
-                    matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, with_bias);
-                assert_eq!(
-                    read(&ctx, &dw2, n * k).await,
-                    got_dw,
-                    "dweight {what} rerun"
+    gpu_test!(matmul_backward_matches_reference, backward_body());
+    /// Each variant's dinp and dweight, then `matmul_backward` as the model calls it
+    /// (with dbias).
+    async fn backward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        // Plus shapes whose weight gradients reduce over many rows (split, summed, and
+        // checked to give the same bits on a rerun).
+        #[cfg(not(target_arch = "wasm32"))]
+        let many: &[(usize, usize, usize)] = &[(4099, 20, 12), (16384, 9, 70)];
+        #[cfg(target_arch = "wasm32")]
+        let many: &[(usize, usize, usize)] = &[(2051, 20, 12)];
+        let extra = random_shape(&mut rng);
+        for &(rows, k, n) in MM_SHAPES.iter().chain(many).chain([&extra]) {
+            let dout = rng.vec(rows * n, -1.0, 1.0);
+            let inp = rng.vec(rows * k, -1.0, 1.0);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+            let (want_dinp, want_dw, want_db) =
+                reference::matmul_backward(&dout, &inp, &weight, rows, k, n, true);
+            for variant in MatmulVariant::ALL {
+                let what = format!("{variant:?} {rows}x{k}x{n}");
+                let dinp = poisoned(&ctx, &[rows * k], || {
+                    matmul_dinp_variant(&ctx, variant, &g_dout, &g_w, rows, k, n)
+                });
+                let got = read(&ctx, &dinp, rows * k).await;
+                assert_close(&format!("dinp {what}"), &got, &want_dinp, MM_FWD_TOL, seed);
+                let dw = poisoned(&ctx, &[n * k], || {
+                    matmul_dweight_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n)
+                });
+                let got_dw = read(&ctx, &dw, n * k).await;
+                assert_close(
+                    &format!("dweight {what}"),
+                    &got_dw,
+                    &want_dw,
+                    MM_DW_TOL,
+                    seed,
                 );
-                if let Some(db2) = db2 {
-                    assert_eq!(read(&ctx, &db2, n).await, got_db, "dbias {what} rerun");
+                // The split reductions add partials in a fixed order: same bits again.
+                if many.contains(&(rows, k, n)) {
+                    let dw2 = matmul_dweight_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n);
+                    assert_eq!(
+                        read(&ctx, &dw2, n * k).await,
+                        got_dw,
+                        "dweight {what} rerun"
+                    );
+                }
+            }
+            for with_bias in [false, true] {
+                let lens: &[usize] = if with_bias {
+                    &[n, n * k, rows * k]
+                } else {
+                    &[n * k, rows * k]
+                };
+                let (dinp, dw, db) = poisoned(&ctx, lens, || {
+                    matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, with_bias)
+                });
+                let what = format!("{rows}x{k}x{n} bias {with_bias}");
+                let got = read(&ctx, &dinp, rows * k).await;
+                assert_close(&format!("dinp {what}"), &got, &want_dinp, MM_FWD_TOL, seed);
+                let got_dw = read(&ctx, &dw, n * k).await;
+                assert_close(
+                    &format!("dweight {what}"),
+                    &got_dw,
+                    &want_dw,
+                    MM_DW_TOL,
+                    seed,
+                );
+                assert_eq!(db.is_some(), with_bias);
+                if let Some(db) = db {
+                    let got_db = read(&ctx, &db, n).await;
+                    let want = want_db.as_ref().expect("reference dbias");
+                    assert_close(&format!("dbias {what}"), &got_db, want, MM_DW_TOL, seed);
+                    if many.contains(&(rows, k, n)) {
+                        let (_, _, db2) =
+                            matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, true);
+                        let db2 = db2.expect("dbias");
+                        assert_eq!(read(&ctx, &db2, n).await, got_db, "dbias {what} rerun");
+                    }
                 }
             }
         }
     }
 }
+
+// ---- attention ----
+//
+// Tolerances are max |got - want| over max |want| (`common::assert_close`); the
+// references sum in f64, the kernels in f32.
+// - attention forward: 1e-5; backward: 2e-5. Online softmax rescales, the GPU's
+//   exp and log (a few ulp), and for the backward a difference dp - D whose terms
+//   are larger than the result.
+
+use common::{assert_close, context, poisoned, read};
+use tidepool::kernels::{attention_backward, attention_forward};
+use tidepool::reference;
+use tidepool::rng::{fresh_seed, Rng};
+
+const ATT_FWD_TOL: f32 = 1e-5;
+const ATT_BWD_TOL: f32 = 2e-5;
 
 /// (b, t, c, nh) per compiled head-size variant (hs <= 16, <= 64, <= 128): t not a
 /// multiple of any block (1, 5, 33, 67, 70, 100, 129, 130), head sizes 4, 8, 12, 16,

@@ -1,14 +1,21 @@
 //! Softmax + cross-entropy (fused), its backward, and the mean of the losses.
 
 use super::optimizer::sum_into;
+use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = include_str!("crossentropy.wgsl");
+const SOURCE: &str = with_prelude!("crossentropy.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "crossentropy_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
+};
+const FORWARD_ROWS: Kernel = Kernel {
+    name: "crossentropy_forward_rows",
+    source: SOURCE,
+    entry: "forward_rows",
     unchecked: false,
 };
 const BACKWARD: Kernel = Kernel {
@@ -17,6 +24,9 @@ const BACKWARD: Kernel = Kernel {
     entry: "backward",
     unchecked: false,
 };
+
+/// Workgroup size of every entry point (`WG` in crossentropy.wgsl).
+const WG: u32 = 128;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -36,6 +46,19 @@ pub fn crossentropy_forward(
     rows: usize,
     v: usize,
 ) -> (PooledBuffer, PooledBuffer) {
+    crossentropy_forward_on(ctx, Target::of(ctx), logits, targets, rows, v)
+}
+
+/// [`crossentropy_forward`] in the variant for `target`: one workgroup a row (GPUs)
+/// or one thread a row (CPU adapters).
+pub fn crossentropy_forward_on(
+    ctx: &WgpuContext,
+    target: Target,
+    logits: &PooledBuffer,
+    targets: &PooledBuffer,
+    rows: usize,
+    v: usize,
+) -> (PooledBuffer, PooledBuffer) {
     let losses = ctx.create_pooled(rows * 4);
     let probs = ctx.create_pooled(rows * v * 4);
     let params = Params {
@@ -44,12 +67,11 @@ pub fn crossentropy_forward(
         scale: 0.0,
         _pad: 0,
     };
-    ctx.dispatch(
-        &FORWARD,
-        &params,
-        &[logits, targets, &losses, &probs],
-        grid_1d(rows as u32, 1),
-    );
+    let (kernel, grid) = match target {
+        Target::Gpu => (&FORWARD, grid_1d(rows as u32, 1)),
+        Target::Cpu => (&FORWARD_ROWS, grid_1d(rows as u32, WG)),
+    };
+    ctx.dispatch(kernel, &params, &[logits, targets, &losses, &probs], grid);
     (losses, probs)
 }
 
@@ -75,7 +97,7 @@ pub fn crossentropy_backward(
         &BACKWARD,
         &params,
         &[probs, targets, &dlogits],
-        grid_1d(n as u32, 256),
+        grid_1d(n as u32, WG),
     );
     dlogits
 }

@@ -2,6 +2,7 @@
 //   forward   one workgroup a row of v logits: max, sum of exp, then the probs and
 //             loss = log(sum) + max - logit[target] (finite even when the target's
 //             probability underflows to 0)
+//   forward_rows  the same with one thread a row (CPU adapters: no barriers)
 //   backward  one thread an element: dlogits = (probs - onehot(target)) * scale
 // (The mean of the losses is the optimizer's sum reduction; see optimizer.wgsl.)
 // Entry points share bindings; each uses exactly those its launcher passes.
@@ -20,26 +21,7 @@ struct Params { rows: u32, v: u32, scale: f32, _pad0: u32 }
 
 const WG: u32 = 128u;
 
-var<workgroup> red: array<f32, WG>;
-
-// Max (when `take_max`) or sum of `x` over the workgroup, returned to every thread.
-// Called in uniform control flow; leaves `red` free for the next call.
-fn block_reduce(x: f32, lid: u32, take_max: bool) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            let other = red[lid + s];
-            red[lid] = select(red[lid] + other, max(red[lid], other), take_max);
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -56,12 +38,12 @@ fn forward(
     for (var i = lid; i < p.v; i += WG) {
         mx = max(mx, logits[base + i]);
     }
-    mx = block_reduce(mx, lid, true);
+    mx = block_max(mx, lid);
     var s = 0.0;
     for (var i = lid; i < p.v; i += WG) {
         s += exp(logits[base + i] - mx);
     }
-    s = block_reduce(s, lid, false);
+    s = block_sum(s, lid);
     for (var i = lid; i < p.v; i += WG) {
         probs[base + i] = exp(logits[base + i] - mx) / s;
     }
@@ -70,9 +52,30 @@ fn forward(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
+fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = linear(gid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.v;
+    var mx = logits[base];
+    for (var i = 1u; i < p.v; i++) {
+        mx = max(mx, logits[base + i]);
+    }
+    var s = 0.0;
+    for (var i = 0u; i < p.v; i++) {
+        s += exp(logits[base + i] - mx);
+    }
+    for (var i = 0u; i < p.v; i++) {
+        probs[base + i] = exp(logits[base + i] - mx) / s;
+    }
+    losses[row] = log(s) + mx - logits[base + targets[row]];
+}
+
+@compute @workgroup_size(WG)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 256u;
+    let idx = linear(gid, nwg);
     if (idx >= p.rows * p.v) {
         return;
     }

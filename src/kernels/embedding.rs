@@ -2,7 +2,7 @@
 
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = include_str!("embedding.wgsl");
+const SOURCE: &str = with_prelude!("embedding.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "encoder_forward",

@@ -28,11 +28,7 @@ struct Params { b: u32, t: u32, c: u32, v: u32 }
 
 const WG: u32 = 256u;
 
-fn linear(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let idx = linear(gid, nwg);
     if (idx >= p.b * p.t * p.c) {
@@ -55,7 +51,7 @@ fn token_sum(idx: u32) -> f32 {
     return s;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn dwte_only(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let idx = linear(gid, nwg);
     if (idx >= p.v * p.c) {
@@ -64,7 +60,7 @@ fn dwte_only(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     dwte[idx] = token_sum(idx);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn dwte_extra(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let idx = linear(gid, nwg);
     if (idx >= p.v * p.c) {
@@ -73,7 +69,7 @@ fn dwte_extra(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     dwte[idx] = token_sum(idx) + extra[idx];
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn dwpe_sum(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let idx = linear(gid, nwg);
     if (idx >= p.t * p.c) {

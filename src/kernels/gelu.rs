@@ -2,7 +2,7 @@
 
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = include_str!("gelu.wgsl");
+const SOURCE: &str = with_prelude!("gelu.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "gelu_forward",

@@ -21,6 +21,7 @@ struct Params { n: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 const SCALE: f32 = 0.7978845608028654; // sqrt(2 / pi)
 const CUBIC: f32 = 0.044715;
 const TAIL: f32 = 10.0;
+const WG: u32 = 256u;
 
 // (s, e^-2u) at x, for |x| <= TAIL (|2u| < 88, so e^-2u is finite).
 fn sigmoid_2u(v: f32) -> vec2<f32> {
@@ -29,11 +30,7 @@ fn sigmoid_2u(v: f32) -> vec2<f32> {
     return vec2<f32>(1.0 / (1.0 + e), e);
 }
 
-fn linear(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * 256u;
-}
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = linear(gid, nwg);
     if (i >= p.n) {
@@ -45,7 +42,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     out[i] = select(v * sigmoid_2u(inner).x, tail, abs(v) > TAIL);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = linear(gid, nwg);
     if (i >= p.n) {

@@ -1,13 +1,26 @@
 //! LayerNorm (eps 1e-5, biased variance as PyTorch), forward and backward.
 
+use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = include_str!("layernorm.wgsl");
+const SOURCE: &str = with_prelude!("layernorm.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "layernorm_forward",
     source: SOURCE,
     entry: "forward",
+    unchecked: false,
+};
+const FORWARD_ROWS: Kernel = Kernel {
+    name: "layernorm_forward_rows",
+    source: SOURCE,
+    entry: "forward_rows",
+    unchecked: false,
+};
+const BACKWARD_DINP_ROWS: Kernel = Kernel {
+    name: "layernorm_backward_dinp_rows",
+    source: SOURCE,
+    entry: "backward_dinp_rows",
     unchecked: false,
 };
 const BACKWARD_DINP: Kernel = Kernel {
@@ -42,15 +55,34 @@ struct Params {
 /// chunks, about 98k threads, and a second pass of 256 terms a channel.
 const CHUNK_ROWS: usize = 64;
 
-/// One workgroup a row.
-fn row_grid(rows: usize) -> [u32; 3] {
-    grid_1d(rows as u32, 1)
+/// Workgroup size of every entry point (`WG` in layernorm.wgsl).
+const WG: u32 = 128;
+
+/// GPUs: one workgroup a row. CPU adapters: one thread a row.
+fn row_grid(target: Target, rows: usize) -> [u32; 3] {
+    match target {
+        Target::Gpu => grid_1d(rows as u32, 1),
+        Target::Cpu => grid_1d(rows as u32, WG),
+    }
 }
 
 /// LayerNorm of each of `rows` rows of `c` floats: returns `out` (`rows*c`) and the
 /// per-row `mean` and `rstd` (`rows` each) for the backward pass.
 pub fn layernorm_forward(
     ctx: &WgpuContext,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    bias: &PooledBuffer,
+    rows: usize,
+    c: usize,
+) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
+    layernorm_forward_on(ctx, Target::of(ctx), inp, weight, bias, rows, c)
+}
+
+/// [`layernorm_forward`] in the variant for `target`.
+pub fn layernorm_forward_on(
+    ctx: &WgpuContext,
+    target: Target,
     inp: &PooledBuffer,
     weight: &PooledBuffer,
     bias: &PooledBuffer,
@@ -66,11 +98,15 @@ pub fn layernorm_forward(
         chunks: 0,
         chunk_rows: 0,
     };
+    let kernel = match target {
+        Target::Gpu => &FORWARD,
+        Target::Cpu => &FORWARD_ROWS,
+    };
     ctx.dispatch(
-        &FORWARD,
+        kernel,
         &params,
         &[inp, weight, bias, &out, &mean, &rstd],
-        row_grid(rows),
+        row_grid(target, rows),
     );
     (out, mean, rstd)
 }
@@ -90,6 +126,22 @@ pub fn layernorm_backward(
     rows: usize,
     c: usize,
 ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
+    layernorm_backward_on(ctx, Target::of(ctx), dout, inp, weight, mean, rstd, rows, c)
+}
+
+/// [`layernorm_backward`] in the variant for `target`.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward_on(
+    ctx: &WgpuContext,
+    target: Target,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    mean: &PooledBuffer,
+    rstd: &PooledBuffer,
+    rows: usize,
+    c: usize,
+) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
     let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
     let params = Params {
         rows: rows as u32,
@@ -98,18 +150,22 @@ pub fn layernorm_backward(
         chunk_rows: CHUNK_ROWS as u32,
     };
     let dinp = ctx.create_pooled(rows * c * 4);
+    let kernel = match target {
+        Target::Gpu => &BACKWARD_DINP,
+        Target::Cpu => &BACKWARD_DINP_ROWS,
+    };
     ctx.dispatch(
-        &BACKWARD_DINP,
+        kernel,
         &params,
         &[dout, inp, weight, mean, rstd, &dinp],
-        row_grid(rows),
+        row_grid(target, rows),
     );
     let partial = ctx.create_pooled(2 * chunks * c * 4);
     ctx.dispatch(
         &BACKWARD_PARTIAL,
         &params,
         &[dout, inp, mean, rstd, &partial],
-        grid_1d((chunks * c) as u32, 256),
+        grid_1d((chunks * c) as u32, WG),
     );
     let dweight = ctx.create_pooled(c * 4);
     let dbias = ctx.create_pooled(c * 4);
@@ -117,7 +173,7 @@ pub fn layernorm_backward(
         &BACKWARD_FINAL,
         &params,
         &[&partial, &dweight, &dbias],
-        grid_1d(c as u32, 256),
+        grid_1d(c as u32, WG),
     );
     (dinp, dweight, dbias)
 }

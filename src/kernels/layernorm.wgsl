@@ -3,6 +3,8 @@
 //                  steadier than E[x^2] - mean^2), then the normalized, scaled row
 //   backward_dinp  one workgroup a row: dinp = rstd * (g - mean(g) - n * mean(g * n))
 //                  with n the normalized input and g = weight * dout
+//   forward_rows, backward_dinp_rows  the same with one thread a row (CPU adapters:
+//                  no barriers)
 //   backward_partial  dweight/dbias, first pass: one thread per (chunk of CHUNK rows,
 //                  channel) sums its chunk into `partial` ([dweight chunks; dbias chunks])
 //   backward_final second pass: one thread a channel sums its chunks in order
@@ -42,25 +44,7 @@ struct Params { rows: u32, c: u32, chunks: u32, chunk_rows: u32 }
 const EPS: f32 = 1e-5;
 const WG: u32 = 128u;
 
-var<workgroup> red: array<f32, WG>;
-
-// Sum of `x` over the workgroup, returned to every thread. Called in uniform control
-// flow; leaves `red` free for the next call.
-fn block_sum(x: f32, lid: u32) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn forward(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -92,7 +76,7 @@ fn forward(
     }
 }
 
-@compute @workgroup_size(128)
+@compute @workgroup_size(WG)
 fn backward_dinp(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -122,9 +106,61 @@ fn backward_dinp(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
+fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = linear(gid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    let cf = f32(p.c);
+    var s = 0.0;
+    for (var i = 0u; i < p.c; i++) {
+        s += inp[base + i];
+    }
+    let m = s / cf;
+    var q = 0.0;
+    for (var i = 0u; i < p.c; i++) {
+        let d = inp[base + i] - m;
+        q += d * d;
+    }
+    let rs = 1.0 / sqrt(q / cf + EPS);
+    for (var i = 0u; i < p.c; i++) {
+        out[base + i] = (inp[base + i] - m) * rs * weight[i] + bias[i];
+    }
+    mean_out[row] = m;
+    rstd_out[row] = rs;
+}
+
+@compute @workgroup_size(WG)
+fn backward_dinp_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = linear(gid, nwg);
+    if (row >= p.rows) {
+        return;
+    }
+    let base = row * p.c;
+    let m = b_mean[row];
+    let rs = b_rstd[row];
+    var sg = 0.0;
+    var sgn = 0.0;
+    for (var i = 0u; i < p.c; i++) {
+        let g = b_weight[i] * dout[base + i];
+        sg += g;
+        sgn += g * (b_inp[base + i] - m) * rs;
+    }
+    let cf = f32(p.c);
+    let g_mean = sg / cf;
+    let gn_mean = sgn / cf;
+    for (var i = 0u; i < p.c; i++) {
+        let g = b_weight[i] * dout[base + i];
+        let n = (b_inp[base + i] - m) * rs;
+        dinp[base + i] = rs * (g - g_mean - n * gn_mean);
+    }
+}
+
+@compute @workgroup_size(WG)
 fn backward_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 256u;
+    let idx = linear(gid, nwg);
     if (idx >= p.chunks * p.c) {
         return;
     }
@@ -143,9 +179,9 @@ fn backward_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     partial[p.chunks * p.c + idx] = db;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn backward_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
+    let i = linear(gid, nwg);
     if (i >= p.c) {
         return;
     }

@@ -1,37 +1,124 @@
-//! Matrix products of a `Linear` layer, forward and backward, as tiled GEMMs
-//! (`matmul.wgsl` and one prelude per operand layout).
+//! Matrix products of a `Linear` layer, forward and backward, as GEMMs in one of
+//! several variants ([`MatmulVariant`]): a core (`matmul.wgsl`, `matmul_cpu.wgsl`)
+//! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`).
 
+use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-/// Output tile of one workgroup (square) and the step along the reduction.
+/// Output tile of one workgroup of the tiled variant (square) and its step along
+/// the reduction.
 const TILE: usize = 128;
 const BK: usize = 8;
+/// Output block of one workgroup of the CPU variant: rows by columns.
+const CPU_ROWS: usize = 8;
+const CPU_COLS: usize = 64;
 /// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
 /// of a large GPU (an H200 holds about 264 of these at once), so that few output
 /// tiles still fill it and the last wave's idle share stays small.
 const TARGET_WORKGROUPS: usize = 1024;
+/// The same for CPU adapters: a few workgroups a core are enough.
+const CPU_TARGET_WORKGROUPS: usize = 32;
 /// Fewest reduction steps (rows) one split takes: below that the extra partials
 /// cost more than the parallelism gains.
 const MIN_SPLIT: usize = 256;
 
+/// How a GEMM is computed. Every variant gives the same results up to f32 rounding
+/// (each is checked against the CPU reference by the op-parity tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatmulVariant {
+    /// 128x128 output tiles staged through workgroup memory by 256 threads, 8x8 a
+    /// thread: for GPUs.
+    Tiled,
+    /// No workgroup memory and no barriers, 4x4 outputs a lane: for CPU adapters.
+    Cpu,
+}
+
+impl MatmulVariant {
+    pub const ALL: [MatmulVariant; 2] = [MatmulVariant::Tiled, MatmulVariant::Cpu];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulVariant::Tiled => "tiled",
+            MatmulVariant::Cpu => "cpu",
+        }
+    }
+
+    /// The variant the launchers use on `ctx` for an `m x n` output.
+    pub fn choose(ctx: &WgpuContext, _m: usize, _n: usize) -> MatmulVariant {
+        match Target::of(ctx) {
+            Target::Cpu => MatmulVariant::Cpu,
+            Target::Gpu => MatmulVariant::Tiled,
+        }
+    }
+
+    /// Workgroups for an `m x n` output in `splits` slices.
+    fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
+        let (rows, cols) = match self {
+            MatmulVariant::Tiled => (TILE, TILE),
+            MatmulVariant::Cpu => (CPU_ROWS, CPU_COLS),
+        };
+        let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
+        groups.map(|g| {
+            assert!(
+                g <= 65535,
+                "a {m}x{n} matmul needs {g} workgroups along one axis (at most 65535)"
+            );
+            g as u32
+        })
+    }
+
+    /// Workgroups to aim for when the reduction is split.
+    fn target_workgroups(self) -> usize {
+        match self {
+            MatmulVariant::Tiled => TARGET_WORKGROUPS,
+            MatmulVariant::Cpu => CPU_TARGET_WORKGROUPS,
+        }
+    }
+
+    fn kernel(self, layout: Layout) -> &'static Kernel {
+        match (self, layout) {
+            (MatmulVariant::Tiled, Layout::Forward) => &FORWARD,
+            (MatmulVariant::Tiled, Layout::Dinp) => &DINP,
+            (MatmulVariant::Tiled, Layout::Dweight) => &DWEIGHT,
+            (MatmulVariant::Cpu, Layout::Forward) => &FORWARD_CPU,
+            (MatmulVariant::Cpu, Layout::Dinp) => &DINP_CPU,
+            (MatmulVariant::Cpu, Layout::Dweight) => &DWEIGHT_CPU,
+        }
+    }
+}
+
+/// The three products, by their operand layouts (one prelude each).
+#[derive(Clone, Copy)]
+enum Layout {
+    /// `A·Bᵀ` (`matmul_nt.wgsl`).
+    Forward,
+    /// `A·B` (`matmul_nn.wgsl`).
+    Dinp,
+    /// `Aᵀ·B` (`matmul_tn.wgsl`).
+    Dweight,
+}
+
 macro_rules! gemm_kernel {
-    ($name:literal, $prelude:literal) => {
+    ($name:literal, $prelude:literal, $core:literal) => {
         Kernel {
             name: $name,
-            source: concat!(include_str!($prelude), include_str!("matmul.wgsl")),
+            source: concat!(include_str!($prelude), include_str!($core)),
             entry: "main",
             unchecked: UNCHECKED,
         }
     };
 }
 
-/// Every index in these shaders is guarded, and each launcher checks its buffers
-/// (`check_len`), so they run without wgpu's per-access bounds checks.
+/// Every index in these shaders is guarded (or clamped), and each launcher checks
+/// its buffers (`check_len`), so they run without wgpu's per-access bounds checks.
 const UNCHECKED: bool = true;
 
-const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl");
-const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl");
-const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl");
+const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
+const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
+const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
+const FORWARD_CPU: Kernel = gemm_kernel!("matmul_forward_cpu", "matmul_nt.wgsl", "matmul_cpu.wgsl");
+const DINP_CPU: Kernel = gemm_kernel!("matmul_dinp_cpu", "matmul_nn.wgsl", "matmul_cpu.wgsl");
+const DWEIGHT_CPU: Kernel = gemm_kernel!("matmul_dweight_cpu", "matmul_tn.wgsl", "matmul_cpu.wgsl");
 const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
     source: include_str!("matmul_reduce.wgsl"),
@@ -98,10 +185,31 @@ pub fn matmul_forward(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    let variant = MatmulVariant::choose(ctx, rows, n);
+    matmul_forward_variant(ctx, variant, inp, weight, bias, rows, k, n)
+}
+
+/// [`matmul_forward`] computed by `variant`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_forward_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    bias: Option<&PooledBuffer>,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
     assert!(
         rows > 0 && k > 0 && n > 0,
         "matmul_forward of an empty matrix"
     );
+    check_len(inp, rows * k, "matmul_forward inp");
+    check_len(weight, n * k, "matmul_forward weight");
+    if let Some(bias) = bias {
+        check_len(bias, n, "matmul_forward bias");
+    }
     let out = ctx.create_pooled(rows * n * 4);
     let params = GemmParams {
         m: u32_of(rows, "rows"),
@@ -114,10 +222,10 @@ pub fn matmul_forward(
     // Without a bias the binding still needs a buffer; the shader never reads it.
     let bias = bias.unwrap_or(weight);
     ctx.dispatch(
-        &FORWARD,
+        variant.kernel(Layout::Forward),
         &params,
         &[inp, weight, bias, &out],
-        [n.div_ceil(TILE) as u32, rows.div_ceil(TILE) as u32, 1],
+        variant.grid(rows, n, 1),
     );
     out
 }
@@ -153,6 +261,20 @@ pub fn matmul_dinp(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    let variant = MatmulVariant::choose(ctx, rows, k);
+    matmul_dinp_variant(ctx, variant, dout, weight, rows, k, n)
+}
+
+/// [`matmul_dinp`] computed by `variant`.
+pub fn matmul_dinp_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
     assert!(rows > 0 && k > 0 && n > 0, "matmul_dinp of an empty matrix");
     check_len(dout, rows * n, "matmul_dinp dout");
     check_len(weight, n * k, "matmul_dinp weight");
@@ -166,10 +288,10 @@ pub fn matmul_dinp(
         _pad: [0; 3],
     };
     ctx.dispatch(
-        &DINP,
+        variant.kernel(Layout::Dinp),
         &params,
         &[dout, weight, &dinp],
-        [k.div_ceil(TILE) as u32, rows.div_ceil(TILE) as u32, 1],
+        variant.grid(rows, k, 1),
     );
     dinp
 }
@@ -184,6 +306,20 @@ pub fn matmul_dweight(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    let variant = MatmulVariant::choose(ctx, n, k);
+    matmul_dweight_variant(ctx, variant, dout, inp, rows, k, n)
+}
+
+/// [`matmul_dweight`] computed by `variant`.
+pub fn matmul_dweight_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> PooledBuffer {
     assert!(
         rows > 0 && k > 0 && n > 0,
         "matmul_dweight of an empty matrix"
@@ -191,8 +327,9 @@ pub fn matmul_dweight(
     check_len(dout, rows * n, "matmul_dweight dout");
     check_len(inp, rows * k, "matmul_dweight inp");
     let dweight = ctx.create_pooled(n * k * 4);
-    let tiles = n.div_ceil(TILE) * k.div_ceil(TILE);
-    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(tiles), BK);
+    let [gx, gy, _] = variant.grid(n, k, 1);
+    let groups = (gx * gy) as usize;
+    let (chunk, splits) = split(rows, variant.target_workgroups().div_ceil(groups), BK);
     let params = GemmParams {
         m: u32_of(n, "n"),
         n: u32_of(k, "k"),
@@ -201,16 +338,13 @@ pub fn matmul_dweight(
         has_bias: 0,
         _pad: [0; 3],
     };
-    let groups = [
-        k.div_ceil(TILE) as u32,
-        n.div_ceil(TILE) as u32,
-        u32_of(splits, "splits"),
-    ];
+    let kernel = variant.kernel(Layout::Dweight);
+    let groups = variant.grid(n, k, splits);
     if splits == 1 {
-        ctx.dispatch(&DWEIGHT, &params, &[dout, inp, &dweight], groups);
+        ctx.dispatch(kernel, &params, &[dout, inp, &dweight], groups);
     } else {
         let part = ctx.create_pooled(splits * n * k * 4);
-        ctx.dispatch(&DWEIGHT, &params, &[dout, inp, &part], groups);
+        ctx.dispatch(kernel, &params, &[dout, inp, &part], groups);
         sum_splits(ctx, &part, &dweight, n * k, splits);
     }
     dweight

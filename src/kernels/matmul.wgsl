@@ -1,6 +1,7 @@
 // Tiled f32 GEMM core: c[z][m, n] = sum over k in split z of A(m, k) * B(k, n).
 // A prelude (matmul_nt / _nn / _tn.wgsl) comes first: it declares Params, the
-// bindings, and how tiles of A and B are read from memory and C is written.
+// bindings, how tiles of A and B are read from memory (and along which axis) and
+// how C is written.
 //
 // A workgroup of 256 threads computes a 128x128 tile of C, walking k in steps of
 // BK = 8 through two shared buffers (load the next step while computing this one:
@@ -45,6 +46,15 @@ fn put_cols_a(buf: u32, t: u32, v: vec4<f32>) {
 
 fn put_cols_b(buf: u32, t: u32, v: vec4<f32>) {
     Bs[(buf * BK + t / 32u) * 32u + t % 32u] = v;
+}
+
+// Where a prelude's loads go: its layout constants pick the store (constant-folded).
+fn put_a(buf: u32, t: u32, v: vec4<f32>) {
+    if (A_ALONG_K) { put_rows_a(buf, t, v); } else { put_cols_a(buf, t, v); }
+}
+
+fn put_b(buf: u32, t: u32, v: vec4<f32>) {
+    if (B_ALONG_K) { put_rows_b(buf, t, v); } else { put_cols_b(buf, t, v); }
 }
 
 @compute @workgroup_size(256)

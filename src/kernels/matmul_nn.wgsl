@@ -22,7 +22,7 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     return v;
 }
 
-fn put_a(buf: u32, t: u32, v: vec4<f32>) { put_rows_a(buf, t, v); }
+const A_ALONG_K: bool = true;
 
 // weight rows j are the reduction index; read along dinp's columns.
 fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
@@ -39,7 +39,11 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     return v;
 }
 
-fn put_b(buf: u32, t: u32, v: vec4<f32>) { put_cols_b(buf, t, v); }
+const B_ALONG_K: bool = false;
+
+// A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
+fn a_at(m: u32, k: u32) -> f32 { return dout[m * p.k + k]; }
+fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 
 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }

@@ -23,7 +23,8 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     return v;
 }
 
-fn put_a(buf: u32, t: u32, v: vec4<f32>) { put_rows_a(buf, t, v); }
+// Both operands are read along k (rows of A, rows of `weight`).
+const A_ALONG_K: bool = true;
 
 fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     let j = n0 + t / 2u;
@@ -39,7 +40,11 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     return v;
 }
 
-fn put_b(buf: u32, t: u32, v: vec4<f32>) { put_rows_b(buf, t, v); }
+const B_ALONG_K: bool = true;
+
+// A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
+fn a_at(m: u32, k: u32) -> f32 { return inp[m * p.k + k]; }
+fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 
 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }

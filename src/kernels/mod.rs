@@ -5,31 +5,56 @@
 //! pool. Every kernel writes every element of its output (rule 2 in [`crate::gpu`]);
 //! its CPU specification is the function of the same name in [`crate::reference`].
 
+/// A kernel's WGSL with the shared helpers of `prelude.wgsl` joined in front.
+macro_rules! with_prelude {
+    ($file:literal) => {
+        concat!(include_str!("prelude.wgsl"), include_str!($file))
+    };
+}
+
+mod target;
+
+pub use target::{force, Target};
+
+// ---- elementwise: residual add, GELU, dropout ----
+mod dropout;
+mod gelu;
 mod residual;
 
+pub use dropout::dropout;
+pub use gelu::{gelu_backward, gelu_forward};
 pub use residual::residual_forward;
 
-// ---- kernels-a: embedding, layernorm, gelu, cross-entropy, optimizer ----
+// ---- row reductions: layernorm, cross-entropy ----
 mod crossentropy;
-mod embedding;
-mod gelu;
 mod layernorm;
-mod optimizer;
 
-pub use crossentropy::{crossentropy_backward, crossentropy_forward, mean};
+pub use crossentropy::{
+    crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean,
+};
+pub use layernorm::{
+    layernorm_backward, layernorm_backward_on, layernorm_forward, layernorm_forward_on,
+};
+
+// ---- embedding ----
+mod embedding;
+
 pub use embedding::{encoder_backward, encoder_forward, token_index};
-pub use gelu::{gelu_backward, gelu_forward};
-pub use layernorm::{layernorm_backward, layernorm_forward};
-pub use optimizer::{adamw_update, global_norm_scale, grad_sumsq_into, scale_in_place, AdamW};
 
-// ---- matmul / attention (kernels-b) ----
-mod attention;
+// ---- matmul ----
 mod matmul;
 
+pub use matmul::{
+    matmul_backward, matmul_dinp, matmul_dinp_variant, matmul_dweight, matmul_dweight_variant,
+    matmul_forward, matmul_forward_variant, MatmulVariant,
+};
+
+// ---- attention ----
+mod attention;
+
 pub use attention::{attention_backward, attention_forward};
-pub use matmul::{matmul_backward, matmul_dinp, matmul_dweight, matmul_forward};
 
-// ---- dropout ----
-mod dropout;
+// ---- optimizer: gradient norms, clipping, AdamW ----
+mod optimizer;
 
-pub use dropout::dropout;
+pub use optimizer::{adamw_update, global_norm_scale, grad_sumsq_into, scale_in_place, AdamW};

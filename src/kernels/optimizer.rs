@@ -5,7 +5,7 @@
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 pub use crate::reference::AdamW;
 
-const SOURCE: &str = include_str!("optimizer.wgsl");
+const SOURCE: &str = with_prelude!("optimizer.wgsl");
 
 const REDUCE_PARTIAL: Kernel = Kernel {
     name: "optimizer_reduce_partial",

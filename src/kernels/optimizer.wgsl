@@ -57,24 +57,7 @@ struct AdamParams {
 
 const WG: u32 = 256u;
 
-var<workgroup> red: array<f32, WG>;
-
-// Sum of `s` over the workgroup, returned to every thread (uniform control flow).
-fn block_sum(s: f32, lid: u32) -> f32 {
-    red[lid] = s;
-    workgroupBarrier();
-    for (var k = WG / 2u; k > 0u; k >>= 1u) {
-        if (lid < k) {
-            red[lid] += red[lid + k];
-        }
-        workgroupBarrier();
-    }
-    let total = red[0];
-    workgroupBarrier();
-    return total;
-}
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn reduce_partial(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
@@ -92,7 +75,7 @@ fn reduce_partial(
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn reduce_final(@builtin(local_invocation_index) lid: u32) {
     var s = 0.0;
     for (var i = lid; i < p.parts; i += WG) {
@@ -104,7 +87,7 @@ fn reduce_final(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn global_norm(@builtin(local_invocation_index) lid: u32) {
     var s = 0.0;
     for (var i = lid; i < p.n; i += WG) {
@@ -119,9 +102,9 @@ fn global_norm(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
+    let i = linear(gid, nwg);
     if (i >= hp.n) {
         return;
     }
@@ -136,9 +119,9 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     param[i] = w - hp.lr * (m_hat / (sqrt(v_hat) + hp.eps) + hp.weight_decay * w);
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WG)
 fn scale(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
+    let i = linear(gid, nwg);
     if (i >= p.n) {
         return;
     }

@@ -2,7 +2,7 @@ use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
 const RESIDUAL: Kernel = Kernel {
     name: "residual_forward",
-    source: include_str!("residual.wgsl"),
+    source: with_prelude!("residual.wgsl"),
     entry: "main",
     unchecked: false,
 };

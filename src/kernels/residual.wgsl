@@ -6,9 +6,11 @@ struct Params { n: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-@compute @workgroup_size(256)
+const WG: u32 = 256u;
+
+@compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
+    let i = linear(gid, nwg);
     if (i >= p.n) {
         return;
     }
