@@ -192,13 +192,13 @@ mod bench {
         let (b, t, c, nh) = (if args.quick { 4 } else { 64 }, 256, 384, 6);
         let qkv = ctx.upload(&rng.vec(b * t * 3 * c, -2.0, 2.0));
         let dout = ctx.upload(&rng.vec(b * t * c, -1.0, 1.0));
-        let (out, saved) = attention_forward(&ctx, &qkv, b, t, c, nh);
+        let (out, saved) = attention_forward(&ctx, &qkv, b, t, c, nh, None);
         // Causal: t(t+1)/2 scores a head; forward 2 products of hs each, the backward
         // 5 (recomputed scores, dp, dq, dk, dv).
         let pairs = (b * nh * t * (t + 1) / 2) as f64;
         let hs = (c / nh) as f64;
-        let fwd = || attention_forward(&ctx, &qkv, b, t, c, nh).0;
-        let bwd = || attention_backward(&ctx, &dout, &qkv, &out, &saved, b, t, c, nh);
+        let fwd = || attention_forward(&ctx, &qkv, b, t, c, nh, None).0;
+        let bwd = || attention_backward(&ctx, &dout, &qkv, &out, &saved, b, t, c, nh, None);
         let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
             ("attention_forward", &fwd, 4.0 * pairs * hs),
             ("attention_backward", &bwd, 10.0 * pairs * hs),

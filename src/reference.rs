@@ -385,14 +385,17 @@ pub fn matmul_backward(
 /// `[b, t, 3c]`: per position the queries, keys and values, each `c = nh * hs`
 /// channels with head `h` at channels `h*hs..(h+1)*hs`. Scores are
 /// `q·k / sqrt(hs)`, masked to keys at or before the query, softmaxed per row.
+/// With `dropout`, each probability is kept or dropped by [`AttnDropout`]'s mask and
+/// `out = (P * mask * scale) @ V` (nanoGPT's `attn_dropout`).
 /// Returns `out` `[b, t, c]` and the probabilities `att` `[b, nh, t, t]` (zero above
-/// the diagonal), which [`attention_backward`] takes.
+/// the diagonal, before dropout), which [`attention_backward`] takes.
 pub fn attention_forward(
     qkv: &[f32],
     b: usize,
     t: usize,
     c: usize,
     nh: usize,
+    dropout: Option<AttnDropout>,
 ) -> (Vec<f32>, Vec<f32>) {
     assert_eq!(qkv.len(), b * t * 3 * c);
     assert!(nh > 0 && c.is_multiple_of(nh), "c must split into nh heads");
@@ -427,11 +430,14 @@ pub fn attention_forward(
                 for tj in 0..=ti {
                     row[tj] = (scores[tj] / sum) as f32;
                 }
+                for (tj, s) in scores.iter_mut().enumerate().take(ti + 1) {
+                    *s = *s / sum * attn_keep(dropout, t, nh, bi, h, ti, tj);
+                }
                 let o = &mut out[(bi * t + ti) * c + h * hs..][..hs];
                 for (d, o) in o.iter_mut().enumerate() {
                     let mut acc = 0.0f64;
                     for tj in 0..=ti {
-                        acc += scores[tj] / sum * qkv[at(bi, tj, 2, h) + d] as f64;
+                        acc += scores[tj] * qkv[at(bi, tj, 2, h) + d] as f64;
                     }
                     *o = acc as f32;
                 }
@@ -442,9 +448,11 @@ pub fn attention_forward(
 }
 
 /// Gradient of [`attention_forward`] with respect to `qkv` (`[b, t, 3c]`), given
-/// `dout` `[b, t, c]` and the forward's probabilities `att`. Per row, with
-/// `dp = dout·v` the softmax backward is `ds = p * (dp - sum(p * dp))`; then
-/// `dq = scale * ds·k`, `dk = scale * dsᵀ·q`, `dv = pᵀ·dout`.
+/// `dout` `[b, t, c]`, the forward's probabilities `att` and its `dropout` (the mask
+/// `m`, scale included, is recomputed). Per row, with `dp = m * (dout·v)` the
+/// softmax backward is `ds = p * (dp - sum(p * dp))`; then `dq = scale * ds·k`,
+/// `dk = scale * dsᵀ·q`, `dv = (p * m)ᵀ·dout`.
+#[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     dout: &[f32],
     qkv: &[f32],
@@ -453,6 +461,7 @@ pub fn attention_backward(
     t: usize,
     c: usize,
     nh: usize,
+    dropout: Option<AttnDropout>,
 ) -> Vec<f32> {
     assert_eq!(dout.len(), b * t * c);
     assert_eq!(qkv.len(), b * t * 3 * c);
@@ -473,12 +482,19 @@ pub fn attention_backward(
                 let mut pdp = 0.0f64;
                 for tj in 0..=ti {
                     let v = &qkv[at(bi, tj, 2, h)..][..hs];
-                    dp[tj] = dq_i.iter().zip(v).map(|(x, y)| *x as f64 * *y as f64).sum();
+                    let keep = attn_keep(dropout, t, nh, bi, h, ti, tj);
+                    dp[tj] = keep
+                        * dq_i
+                            .iter()
+                            .zip(v)
+                            .map(|(x, y)| *x as f64 * *y as f64)
+                            .sum::<f64>();
                     pdp += p[tj] as f64 * dp[tj];
                 }
                 for tj in 0..=ti {
                     let pj = p[tj] as f64;
                     let ds = pj * (dp[tj] - pdp) * scale;
+                    let pj = pj * attn_keep(dropout, t, nh, bi, h, ti, tj);
                     for d in 0..hs {
                         let q = qkv[at(bi, ti, 0, h) + d] as f64;
                         let k = qkv[at(bi, tj, 1, h) + d] as f64;
@@ -521,13 +537,58 @@ pub fn dropout(x: &[f32], p: f32, seed: u32) -> Vec<f32> {
     x.iter()
         .enumerate()
         .map(|(i, &v)| {
-            if (mix(seed ^ mix(i as u32)) >> 8) >= threshold {
+            if kept(seed, i as u32, threshold) {
                 v * scale
             } else {
                 0.0
             }
         })
         .collect()
+}
+
+/// Whether element `i` survives dropout with mask seed `seed`: the one keep rule of
+/// every dropout site, the GPU kernels' included.
+fn kept(seed: u32, i: u32, threshold: u32) -> bool {
+    (mix(seed ^ mix(i)) >> 8) >= threshold
+}
+
+/// Dropout on attention probabilities (nanoGPT's `attn_dropout`): drop probability
+/// `p`, mask seed `seed` (`dropout_seed(run seed, step, 0x10000 + layer)`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnDropout {
+    pub p: f32,
+    pub seed: u32,
+}
+
+/// The mask element of probability `[bi, h, i, j]` of `nh` heads over `t`
+/// positions: `((bi * nh + h) * t + i) * t + j`, wrapping in u32 as the kernels and
+/// the PyTorch fixtures compute it.
+pub fn attn_dropout_index(t: usize, nh: usize, bi: usize, h: usize, i: usize, j: usize) -> u32 {
+    let (t, nh) = (t as u32, nh as u32);
+    let row = (bi as u32).wrapping_mul(nh).wrapping_add(h as u32);
+    let row = row.wrapping_mul(t).wrapping_add(i as u32);
+    row.wrapping_mul(t).wrapping_add(j as u32)
+}
+
+/// The factor probability `[bi, h, i, j]` is multiplied by: 0 if dropped, else
+/// `1 / (1 - p)`; 1 without dropout.
+fn attn_keep(
+    dropout: Option<AttnDropout>,
+    t: usize,
+    nh: usize,
+    bi: usize,
+    h: usize,
+    i: usize,
+    j: usize,
+) -> f64 {
+    let Some(d) = dropout else { return 1.0 };
+    let (threshold, scale) = dropout_mask_params(d.p);
+    let idx = attn_dropout_index(t, nh, bi, h, i, j);
+    if kept(d.seed, idx, threshold) {
+        scale as f64
+    } else {
+        0.0
+    }
 }
 
 /// A mask seed for dropout site `site` at training step `step` of a run seeded `seed`.

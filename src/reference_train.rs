@@ -63,7 +63,8 @@ impl ReferenceTrainer {
             targets: targets.to_vec(),
         };
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
-        let dropout = Dropout::new(self.cfg.dropout, self.cfg.seed, self.step + 1);
+        let cfg = &self.cfg;
+        let dropout = Dropout::new(cfg.dropout, cfg.seed, self.step + 1, cfg.dropout_placement);
         // The flat parameters stay public (the tests read them); the model takes them
         // by name, for one batch.
         let params = GptParams::from_flat(self.params.clone()).expect("from GptConfig::params");

@@ -6,7 +6,9 @@ use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
 use crate::kernels::{self, AdamW};
-use crate::model::{self, Dropout, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec};
+use crate::model::{
+    self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
+};
 use crate::plan::DeviceLimits;
 use crate::pool::{BucketStats, BufferPoolConfig, BufferPoolStats, SizePolicy};
 use crate::rng::Rng;
@@ -34,9 +36,12 @@ pub struct TrainConfig {
     pub eps: f32,
     /// Clip gradients to this global norm (0: no clipping).
     pub grad_clip: f32,
-    /// Dropout probability on the embeddings and the blocks' residual branches
-    /// during training (0: none).
+    /// Dropout probability during training, at the sites `dropout_placement`
+    /// names (0: none).
     pub dropout: f32,
+    /// Where `dropout` applies: `"residual"` (the embeddings and both residual
+    /// branches) or `"nanogpt"` (those and the attention probabilities).
+    pub dropout_placement: DropoutPlacement,
     pub seed: u64,
     /// Held-out batches averaged by one evaluation.
     pub eval_batches: usize,
@@ -90,6 +95,7 @@ impl TrainConfig {
             eps: 1e-8,
             grad_clip: 1.0,
             dropout: 0.0,
+            dropout_placement: DropoutPlacement::Nanogpt,
             seed: 1337,
             eval_batches: 4,
             eval_every: 0,
@@ -127,6 +133,7 @@ impl TrainConfig {
                 // nanoGPT's shakespeare_char setting: without it the model memorises
                 // the training split after about 750 steps.
                 dropout: 0.2,
+                dropout_placement: DropoutPlacement::Nanogpt,
                 ..base
             },
             other => {
@@ -484,7 +491,12 @@ impl Trainer {
         let ops = GpuOps(&self.ctx);
         let batch = GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
-        let dropout = Dropout::new(self.cfg.dropout, self.cfg.seed, step);
+        let dropout = Dropout::new(
+            self.cfg.dropout,
+            self.cfg.seed,
+            step,
+            self.cfg.dropout_placement,
+        );
         let acts = model::forward(
             &ops,
             &self.model,

@@ -6,7 +6,7 @@
 //! gradient routed to the wrong tensor).
 #![cfg(not(target_arch = "wasm32"))]
 
-use tidepool::model::{self, CpuBatch, CpuOps, Dropout, GptConfig, GptParams};
+use tidepool::model::{self, CpuBatch, CpuOps, Dropout, DropoutPlacement, GptConfig, GptParams};
 use tidepool::rng::{fresh_seed, Rng};
 
 /// Elements sampled per tensor (every element of smaller tensors).
@@ -134,11 +134,23 @@ fn check_model(dropout: Dropout) {
 }
 
 #[test]
-fn model_backward_matches_finite_differences_with_dropout() {
+fn model_backward_matches_finite_differences_with_residual_dropout() {
     check_model(Dropout {
         p: 0.3,
-        seed: 0x5eed_0f_d409,
+        seed: 0x5eed_0fd4,
         step: 7,
+        placement: DropoutPlacement::Residual,
+    });
+}
+
+/// nanoGPT's placement: the attention probabilities too.
+#[test]
+fn model_backward_matches_finite_differences_with_nanogpt_dropout() {
+    check_model(Dropout {
+        p: 0.3,
+        seed: 0x5eed_0fd5,
+        step: 8,
+        placement: DropoutPlacement::Nanogpt,
     });
 }
 

@@ -761,29 +761,52 @@ const ATT_HS64: &[(usize, usize, usize, usize)] = &[(1, 3, 64, 1), (1, 67, 128, 
 
 gpu_test!(
     attention_small_heads_match_reference,
-    attention_body(ATT_SMALL_HEADS)
+    attention_body(ATT_SMALL_HEADS, None)
 );
-gpu_test!(attention_hs64_matches_reference, attention_body(ATT_HS64));
+gpu_test!(
+    attention_hs64_matches_reference,
+    attention_body(ATT_HS64, None)
+);
 #[cfg(not(target_arch = "wasm32"))]
 gpu_test!(
     attention_hs128_matches_reference,
-    attention_body(&[(1, 70, 192, 2), (1, 129, 128, 1)])
+    attention_body(&[(1, 70, 192, 2), (1, 129, 128, 1)], None)
+);
+// With dropout on the probabilities (nanoGPT's attn_dropout): the mask recomputed
+// from (seed, index) in the forward's numerator and in both backward kernels.
+gpu_test!(
+    attention_small_heads_with_dropout_match_reference,
+    attention_body(ATT_SMALL_HEADS, Some(0.2))
+);
+gpu_test!(
+    attention_hs64_with_dropout_matches_reference,
+    attention_body(ATT_HS64, Some(0.35))
+);
+#[cfg(not(target_arch = "wasm32"))]
+gpu_test!(
+    attention_hs128_with_dropout_matches_reference,
+    attention_body(&[(2, 67, 192, 2)], Some(0.1))
 );
 
-async fn attention_body(shapes: &[(usize, usize, usize, usize)]) {
+/// `dropout`: the drop probability, with a fresh mask seed.
+async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option<f32>) {
     let ctx = context().await;
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
     for &(b, t, c, nh) in shapes {
+        let dropout = dropout.map(|p| reference::AttnDropout {
+            p,
+            seed: rng.next_u64() as u32,
+        });
         // Spread like trained activations: scores of a few units, peaked softmaxes.
         let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
         let dout = rng.vec(b * t * c, -1.0, 1.0);
         let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
         let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
-            attention_forward(&ctx, &g_qkv, b, t, c, nh)
+            attention_forward(&ctx, &g_qkv, b, t, c, nh, dropout)
         });
-        let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh);
-        let what = format!("b {b} t {t} c {c} nh {nh}");
+        let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh, dropout);
+        let what = format!("b {b} t {t} c {c} nh {nh} dropout {dropout:?}");
         let got = read(&ctx, &out, b * t * c).await;
         assert_close(
             &format!("attention_forward {what}"),
@@ -794,10 +817,10 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)]) {
         );
 
         let dqkv = poisoned(&ctx, &[b * nh * t, b * t * 3 * c], || {
-            attention_backward(&ctx, &g_dout, &g_qkv, &out, &saved, b, t, c, nh)
+            attention_backward(&ctx, &g_dout, &g_qkv, &out, &saved, b, t, c, nh, dropout)
         });
         let got = read(&ctx, &dqkv, b * t * 3 * c).await;
-        let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh);
+        let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh, dropout);
         assert_close(
             &format!("attention_backward {what}"),
             &got,

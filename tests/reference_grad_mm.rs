@@ -3,7 +3,7 @@
 //! `sum(out * w)` for fixed random `w`, whose gradient is the backward at `dout = w`.
 #![cfg(not(target_arch = "wasm32"))]
 
-use tidepool::reference as cpu;
+use tidepool::reference::{self as cpu, AttnDropout};
 use tidepool::rng::{fresh_seed, Rng};
 
 /// Checks `grad` against `(loss(x + h e_i) - loss(x - h e_i)) / (2h)` for every i,
@@ -110,7 +110,7 @@ fn attention_probabilities_are_causal_rows_summing_to_one() {
     let mut rng = Rng::new(fresh_seed());
     let (b, t, c, nh) = (2, 4, 6, 3);
     let qkv = normals(&mut rng, b * t * 3 * c);
-    let (_, att) = cpu::attention_forward(&qkv, b, t, c, nh);
+    let (_, att) = cpu::attention_forward(&qkv, b, t, c, nh, None);
     for row in att.chunks(t).enumerate() {
         let (r, p) = row;
         let ti = r % t;
@@ -123,26 +123,97 @@ fn attention_probabilities_are_causal_rows_summing_to_one() {
     }
 }
 
+/// The contract of attention dropout: probability `[bi, h, i, j]` is element
+/// `((bi * nh + h) * t + i) * t + j` of a plain dropout mask of the same seed, so the
+/// output is `(att * dropout(ones)) @ v`, computed here from the undropped `att`.
+#[test]
+fn attention_dropout_masks_probabilities_by_their_flat_index() {
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    let (b, t, c, nh) = (2, 9, 6, 3);
+    let hs = c / nh;
+    let qkv = normals(&mut rng, b * t * 3 * c);
+    let d = AttnDropout {
+        p: 0.4,
+        seed: rng.next_u64() as u32,
+    };
+    let (out, att) = cpu::attention_forward(&qkv, b, t, c, nh, Some(d));
+    let (plain, att_plain) = cpu::attention_forward(&qkv, b, t, c, nh, None);
+    assert_eq!(att, att_plain, "att is the undropped probabilities");
+    let mask = cpu::dropout(&vec![1.0; b * nh * t * t], d.p, d.seed);
+    let dropped = mask.iter().filter(|&&m| m == 0.0).count() as f64 / mask.len() as f64;
+    assert!(
+        (0.25..0.55).contains(&dropped),
+        "{dropped} of the mask dropped"
+    );
+    let mut worst = 0.0f64;
+    for bi in 0..b {
+        for h in 0..nh {
+            for i in 0..t {
+                assert_eq!(
+                    cpu::attn_dropout_index(t, nh, bi, h, i, 3) as usize,
+                    ((bi * nh + h) * t + i) * t + 3
+                );
+                for e in 0..hs {
+                    let want: f64 = (0..=i)
+                        .map(|j| {
+                            let k = ((bi * nh + h) * t + i) * t + j;
+                            att[k] as f64
+                                * mask[k] as f64
+                                * qkv[(bi * t + j) * 3 * c + 2 * c + h * hs + e] as f64
+                        })
+                        .sum();
+                    let got = out[(bi * t + i) * c + h * hs + e] as f64;
+                    worst = worst.max((got - want).abs());
+                }
+            }
+        }
+    }
+    assert!(
+        worst < 1e-5,
+        "dropped attention off by {worst} (seed {seed})"
+    );
+    assert_ne!(out, plain, "dropout changed nothing (seed {seed})");
+}
+
 #[test]
 fn attention_backward_matches_finite_differences() {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
     // Head sizes 1, 2 and 4; t = 1 (softmax of one key: only v gets a gradient).
-    for (b, t, c, nh) in [(1, 1, 2, 1), (1, 3, 2, 2), (2, 4, 4, 2), (1, 5, 4, 1)] {
+    // Without and with dropout on the probabilities (fixed masks: p and the seed).
+    let dropouts = [
+        None,
+        Some(AttnDropout {
+            p: 0.3,
+            seed: rng.next_u64() as u32,
+        }),
+    ];
+    let shapes = [
+        (1, 1, 2, 1),
+        (1, 3, 2, 2),
+        (2, 4, 4, 2),
+        (1, 5, 4, 1),
+        (2, 7, 6, 3),
+    ];
+    for (dropout, (b, t, c, nh)) in dropouts
+        .iter()
+        .flat_map(|&d| shapes.iter().map(move |&s| (d, s)))
+    {
         let qkv = normals(&mut rng, b * t * 3 * c);
         let w = normals(&mut rng, b * t * c);
-        let (_, att) = cpu::attention_forward(&qkv, b, t, c, nh);
-        let dqkv = cpu::attention_backward(&w, &qkv, &att, b, t, c, nh);
+        let (_, att) = cpu::attention_forward(&qkv, b, t, c, nh, dropout);
+        let dqkv = cpu::attention_backward(&w, &qkv, &att, b, t, c, nh, dropout);
         // Curved (softmax), so central differences are off by O(h^2) ~ 1e-6 of the
         // curvature; f32 rounding of outputs adds ~1e-5 at h = 1e-2.
         assert_fd(
-            &format!("dqkv b {b} t {t} c {c} nh {nh}"),
+            &format!("dqkv b {b} t {t} c {c} nh {nh} dropout {dropout:?}"),
             seed,
             &qkv,
             &dqkv,
             1e-2,
             1e-3,
-            |x| weighted_sum(&cpu::attention_forward(x, b, t, c, nh).0, &w),
+            |x| weighted_sum(&cpu::attention_forward(x, b, t, c, nh, dropout).0, &w),
         );
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::OnceLock;
 
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
+use crate::reference::{dropout_mask_params, AttnDropout};
 
 /// Queries (forward, dq) or keys (dkdv) of one workgroup.
 const BLOCK: usize = 64;
@@ -111,7 +112,11 @@ struct Params {
     nh: u32,
     hs: u32,
     scale: f32,
-    _pad: [u32; 3],
+    /// Attention-probability dropout: mask seed, keep threshold (`>=` keeps; 0
+    /// keeps all) and the kept probabilities' factor (1 without dropout).
+    seed: u32,
+    threshold: u32,
+    keep_scale: f32,
 }
 
 /// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
@@ -124,7 +129,13 @@ fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
     );
 }
 
-fn setup(b: usize, t: usize, c: usize, nh: usize) -> (Params, &'static [Kernel; 3], [u32; 3]) {
+fn setup(
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+    dropout: Option<AttnDropout>,
+) -> (Params, &'static [Kernel; 3], [u32; 3]) {
     assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
     assert!(
         c.is_multiple_of(nh),
@@ -148,7 +159,21 @@ fn setup(b: usize, t: usize, c: usize, nh: usize) -> (Params, &'static [Kernel; 
         nh: nh as u32,
         hs: hs as u32,
         scale: 1.0 / (hs as f32).sqrt(),
-        _pad: [0; 3],
+        seed: 0,
+        threshold: 0,
+        keep_scale: 1.0,
+    };
+    let params = match dropout {
+        Some(d) => {
+            let (threshold, keep_scale) = dropout_mask_params(d.p);
+            Params {
+                seed: d.seed,
+                threshold,
+                keep_scale,
+                ..params
+            }
+        }
+        None => params,
     };
     (params, kernels, groups)
 }
@@ -156,7 +181,9 @@ fn setup(b: usize, t: usize, c: usize, nh: usize) -> (Params, &'static [Kernel; 
 /// Causal self-attention over `qkv` `[b, t, 3c]` (queries, keys, values along
 /// channels; head size `c / nh`, at most 128). Returns `out` `[b, t, c]` and what
 /// [`attention_backward`] needs: the logsumexp of each row's scaled scores,
-/// `[b, nh, t]`.
+/// `[b, nh, t]`. With `dropout`, the probabilities are masked as
+/// [`crate::reference::attention_forward`] masks them (in the numerator only: the
+/// softmax's sum and the logsumexp are of the undropped probabilities).
 pub fn attention_forward(
     ctx: &WgpuContext,
     qkv: &PooledBuffer,
@@ -164,8 +191,9 @@ pub fn attention_forward(
     t: usize,
     c: usize,
     nh: usize,
+    dropout: Option<AttnDropout>,
 ) -> (PooledBuffer, PooledBuffer) {
-    let (params, kernels, groups) = setup(b, t, c, nh);
+    let (params, kernels, groups) = setup(b, t, c, nh, dropout);
     check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
@@ -174,7 +202,8 @@ pub fn attention_forward(
 }
 
 /// Gradient of [`attention_forward`] with respect to `qkv`: `dqkv` `[b, t, 3c]`,
-/// from `dout` `[b, t, c]`, the forward's input, output and saved logsumexp.
+/// from `dout` `[b, t, c]`, the forward's input, output and saved logsumexp, and
+/// the forward's `dropout` (its mask is recomputed, never stored).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward(
     ctx: &WgpuContext,
@@ -186,8 +215,9 @@ pub fn attention_backward(
     t: usize,
     c: usize,
     nh: usize,
+    dropout: Option<AttnDropout>,
 ) -> PooledBuffer {
-    let (params, kernels, groups) = setup(b, t, c, nh);
+    let (params, kernels, groups) = setup(b, t, c, nh, dropout);
     check_len(dout, b * t * c, "attention_backward dout");
     check_len(qkv, b * t * 3 * c, "attention_backward qkv");
     check_len(out, b * t * c, "attention_backward out");

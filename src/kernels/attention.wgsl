@@ -1,5 +1,5 @@
 // Causal self-attention forward, flash style: out and the logsumexp of each row's
-// scaled scores, never the t x t probabilities.
+// scaled scores, never the t x t probabilities; with dropout, out = (P * mask) V.
 //
 // qkv is [b, t, 3c] (queries, keys, values), head h at channels h*hs..(h+1)*hs.
 //
@@ -17,7 +17,7 @@
 // traffic per score of one thread a row, which is what limits this on big GPUs.
 // The two half dots meet through shared memory. Keys and values stream through
 // shared memory 16 at a time, 4 keys per online-softmax update.
-struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
+struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
@@ -50,6 +50,28 @@ fn store4(base: u32, d: u32, v: vec4<f32>) {
     if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
     if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
     if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
+}
+
+// Attention-probability dropout (nanoGPT's attn_dropout), the rule of dropout.wgsl
+// and reference::attention_forward: probability [b, h, i, j] is element
+// (bh * t + i) * t + j (wrapping u32) of the mask seeded `p.seed`. Returns the
+// factor it is multiplied by: 0 if dropped, else keep_scale (1 without dropout).
+fn mix(v: u32) -> u32 {
+    var h = v;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}
+
+fn keep(bh: u32, i: u32, j: u32) -> f32 {
+    if (p.threshold == 0u) {
+        return p.keep_scale;
+    }
+    let idx = (bh * p.t + i) * p.t + j;
+    return select(0.0, p.keep_scale, (mix(p.seed ^ mix(idx)) >> 8u) >= p.threshold);
 }
 
 fn hsum(v: vec4<f32>) -> f32 {
@@ -133,8 +155,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             la = sta.l;
             mb = stb.m;
             lb = stb.l;
-            let wa = sta.w;
-            let wb = stb.w;
+            // Dropout masks the numerator only: la, lb sum the undropped weights.
+            let key0 = kt + jj;
+            let wa = sta.w * vec4<f32>(keep(bh, ia, key0), keep(bh, ia, key0 + 1u), keep(bh, ia, key0 + 2u), keep(bh, ia, key0 + 3u));
+            let wb = stb.w * vec4<f32>(keep(bh, ib, key0), keep(bh, ib, key0 + 1u), keep(bh, ib, key0 + 2u), keep(bh, ib, key0 + 3u));
             let v0 = jj * HS4 + hh;
             let v1 = v0 + HS4;
             let v2 = v1 + HS4;

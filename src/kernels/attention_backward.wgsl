@@ -3,10 +3,13 @@
 // threads). With p_ij = exp(s_ij - lse_i), dp_ij = dout_i · v_j and
 // D_i = dout_i · out_i = sum_j p_ij dp_ij, the softmax backward is
 // ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j,
-// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i.
+// dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij dout_i. With dropout (mask m_ij,
+// scale included, recomputed as FlashAttention does) dp_ij becomes
+// m_ij dout_i · v_j and dv_j sums p_ij m_ij dout_i; D_i = dout_i · out_i still
+// equals sum_j p_ij dp_ij because out_i = sum_j p_ij m_ij v_j.
 // No atomics: `dq` loops over keys for its queries and writes D; then `dkdv` loops
 // over queries for its keys. Each writes its own channels of dqkv.
-struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, _pad0: u32, _pad1: u32, _pad2: u32 }
+struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
@@ -66,6 +69,28 @@ fn store4(ti: u32, bi: u32, which: u32, h: u32, d: u32, v: vec4<f32>) {
     if (d + 1u < p.hs) { dqkv[base + 1u] = v.y; }
     if (d + 2u < p.hs) { dqkv[base + 2u] = v.z; }
     if (d + 3u < p.hs) { dqkv[base + 3u] = v.w; }
+}
+
+// Attention-probability dropout (nanoGPT's attn_dropout), the rule of dropout.wgsl
+// and reference::attention_forward: probability [b, h, i, j] is element
+// (bh * t + i) * t + j (wrapping u32) of the mask seeded `p.seed`. Returns the
+// factor it is multiplied by: 0 if dropped, else keep_scale (1 without dropout).
+fn mix(v: u32) -> u32 {
+    var h = v;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}
+
+fn keep(bh: u32, i: u32, j: u32) -> f32 {
+    if (p.threshold == 0u) {
+        return p.keep_scale;
+    }
+    let idx = (bh * p.t + i) * p.t + j;
+    return select(0.0, p.keep_scale, (mix(p.seed ^ mix(idx)) >> 8u) >= p.threshold);
 }
 
 fn hsum(v: vec4<f32>) -> f32 {
@@ -149,7 +174,7 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: 
             let dp = select(dp2.y, dp2.x, grp == 0u);
             // select, not a product: exp of a masked score may be inf.
             let pr = select(0.0, exp(s - lse_r), kt + jj <= ir);
-            let ds = vec4<f32>(pr * (dp - dd));
+            let ds = vec4<f32>(pr * (keep(bh, ir, kt + jj) * dp - dd));
             let k0 = jj * HS4 + hh;
             acc#D = fma(ds, tile[k0 + 2u * #Du], acc#D);
         }
@@ -227,11 +252,13 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             let i = it + ii;
             let pa = select(0.0, exp(s2.x - lse_t[ii]), i >= ja && i < p.t);
             let pb = select(0.0, exp(s2.y - lse_t[ii]), i >= jb && i < p.t);
-            var wa = pa;
-            var wb = pb;
+            let ka = keep(bh, i, ja);
+            let kb = keep(bh, i, jb);
+            var wa = pa * ka;
+            var wb = pb * kb;
             if (grp == 1u) {
-                wa = pa * (dp2.x - dsum_t[ii]);
-                wb = pb * (dp2.y - dsum_t[ii]);
+                wa = pa * (ka * dp2.x - dsum_t[ii]);
+                wb = pb * (kb * dp2.y - dsum_t[ii]);
             }
             let q0 = other + ii * HS4;
             acca#D = fma(vec4<f32>(wa), tile[q0 + 2u * #Du], acca#D); accb#D = fma(vec4<f32>(wb), tile[q0 + 2u * #Du], accb#D);

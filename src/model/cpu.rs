@@ -2,7 +2,7 @@
 //! reference trainer.
 
 use super::Ops;
-use crate::reference as r;
+use crate::reference::{self as r, AttnDropout};
 
 /// The CPU backend: [`crate::reference`] behind [`Ops`].
 pub struct CpuOps;
@@ -73,8 +73,16 @@ impl Ops for CpuOps {
     ) -> (T, T, Option<T>) {
         r::matmul_backward(dout, x, w, rows, k, n, with_bias)
     }
-    fn attention_forward(&self, qkv: &T, b: usize, t: usize, c: usize, nh: usize) -> (T, T) {
-        r::attention_forward(qkv, b, t, c, nh)
+    fn attention_forward(
+        &self,
+        qkv: &T,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        dropout: Option<AttnDropout>,
+    ) -> (T, T) {
+        r::attention_forward(qkv, b, t, c, nh, dropout)
     }
     fn attention_backward(
         &self,
@@ -86,8 +94,9 @@ impl Ops for CpuOps {
         t: usize,
         c: usize,
         nh: usize,
+        dropout: Option<AttnDropout>,
     ) -> T {
-        r::attention_backward(dout, qkv, att, b, t, c, nh)
+        r::attention_backward(dout, qkv, att, b, t, c, nh, dropout)
     }
     fn gelu_forward(&self, x: &T, _n: usize) -> T {
         r::gelu_forward(x)

@@ -3,6 +3,7 @@
 use super::Ops;
 use crate::gpu::{PooledBuffer, WgpuContext};
 use crate::kernels;
+use crate::reference::AttnDropout;
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers.
 pub struct GpuOps<'a>(pub &'a WgpuContext);
@@ -112,8 +113,16 @@ impl Ops for GpuOps<'_> {
     ) -> (T, T, Option<T>) {
         kernels::matmul_backward(self.0, dout, x, w, rows, k, n, with_bias)
     }
-    fn attention_forward(&self, qkv: &T, b: usize, t: usize, c: usize, nh: usize) -> (T, T) {
-        kernels::attention_forward(self.0, qkv, b, t, c, nh)
+    fn attention_forward(
+        &self,
+        qkv: &T,
+        b: usize,
+        t: usize,
+        c: usize,
+        nh: usize,
+        dropout: Option<AttnDropout>,
+    ) -> (T, T) {
+        kernels::attention_forward(self.0, qkv, b, t, c, nh, dropout)
     }
     fn attention_backward(
         &self,
@@ -125,8 +134,9 @@ impl Ops for GpuOps<'_> {
         t: usize,
         c: usize,
         nh: usize,
+        dropout: Option<AttnDropout>,
     ) -> T {
-        kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh)
+        kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh, dropout)
     }
     fn gelu_forward(&self, x: &T, n: usize) -> T {
         kernels::gelu_forward(self.0, x, n)

@@ -16,6 +16,7 @@ pub use cpu::{CpuBatch, CpuOps};
 pub use gpu::{GpuBatch, GpuOps};
 
 use crate::error::{Error, Result};
+use crate::reference::AttnDropout;
 use crate::rng::Rng;
 
 /// Shape of a GPT.
@@ -383,6 +384,7 @@ pub trait Ops {
         n: usize,
         with_bias: bool,
     ) -> (Self::T, Self::T, Option<Self::T>);
+    /// With `dropout`, on the attention probabilities (the backward recomputes it).
     fn attention_forward(
         &self,
         qkv: &Self::T,
@@ -390,6 +392,7 @@ pub trait Ops {
         t: usize,
         c: usize,
         nh: usize,
+        dropout: Option<AttnDropout>,
     ) -> (Self::T, Self::T);
     #[allow(clippy::too_many_arguments)]
     fn attention_backward(
@@ -402,6 +405,7 @@ pub trait Ops {
         t: usize,
         c: usize,
         nh: usize,
+        dropout: Option<AttnDropout>,
     ) -> Self::T;
     fn gelu_forward(&self, x: &Self::T, n: usize) -> Self::T;
     fn gelu_backward(&self, x: &Self::T, dout: &Self::T, n: usize) -> Self::T;
@@ -425,26 +429,50 @@ pub trait Ops {
     fn dropout(&self, x: &Self::T, n: usize, p: f32, seed: u32) -> Self::T;
 }
 
-/// Dropout during training, as nanoGPT places it: on the embeddings and on the output
-/// of each block's two residual branches. Masks are a function of (run seed, step,
-/// site), so forward and backward, and the GPU and CPU, draw the same ones.
+/// Where dropout applies during training.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DropoutPlacement {
+    /// The embeddings and the output of each block's two residual branches.
+    Residual,
+    /// Those plus the attention probabilities: nanoGPT's placement.
+    #[default]
+    Nanogpt,
+}
+
+/// Dropout during training. Masks are a function of (run seed, step, site), so
+/// forward and backward, and the GPU and CPU, draw the same ones.
 #[derive(Clone, Copy, Debug)]
 pub struct Dropout {
     pub p: f32,
     pub seed: u64,
     pub step: u32,
+    pub placement: DropoutPlacement,
 }
 
 impl Dropout {
     /// `Some` only when it drops anything.
-    pub fn new(p: f32, seed: u64, step: u32) -> Option<Self> {
-        (p > 0.0).then_some(Dropout { p, seed, step })
+    pub fn new(p: f32, seed: u64, step: u32, placement: DropoutPlacement) -> Option<Self> {
+        (p > 0.0).then_some(Dropout {
+            p,
+            seed,
+            step,
+            placement,
+        })
     }
 
     /// Site 0 is the embedding; a block's attention and MLP outputs follow.
     fn apply<O: Ops>(&self, ops: &O, x: &O::T, n: usize, site: u32) -> O::T {
         let seed = crate::reference::dropout_seed(self.seed, self.step, site);
         ops.dropout(x, n, self.p, seed)
+    }
+
+    /// The attention-probability mask of layer `l`, with nanoGPT's placement.
+    fn attention(&self, l: usize) -> Option<AttnDropout> {
+        (self.placement == DropoutPlacement::Nanogpt).then(|| AttnDropout {
+            p: self.p,
+            seed: crate::reference::dropout_seed(self.seed, self.step, attn_probs_site(l)),
+        })
     }
 }
 
@@ -473,6 +501,11 @@ fn attn_site(l: usize) -> u32 {
 
 fn mlp_site(l: usize) -> u32 {
     2 + 2 * l as u32
+}
+
+/// Attention probabilities of layer `l`: apart from the residual sites at any depth.
+fn attn_probs_site(l: usize) -> u32 {
+    0x10000 + l as u32
 }
 
 /// What one block keeps from forward for backward.
@@ -532,7 +565,8 @@ pub fn forward<O: Ops>(
         let (ln1, ln1_mean, ln1_rstd) =
             ops.layernorm_forward(x, &p.ln_1_weight, &p.ln_1_bias, rows, c);
         let qkv = ops.matmul_forward(&ln1, &p.c_attn_weight, Some(&p.c_attn_bias), rows, c, 3 * c);
-        let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh);
+        let att_drop = dropout.and_then(|d| d.attention(l));
+        let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh, att_drop);
         let attproj = ops.matmul_forward(
             &atty,
             &p.attn_proj_weight,
@@ -688,7 +722,9 @@ pub fn backward<O: Ops>(
             true,
         );
         drop(dattproj);
-        let dqkv = ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh);
+        let att_drop = dropout.and_then(|d| d.attention(l));
+        let dqkv =
+            ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh, att_drop);
         drop(datty);
         let (dln1, c_attn_weight, c_attn_bias) =
             ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true);
