@@ -356,11 +356,19 @@ impl Trainer {
     /// One training step: upload a batch, forward, backward, clip, AdamW, all in one
     /// submit; then await the loss.
     pub async fn step(&mut self) -> Result<StepStats> {
+        let (c, b) = (self.cfg.context, self.cfg.batch);
+        let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+        self.step_on(&inputs, &targets).await
+    }
+
+    /// One training step on a given batch instead of the next training windows
+    /// (`batch` x `context` tokens), with this step's dropout masks and learning rate. The PyTorch fixture tests use it.
+    pub async fn step_on(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
+        self.check_batch(inputs, targets)?;
         let start = now_ms();
         let before_counters = self.ctx.counters();
         let before_pool = self.ctx.pool_stats();
-        let (c, b) = (self.cfg.context, self.cfg.batch);
-        let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+        let (b, c) = (self.cfg.batch, self.cfg.context);
         let step = self.step + 1;
         let report = self.ctx.scope(|| {
             let (grads, report) = self.gradients(&inputs, &targets, step);
@@ -472,6 +480,53 @@ impl Trainer {
         norm_scale
     }
 
+    /// `inputs` and `targets` must be `batch` full windows of `context` tokens (the
+    /// gradient of `wpe` covers the positions a batch uses), every id inside the
+    /// vocabulary.
+    fn check_batch(&self, inputs: &[u32], targets: &[u32]) -> Result<()> {
+        let (b, c, v) = (self.cfg.batch, self.cfg.context, self.model.vocab);
+        if inputs.len() != b * c || targets.len() != b * c {
+            return Err(Error::Config(format!(
+                "a training batch is {b} sequences of {c} tokens (the batch and context \
+                 settings) and as many targets; got {} inputs and {} targets",
+                inputs.len(),
+                targets.len()
+            )));
+        }
+        if let Some(&id) = inputs.iter().chain(targets).find(|&&id| id as usize >= v) {
+            return Err(Error::Config(format!(
+                "token id {id} is outside the vocabulary of {v}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces every parameter tensor, in [`GptConfig::params`] order (the order of
+    /// [`Trainer::parameters`]); the optimizer's moments stay as they are (zero before
+    /// the first step). The PyTorch fixture tests load their weights with it.
+    pub fn set_parameters(&mut self, values: &[Vec<f32>]) -> Result<()> {
+        if values.len() != self.specs.len() {
+            return Err(Error::Config(format!(
+                "the model has {} parameter tensors, got {}",
+                self.specs.len(),
+                values.len()
+            )));
+        }
+        for (spec, v) in self.specs.iter().zip(values) {
+            if v.len() != spec.len {
+                return Err(Error::Config(format!(
+                    "parameter {} has {} elements, got {}",
+                    spec.name,
+                    spec.len,
+                    v.len()
+                )));
+            }
+        }
+        self.params = values.iter().map(|v| self.ctx.upload_pooled(v)).collect();
+        self.ctx.flush();
+        self.ctx.take_error()
+    }
+
     /// Gradients of the loss on one batch, with the next step's dropout masks,
     /// downloaded (for the parity tests).
     pub async fn compute_gradients(
@@ -479,6 +534,7 @@ impl Trainer {
         inputs: &[u32],
         targets: &[u32],
     ) -> Result<(f32, Vec<Vec<f32>>)> {
+        self.check_batch(inputs, targets)?;
         let step = self.step + 1;
         let (grads, report) = self.ctx.scope(|| self.gradients(inputs, targets, step));
         let loss = self.ctx.download::<f32>(&report, 1).await?[0];
