@@ -86,6 +86,10 @@ struct TrainArgs {
     /// Evaluate the held-out loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     eval_every: u32,
+    /// Held-out batches an evaluation averages, the same ones every time (nanoGPT's
+    /// eval_iters).
+    #[arg(long, default_value_t = tidepool::train::CLI_EVAL_BATCHES)]
+    eval_batches: usize,
     /// Create every buffer fresh and destroy it after the step, for comparison.
     #[arg(long)]
     no_pool: bool,
@@ -125,6 +129,7 @@ impl TrainArgs {
         if let Some(steps) = self.steps {
             cfg.steps = steps;
         }
+        cfg.eval_batches = self.eval_batches;
         cfg.pool = !self.no_pool;
         if let Some(policy) = &self.policy {
             cfg.policy = SizePolicy::parse(policy).map_err(tidepool::Error::Config)?;
@@ -402,6 +407,7 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
         "steps": steps,
         "loss": s.loss,
         "val_loss": val_loss,
+        "eval_batches": c.eval_batches,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
         "hit_rate": s.hit_rate,

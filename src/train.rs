@@ -37,7 +37,10 @@ pub struct TrainConfig {
     /// during training (0: none).
     pub dropout: f32,
     pub seed: u64,
-    /// Held-out batches averaged by one evaluation.
+    /// Held-out batches (`batch` windows of `context` tokens each) averaged by one
+    /// evaluation; the same windows at every evaluation of every run on a corpus
+    /// ([`EVAL_SEED`]). The CLI evaluates [`CLI_EVAL_BATCHES`]; the presets keep
+    /// fewer for the page.
     pub eval_batches: usize,
     /// `false`: every buffer created fresh and destroyed after the step.
     pub pool: bool,
@@ -185,6 +188,14 @@ impl TrainConfig {
         }
     }
 }
+
+/// Seed of the held-out windows [`Trainer::evaluate`] averages: fixed, not derived
+/// from the run's seed, so every evaluation of every run on one corpus sees the same
+/// batches and their losses compare.
+pub const EVAL_SEED: u64 = 0xE7A1_5EED;
+
+/// Held-out batches the CLI averages by default: nanoGPT's `eval_iters`.
+pub const CLI_EVAL_BATCHES: usize = 200;
 
 /// Random windows of a token stream, seeded: the GPU and CPU trainers draw the
 /// same batches from the same seed.
@@ -554,12 +565,13 @@ impl Trainer {
         Ok(out)
     }
 
-    /// Mean loss over `eval_batches` held-out batches (the same windows every time,
-    /// so evaluations are comparable).
+    /// Mean loss over `eval_batches` held-out batches of `batch` x `context` tokens,
+    /// without dropout: the same windows every time ([`EVAL_SEED`]), so evaluations
+    /// compare across steps and runs.
     pub async fn evaluate(&mut self) -> Result<f32> {
-        let mut batcher = Batcher::new(self.cfg.seed ^ 0xE7A1);
+        let mut batcher = Batcher::new(EVAL_SEED);
         let (b, c) = (self.cfg.batch, self.cfg.context);
-        let mut total = 0.0;
+        let mut total = 0.0f64;
         for _ in 0..self.cfg.eval_batches {
             let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
             let loss = self.ctx.scope(|| {
@@ -574,9 +586,9 @@ impl Trainer {
                 let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
                 acts.loss
             });
-            total += self.ctx.download::<f32>(&loss, 1).await?[0];
+            total += self.ctx.download::<f32>(&loss, 1).await?[0] as f64;
         }
-        let loss = total / self.cfg.eval_batches as f32;
+        let loss = (total / self.cfg.eval_batches as f64) as f32;
         self.val_loss = Some(loss);
         self.last.val_loss = Some(loss);
         Ok(loss)
