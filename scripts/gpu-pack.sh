@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fills .gpu/ (ignored by git) with what scripts/gpu-run.sh needs on the H200 machine:
 # the shared Vulkan loader, Node.js and Dawn, the corpus and the PyTorch anchor
-# (../shared/gpu/pack.sh), plus tidepool's release binaries and wasm package.
+# (../shared/gpu/pack.sh), plus tidepool's release binaries and wasm package, and the
+# PyTorch twin with its table script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
@@ -12,4 +13,5 @@ cp target/release/tidepool target/release/examples/matmul_bench .gpu/
 strip .gpu/tidepool .gpu/matmul_bench  # the carry limit is 64 MiB
 rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
 cp scripts/bench-dawn.mjs .gpu/dawn/
+cp scripts/torch_twin.py scripts/torch_curves.py .gpu/  # gpu-run.sh curves
 du -sh .gpu

@@ -5,6 +5,12 @@
 # $OUT/results.jsonl after a {"run": NAME, "command": ...} line; stderr in $OUT/stderr.log.
 #   scripts/gpu-run.sh bench    matmul, step, pool, policies, Dawn, PyTorch (~5 min)
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
+#   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
+#                               at once on the one GPU, each evaluating 200 fixed held-out
+#                               batches every 250 steps: $OUT/curve-tidepool.jsonl,
+#                               $OUT/curve-torch.jsonl and the table $OUT/curves.md.
+#                               CURVE_SECONDS (540) caps both; TRAIN_FLAGS and TWIN_FLAGS
+#                               pass extra flags to each.
 # Expects .gpu/ filled by ../shared/gpu/pack.sh --dawn plus tidepool, matmul_bench,
 # pkg/ and dawn/bench-dawn.mjs (scripts/gpu-pack.sh does that).
 set -u
@@ -36,5 +42,23 @@ case "${1:-bench}" in
     ;;
   train)
     run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}
+    ;;
+  curves)
+    # Concurrently, so both fit one call: each line is flushed as it comes, so a run
+    # cut short by the cap still leaves its curve so far.
+    secs=${CURVE_SECONDS:-540}
+    echo "== curves: tidepool and torch_twin.py, at most $secs s" >&2
+    t0=$SECONDS
+    timeout "$secs" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt \
+      --eval-every 250 --eval-batches 200 --json ${TRAIN_FLAGS:-} \
+      > "$out/curve-tidepool.jsonl" 2>> "$out/stderr.log" &
+    tidepool_pid=$!
+    timeout "$secs" python3 torch_twin.py tinyshakespeare.txt --eval-every 250 --eval-batches 200 \
+      --max-seconds $((secs - 30)) ${TWIN_FLAGS:-} \
+      > "$out/curve-torch.jsonl" 2>> "$out/stderr.log" &
+    torch_pid=$!
+    wait $tidepool_pid; echo "   tidepool exit $? after $((SECONDS - t0)) s" >&2
+    wait $torch_pid; echo "   torch_twin exit $? after $((SECONDS - t0)) s" >&2
+    python3 torch_curves.py "$out/curve-tidepool.jsonl" "$out/curve-torch.jsonl" | tee "$out/curves.md" >&2
     ;;
 esac

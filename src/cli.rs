@@ -80,6 +80,11 @@ impl TrainArgs {
         if self.no_pool {
             overrides.pool = Some(false);
         }
+        // The command line evaluates as nanoGPT does (eval_iters 200) unless told
+        // otherwise; the presets keep fewer for the page.
+        if overrides.eval_batches.is_none() {
+            overrides.eval_batches = Some(tidepool::train::CLI_EVAL_BATCHES as f64);
+        }
         overrides.resolve()
     }
 
@@ -361,6 +366,7 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
         "steps": steps,
         "loss": s.loss,
         "val_loss": val_loss,
+        "eval_batches": c.eval_batches,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
         "hit_rate": s.hit_rate,

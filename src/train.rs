@@ -43,7 +43,10 @@ pub struct TrainConfig {
     /// branches) or `"nanogpt"` (those and the attention probabilities).
     pub dropout_placement: DropoutPlacement,
     pub seed: u64,
-    /// Held-out batches averaged by one evaluation.
+    /// Held-out batches (`batch` windows of `context` tokens each) averaged by one
+    /// evaluation; the same windows at every evaluation of every run on a corpus
+    /// ([`EVAL_SEED`]). The CLI evaluates [`CLI_EVAL_BATCHES`]; the presets keep
+    /// fewer for the page.
     pub eval_batches: usize,
     /// [`Trainer::step`] evaluates the held-out loss after every `eval_every`-th
     /// step (0: only when asked).
@@ -252,6 +255,14 @@ impl TrainConfig {
     }
 }
 
+/// Seed of the held-out windows [`Trainer::evaluate`] averages: fixed, not derived
+/// from the run's seed, so every evaluation of every run on one corpus sees the same
+/// batches and their losses compare.
+pub const EVAL_SEED: u64 = 0xE7A1_5EED;
+
+/// Held-out batches the CLI averages by default: nanoGPT's `eval_iters`.
+pub const CLI_EVAL_BATCHES: usize = 200;
+
 /// Random windows of a token stream, seeded: the GPU and CPU trainers draw the
 /// same batches from the same seed.
 #[derive(Clone, Debug)]
@@ -419,11 +430,19 @@ impl Trainer {
     /// One training step: upload a batch, forward, backward, clip, AdamW, all in one
     /// submit; then await the loss.
     pub async fn step(&mut self) -> Result<StepStats> {
+        let (c, b) = (self.cfg.context, self.cfg.batch);
+        let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+        self.step_on(&inputs, &targets).await
+    }
+
+    /// One training step on a given batch instead of the next training windows
+    /// (`batch` x `context` tokens), with this step's dropout masks and learning rate. The PyTorch fixture tests use it.
+    pub async fn step_on(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
+        self.check_batch(inputs, targets)?;
         let start = now_ms();
         let before_counters = self.ctx.counters();
         let before_pool = self.ctx.pool_stats();
-        let (c, b) = (self.cfg.context, self.cfg.batch);
-        let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+        let (b, c) = (self.cfg.batch, self.cfg.context);
         let step = self.step + 1;
         let report = self.ctx.scope(|| {
             let (grads, report) = self.gradients(&inputs, &targets, step);
@@ -543,6 +562,54 @@ impl Trainer {
         norm_scale
     }
 
+    /// `inputs` and `targets` must be `batch` full windows of `context` tokens (the
+    /// gradient of `wpe` covers the positions a batch uses), every id inside the
+    /// vocabulary.
+    fn check_batch(&self, inputs: &[u32], targets: &[u32]) -> Result<()> {
+        let (b, c, v) = (self.cfg.batch, self.cfg.context, self.model.vocab);
+        if inputs.len() != b * c || targets.len() != b * c {
+            return Err(Error::Config(format!(
+                "a training batch is {b} sequences of {c} tokens (the batch and context \
+                 settings) and as many targets; got {} inputs and {} targets",
+                inputs.len(),
+                targets.len()
+            )));
+        }
+        if let Some(&id) = inputs.iter().chain(targets).find(|&&id| id as usize >= v) {
+            return Err(Error::Config(format!(
+                "token id {id} is outside the vocabulary of {v}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces every parameter tensor, in [`GptConfig::params`] order (the order of
+    /// [`Trainer::parameters`]); the optimizer's moments stay as they are (zero before
+    /// the first step). The PyTorch fixture tests load their weights with it.
+    pub fn set_parameters(&mut self, values: &[Vec<f32>]) -> Result<()> {
+        if values.len() != self.specs.len() {
+            return Err(Error::Config(format!(
+                "the model has {} parameter tensors, got {}",
+                self.specs.len(),
+                values.len()
+            )));
+        }
+        for (spec, v) in self.specs.iter().zip(values) {
+            if v.len() != spec.len {
+                return Err(Error::Config(format!(
+                    "parameter {} has {} elements, got {}",
+                    spec.name,
+                    spec.len,
+                    v.len()
+                )));
+            }
+        }
+        self.params =
+            GptParams::from_flat(values.iter().map(|v| self.ctx.upload_pooled(v)).collect())?;
+        self.ctx.flush();
+        self.ctx.take_error()
+    }
+
     /// Gradients of the loss on one batch, with the next step's dropout masks,
     /// downloaded (for the parity tests).
     pub async fn compute_gradients(
@@ -550,6 +617,7 @@ impl Trainer {
         inputs: &[u32],
         targets: &[u32],
     ) -> Result<(f32, Vec<Vec<f32>>)> {
+        self.check_batch(inputs, targets)?;
         let step = self.step + 1;
         let (grads, report) = self.ctx.scope(|| self.gradients(inputs, targets, step));
         let loss = self.ctx.download::<f32>(&report, 1).await?[0];
@@ -569,12 +637,13 @@ impl Trainer {
         Ok(out)
     }
 
-    /// Mean loss over `eval_batches` held-out batches (the same windows every time,
-    /// so evaluations are comparable).
+    /// Mean loss over `eval_batches` held-out batches of `batch` x `context` tokens,
+    /// without dropout: the same windows every time ([`EVAL_SEED`]), so evaluations
+    /// compare across steps and runs.
     pub async fn evaluate(&mut self) -> Result<f32> {
-        let mut batcher = Batcher::new(self.cfg.seed ^ 0xE7A1);
+        let mut batcher = Batcher::new(EVAL_SEED);
         let (b, c) = (self.cfg.batch, self.cfg.context);
-        let mut total = 0.0;
+        let mut total = 0.0f64;
         for _ in 0..self.cfg.eval_batches {
             let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
             let loss = self.ctx.scope(|| {
@@ -589,9 +658,9 @@ impl Trainer {
                 let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
                 acts.loss
             });
-            total += self.ctx.download::<f32>(&loss, 1).await?[0];
+            total += self.ctx.download::<f32>(&loss, 1).await?[0] as f64;
         }
-        let loss = total / self.cfg.eval_batches as f32;
+        let loss = (total / self.cfg.eval_batches as f64) as f32;
         self.val_loss = Some(loss);
         self.last.val_loss = Some(loss);
         Ok(loss)
