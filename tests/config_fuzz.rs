@@ -466,6 +466,24 @@ impl tidepool::pool::Poolable for Fake {
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn the_listed_settings_are_exactly_the_struct_fields() {
+    let json = serde_json::to_value(Overrides::default()).unwrap();
+    let mut keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut listed = Overrides::FIELDS.to_vec();
+    keys.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(keys, listed);
+    let e = Overrides::check_keys(["batch", "batchsize"]).unwrap_err();
+    assert!(e.to_string().contains("\"batchsize\""), "{e}");
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn corpus_is_capped_and_split_90_10() {
     let cap = tidepool::data::MAX_CORPUS_BYTES as usize;
     let e = Corpus::from_bytes("big.txt", &vec![b'a'; cap + 1]).unwrap_err();
@@ -507,8 +525,11 @@ mod web_api {
             .unwrap_or_else(|| panic!("{error:?} has no kind"))
     }
 
-    async fn rejected(promise: Promise) -> String {
-        let error = JsFuture::from(promise).await.expect_err("should reject");
+    async fn rejected(promise: Promise, what: &str) -> String {
+        let error = match JsFuture::from(promise).await {
+            Err(error) => error,
+            Ok(value) => panic!("{what} should reject, resolved to {value:?}"),
+        };
         let kind = kind(&error);
         assert!(KINDS.contains(&kind.as_str()), "kind {kind}");
         kind
@@ -541,8 +562,9 @@ mod web_api {
             ),
         ];
         for (config, want) in cases {
-            let got = rejected(web::Trainer::create(config, text.clone(), None)).await;
-            assert_eq!(got, want);
+            let what = format!("{:?}", js_sys::JSON::stringify(&config));
+            let got = rejected(web::Trainer::create(config, text.clone(), None), &what).await;
+            assert_eq!(got, want, "{what}");
         }
         let tiny = object(&[
             ("layers", n(1.0)),
@@ -552,11 +574,19 @@ mod web_api {
             ("batch", n(2.0)),
         ]);
         assert_eq!(
-            rejected(web::Trainer::create(tiny.clone(), JsValue::UNDEFINED, None)).await,
+            rejected(
+                web::Trainer::create(tiny.clone(), JsValue::UNDEFINED, None),
+                "no corpus"
+            )
+            .await,
             "corpus"
         );
         assert_eq!(
-            rejected(web::Trainer::create(tiny.clone(), n(3.0), None)).await,
+            rejected(
+                web::Trainer::create(tiny.clone(), n(3.0), None),
+                "a number as corpus"
+            )
+            .await,
             "corpus"
         );
         // After every refusal a valid create works.
@@ -574,13 +604,10 @@ mod web_api {
             (2.5, 1.0),
             (4.0, f64::NAN),
         ] {
-            let kind = rejected(call(
-                &trainer,
-                "sample",
-                &[n(length), n(temperature), n(0.0)],
-            ))
-            .await;
-            assert_eq!(kind, "config", "sample({length}, {temperature})");
+            let what = format!("sample({length}, {temperature})");
+            let args = [n(length), n(temperature), n(0.0)];
+            let kind = rejected(call(&trainer, "sample", &args), &what).await;
+            assert_eq!(kind, "config", "{what}");
         }
         let sample = JsFuture::from(call(&trainer, "sample", &[n(3.0), n(1.0), n(0.0)]))
             .await
@@ -589,7 +616,11 @@ mod web_api {
         // replace: a refused config keeps the trainer; a good one swaps it in place.
         let bad = object(&[("width", n(132.0)), ("heads", n(1.0))]);
         assert_eq!(
-            rejected(call(&trainer, "replace", &[bad, text.clone()])).await,
+            rejected(
+                call(&trainer, "replace", &[bad, text.clone()]),
+                "replace with head size 132"
+            )
+            .await,
             "config"
         );
         JsFuture::from(call(&trainer, "step", &[]))
@@ -605,5 +636,37 @@ mod web_api {
         assert_eq!(step, Some(1.0), "a fresh trainer");
         assert!(web::presets().contains(&"shakespeare".to_string()));
         assert!(web::policies().contains(&"pow2/8".to_string()));
+    }
+
+    fn wasm_memory_bytes() -> f64 {
+        let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().dyn_into().unwrap();
+        let buffer: js_sys::ArrayBuffer = memory.buffer().dyn_into().unwrap();
+        buffer.byte_length() as f64
+    }
+
+    /// Tokenising a corpus at the 64 MiB cap grew wasm memory from 65 to about 1000
+    /// MiB (characters collected whole, ids copied twice); now it takes the ids
+    /// (4 bytes a character) and the held-out 10% split off, on top of the text.
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    fn a_corpus_at_the_cap_tokenises_in_memory_proportional_to_it() {
+        let cap = tidepool::data::MAX_CORPUS_BYTES as usize;
+        let line = "Tokens take four bytes a character; this line has a few kinds.\n";
+        let mut text = String::with_capacity(cap);
+        text.extend(line.chars().cycle().take(cap));
+        let before = wasm_memory_bytes();
+        let corpus = tidepool::data::Corpus::from_text("cap.txt", &text).expect("at the cap");
+        let grown = wasm_memory_bytes() - before;
+        let mib = |b: f64| b / (1 << 20) as f64;
+        web_sys::console::log_1(
+            &format!(
+                "64 MiB corpus: wasm memory {:.0} MiB with the text, grew {:.0} MiB tokenising it",
+                mib(before),
+                mib(grown)
+            )
+            .into(),
+        );
+        assert_eq!(corpus.tokens(), cap);
+        // ids 256 MiB + the held-out copy 26 MiB, and the allocator's slack.
+        assert!(mib(grown) < 320.0, "grew {:.0} MiB", mib(grown));
     }
 }
