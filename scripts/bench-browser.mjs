@@ -30,12 +30,14 @@ try {
   const result = await page.evaluate(async ({ which, opt }) => {
     const m = await import('/pkg/tidepool.js');
     await m.default();
-    const probe = await m.Trainer.create({ preset: 'tiny' });
+    // The wasm does not embed the default corpus: fetch it as the page does.
+    const corpus = await (await fetch(`/${m.defaultCorpusPath()}`)).text();
+    const probe = await m.Trainer.create({ preset: 'tiny' }, corpus);
     const info = probe.adapter();
     probe.free();
     if (which === 'pool') return { info, rows: await m.benchPool(Number(opt.batches)) };
-    if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps)) };
-    return { info, rows: await m.benchStep(opt.preset, Number(opt.warmup), Number(opt.steps)) };
+    if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
+    return { info, rows: await m.benchStep(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
   }, { which, opt });
   const adapter = `${result.info.name} (${result.info.backend}, Chromium)`;
   if (opt.json) {

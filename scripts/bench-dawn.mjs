@@ -24,9 +24,10 @@ const pkg = opt.pkg.startsWith('/') ? opt.pkg : `${process.cwd()}/${opt.pkg}`;
 const m = await import(`${pkg}/tidepool.js`);
 m.initSync({ module: readFileSync(`${pkg}/tidepool_bg.wasm`) });
 
-const corpus = opt.corpus ? readFileSync(opt.corpus, 'utf8') : undefined;
+// The wasm does not embed the default corpus (data/tinyshakespeare.txt): read it.
+const corpus = readFileSync(opt.corpus ?? 'data/tinyshakespeare.txt', 'utf8');
 const config = { preset: opt.preset };
-const trainer = await m.Trainer.create(config, corpus, opt.corpus ?? undefined);
+const trainer = await m.Trainer.create(config, corpus, opt.corpus ?? 'tinyshakespeare.txt');
 const adapter = trainer.adapter();
 console.log(JSON.stringify({ runner: 'dawn', adapter, model: trainer.model() }));
 for (let i = 0; i < Number(opt.warmup); i++) await trainer.step();

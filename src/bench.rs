@@ -301,3 +301,95 @@ pub async fn policies(
     }
     Ok(rows)
 }
+
+/// One row of [`soak`]: the state after `step` training steps.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SoakRow {
+    pub step: u32,
+    pub loss: f32,
+    pub val_loss: Option<f32>,
+    /// Bytes of free buffers the pool holds.
+    pub bytes_held: u64,
+    /// Bytes of buffers in use by live tensors (between steps: parameters and
+    /// optimizer state).
+    pub bytes_in_use: u64,
+    /// GPU buffers created since the start (cumulative).
+    pub buffers_created: u64,
+    pub buffers_destroyed: u64,
+    /// The process's resident memory (`VmRSS`), where the platform says (Linux).
+    pub host_rss_bytes: Option<u64>,
+    /// Mean ms a step since the previous row.
+    pub ms_per_step: f64,
+}
+
+/// Resident memory of this process, from `/proc/self/status` (Linux only).
+pub fn host_rss_bytes() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// Trains `steps` steps of `cfg` (its schedule stretched to `steps`) and reports a
+/// row after creating the trainer, every `every` steps (with a held-out
+/// evaluation, so evaluation's buffers are part of the steady state) and at the
+/// end, each passed to `row` as it is taken. A leak shows as a column that keeps
+/// growing after the first rows.
+pub async fn soak(
+    cfg: &TrainConfig,
+    corpus: &Corpus,
+    steps: u32,
+    every: u32,
+    mut row: impl FnMut(&SoakRow),
+) -> Result<Vec<SoakRow>> {
+    let cfg = TrainConfig {
+        steps: steps.max(1),
+        eval_every: 0,
+        ..cfg.clone()
+    };
+    let every = every.max(1);
+    let mut trainer = Trainer::new(cfg, corpus.clone()).await?;
+    let mut rows = Vec::new();
+    let mut last_ms = now_ms();
+    let mut last_step = 0;
+    let mut take =
+        |trainer: &Trainer, loss: f32, val_loss: Option<f32>, rows: &mut Vec<SoakRow>| {
+            let counters = trainer.context().counters();
+            let now = now_ms();
+            let step = trainer.steps_done();
+            let r = SoakRow {
+                step,
+                loss,
+                val_loss,
+                bytes_held: trainer.context().pool_stats().bytes_held,
+                bytes_in_use: counters.bytes_in_use,
+                buffers_created: counters.buffers_created,
+                buffers_destroyed: counters.buffers_destroyed,
+                host_rss_bytes: host_rss_bytes(),
+                ms_per_step: if step > last_step {
+                    (now - last_ms) / (step - last_step) as f64
+                } else {
+                    0.0
+                },
+            };
+            (last_ms, last_step) = (now, step);
+            row(&r);
+            rows.push(r);
+        };
+    take(&trainer, f32::NAN, None, &mut rows);
+    for step in 1..=steps {
+        let loss = trainer.step().await?.loss;
+        if step % every == 0 || step == steps {
+            let val = trainer.evaluate().await?;
+            take(&trainer, loss, Some(val), &mut rows);
+        }
+    }
+    Ok(rows)
+}

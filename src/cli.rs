@@ -28,18 +28,25 @@ enum Command {
     /// Print the adapter wgpu picks (WGPU_BACKEND / WGPU_ADAPTER_NAME choose).
     Info,
     /// Measure the pool: `pool` (latency against create_buffer), `step` (ms a step
-    /// with and without it), `policies` (memory each size policy reserves).
+    /// with and without it), `policies` (memory each size policy reserves), `soak`
+    /// (bytes held, buffers created and host memory over a long run).
     Bench(BenchArgs),
 }
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// pool, step or policies.
+    /// pool, step, policies or soak.
     which: String,
+    /// The preset a soak trains (default small).
+    #[arg(long)]
+    preset: Option<String>,
+    /// Rows of a soak: one every this many steps.
+    #[arg(long, default_value_t = 1000)]
+    every: u32,
     /// Presets to train (step, policies), comma-separated.
     #[arg(long, default_value = "tiny")]
     presets: String,
-    /// Timed steps after warm-up (step, policies).
+    /// Timed steps after warm-up (step, policies); steps to train (soak).
     #[arg(long, default_value_t = 10)]
     steps: u32,
     #[arg(long, default_value_t = 3)]
@@ -266,9 +273,52 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                 );
             }
         }
+        "soak" => {
+            let preset = args.preset.as_deref().unwrap_or("small");
+            let cfg = TrainConfig::preset(preset)?;
+            if !args.json {
+                println!(
+                    "soak: preset {preset}, {} steps, a row every {}",
+                    args.steps, args.every
+                );
+                println!(
+                    "| {:>7} | {:>7} | {:>8} | {:>10} | {:>10} | {:>8} | {:>9} | {:>10} | {:>7} |",
+                    "step",
+                    "loss",
+                    "val loss",
+                    "held",
+                    "in use",
+                    "created",
+                    "destroyed",
+                    "host RSS",
+                    "ms/step"
+                );
+                println!("|--------:|--------:|---------:|-----------:|-----------:|---------:|----------:|-----------:|--------:|");
+            }
+            let json = args.json;
+            bench::soak(&cfg, &corpus, args.steps, args.every, |r| {
+                if json {
+                    println!("{}", serde_json::to_string(r).expect("rows serialize"));
+                    return;
+                }
+                println!(
+                    "| {:>7} | {:>7.4} | {:>8} | {:>10} | {:>10} | {:>8} | {:>9} | {:>10} | {:>7.2} |",
+                    r.step,
+                    r.loss,
+                    r.val_loss.map_or("-".into(), |v| format!("{v:.4}")),
+                    fmt_bytes(r.bytes_held),
+                    fmt_bytes(r.bytes_in_use),
+                    r.buffers_created,
+                    r.buffers_destroyed,
+                    r.host_rss_bytes.map_or("-".into(), fmt_bytes),
+                    r.ms_per_step,
+                );
+            })
+            .await?;
+        }
         other => {
             return Err(tidepool::Error::Config(format!(
-                "unknown benchmark {other:?}: choose pool, step or policies"
+                "unknown benchmark {other:?}: choose pool, step, policies or soak"
             )))
         }
     }

@@ -122,6 +122,44 @@ fn set_f32(slot: &mut f32, name: &str, value: Option<f64>) -> Result<()> {
 }
 
 impl Overrides {
+    /// Every setting's name, as the wasm API's config object spells it.
+    pub const FIELDS: [&'static str; 18] = [
+        "preset",
+        "layers",
+        "heads",
+        "width",
+        "context",
+        "batch",
+        "lr",
+        "steps",
+        "warmup",
+        "dropout",
+        "dropout_placement",
+        "weight_decay",
+        "grad_clip",
+        "seed",
+        "eval_every",
+        "eval_batches",
+        "pool",
+        "policy",
+    ];
+
+    /// An error naming the first of `keys` that is not a setting. serde's
+    /// `deny_unknown_fields` does this for JSON; serde-wasm-bindgen reads only the
+    /// fields it knows from a JS object, so the wasm API checks its keys here.
+    pub fn check_keys<S: AsRef<str>>(keys: impl IntoIterator<Item = S>) -> Result<()> {
+        for key in keys {
+            let key = key.as_ref();
+            if !Self::FIELDS.contains(&key) {
+                return Err(Error::Config(format!(
+                    "unknown setting {key:?}; the settings are {:?}",
+                    Self::FIELDS
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Parses the overrides from JSON (what a config file or a test gives).
     pub fn from_json(text: &str) -> Result<Self> {
         serde_json::from_str(text).map_err(|e| Error::Config(e.to_string()))

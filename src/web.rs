@@ -89,6 +89,12 @@ fn parse_config(config: JsValue) -> Result<TrainConfig, JsValue> {
     let overrides: Overrides = if config.is_undefined() || config.is_null() {
         Overrides::default()
     } else {
+        if let Some(object) = config.dyn_ref::<js_sys::Object>() {
+            let keys = js_sys::Object::keys(object)
+                .iter()
+                .filter_map(|k| k.as_string());
+            Overrides::check_keys(keys).map_err(js_error)?;
+        }
         serde_wasm_bindgen::from_value(config)
             .map_err(|e| js_error(Error::Config(e.to_string())))?
     };

@@ -19,7 +19,7 @@ use tidepool::Error;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-const KINDS: [&str; 6] = [
+pub(crate) const KINDS: [&str; 6] = [
     "config",
     "too_large",
     "corpus",
@@ -80,14 +80,21 @@ fn random_overrides(rng: &mut Rng) -> Overrides {
     };
     let number = |rng: &mut Rng| number(rng, hostile);
     Overrides {
-        preset: text(rng, 3, &["tiny", "small", "shakespeare", "huge", "", "TINY"]),
+        preset: text(
+            rng,
+            3,
+            &["tiny", "small", "shakespeare", "huge", "", "TINY"],
+        ),
         layers: number(rng),
         heads: number(rng),
         width: number(rng),
         context: number(rng),
         batch: number(rng),
         lr: if hostile {
-            pick(rng, &[None, Some(0.0), Some(-1.0), Some(f64::NAN), Some(1e39)])
+            pick(
+                rng,
+                &[None, Some(0.0), Some(-1.0), Some(f64::NAN), Some(1e39)],
+            )
         } else {
             pick(rng, &[None, Some(1e-3), Some(3e-4)])
         },
@@ -104,7 +111,16 @@ fn random_overrides(rng: &mut Rng) -> Overrides {
         policy: text(
             rng,
             3,
-            &["pow2", "pow2/8", "exact", "pow2/3", "pow2/0", "pow2/1073741824", "pow2/-1", "bogus"],
+            &[
+                "pow2",
+                "pow2/8",
+                "exact",
+                "pow2/3",
+                "pow2/0",
+                "pow2/1073741824",
+                "pow2/-1",
+                "bogus",
+            ],
         ),
     }
 }
@@ -112,7 +128,11 @@ fn random_overrides(rng: &mut Rng) -> Overrides {
 /// An error a user can act on: a known kind and a message that says something.
 #[track_caller]
 fn assert_clear(e: &Error, what: &str) {
-    assert!(KINDS.contains(&e.kind()), "{what}: unknown kind {}", e.kind());
+    assert!(
+        KINDS.contains(&e.kind()),
+        "{what}: unknown kind {}",
+        e.kind()
+    );
     let message = e.to_string();
     assert!(message.len() > 20, "{what}: unclear error {message:?}");
 }
@@ -160,7 +180,10 @@ async fn fuzz_body() {
                     match plan::check(&cfg, vocab, &limits) {
                         Err(e) => assert_clear(&e, &what),
                         Ok(plan) => {
-                            assert!(plan.buffers.iter().all(|b| b.created <= limits.max_binding_bytes));
+                            assert!(plan
+                                .buffers
+                                .iter()
+                                .all(|b| b.created <= limits.max_binding_bytes));
                             assert!(plan.head_size <= plan::MAX_HEAD_SIZE);
                         }
                     }
@@ -182,14 +205,24 @@ async fn fuzz_body() {
             assert_clear(&e, &json);
         }
     }
-    assert!(accepted > 100 && refused > 100, "accepted {accepted}, refused {refused}: the generator lost its edge");
+    assert!(
+        accepted > 100 && refused > 100,
+        "accepted {accepted}, refused {refused}: the generator lost its edge"
+    );
 
     // A handful of the accepted, cheap ones train a step; after each refused
     // create the next valid one still works.
     let mut trained = 0;
     let invalid = [
-        TrainConfig { heads: 3, ..TrainConfig::default() },
-        TrainConfig { batch: 16384, context: 8, ..TrainConfig::default() },
+        TrainConfig {
+            heads: 3,
+            ..TrainConfig::default()
+        },
+        TrainConfig {
+            batch: 16384,
+            context: 8,
+            ..TrainConfig::default()
+        },
     ];
     for (n, cfg) in cheap_ones.into_iter().take(3).enumerate() {
         let bad = invalid[n % invalid.len()].clone();
@@ -198,16 +231,27 @@ async fn fuzz_body() {
             Ok(_) => panic!("an invalid config was accepted"),
         }
         let what = format!("{cfg:?} (TIDEPOOL_SEED={seed})");
-        let mut trainer = Trainer::new(cfg, corpus.clone()).await.unwrap_or_else(|e| panic!("{what}: {e}"));
-        let stats = trainer.step().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut trainer = Trainer::new(cfg, corpus.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let stats = trainer
+            .step()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(stats.loss.is_finite(), "{what}: loss {}", stats.loss);
         trained += 1;
     }
     eprintln!("seed {seed}: {accepted} accepted, {refused} refused, {trained} trained a step");
-    assert!(trained >= 1, "no cheap config among the random ones (seed {seed})");
+    assert!(
+        trained >= 1,
+        "no cheap config among the random ones (seed {seed})"
+    );
 }
 
-gpu_test!(sample_rejects_absurd_lengths_and_stays_usable, sample_body());
+gpu_test!(
+    sample_rejects_absurd_lengths_and_stays_usable,
+    sample_body()
+);
 async fn sample_body() {
     let cfg = TrainConfig {
         layers: 1,
@@ -219,13 +263,21 @@ async fn sample_body() {
     };
     let mut trainer = Trainer::new(cfg, small_corpus()).await.expect("trainer");
     // `sample(-1)` from JS used to become length 4294967295 and lock the trainer.
-    for (length, temperature) in [(u32::MAX as usize, 1.0), (usize::MAX, 1.0), (3, f32::NAN), (3, -1.0)] {
+    for (length, temperature) in [
+        (u32::MAX as usize, 1.0),
+        (usize::MAX, 1.0),
+        (3, f32::NAN),
+        (3, -1.0),
+    ] {
         match trainer.sample("\n", length, temperature, 0).await {
             Err(e) => assert_eq!(e.kind(), "config", "{e}"),
             Ok(_) => panic!("sample({length}, {temperature}) was accepted"),
         }
     }
-    let text = trainer.sample("\n", 4, 1.0, 0).await.expect("sample after the errors");
+    let text = trainer
+        .sample("\n", 4, 1.0, 0)
+        .await
+        .expect("sample after the errors");
     assert_eq!(text.chars().count(), 4);
 }
 
@@ -242,9 +294,16 @@ async fn eval_every_body() {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(cfg, small_corpus()).await.expect("trainer");
-    assert_eq!(trainer.step().await.unwrap().val_loss, None, "no evaluation after step 1");
+    assert_eq!(
+        trainer.step().await.unwrap().val_loss,
+        None,
+        "no evaluation after step 1"
+    );
     let val = trainer.step().await.unwrap().val_loss;
-    assert!(val.is_some_and(f32::is_finite), "evaluated after step 2: {val:?}");
+    assert!(
+        val.is_some_and(f32::is_finite),
+        "evaluated after step 2: {val:?}"
+    );
 }
 
 // Reproductions of issue 10, checked against explicit limits (no GPU needed).
@@ -267,7 +326,10 @@ fn batch_times_heads_past_one_grid_dimension_is_refused() {
     let e = refused(&cfg, 65);
     assert_eq!(e.kind(), "too_large");
     let m = e.to_string();
-    assert!(m.contains("65536") && m.contains("65535") && m.contains("lower batch or heads"), "{m}");
+    assert!(
+        m.contains("65536") && m.contains("65535") && m.contains("lower batch or heads"),
+        "{m}"
+    );
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -276,11 +338,17 @@ fn head_size_over_128_is_a_config_error() {
     let e = overrides(r#"{"width": 132, "heads": 1}"#).unwrap_err();
     assert_eq!(e.kind(), "config");
     let m = e.to_string();
-    assert!(m.contains("132") && m.contains("128") && m.contains("heads"), "{m}");
+    assert!(
+        m.contains("132") && m.contains("128") && m.contains("heads"),
+        "{m}"
+    );
     // 128 itself is supported, where the device has the workgroup memory for it.
     let cfg = overrides(r#"{"width": 128, "heads": 1}"#).unwrap();
     let e = refused(&cfg, 65);
-    assert!(e.to_string().contains("workgroup memory") && e.to_string().contains("16384"), "{e}");
+    assert!(
+        e.to_string().contains("workgroup memory") && e.to_string().contains("16384"),
+        "{e}"
+    );
     let roomy = DeviceLimits {
         max_workgroup_storage_bytes: 32768,
         ..DeviceLimits::webgpu_default()
@@ -321,7 +389,10 @@ fn a_weight_past_the_binding_limit_is_refused() {
     let e = plan::check(&cfg, 65, &limits).unwrap_err();
     assert_eq!(e.kind(), "too_large");
     let m = e.to_string();
-    assert!(m.contains("134560000") && m.contains("134217728") && m.contains("lower width"), "{m}");
+    assert!(
+        m.contains("134560000") && m.contains("134217728") && m.contains("lower width"),
+        "{m}"
+    );
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -334,7 +405,10 @@ fn shakespeare_at_context_296_fits_128_mib_bindings() {
     // The flash kernel never forms batch x heads x context^2 (807 MB here).
     assert!(plan.buffers.iter().all(|b| !b.name.contains("context^2")));
     // And the split-K partial sums are counted: the MLP's reach 29 x 1536 x 384.
-    assert!(plan.buffers.iter().any(|b| b.name.contains("MLP weights' partial")));
+    assert!(plan
+        .buffers
+        .iter()
+        .any(|b| b.name.contains("MLP weights' partial")));
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
@@ -349,10 +423,17 @@ fn sizes_past_4_gib_do_not_wrap() {
         Some(5 * GIB + GIB / 2)
     );
     // Past the pool's largest class the request is created at its exact size.
-    assert_eq!(plan::created_size(SizePolicy::PowerOfTwo, 3 * GIB, GIB), 3 * GIB);
+    assert_eq!(
+        plan::created_size(SizePolicy::PowerOfTwo, 3 * GIB, GIB),
+        3 * GIB
+    );
     let pool = BufferPool::<Fake>::with_config(BufferPoolConfig::default());
     let n = (3 * GIB) as usize; // fits wasm32's usize (below 4 GiB)
-    assert_eq!(pool.size_class(n), n, "never rounded past the largest pooled size");
+    assert_eq!(
+        pool.size_class(n),
+        n,
+        "never rounded past the largest pooled size"
+    );
     assert!(SizePolicy::PowerOfTwo.size_class(n) as u64 >= 3 * GIB);
     // Device limits of 4 GiB and more are read whole.
     let limits = wgpu::Limits {
@@ -385,6 +466,24 @@ impl tidepool::pool::Poolable for Fake {
 
 #[cfg_attr(not(target_arch = "wasm32"), test)]
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+fn the_listed_settings_are_exactly_the_struct_fields() {
+    let json = serde_json::to_value(Overrides::default()).unwrap();
+    let mut keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut listed = Overrides::FIELDS.to_vec();
+    keys.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(keys, listed);
+    let e = Overrides::check_keys(["batch", "batchsize"]).unwrap_err();
+    assert!(e.to_string().contains("\"batchsize\""), "{e}");
+}
+
+#[cfg_attr(not(target_arch = "wasm32"), test)]
+#[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn corpus_is_capped_and_split_90_10() {
     let cap = tidepool::data::MAX_CORPUS_BYTES as usize;
     let e = Corpus::from_bytes("big.txt", &vec![b'a'; cap + 1]).unwrap_err();
@@ -395,4 +494,179 @@ fn corpus_is_capped_and_split_90_10() {
     assert_eq!(corpus.val.len(), 2_000);
     let text = &include_str!("../data/tinyshakespeare.txt")[..20_000];
     assert_eq!(corpus.tokenizer.decode(&corpus.val), text[18_000..]);
+}
+
+/// The wasm API itself (what the page calls): numbers from JS checked, errors
+/// carrying `kind`, and the API usable after each refusal.
+#[cfg(target_arch = "wasm32")]
+mod web_api {
+    use super::KINDS;
+    use js_sys::{Function, Object, Promise, Reflect};
+    use tidepool::web;
+    use wasm_bindgen::{JsCast, JsValue};
+    use wasm_bindgen_futures::JsFuture;
+
+    fn object(pairs: &[(&str, JsValue)]) -> JsValue {
+        let o = Object::new();
+        for (k, v) in pairs {
+            Reflect::set(&o, &(*k).into(), v).unwrap();
+        }
+        o.into()
+    }
+
+    fn kind(error: &JsValue) -> String {
+        assert!(
+            error.is_instance_of::<js_sys::Error>(),
+            "{error:?} is not an Error"
+        );
+        Reflect::get(error, &"kind".into())
+            .unwrap()
+            .as_string()
+            .unwrap_or_else(|| panic!("{error:?} has no kind"))
+    }
+
+    async fn rejected(promise: Promise, what: &str) -> String {
+        let error = match JsFuture::from(promise).await {
+            Err(error) => error,
+            Ok(value) => panic!("{what} should reject, resolved to {value:?}"),
+        };
+        let kind = kind(&error);
+        assert!(KINDS.contains(&kind.as_str()), "kind {kind}");
+        kind
+    }
+
+    fn call(target: &JsValue, method: &str, args: &[JsValue]) -> Promise {
+        let f: Function = Reflect::get(target, &method.into())
+            .unwrap()
+            .dyn_into()
+            .unwrap();
+        let args: js_sys::Array = args.iter().collect();
+        f.apply(target, &args).unwrap().dyn_into().unwrap()
+    }
+
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    async fn the_wasm_api_rejects_with_a_kind_and_stays_usable() {
+        let text: JsValue = include_str!("../data/tinyshakespeare.txt")[..20_000].into();
+        let n = |x: f64| JsValue::from_f64(x);
+        let cases = [
+            (object(&[("batch", n(-1.0))]), "config"),
+            (object(&[("layers", n(f64::NAN))]), "config"),
+            (object(&[("context", n(4294967296.0))]), "config"),
+            (object(&[("policy", "pow2/1073741824".into())]), "config"),
+            (object(&[("width", n(132.0)), ("heads", n(1.0))]), "config"),
+            (object(&[("no_such_setting", n(1.0))]), "config"),
+            (object(&[("preset", "huge".into())]), "config"),
+            (
+                object(&[("batch", n(16384.0)), ("context", n(8.0))]),
+                "too_large",
+            ),
+        ];
+        for (config, want) in cases {
+            let what = format!("{:?}", js_sys::JSON::stringify(&config));
+            let got = rejected(web::Trainer::create(config, text.clone(), None), &what).await;
+            assert_eq!(got, want, "{what}");
+        }
+        let tiny = object(&[
+            ("layers", n(1.0)),
+            ("width", n(16.0)),
+            ("heads", n(2.0)),
+            ("context", n(8.0)),
+            ("batch", n(2.0)),
+        ]);
+        assert_eq!(
+            rejected(
+                web::Trainer::create(tiny.clone(), JsValue::UNDEFINED, None),
+                "no corpus"
+            )
+            .await,
+            "corpus"
+        );
+        assert_eq!(
+            rejected(
+                web::Trainer::create(tiny.clone(), n(3.0), None),
+                "a number as corpus"
+            )
+            .await,
+            "corpus"
+        );
+        // After every refusal a valid create works.
+        let trainer = JsFuture::from(web::Trainer::create(tiny.clone(), text.clone(), None))
+            .await
+            .expect("create");
+        JsFuture::from(call(&trainer, "step", &[]))
+            .await
+            .expect("step");
+        // sample(-1) used to wrap to 4294967295 and lock the trainer.
+        for (length, temperature) in [
+            (-1.0, 1.0),
+            (1e12, 1.0),
+            (f64::NAN, 1.0),
+            (2.5, 1.0),
+            (4.0, f64::NAN),
+        ] {
+            let what = format!("sample({length}, {temperature})");
+            let args = [n(length), n(temperature), n(0.0)];
+            let kind = rejected(call(&trainer, "sample", &args), &what).await;
+            assert_eq!(kind, "config", "{what}");
+        }
+        let sample = JsFuture::from(call(&trainer, "sample", &[n(3.0), n(1.0), n(0.0)]))
+            .await
+            .expect("sample");
+        assert_eq!(sample.as_string().unwrap().chars().count(), 3);
+        // replace: a refused config keeps the trainer; a good one swaps it in place.
+        let bad = object(&[("width", n(132.0)), ("heads", n(1.0))]);
+        assert_eq!(
+            rejected(
+                call(&trainer, "replace", &[bad, text.clone()]),
+                "replace with head size 132"
+            )
+            .await,
+            "config"
+        );
+        JsFuture::from(call(&trainer, "step", &[]))
+            .await
+            .expect("the old trainer survives");
+        JsFuture::from(call(&trainer, "replace", &[tiny, text]))
+            .await
+            .expect("replace");
+        let stats = JsFuture::from(call(&trainer, "step", &[]))
+            .await
+            .expect("step after replace");
+        let step = Reflect::get(&stats, &"step".into()).unwrap().as_f64();
+        assert_eq!(step, Some(1.0), "a fresh trainer");
+        assert!(web::presets().contains(&"shakespeare".to_string()));
+        assert!(web::policies().contains(&"pow2/8".to_string()));
+    }
+
+    fn wasm_memory_bytes() -> f64 {
+        let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().dyn_into().unwrap();
+        let buffer: js_sys::ArrayBuffer = memory.buffer().dyn_into().unwrap();
+        buffer.byte_length() as f64
+    }
+
+    /// Tokenising a corpus at the 64 MiB cap grew wasm memory from 65 to about 1000
+    /// MiB (characters collected whole, ids copied twice); now it takes the ids
+    /// (4 bytes a character) and the held-out 10% split off, on top of the text.
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    fn a_corpus_at_the_cap_tokenises_in_memory_proportional_to_it() {
+        let cap = tidepool::data::MAX_CORPUS_BYTES as usize;
+        let line = "Tokens take four bytes a character; this line has a few kinds.\n";
+        let mut text = String::with_capacity(cap);
+        text.extend(line.chars().cycle().take(cap));
+        let before = wasm_memory_bytes();
+        let corpus = tidepool::data::Corpus::from_text("cap.txt", &text).expect("at the cap");
+        let grown = wasm_memory_bytes() - before;
+        let mib = |b: f64| b / (1 << 20) as f64;
+        web_sys::console::log_1(
+            &format!(
+                "64 MiB corpus: wasm memory {:.0} MiB with the text, grew {:.0} MiB tokenising it",
+                mib(before),
+                mib(grown)
+            )
+            .into(),
+        );
+        assert_eq!(corpus.tokens(), cap);
+        // ids 256 MiB + the held-out copy 26 MiB, and the allocator's slack.
+        assert!(mib(grown) < 320.0, "grew {:.0} MiB", mib(grown));
+    }
 }

@@ -97,10 +97,13 @@ impl WgpuContext {
 
         // The pool never hands out more than one binding can address.
         let mut pool_config = options.pool;
+        // u64 limits: a 4 GiB limit must not truncate to 0 in wasm32's usize.
         let binding_max = limits
             .max_storage_buffer_binding_size
-            .min(limits.max_buffer_size) as usize;
-        pool_config.max_buffer_size = pool_config.max_buffer_size.min(binding_max);
+            .min(limits.max_buffer_size);
+        pool_config.max_buffer_size = pool_config
+            .max_buffer_size
+            .min(usize::try_from(binding_max).unwrap_or(usize::MAX));
         // wasm32 is single-threaded (wgpu types are not Send there); natively the
         // same Arc is shared across threads.
         #[allow(clippy::arc_with_non_send_sync)]
