@@ -186,3 +186,23 @@ fn named_params_follow_the_flat_spec_order() {
     );
     assert!(GptParams::from_flat(flat[..flat.len() - 1].to_vec()).is_err());
 }
+
+/// `dropout_placement` in configs: lowercase names, nanoGPT's by default and in
+/// the shakespeare preset.
+#[test]
+fn dropout_placement_reads_lowercase_and_defaults_to_nanogpt() {
+    use tidepool::train::TrainConfig;
+    let parse = |json: &str| serde_json::from_str::<TrainConfig>(json);
+    let residual = parse(r#"{"dropout_placement": "residual"}"#).unwrap();
+    assert_eq!(residual.dropout_placement, DropoutPlacement::Residual);
+    let nanogpt = parse(r#"{"dropout_placement": "nanogpt"}"#).unwrap();
+    assert_eq!(nanogpt.dropout_placement, DropoutPlacement::Nanogpt);
+    assert_eq!(
+        parse("{}").unwrap().dropout_placement,
+        DropoutPlacement::Nanogpt
+    );
+    assert!(parse(r#"{"dropout_placement": "attention"}"#).is_err());
+    let shakespeare = TrainConfig::preset("shakespeare").unwrap();
+    assert_eq!(shakespeare.dropout_placement, DropoutPlacement::Nanogpt);
+    assert_eq!(shakespeare.dropout, 0.2);
+}
