@@ -44,13 +44,13 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn from_text(text: &str) -> Self {
-        // A set, not every character collected and sorted: memory is the
-        // vocabulary's, not the text's.
-        let chars: Vec<char> = text
-            .chars()
-            .collect::<BTreeSet<char>>()
-            .into_iter()
-            .collect();
+        // Inserted one by one: memory is the vocabulary's, not the text's
+        // (`collect` into a BTreeSet first gathers every character in a Vec).
+        let mut set = BTreeSet::new();
+        for c in text.chars() {
+            set.insert(c);
+        }
+        let chars: Vec<char> = set.into_iter().collect();
         let ids = chars
             .iter()
             .enumerate()

@@ -90,9 +90,10 @@ fn parse_config(config: JsValue) -> Result<TrainConfig, JsValue> {
         Overrides::default()
     } else {
         if let Some(object) = config.dyn_ref::<js_sys::Object>() {
-            let keys = js_sys::Object::keys(object)
+            let keys: Vec<String> = js_sys::Object::keys(object)
                 .iter()
-                .filter_map(|k| k.as_string());
+                .filter_map(|k| k.as_string())
+                .collect();
             Overrides::check_keys(keys).map_err(js_error)?;
         }
         serde_wasm_bindgen::from_value(config)

@@ -666,7 +666,8 @@ mod web_api {
             .into(),
         );
         assert_eq!(corpus.tokens(), cap);
-        // ids 256 MiB + the held-out copy 26 MiB, and the allocator's slack.
-        assert!(mib(grown) < 320.0, "grew {:.0} MiB", mib(grown));
+        // ids 256 MiB + the held-out copy 26 MiB (281 MiB at peak natively, counted
+        // by a global allocator), and the allocator's slack.
+        assert!(mib(grown) < 300.0, "grew {:.0} MiB", mib(grown));
     }
 }
