@@ -5,7 +5,10 @@
 // uPlot from the installed package and train, and no request may leave the page's
 // origin (every request is seen and any foreign one aborted by Playwright).
 //
-// make test-package (after make pkg). About a minute on SwiftShader.
+// A TypeScript project using the installed package type-checks too (its exports
+// lead tsc to the declarations shipped in the tarball).
+//
+// make test-package (after make pkg). About half a minute on SwiftShader.
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -72,6 +75,22 @@ before(() => {
   // --offline: the tarball holds everything it needs (uPlot is bundled), no registry
   execFileSync('npm', ['install', '--offline', '--no-audit', '--no-fund', join(work, tarball)], { cwd: site, stdio: 'pipe' });
   copyFileSync(join(HERE, 'index.html'), join(site, 'index.html'));
+});
+
+test('the installed package types a TypeScript page', () => {
+  copyFileSync(join(ROOT, 'tests', 'types', 'widget.ts'), join(site, 'widget.ts'));
+  const options = { strict: true, noEmit: true, target: 'ES2022', module: 'ESNext', moduleResolution: 'bundler', types: [] };
+  writeFileSync(join(site, 'tsconfig.json'), JSON.stringify({ compilerOptions: { ...options, lib: ['ES2022', 'DOM', 'DOM.Iterable', 'ESNext.Disposable'] }, files: ['widget.ts'] }));
+  const tsc = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  let files;
+  try {
+    files = execFileSync(process.execPath, [tsc, '-p', site, '--listFiles'], { cwd: site, encoding: 'utf8' });
+  } catch (err) {
+    assert.fail(`tsc failed on the installed package:\n${err.stdout}${err.stderr}`);
+  }
+  for (const d of ['node_modules/tidepool/www/tidepool.d.ts', 'node_modules/tidepool/www/wasm.d.ts', 'node_modules/tidepool/pkg/tidepool.d.ts']) {
+    assert.ok(files.includes(join(site, d)), `tsc read ${d} from the installed package`);
+  }
 });
 
 after(async () => {
