@@ -10,7 +10,8 @@ export XDG_RUNTIME_DIR ?= /tmp/tidepool-xdg
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 PORT ?= 8000
 
-.PHONY: demo test setup setup-web pkg serve test-native test-web test-e2e
+.PHONY: demo test setup setup-web pkg serve test-native test-web test-e2e \
+	test-examples test-crate test-types test-package
 
 demo: setup-web pkg serve
 
@@ -29,7 +30,7 @@ pkg:
 serve:
 	node www/serve.mjs --port $(PORT)
 
-test: setup test-native test-web test-e2e
+test: setup test-native test-examples test-crate test-web test-e2e test-types test-package
 
 test-native:
 	cargo test --release
@@ -41,3 +42,26 @@ test-web:
 
 test-e2e: pkg
 	node --test tests/e2e/
+
+# The examples a library user starts from, run to the end (their asserts check the
+# results); seconds on lavapipe.
+test-examples:
+	cargo run --release --example pool_in_wgpu
+	cargo run --release --example train_custom_corpus
+
+# The library without the CLI's dependencies (feature cli off), and its docs with
+# warnings as errors on both targets docs.rs builds (wasm32 has the web module).
+# Check and doc share one set of metadata-only dependency builds a target.
+test-crate:
+	cargo check --no-default-features --lib
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --no-default-features --lib
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --no-default-features --lib --target wasm32-unknown-unknown
+
+# The package's TypeScript declarations against code that uses them (and against
+# the declarations wasm-bindgen generates in pkg/).
+test-types: pkg
+	tsc -p tests/types
+
+# npm pack, installed into a temporary project, embedded and trained in Chromium.
+test-package: pkg
+	node --test tests/package/

@@ -5,10 +5,67 @@
 //!
 //! - [`pool`]: [`BufferPool`], the size-bucketed free list (pure bookkeeping).
 //! - [`gpu`]: [`WgpuContext`] and [`PooledBuffer`], and why recycling is safe.
-//! - [`kernels`]: every op of GPT training in WGSL; [`reference`]: the same on the CPU.
+//! - [`kernels`]: every op of GPT training in WGSL; [`reference`](mod@reference): the same on the CPU.
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
 //! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
-//! - [`data`]: the char tokenizer and the built-in corpus; `web`: the wasm API.
+//! - [`data`]: the char tokenizer and the built-in corpus; `web` (wasm32 only): the
+//!   API the page's worker drives.
+//!
+//! # Depending on it
+//!
+//! The default feature `cli` builds the `tidepool` binary (clap, indicatif,
+//! pollster). A library user needs none of it:
+//!
+//! ```toml
+//! [dependencies]
+//! tidepool = { version = "0.1", default-features = false }
+//! ```
+//!
+//! # The pool under a kernel
+//!
+//! Every buffer a kernel returns comes from the context's pool and goes back to it
+//! when dropped; the next request of that size class reuses it instead of creating a
+//! GPU buffer. (Every async call here is awaited; natively `pollster::block_on` runs
+//! it, in the browser `wasm_bindgen_futures`.)
+//!
+//! ```
+//! # pollster::block_on(async {
+//! use tidepool::{kernels, WgpuContext};
+//!
+//! let ctx = WgpuContext::new().await?;
+//! let data = [-1.0f32, 0.0, 1.0, 2.0, 3.0];
+//! for _ in 0..2 {
+//!     let x = ctx.upload_pooled(&data);
+//!     let y = kernels::gelu_forward(&ctx, &x, data.len());
+//!     let out: Vec<f32> = ctx.download(&y, data.len()).await?;
+//!     assert!((out[2] - 0.8412).abs() < 1e-3); // gelu(1)
+//! } // x and y go back to the pool here
+//! assert!(ctx.pool_stats().hits > 0, "the second round reused the first one's buffers");
+//! # Ok::<(), tidepool::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # Training
+//!
+//! ```
+//! # pollster::block_on(async {
+//! use tidepool::data::Corpus;
+//! use tidepool::train::{TrainConfig, Trainer};
+//!
+//! let corpus = Corpus::from_text("abc", &"abcabcabd".repeat(50))?;
+//! let config = TrainConfig { context: 8, batch: 2, ..TrainConfig::preset("tiny")? };
+//! let mut trainer = Trainer::new(config, corpus).await?;
+//! for _ in 0..3 {
+//!     let stats = trainer.step().await?;
+//!     assert!(stats.loss.is_finite());
+//! }
+//! println!("{}", trainer.sample("ab", 10, 0.8, 0).await?);
+//! # Ok::<(), tidepool::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! More in `examples/`: `pool_in_wgpu.rs` (a WGSL kernel of your own on pooled
+//! buffers) and `train_custom_corpus.rs` (training on your own text).
 
 pub mod bench;
 pub mod config;

@@ -103,7 +103,7 @@ pub fn crossentropy_backward(
 }
 
 /// The mean of `n` floats, as a 1-float buffer: a two-pass parallel sum (see
-/// [`super::optimizer`]), fixed order, so the same input gives the same bits.
+/// the optimizer module), fixed order, so the same input gives the same bits.
 pub fn mean(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuffer {
     let out = ctx.create_pooled(4);
     sum_into(ctx, x, n, false, 1.0 / n.max(1) as f32, &out, 0);

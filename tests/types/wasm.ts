@@ -1,0 +1,34 @@
+// The wasm Trainer through 'tidepool/wasm' (pkg/tidepool.js with www/wasm.d.ts's shapes),
+// and a check that www/wasm.d.ts declares exactly the methods wasm-bindgen generated.
+
+import init, { presets, Trainer, type ModelInfo, type StepStats, type TrainerConfig } from 'tidepool/wasm';
+import type * as generated from '../../pkg/tidepool.js';
+
+type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
+const assert = <T extends true>(): T => true as T;
+// Same instance methods and statics as the generated class; a method added to
+// src/web.rs fails here until www/wasm.d.ts has it.
+assert<Equal<keyof Trainer, keyof generated.Trainer>>();
+assert<Equal<Exclude<keyof typeof Trainer, 'prototype'>, Exclude<keyof typeof generated.Trainer, 'prototype'>>>();
+// Every function the wasm package exports is declared, with the same parameters.
+assert<Equal<Exclude<keyof typeof import('tidepool/wasm'), never>, keyof typeof generated>>();
+assert<Equal<Parameters<Trainer['sample']>, Parameters<generated.Trainer['sample']>>>();
+
+async function train(): Promise<number> {
+  await init();
+  const names: string[] = presets();
+  const config: TrainerConfig = { preset: names[0], batch: 2, context: 8, pool: true, policy: 'exact', eval_every: 5 };
+  // @ts-expect-error: unknown fields are refused by the wasm, and by the types
+  const bad: TrainerConfig = { layers: 3 };
+  const trainer = await Trainer.create(config, 'abcabcabd'.repeat(50), 'letters');
+  const model: ModelInfo = trainer.model();
+  let stats: StepStats = trainer.stats();
+  for (let i = 0; i < 3; i++) stats = await trainer.step();
+  const held: number = await trainer.evaluate();
+  const text: string = await trainer.sample(20, 0.8, 0);
+  console.log(model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad);
+  trainer.free();
+  return stats.loss;
+}
+
+export { train };

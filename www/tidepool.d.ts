@@ -1,0 +1,207 @@
+// Types of the trainer widget, www/tidepool.mjs (`import { mount } from 'tidepool'`).
+// The wasm Trainer's types are in ./wasm.d.ts ('tidepool/wasm').
+
+import type { AdapterInfo, CorpusInfo, ModelInfo, SizePolicyName, StepStats } from './wasm.js';
+
+export type * from './wasm.js';
+
+/** When the worker evaluates and samples while training (all optional). */
+export interface TidepoolSchedule {
+  /** Steps between held-out evaluations (default 20)... */
+  evalEvery?: number;
+  /** ...unless that would spend more than this share of the wall clock (0.15). */
+  evalShare?: number;
+  /** Step of the first sample (10). */
+  firstSample?: number;
+  /** At most one sample every this many seconds (15)... */
+  sampleSeconds?: number;
+  /** ...and at most this share of the wall clock (0.15). */
+  sampleShare?: number;
+  /** A sample's length is what fits in this many ms (2500). */
+  sampleBudgetMs?: number;
+  /** Characters a sample, at most (200) and at least (24). */
+  sampleLength?: number;
+  sampleMinLength?: number;
+  /** Length of the first sample, before anything is measured (32). */
+  firstSampleLength?: number;
+  /** Sampling temperature (0.8); 0 is greedy. */
+  temperature?: number;
+  /** Top-k (0: all tokens). */
+  topK?: number;
+  /** Pause at this step (0: the length of the learning-rate schedule). */
+  maxSteps?: number;
+}
+
+/** `mount(element, options)`; every field is optional. Settings apply on Reset. */
+export interface TidepoolOptions {
+  /** Heading shown above the trainer (default `tidepool`; empty: none). */
+  title?: string;
+  /** Model preset: `tiny` (default), `small`, `shakespeare`. */
+  preset?: string;
+  /** Train with the buffer pool (default true); false creates every buffer fresh. */
+  pool?: boolean;
+  /** Size classes of the pool; unset: the trainer's default. */
+  policy?: SizePolicyName;
+  /** Learning rate; unset: the preset's. */
+  lr?: number;
+  /** Sequences a step; unset: the preset's. */
+  batch?: number;
+  /** Tokens a sequence; unset: the preset's. */
+  context?: number;
+  seed?: number;
+  /** Length of the learning-rate schedule; training pauses there. */
+  steps?: number;
+  /** Text to train on instead of the built-in corpus. */
+  corpus?: string;
+  /** Its name in the widget (default `custom text`). */
+  corpusName?: string;
+  /** A text file fetched at mount and trained on. */
+  corpusUrl?: string;
+  /** Start training once the model is built. */
+  autostart?: boolean;
+  /** URL of the wasm package's `tidepool.js`; default: `../pkg/tidepool.js` next to this module. */
+  pkgUrl?: string | URL;
+  /** Evaluation and sampling cadence. */
+  schedule?: TidepoolSchedule;
+}
+
+/** Kinds of error the wasm API reports (`error.kind`). */
+export type TidepoolErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'internal';
+
+/** Detail of `tidepool:created`: a new model was built (at mount, Reset, pool switch, corpus change). */
+export interface TidepoolCreatedDetail {
+  type: 'created';
+  id?: number;
+  adapter: AdapterInfo;
+  corpus: CorpusInfo;
+  model: ModelInfo;
+}
+
+/** Detail of `tidepool:sample`. */
+export interface TidepoolSampleDetail {
+  type: 'sample';
+  id?: number;
+  /** The step the model had reached. */
+  step: number;
+  text: string;
+}
+
+/** Detail of `tidepool:state`: training started or stopped. */
+export interface TidepoolStateDetail {
+  type: 'state';
+  running: boolean;
+  step: number;
+  /** Why it paused on its own (the schedule's end, ...), or null. */
+  reason: string | null;
+}
+
+/** Detail of `tidepool:error`: the widget shows it too. */
+export interface TidepoolErrorDetail {
+  message: string;
+  kind?: TidepoolErrorKind;
+}
+
+/**
+ * Events a trainer's element dispatches (they bubble):
+ * `element.addEventListener('tidepool:step', (e) => e.detail.loss)`.
+ */
+export interface TidepoolEventMap {
+  'tidepool:created': CustomEvent<TidepoolCreatedDetail>;
+  /** After every step; the detail is the step's figures. */
+  'tidepool:step': CustomEvent<StepStats>;
+  'tidepool:sample': CustomEvent<TidepoolSampleDetail>;
+  'tidepool:state': CustomEvent<TidepoolStateDetail>;
+  'tidepool:error': CustomEvent<TidepoolErrorDetail>;
+}
+
+/** One run's history, as the charts draw it (index i is the i-th step of this run). */
+export interface TidepoolRun {
+  label: string;
+  /** Steps recorded. */
+  n: number;
+  x: number[];
+  loss: number[];
+  val: (number | null)[];
+  hit: number[];
+  hitCum: number[];
+  created: number[];
+  held: number[];
+  inUse: number[];
+  ms: number[];
+  tps: number[];
+  sizes: Set<number>;
+  latest: StepStats | null;
+}
+
+/** What `mount()` returns, and what `<tidepool-trainer>` holds as `.tidepool`. */
+export interface TidepoolController {
+  /** Trains continuously (builds the model first if needed). */
+  start(): void;
+  /** Stops after the step in flight. */
+  pause(): void;
+  /** One step, when paused. */
+  stepOnce(): void;
+  /** A new model with the settings now in the form; resolves to false when it could not be built. */
+  reset(): Promise<boolean>;
+  /** Restarts training with the pool on or off. */
+  setPool(on: boolean): Promise<void>;
+  /** A sample from the current model now (shown, and sent as `tidepool:sample`). */
+  sample(): void;
+  /** Text or a File to train on; `undefined` goes back to the built-in corpus. */
+  useCorpus(corpus: string | Blob | undefined, name?: string): Promise<unknown>;
+  /** Stops the worker, frees its GPU device and empties the element. */
+  destroy(): void;
+  readonly running: boolean;
+  readonly history: TidepoolRun;
+  /** The run before the last Reset or pool switch, drawn dashed; null before one. */
+  readonly previous: TidepoolRun | null;
+  readonly latest: StepStats | null;
+  readonly element: HTMLElement;
+}
+
+/** Mounts a trainer into `element` (replacing one mounted there) and returns its controller. */
+export declare function mount(element: HTMLElement, options?: TidepoolOptions): TidepoolController;
+
+/** Options from a query string: `?preset=small&batch=4&context=32&lr=0.002&pool=off&policy=exact&autostart`. */
+export declare function optionsFromQuery(search?: string): TidepoolOptions;
+
+/** Attributes of `<tidepool-trainer>`, read once when it joins the page. */
+export interface TidepoolTrainerAttributes {
+  preset?: string;
+  /** `off`, `false` or `0` turn the pool off. */
+  pool?: 'on' | 'off' | 'true' | 'false' | '1' | '0';
+  policy?: SizePolicyName;
+  lr?: string;
+  batch?: string;
+  context?: string;
+  seed?: string;
+  steps?: string;
+  'corpus-url'?: string;
+  title?: string;
+  /** Present: start training once the model is built. */
+  autostart?: '' | boolean;
+  'pkg-url'?: string;
+}
+
+/**
+ * `<tidepool-trainer preset="tiny" batch="2" context="8" autostart></tidepool-trainer>`:
+ * the element form of `mount()`. Its controller is `.tidepool` once connected;
+ * removed from the page, it frees its GPU device.
+ */
+export declare class TidepoolTrainer extends HTMLElement {
+  tidepool?: TidepoolController;
+  connectedCallback(): void;
+  disconnectedCallback(): void;
+}
+
+declare global {
+  interface HTMLElementTagNameMap {
+    'tidepool-trainer': TidepoolTrainer;
+  }
+  // the events bubble: any element (the mount point, a container) can listen
+  interface HTMLElementEventMap extends TidepoolEventMap {}
+  interface HTMLElement {
+    /** Set on an element `mount()` was called on. */
+    tidepool?: TidepoolController;
+  }
+}

@@ -1,0 +1,172 @@
+// Types of the wasm package, pkg/tidepool.js (`import init, { Trainer } from 'tidepool/wasm'`).
+// wasm-bindgen writes pkg/tidepool.d.ts with `any` wherever a value crosses as a
+// plain object (src/web.rs serialises them with serde); this file gives those
+// objects their shapes. tests/types/ checks that the methods here are exactly the
+// generated ones, so a method added in src/web.rs must be added here too.
+
+export type { InitInput, InitOutput, SyncInitInput } from '../pkg/tidepool.js';
+export { default, initSync, presets, start } from '../pkg/tidepool.js';
+
+/** A size policy: `pow2`, `pow2/N` (each octave split in N), or `exact`. */
+export type SizePolicyName = 'pow2' | `pow2/${number}` | 'exact';
+
+/** What `Trainer.create` takes; unset fields come from the preset. Unknown fields are errors. */
+export interface TrainerConfig {
+  /** `tiny` (default), `small` or `shakespeare`: see `presets()`. */
+  preset?: string;
+  lr?: number;
+  batch?: number;
+  context?: number;
+  /** `false`: every GPU buffer created fresh and destroyed after its step. */
+  pool?: boolean;
+  policy?: SizePolicyName;
+  seed?: number;
+  /** Length of the learning-rate schedule. */
+  steps?: number;
+  /** Dropout probability during training. */
+  dropout?: number;
+  /** Held-out evaluation every this many steps (inside `step()`; 0 or unset: never). */
+  eval_every?: number;
+}
+
+/** `trainer.adapter()` */
+export interface AdapterInfo {
+  name: string;
+  /** `vulkan`, `metal`, `dx12`, `webgpu`, ... */
+  backend: string;
+}
+
+/** `trainer.corpus()` */
+export interface CorpusInfo {
+  name: string;
+  bytes: number;
+  vocab: number;
+  tokens: number;
+}
+
+/** `trainer.model()`: the resolved model and training settings. */
+export interface ModelInfo {
+  layers: number;
+  heads: number;
+  width: number;
+  context: number;
+  vocab: number;
+  batch: number;
+  /** Number of parameters. */
+  params: number;
+  lr: number;
+  policy: string;
+  pool: boolean;
+  steps: number;
+}
+
+export interface BucketStats {
+  /** The size class, bytes. */
+  size: number;
+  /** Free buffers of that class. */
+  count: number;
+}
+
+/** The pool's counters (`BufferPoolStats` in the crate). */
+export interface PoolStats {
+  total_pooled: number;
+  buckets: BucketStats[];
+  bytes_held: number;
+  peak_bytes_held: number;
+  hits: number;
+  misses: number;
+  oversize_requests: number;
+  bytes_requested: number;
+  bytes_allocated: number;
+  releases_accepted: number;
+  rejected_bucket_full: number;
+  rejected_pool_full: number;
+  rejected_too_large: number;
+  rejected_over_budget: number;
+  rejected_not_a_class: number;
+  buffers_destroyed: number;
+  bytes_destroyed: number;
+  buffers_evicted: number;
+  bytes_evicted: number;
+  [counter: string]: unknown;
+}
+
+/** The context's counters (`ContextCounters` in the crate). */
+export interface ContextCounters {
+  dispatches: number;
+  submits: number;
+  buffers_created: number;
+  bytes_created: number;
+  buffers_destroyed: number;
+  bytes_in_use: number;
+  peak_bytes_in_use: number;
+  bytes_requested_in_use: number;
+  peak_bytes_requested_in_use: number;
+  peak_bytes_reserved: number;
+  [counter: string]: unknown;
+}
+
+/** One step's figures (`StepStats` in the crate): what `step()` resolves to. */
+export interface StepStats {
+  step: number;
+  loss: number;
+  ms: number;
+  tokens_per_s: number;
+  lr: number;
+  grad_norm: number;
+  /** Pool hits / acquires since the start, 0..1. */
+  hit_rate: number;
+  /** The same, this step only. */
+  step_hit_rate: number;
+  buffers_created: number;
+  /** 0 in steady state with the pool. */
+  buffers_created_step: number;
+  bytes_held: number;
+  peak_bytes_held: number;
+  bytes_in_use: number;
+  peak_bytes_in_use: number;
+  peak_bytes_requested: number;
+  total_pooled: number;
+  buckets: BucketStats[];
+  dispatches: number;
+  submits: number;
+  /** The latest held-out loss, when one was evaluated. */
+  val_loss: number | null;
+  pool: PoolStats;
+  context: ContextCounters;
+}
+
+/**
+ * A GPT training on its own WebGPU device and pool. Calls that return promises
+ * must not overlap: await each before the next (a second one is refused).
+ * Rejections are `Error`s whose message says what to change.
+ */
+export declare class Trainer {
+  private constructor();
+  /**
+   * `corpus`: text, or UTF-8 bytes (empty, binary and invalid UTF-8 are refused);
+   * without one, the built-in corpus. `name` labels it in messages.
+   */
+  static create(config?: TrainerConfig | null, corpus?: string | Uint8Array | null, name?: string | null): Promise<Trainer>;
+  adapter(): AdapterInfo;
+  corpus(): CorpusInfo;
+  model(): ModelInfo;
+  /** The latest step's figures without stepping. */
+  stats(): StepStats;
+  /** One training step. */
+  step(): Promise<StepStats>;
+  /** The mean held-out loss. */
+  evaluate(): Promise<number>;
+  /** `length` characters from the model; `temperature` 0 is greedy, `top_k` 0 takes all. */
+  sample(length: number, temperature: number, top_k: number): Promise<string>;
+  /** Releases the trainer's GPU memory now. */
+  free(): void;
+  [Symbol.dispose](): void;
+}
+
+/** Pooled buffer vs `createBuffer` latency, one row per size. */
+export declare function benchPool(batches: number): Promise<Record<string, unknown>[]>;
+/** ms a step pooled, with seed uploads, and without the pool. */
+export declare function benchStep(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
+/** Memory reserved per size policy. */
+export declare function benchPolicies(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
