@@ -16,62 +16,62 @@ pub const DEFAULT_PRESET: &str = "tiny";
 
 /// Overrides of a preset's settings; every field is optional.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(not(target_arch = "wasm32"), derive(clap::Args))]
+#[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), derive(clap::Args))]
 #[serde(default, deny_unknown_fields)]
 pub struct Overrides {
     /// Model and training preset: tiny, small or shakespeare (default tiny).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub preset: Option<String>,
     /// Transformer blocks.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub layers: Option<f64>,
     /// Attention heads (width / heads is the head size, at most 128).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub heads: Option<f64>,
     /// Embedding width (a multiple of 4 and of heads).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub width: Option<f64>,
     /// Tokens a sequence.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub context: Option<f64>,
     /// Sequences a step.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub batch: Option<f64>,
     /// Peak learning rate.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub lr: Option<f64>,
     /// Training steps (the schedule's length).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub steps: Option<f64>,
     /// Warm-up steps of the learning rate.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub warmup: Option<f64>,
     /// Dropout probability during training (shakespeare preset: 0.2).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub dropout: Option<f64>,
     /// Where dropout applies: residual or nanogpt (also the attention probabilities).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub dropout_placement: Option<String>,
     /// AdamW weight decay of the matrices and embeddings.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub weight_decay: Option<f64>,
     /// Clip gradients to this global norm (0: off).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub grad_clip: Option<f64>,
     /// Seed of the initial weights, batches and dropout masks.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub seed: Option<f64>,
     /// Evaluate the held-out loss every N steps (0: only when asked / at the end).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub eval_every: Option<f64>,
     /// Held-out batches an evaluation averages.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
     pub eval_batches: Option<f64>,
     /// Reuse buffers through the pool (false: create and destroy every buffer).
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub pool: Option<bool>,
     /// Size classes: pow2, pow2/N (N a power of two up to 1024) or exact.
-    #[cfg_attr(not(target_arch = "wasm32"), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub policy: Option<String>,
 }
 
