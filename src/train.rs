@@ -194,10 +194,16 @@ pub struct Batcher {
 }
 
 impl Batcher {
+    /// Also restores a [`Batcher::state`].
     pub fn new(seed: u64) -> Self {
         Batcher {
             rng: Rng::new(seed),
         }
+    }
+
+    /// Where the stream of windows stands: `Batcher::new(state)` continues it.
+    pub fn state(&self) -> u64 {
+        self.rng.state()
     }
 
     /// `batch` windows of `t` inputs and their next-token targets.
@@ -271,21 +277,21 @@ pub fn now_ms() -> f64 {
 
 /// Trains a GPT on the GPU, every buffer from the pool.
 pub struct Trainer {
-    cfg: TrainConfig,
-    model: GptConfig,
-    specs: Vec<ParamSpec>,
-    corpus: Corpus,
-    params: Vec<PooledBuffer>,
-    adam_m: Vec<PooledBuffer>,
-    adam_v: Vec<PooledBuffer>,
-    batcher: Batcher,
-    sample_rng: Rng,
-    step: u32,
-    last: StepStats,
-    val_loss: Option<f32>,
+    pub(crate) cfg: TrainConfig,
+    pub(crate) model: GptConfig,
+    pub(crate) specs: Vec<ParamSpec>,
+    pub(crate) corpus: Corpus,
+    pub(crate) params: Vec<PooledBuffer>,
+    pub(crate) adam_m: Vec<PooledBuffer>,
+    pub(crate) adam_v: Vec<PooledBuffer>,
+    pub(crate) batcher: Batcher,
+    pub(crate) sample_rng: Rng,
+    pub(crate) step: u32,
+    pub(crate) last: StepStats,
+    pub(crate) val_loss: Option<f32>,
     /// Last, so it drops after the buffers above: its drop destroys what they
     /// returned to the pool.
-    ctx: WgpuContext,
+    pub(crate) ctx: WgpuContext,
 }
 
 impl Trainer {
@@ -296,16 +302,8 @@ impl Trainer {
         let model = cfg.model(corpus.vocab_size());
         model.validate()?;
         corpus.check_context(cfg.context)?;
-        let ctx = WgpuContext::with_options(ContextOptions {
-            pool: BufferPoolConfig {
-                policy: cfg.policy,
-                ..Default::default()
-            },
-            pooling: cfg.pool,
-        })
-        .await?;
-        let (bytes, what) = model.largest_tensor(cfg.batch, cfg.context);
-        ctx.check_fits(bytes, what)?;
+        let largest = model.largest_tensor(cfg.batch, cfg.context);
+        let ctx = Trainer::open_context(&cfg, largest).await?;
         let specs = model.params();
         let params = model
             .init(cfg.seed)
@@ -334,6 +332,24 @@ impl Trainer {
         })
     }
 
+    /// The device and pool `cfg` asks for, checked to fit a step's largest tensor
+    /// (`(bytes, what)`; shared with [`Trainer::resume`]).
+    pub(crate) async fn open_context(
+        cfg: &TrainConfig,
+        (bytes, what): (u64, &str),
+    ) -> Result<WgpuContext> {
+        let ctx = WgpuContext::with_options(ContextOptions {
+            pool: BufferPoolConfig {
+                policy: cfg.policy,
+                ..Default::default()
+            },
+            pooling: cfg.pool,
+        })
+        .await?;
+        ctx.check_fits(bytes, what)?;
+        Ok(ctx)
+    }
+
     pub fn context(&self) -> &WgpuContext {
         &self.ctx
     }
@@ -356,6 +372,8 @@ impl Trainer {
     /// One training step: upload a batch, forward, backward, clip, AdamW, all in one
     /// submit; then await the loss.
     pub async fn step(&mut self) -> Result<StepStats> {
+        // A trainer resumed without its corpus has a vocabulary and no text.
+        self.corpus.check_context(self.cfg.context)?;
         let start = now_ms();
         let before_counters = self.ctx.counters();
         let before_pool = self.ctx.pool_stats();
@@ -538,7 +556,23 @@ impl Trainer {
         top_k: usize,
     ) -> Result<String> {
         let (c, v) = (self.cfg.context, self.model.vocab);
+        if !(temperature.is_finite() && temperature >= 0.0) {
+            return Err(Error::Config(format!(
+                "temperature must be 0 (greedy) or more, got {temperature}"
+            )));
+        }
         let mut ids = self.corpus.tokenizer.encode(prompt);
+        if ids.len() != prompt.chars().count() {
+            let tokenizer = &self.corpus.tokenizer;
+            let (at, unknown) = prompt
+                .chars()
+                .enumerate()
+                .find(|(_, ch)| tokenizer.encode(&ch.to_string()).is_empty())
+                .expect("a character was skipped");
+            return Err(Error::Config(format!(
+                "the prompt's character {unknown:?} (character {at}) is not in the model's                  vocabulary of {v} characters"
+            )));
+        }
         if ids.is_empty() {
             ids.push(self.sample_rng.below(v) as u32);
         }
