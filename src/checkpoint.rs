@@ -158,6 +158,37 @@ pub fn check_file_size(bytes: u64) -> Result<()> {
     Ok(())
 }
 
+/// Reads a checkpoint file, refusing one over [`MAX_CHECKPOINT_BYTES`] before
+/// reading it.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    let cannot = |e: std::io::Error| {
+        Error::Config(format!(
+            "cannot read the checkpoint {}: {e}",
+            path.display()
+        ))
+    };
+    check_file_size(std::fs::metadata(path).map_err(cannot)?.len())?;
+    std::fs::read(path).map_err(cannot)
+}
+
+/// Writes a checkpoint file whole or not at all (a temporary file beside it,
+/// renamed over it), so an interrupted save never leaves a truncated checkpoint.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            Error::Config(format!(
+                "cannot write the checkpoint {}: {e}",
+                path.display()
+            ))
+        })
+}
+
 fn bad(message: String) -> Error {
     Error::Config(format!("bad checkpoint: {message}"))
 }

@@ -570,7 +570,8 @@ impl Trainer {
                 .find(|(_, ch)| tokenizer.encode(&ch.to_string()).is_empty())
                 .expect("a character was skipped");
             return Err(Error::Config(format!(
-                "the prompt's character {unknown:?} (character {at}) is not in the model's                  vocabulary of {v} characters"
+                "the prompt's character {unknown:?} (character {at}) is not in the model's \
+                 vocabulary of {v} characters"
             )));
         }
         if ids.is_empty() {
