@@ -77,6 +77,20 @@ impl WebConfig {
     }
 }
 
+/// The most characters `sample` takes as a prompt or gives back in one call.
+pub const MAX_SAMPLE_CHARS: u64 = 10_000;
+
+/// A JS number that must be a whole number in `0..=max`.
+fn whole_number(name: &str, value: f64, max: u64) -> Result<usize, Error> {
+    if value.is_finite() && value >= 0.0 && value.fract() == 0.0 && value <= max as f64 {
+        Ok(value as usize)
+    } else {
+        Err(Error::Config(format!(
+            "{name} must be a whole number from 0 to {max}, got {value}"
+        )))
+    }
+}
+
 fn js_error(e: impl std::fmt::Display) -> JsValue {
     JsError::new(&e.to_string()).into()
 }
@@ -203,10 +217,86 @@ impl Trainer {
         with_trainer(&self.inner, |t| Box::pin(t.evaluate()))
     }
 
-    /// Resolves to `length` characters sampled from the model.
-    pub fn sample(&self, length: usize, temperature: f32, top_k: usize) -> js_sys::Promise {
+    /// `sample(prompt, length, temperature, topK)` resolves to `length` characters
+    /// sampled from the model after `prompt` (every character of which must be in
+    /// the vocabulary). `temperature` 0 is greedy; `topK` 0 samples among all.
+    pub fn sample(
+        &self,
+        prompt: String,
+        length: f64,
+        temperature: f64,
+        top_k: f64,
+    ) -> js_sys::Promise {
+        let checked = (|| {
+            let prompt_chars = prompt.chars().count() as f64;
+            whole_number("the prompt's length", prompt_chars, MAX_SAMPLE_CHARS)?;
+            let length = whole_number("length", length, MAX_SAMPLE_CHARS)?;
+            let top_k = whole_number("topK", top_k, u32::MAX as u64)?;
+            Ok::<_, Error>((length, top_k))
+        })();
         with_trainer(&self.inner, move |t| {
-            Box::pin(t.sample("\n", length, temperature, top_k))
+            Box::pin(async move {
+                let (length, top_k) = checked?;
+                t.sample(&prompt, length, temperature as f32, top_k).await
+            })
+        })
+    }
+
+    /// `save()` resolves to the run as a checkpoint: a `Uint8Array` holding a
+    /// safetensors file (docs/checkpoint.md) that `Trainer.load` and
+    /// `tidepool train --resume` continue exactly.
+    pub fn save(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        #[allow(clippy::await_holding_refcell_ref)]
+        wasm_bindgen_futures::future_to_promise(async move {
+            let guard = inner
+                .try_borrow_mut()
+                .map_err(|_| js_error("the trainer is busy: await the previous call first"))?;
+            let trainer = guard
+                .as_ref()
+                .ok_or_else(|| js_error("the trainer was freed"))?;
+            let bytes = trainer.save().await.map_err(js_error)?;
+            Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
+        })
+    }
+
+    /// `Trainer.load(bytes, corpus?, name?)` resolves to a new trainer that continues
+    /// the run saved in `bytes` (a `Uint8Array` or `ArrayBuffer`). `corpus` (a string
+    /// or UTF-8 `Uint8Array`) must have the checkpoint's vocabulary; without one the
+    /// trainer samples but does not train. A bad file rejects with a message and
+    /// leaves every existing trainer as it was.
+    pub fn load(bytes: JsValue, corpus: JsValue, name: Option<String>) -> js_sys::Promise {
+        wasm_bindgen_futures::future_to_promise(async move {
+            let bytes = if let Some(buffer) = bytes.dyn_ref::<js_sys::ArrayBuffer>() {
+                js_sys::Uint8Array::new(buffer)
+            } else {
+                bytes.dyn_into::<js_sys::Uint8Array>().map_err(|_| {
+                    js_error(Error::Config(
+                        "a checkpoint is a Uint8Array or an ArrayBuffer".into(),
+                    ))
+                })?
+            };
+            // Checked before the bytes are copied into wasm memory.
+            crate::checkpoint::check_file_size(bytes.length() as u64).map_err(js_error)?;
+            let name = name.unwrap_or_else(|| "your file".into());
+            let corpus = if corpus.is_undefined() || corpus.is_null() {
+                None
+            } else if let Some(text) = corpus.as_string() {
+                Some(Corpus::from_text(&name, &text).map_err(js_error)?)
+            } else if let Some(text) = corpus.dyn_ref::<js_sys::Uint8Array>() {
+                Some(Corpus::from_bytes(&name, &text.to_vec()).map_err(js_error)?)
+            } else {
+                return Err(js_error(Error::Data(
+                    "the corpus must be a string or a Uint8Array".into(),
+                )));
+            };
+            let trainer = train::Trainer::resume(&bytes.to_vec(), corpus)
+                .await
+                .map_err(js_error)?;
+            Ok(Trainer {
+                inner: Rc::new(RefCell::new(Some(trainer))),
+            }
+            .into())
         })
     }
 
