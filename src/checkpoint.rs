@@ -31,7 +31,7 @@ use crate::train::{Batcher, StepStats, TrainConfig, Trainer};
 pub const FORMAT_VERSION: &str = "1";
 
 /// The largest checkpoint file tidepool reads: 1 GiB, about 89 million parameters
-/// with their two AdamW moments (the shakespeare preset's is 129 MiB). The whole
+/// with their two AdamW moments (the shakespeare preset's is 123 MiB). The whole
 /// file is held in memory (wasm32 has 4 GiB in all), so this is checked before a file
 /// is read.
 pub const MAX_CHECKPOINT_BYTES: u64 = 1 << 30;
