@@ -141,6 +141,8 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tolerance", type=float, default=1e-4)
     args = ap.parse_args()
+    # full fp32 matmuls on CUDA too (TF32 would differ from tidepool by ~1e-3)
+    torch.backends.cuda.matmul.allow_tf32 = False
 
     with open(args.batch) as f:
         batch = json.load(f)

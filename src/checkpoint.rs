@@ -592,7 +592,7 @@ impl Trainer {
     pub async fn loss_on(&self, inputs: &[u32], targets: &[u32]) -> Result<f32> {
         let t = self.model.context;
         let v = self.model.vocab as u32;
-        if inputs.is_empty() || inputs.len() % t != 0 || targets.len() != inputs.len() {
+        if inputs.is_empty() || !inputs.len().is_multiple_of(t) || targets.len() != inputs.len() {
             return Err(Error::Config(format!(
                 "a batch is whole sequences of {t} inputs and as many targets; got {} and {}",
                 inputs.len(),

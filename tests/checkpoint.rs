@@ -360,3 +360,112 @@ async fn sample_only() {
     }
 }
 gpu_test!(sample_only_test, sample_only());
+
+/// The wasm API as the page calls it: `save()` gives a `Uint8Array`, `Trainer.load`
+/// takes it (or its `ArrayBuffer`) back, `sample` checks its JS numbers, bad bytes
+/// reject, and the trainer that saved still trains.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+async fn web_api_save_load_sample() {
+    use js_sys::{Array, Function, Object, Reflect, Uint8Array};
+    use tidepool::web::Trainer as WebTrainer;
+    use wasm_bindgen::{JsCast, JsValue};
+    use wasm_bindgen_futures::JsFuture;
+
+    async fn call(target: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, String> {
+        let f: Function = Reflect::get(target, &method.into())
+            .unwrap()
+            .unchecked_into();
+        let args: Array = args.iter().collect();
+        let promise = f.apply(target, &args).map_err(|e| format!("{e:?}"))?;
+        JsFuture::from(js_sys::Promise::from(promise))
+            .await
+            .map_err(|e| {
+                Reflect::get(&e, &"message".into())
+                    .unwrap()
+                    .as_string()
+                    .unwrap()
+            })
+    }
+    let config = Object::new();
+    for (key, value) in [("batch", 2.0), ("context", 16.0), ("steps", 10.0)] {
+        Reflect::set(&config, &key.into(), &value.into()).unwrap();
+    }
+    let first = JsFuture::from(WebTrainer::create(config.into(), JsValue::UNDEFINED, None))
+        .await
+        .expect("create");
+    call(&first, "step", &[]).await.expect("step");
+    let bytes = call(&first, "save", &[]).await.expect("save");
+    let bytes: Uint8Array = bytes.dyn_into().expect("save resolves to a Uint8Array");
+    assert!(bytes.length() > 1000);
+
+    // Loaded from its ArrayBuffer without a corpus: samples after a prompt.
+    let loaded = JsFuture::from(WebTrainer::load(
+        bytes.buffer().into(),
+        JsValue::UNDEFINED,
+        None,
+    ))
+    .await
+    .expect("load");
+    let text = call(
+        &loaded,
+        "sample",
+        &["Th".into(), 5.into(), 0.8.into(), 3.into()],
+    )
+    .await
+    .expect("sample");
+    assert_eq!(text.as_string().unwrap().chars().count(), 5);
+    for (length, top_k) in [
+        (1.5, 3.0),
+        (-1.0, 3.0),
+        (f64::NAN, 3.0),
+        (1e9, 3.0),
+        (5.0, -2.0),
+    ] {
+        let e = call(
+            &loaded,
+            "sample",
+            &["Th".into(), length.into(), 0.8.into(), top_k.into()],
+        )
+        .await
+        .expect_err("a bad number is refused");
+        assert!(e.contains("whole number"), "{e}");
+    }
+    let e = call(&loaded, "step", &[])
+        .await
+        .expect_err("no text, no training");
+    assert!(e.contains("no training text"), "{e}");
+
+    // With its corpus (the built-in one, as text) it trains on.
+    let corpus: JsValue = tidepool::data::BUILTIN_CORPUS.into();
+    let resumed = JsFuture::from(WebTrainer::load(bytes.clone().into(), corpus, None))
+        .await
+        .expect("load with the corpus");
+    let stats = call(&resumed, "step", &[]).await.expect("resumed step");
+    assert_eq!(
+        Reflect::get(&stats, &"step".into()).unwrap().as_f64(),
+        Some(2.0)
+    );
+
+    // Bad bytes reject with their message; the first trainer is untouched.
+    let truncated = bytes.subarray(0, bytes.length() / 2);
+    let e = JsFuture::from(WebTrainer::load(truncated.into(), JsValue::UNDEFINED, None))
+        .await
+        .expect_err("truncated");
+    assert!(format!("{e:?}").contains("truncated"), "{e:?}");
+    let e = JsFuture::from(WebTrainer::load(
+        "not bytes".into(),
+        JsValue::UNDEFINED,
+        None,
+    ))
+    .await
+    .expect_err("a string is not a checkpoint");
+    assert!(format!("{e:?}").contains("Uint8Array"), "{e:?}");
+    let stats = call(&first, "step", &[])
+        .await
+        .expect("the first trainer still trains");
+    assert_eq!(
+        Reflect::get(&stats, &"step".into()).unwrap().as_f64(),
+        Some(2.0)
+    );
+}
