@@ -8,9 +8,11 @@
 //! - [`kernels`]: every op of GPT training in WGSL; [`reference`]: the same on the CPU.
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
 //! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
+//! - [`checkpoint`]: save, resume and export a run (safetensors).
 //! - [`data`]: the char tokenizer and the built-in corpus; `web`: the wasm API.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod error;
