@@ -393,8 +393,8 @@ async fn web_api_save_load_sample() {
     for (key, value) in [("batch", 2.0), ("context", 16.0), ("steps", 10.0)] {
         Reflect::set(&config, &key.into(), &value.into()).unwrap();
     }
-    let text: JsValue = include_str!("../data/tinyshakespeare.txt").into();
-    let first = JsFuture::from(WebTrainer::create(config.into(), text.clone(), None))
+    let corpus_text: JsValue = include_str!("../data/tinyshakespeare.txt").into();
+    let first = JsFuture::from(WebTrainer::create(config.into(), corpus_text.clone(), None))
         .await
         .expect("create");
     call(&first, "step", &[]).await.expect("step");
@@ -440,7 +440,7 @@ async fn web_api_save_load_sample() {
     assert!(e.contains("no training text"), "{e}");
 
     // With its corpus it trains on.
-    let resumed = JsFuture::from(WebTrainer::load(bytes.clone().into(), text, None))
+    let resumed = JsFuture::from(WebTrainer::load(bytes.clone().into(), corpus_text, None))
         .await
         .expect("load with the corpus");
     let stats = call(&resumed, "step", &[]).await.expect("resumed step");
