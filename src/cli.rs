@@ -27,6 +27,8 @@ enum Command {
     Train(Box<TrainArgs>),
     /// Print the adapter wgpu picks (WGPU_BACKEND / WGPU_ADAPTER_NAME choose).
     Info,
+    /// Sample text from a saved checkpoint after a prompt.
+    Sample(SampleArgs),
     /// Measure the pool: `pool` (latency against create_buffer), `step` (ms a step
     /// with and without it), `policies` (memory each size policy reserves), `soak`
     /// (bytes held, buffers created and host memory over a long run).
@@ -79,6 +81,43 @@ struct TrainArgs {
     /// Print this many sampled characters at the end.
     #[arg(long, default_value_t = 0)]
     sample: usize,
+    #[command(flatten)]
+    checkpoint: CheckpointArgs,
+}
+
+/// Saving and resuming a run (docs/checkpoint.md).
+#[derive(clap::Args)]
+struct CheckpointArgs {
+    /// Write the run to this checkpoint (safetensors) at the end.
+    #[arg(long)]
+    save: Option<std::path::PathBuf>,
+    /// Also save every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0, requires = "save")]
+    save_every: u32,
+    /// Continue the run in this checkpoint where it stopped: its model, settings,
+    /// schedule and batches. The corpus must have its vocabulary; --steps sets the
+    /// schedule's length; --policy, --pool, --eval-every and --eval-batches apply.
+    #[arg(long, conflicts_with_all = ["preset", "layers", "heads", "width", "context", "batch", "lr", "warmup", "dropout", "dropout_placement", "weight_decay", "grad_clip", "seed"])]
+    resume: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct SampleArgs {
+    /// A checkpoint written by `tidepool train --save`.
+    #[arg(long)]
+    checkpoint: std::path::PathBuf,
+    /// Text the sample continues (every character must be in the vocabulary).
+    #[arg(long, default_value = "\n")]
+    prompt: String,
+    /// Characters to sample.
+    #[arg(long, default_value_t = 500)]
+    tokens: usize,
+    /// 0: always the likeliest character.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// Sample among the k likeliest characters (0: all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
 }
 
 impl TrainArgs {
@@ -330,6 +369,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Train(args) => pollster::block_on(train(*args)),
         Command::Info => pollster::block_on(info()),
+        Command::Sample(args) => pollster::block_on(sample(args)),
         Command::Bench(args) => pollster::block_on(bench(args)),
     };
     match result {
@@ -357,16 +397,62 @@ async fn info() -> Result<(), tidepool::Error> {
     Ok(())
 }
 
+async fn sample(args: SampleArgs) -> Result<(), tidepool::Error> {
+    let bytes = tidepool::checkpoint::read_file(&args.checkpoint)?;
+    let mut trainer = Trainer::resume(&bytes, None).await?;
+    let text = trainer
+        .sample(&args.prompt, args.tokens, args.temperature, args.top_k)
+        .await?;
+    println!("{}{text}", args.prompt);
+    Ok(())
+}
+
+/// Writes the run to `path`, if one was asked for.
+async fn save(trainer: &Trainer, path: Option<&std::path::Path>) -> Result<(), tidepool::Error> {
+    match path {
+        Some(path) => tidepool::checkpoint::write_file(path, &trainer.save().await?),
+        None => Ok(()),
+    }
+}
+
 async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
     let cfg = args.config()?;
     let corpus = args.corpus()?;
-    let steps = cfg.steps;
-    let mut trainer = Trainer::new(cfg, corpus).await?;
+    let ckpt = &args.checkpoint;
+    let mut trainer = match &ckpt.resume {
+        None => Trainer::new(cfg, corpus).await?,
+        Some(path) => {
+            let bytes = tidepool::checkpoint::read_file(path)?;
+            Trainer::resume_with(&bytes, Some(corpus), |saved| {
+                let given = &args.overrides;
+                if given.steps.is_some() {
+                    saved.steps = cfg.steps;
+                }
+                if given.policy.is_some() {
+                    saved.policy = cfg.policy;
+                }
+                if given.eval_every.is_some() {
+                    saved.eval_every = cfg.eval_every;
+                }
+                if given.eval_batches.is_some() {
+                    saved.eval_batches = cfg.eval_batches;
+                }
+                if given.pool.is_some() || args.no_pool {
+                    saved.pool = cfg.pool;
+                }
+            })
+            .await?
+        }
+    };
+    let (done, steps) = (trainer.steps_done(), trainer.config().steps);
     let (m, c) = (trainer.model().clone(), trainer.config().clone());
     if !args.json {
         eprintln!(
             "{} on {} ({}): {} layers, {} heads, width {}, context {}, batch {}, {} parameters; corpus {} ({} tokens, vocab {}); pool {} ({})",
-            args.preset(),
+            match &ckpt.resume {
+                Some(path) => format!("{} (step {done})", path.display()),
+                None => args.preset().to_string(),
+            },
             trainer.context().adapter_name(),
             trainer.context().backend(),
             m.layers, m.heads, m.width, m.context, c.batch, m.num_params(),
@@ -385,11 +471,15 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
             .expect("valid template"),
         )
     };
+    bar.set_position(done as u64);
     let start = now_ms();
     let mut out = std::io::stdout().lock();
-    for _ in 0..steps {
+    for _ in done..steps {
         // Evaluates every `eval_every` steps itself.
         let s = trainer.step().await?;
+        if ckpt.save_every > 0 && s.step % ckpt.save_every == 0 {
+            save(&trainer, ckpt.save.as_deref()).await?;
+        }
         if args.json {
             let line = serde_json::to_string(&s).expect("stats serialize");
             writeln!(out, "{line}").ok();
@@ -409,8 +499,9 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
     bar.finish();
     let seconds = (now_ms() - start) / 1e3;
     let val_loss = trainer.evaluate().await?;
+    save(&trainer, ckpt.save.as_deref()).await?;
     let s = trainer.stats().clone();
-    let tokens = steps as f64 * (c.batch * c.context) as f64;
+    let tokens = steps.saturating_sub(done) as f64 * (c.batch * c.context) as f64;
     let final_line = serde_json::json!({
         "final": true,
         "steps": steps,

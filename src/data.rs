@@ -63,6 +63,11 @@ impl Tokenizer {
         self.chars.len()
     }
 
+    /// The characters in id order (sorted, distinct).
+    pub fn chars(&self) -> &[char] {
+        &self.chars
+    }
+
     /// Ids of `text`'s characters; characters not in the vocabulary are skipped.
     pub fn encode(&self, text: &str) -> Vec<u32> {
         text.chars()

@@ -8,6 +8,7 @@
 //! - [`kernels`]: every op of GPT training in WGSL; [`reference`](mod@reference): the same on the CPU.
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
 //! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
+//! - [`checkpoint`]: save, resume and export a run (safetensors).
 //! - [`data`]: the char tokenizer and the built-in corpus; `web` (wasm32 only): the
 //!   API the page's worker drives.
 //!
@@ -68,6 +69,7 @@
 //! buffers) and `train_custom_corpus.rs` (training on your own text).
 
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod error;

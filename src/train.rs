@@ -271,10 +271,16 @@ pub struct Batcher {
 }
 
 impl Batcher {
+    /// Also restores a [`Batcher::state`].
     pub fn new(seed: u64) -> Self {
         Batcher {
             rng: Rng::new(seed),
         }
+    }
+
+    /// Where the stream of windows stands: `Batcher::new(state)` continues it.
+    pub fn state(&self) -> u64 {
+        self.rng.state()
     }
 
     /// `batch` windows of `t` inputs and their next-token targets.
@@ -348,21 +354,21 @@ pub fn now_ms() -> f64 {
 
 /// Trains a GPT on the GPU, every buffer from the pool.
 pub struct Trainer {
-    cfg: TrainConfig,
-    model: GptConfig,
-    specs: Vec<ParamSpec>,
-    corpus: Corpus,
-    params: GptParams<PooledBuffer>,
-    adam_m: Vec<PooledBuffer>,
-    adam_v: Vec<PooledBuffer>,
-    batcher: Batcher,
-    sample_rng: Rng,
-    step: u32,
-    last: StepStats,
-    val_loss: Option<f32>,
+    pub(crate) cfg: TrainConfig,
+    pub(crate) model: GptConfig,
+    pub(crate) specs: Vec<ParamSpec>,
+    pub(crate) corpus: Corpus,
+    pub(crate) params: GptParams<PooledBuffer>,
+    pub(crate) adam_m: Vec<PooledBuffer>,
+    pub(crate) adam_v: Vec<PooledBuffer>,
+    pub(crate) batcher: Batcher,
+    pub(crate) sample_rng: Rng,
+    pub(crate) step: u32,
+    pub(crate) last: StepStats,
+    pub(crate) val_loss: Option<f32>,
     /// Last, so it drops after the buffers above: its drop destroys what they
     /// returned to the pool.
-    ctx: WgpuContext,
+    pub(crate) ctx: WgpuContext,
 }
 
 impl Trainer {
@@ -373,16 +379,7 @@ impl Trainer {
         let model = cfg.model(corpus.vocab_size());
         model.validate()?;
         corpus.check_context(cfg.context)?;
-        let vocab = corpus.vocab_size() as u64;
-        let ctx = WgpuContext::with_options(ContextOptions {
-            pool: BufferPoolConfig {
-                policy: cfg.policy,
-                ..Default::default()
-            },
-            pooling: cfg.pool,
-        })
-        .await?;
-        crate::plan::check(&cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;
+        let ctx = Trainer::open_context(&cfg, corpus.vocab_size() as u64).await?;
         let specs = model.params();
         let params = model.init(cfg.seed);
         let params = GptParams::from_flat(params.iter().map(|v| ctx.upload_pooled(v)).collect())?;
@@ -408,6 +405,21 @@ impl Trainer {
         })
     }
 
+    /// The device and pool `cfg` asks for, with `cfg` checked to fit it
+    /// ([`crate::plan::check`]; shared with [`Trainer::resume`]).
+    pub(crate) async fn open_context(cfg: &TrainConfig, vocab: u64) -> Result<WgpuContext> {
+        let ctx = WgpuContext::with_options(ContextOptions {
+            pool: BufferPoolConfig {
+                policy: cfg.policy,
+                ..Default::default()
+            },
+            pooling: cfg.pool,
+        })
+        .await?;
+        crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;
+        Ok(ctx)
+    }
+
     pub fn context(&self) -> &WgpuContext {
         &self.ctx
     }
@@ -430,13 +442,16 @@ impl Trainer {
     /// One training step: upload a batch, forward, backward, clip, AdamW, all in one
     /// submit; then await the loss.
     pub async fn step(&mut self) -> Result<StepStats> {
+        // A trainer resumed without its corpus has a vocabulary and no text.
+        self.corpus.check_context(self.cfg.context)?;
         let (c, b) = (self.cfg.context, self.cfg.batch);
         let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
         self.step_on(&inputs, &targets).await
     }
 
     /// One training step on a given batch instead of the next training windows
-    /// (`batch` x `context` tokens), with this step's dropout masks and learning rate. The PyTorch fixture tests use it.
+    /// (`batch` x `context` tokens), with this step's dropout masks and learning rate.
+    /// The PyTorch fixture tests use it.
     pub async fn step_on(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
         self.check_batch(inputs, targets)?;
         let start = now_ms();
@@ -689,6 +704,18 @@ impl Trainer {
         }
         let (c, v) = (self.cfg.context, self.model.vocab);
         let mut ids = self.corpus.tokenizer.encode(prompt);
+        if ids.len() != prompt.chars().count() {
+            let tokenizer = &self.corpus.tokenizer;
+            let (at, unknown) = prompt
+                .chars()
+                .enumerate()
+                .find(|(_, ch)| tokenizer.encode(&ch.to_string()).is_empty())
+                .expect("a character was skipped");
+            return Err(Error::Config(format!(
+                "the prompt's character {unknown:?} (character {at}) is not in the model's \
+                 vocabulary of {v} characters"
+            )));
+        }
         if ids.is_empty() {
             ids.push(self.sample_rng.below(v) as u32);
         }

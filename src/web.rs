@@ -273,18 +273,78 @@ impl Trainer {
         with_trainer(&self.inner, |t| Box::pin(t.evaluate()))
     }
 
-    /// Resolves to `length` characters sampled from the model (`length` a whole
-    /// number up to 10000, `temperature` >= 0, `topK` a whole number, 0: all).
-    /// Anything else rejects with `kind: "config"`; the trainer stays usable.
-    pub fn sample(&self, length: f64, temperature: f64, top_k: f64) -> js_sys::Promise {
-        let args = whole("length", length, train::MAX_SAMPLE_CHARS as u32)
+    /// `sample(prompt, length, temperature, topK)` resolves to `length` characters
+    /// sampled from the model after `prompt`, every character of which must be in
+    /// the vocabulary (`prompt` and `length` up to 10000 characters, `temperature`
+    /// >= 0 with 0 greedy, `topK` a whole number, 0: all). Anything else rejects
+    /// with `kind: "config"`; the trainer stays usable.
+    pub fn sample(
+        &self,
+        prompt: String,
+        length: f64,
+        temperature: f64,
+        top_k: f64,
+    ) -> js_sys::Promise {
+        let max = train::MAX_SAMPLE_CHARS as u32;
+        let args = whole("the prompt's length", prompt.chars().count() as f64, max)
+            .and_then(|_| whole("length", length, max))
             .and_then(|length| Ok((length, whole("topK", top_k, u32::MAX)?)));
         let (length, top_k) = match args {
             Ok(args) => args,
             Err(e) => return js_sys::Promise::reject(&e),
         };
         with_trainer(&self.inner, move |t| {
-            Box::pin(t.sample("\n", length, temperature as f32, top_k))
+            Box::pin(async move { t.sample(&prompt, length, temperature as f32, top_k).await })
+        })
+    }
+
+    /// `save()` resolves to the run as a checkpoint: a `Uint8Array` holding a
+    /// safetensors file (docs/checkpoint.md) that `Trainer.load` and
+    /// `tidepool train --resume` continue exactly.
+    pub fn save(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        #[allow(clippy::await_holding_refcell_ref)]
+        wasm_bindgen_futures::future_to_promise(async move {
+            let guard = inner.try_borrow_mut().map_err(|_| busy())?;
+            let trainer = guard.as_ref().ok_or_else(freed)?;
+            let bytes = trainer.save().await.map_err(js_error)?;
+            Ok(js_sys::Uint8Array::from(bytes.as_slice()).into())
+        })
+    }
+
+    /// `Trainer.load(bytes, corpus?, name?)` resolves to a new trainer that continues
+    /// the run saved in `bytes` (a `Uint8Array` or `ArrayBuffer`). `corpus` (as in
+    /// `create`) must have the checkpoint's vocabulary; without one the trainer
+    /// samples but does not train. A bad file rejects with its `kind` and leaves
+    /// every existing trainer as it was.
+    pub fn load(bytes: JsValue, corpus: JsValue, name: Option<String>) -> js_sys::Promise {
+        wasm_bindgen_futures::future_to_promise(async move {
+            let bytes = if let Some(buffer) = bytes.dyn_ref::<js_sys::ArrayBuffer>() {
+                js_sys::Uint8Array::new(buffer)
+            } else {
+                bytes.dyn_into::<js_sys::Uint8Array>().map_err(|_| {
+                    js_error(Error::Config(
+                        "a checkpoint is a Uint8Array or an ArrayBuffer".into(),
+                    ))
+                })?
+            };
+            // Checked before the bytes are copied into wasm memory.
+            crate::checkpoint::check_file_size(bytes.length().into()).map_err(js_error)?;
+            let corpus = if corpus.is_undefined() || corpus.is_null() {
+                None
+            } else {
+                Some(parse_corpus(
+                    &corpus,
+                    name.as_deref().unwrap_or("your file"),
+                )?)
+            };
+            let trainer = train::Trainer::resume(&bytes.to_vec(), corpus)
+                .await
+                .map_err(js_error)?;
+            Ok(Trainer {
+                inner: Rc::new(RefCell::new(Some(trainer))),
+            }
+            .into())
         })
     }
 

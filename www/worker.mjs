@@ -269,7 +269,7 @@ function sampleLength() {
 
 async function timedSample(length, temperature, topK) {
   const t0 = performance.now();
-  const text = await trainer.sample(length, temperature, topK);
+  const text = await trainer.sample("\n", length, temperature, topK);
   const t1 = performance.now();
   msPerChar = (t1 - t0) / Math.max(1, length);
   lastSample = { at: t1, ms: t1 - t0, step: lastSample.step };
