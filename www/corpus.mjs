@@ -1,0 +1,77 @@
+// Getting a corpus's bytes to the trainer. The wasm checks every corpus (empty,
+// binary, not UTF-8, too short, too large) and names what is wrong; the page only
+// refuses early what is over the size cap, so a 2 GB file is not read into memory
+// to be refused after.
+
+import { kindError, messageOf } from './errors.mjs';
+
+/** The largest corpus, in bytes: the same cap the Rust side enforces (src/data.rs). */
+export const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
+
+/** Trained on when the page is given no corpus: Tiny Shakespeare, served from data/. */
+export const DEFAULT_CORPUS_URL = new URL('../data/tinyshakespeare.txt', import.meta.url);
+
+const MIB = 1024 * 1024;
+const mib = (n) => `${(n / MIB).toFixed(n < 10 * MIB ? 1 : 0)} MiB`;
+
+/** Throws a corpus error when `bytes` is over the cap. */
+export function checkSize(name, bytes) {
+  if (bytes > MAX_CORPUS_BYTES) {
+    throw kindError(
+      'corpus',
+      `${name} is ${mib(bytes)} (${bytes} bytes); a corpus may be at most ${mib(MAX_CORPUS_BYTES)} (${MAX_CORPUS_BYTES} bytes). Choose a smaller file.`,
+    );
+  }
+}
+
+/** The UTF-8 size of a string, without encoding a copy of it. */
+export const utf8Bytes = (text) => new Blob([text]).size;
+
+/** A chosen or dropped file as bytes (checked against the cap before it is read). */
+export async function readFile(file) {
+  checkSize(file.name, file.size);
+  return new Uint8Array(await file.arrayBuffer());
+}
+
+/**
+ * Fetches `url` as bytes: refused before the download when the server gives a size
+ * over the cap, and cut off as soon as the bytes pass it when it gives none.
+ * Resolves {name, bytes}.
+ */
+export async function fetchCorpus(url) {
+  const where = String(url);
+  let res;
+  try {
+    res = await fetch(url);
+  } catch (err) {
+    throw kindError('corpus', `could not fetch the corpus ${where}: ${messageOf(err)}`);
+  }
+  if (!res.ok) throw kindError('corpus', `could not fetch the corpus ${where}: HTTP ${res.status}`);
+  const last = new URL(res.url || where, location.href).pathname.split('/').pop();
+  let name = last || 'corpus';
+  try {
+    name = decodeURIComponent(name);
+  } catch {}
+  const declared = Number(res.headers.get('Content-Length'));
+  if (declared > 0) checkSize(name, declared);
+  const chunks = [];
+  let total = 0;
+  const reader = res.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.length;
+    if (total > MAX_CORPUS_BYTES) {
+      reader.cancel().catch(() => {});
+      checkSize(name, total); // throws
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.length;
+  }
+  return { name, bytes };
+}
