@@ -368,12 +368,22 @@ class TidepoolWidget {
       else this.restart(true);
       return;
     }
+    this.setRunning(true);
     this.client.run();
   }
 
   pause() {
     this.startAfterCreate = false;
+    this.setRunning(false);
     this.client.pause();
+  }
+
+  // Start and Pause show at once, though the worker may be busy building a trainer
+  // for seconds: it confirms every run and pause with a 'state', which corrects this.
+  setRunning(running) {
+    this.running = running;
+    this.updateButtons();
+    if (!this.creating) this.setStatus(this.stateText());
   }
 
   /** One step when paused; resolves once it is done (failures show as errors). */
@@ -787,6 +797,10 @@ class TidepoolWidget {
       destroy: () => w.destroy(),
       get running() {
         return w.running;
+      },
+      /** what the widget is doing, for a host page (and for a test that fails to say why) */
+      get state() {
+        return { running: w.running, trainer: w.hasTrainer, building: w.creating, loaded: w.loaded, worker: w.client.alive, waiting: w.client.pending.size };
       },
       get history() {
         return w.cur;

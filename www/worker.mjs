@@ -8,7 +8,8 @@
 //   {type:'step', id}         one step when paused                          -> 'step' {stats} | 'skipped' (running)
 //   {type:'sample', id, length?, temperature?, topK?}                       -> 'sample' {step, text}
 //   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
-//   {type:'run'} / {type:'pause'}   train continuously / stop after the step in flight
+//   {type:'run'} / {type:'pause'}   train continuously / stop after the step in flight; each
+//                             is confirmed by a 'state', at once or after the request in flight
 //   {type:'free'}             release GPU memory now
 //   {type:'ping', seq}        answered at once, whatever runs     -> 'pong' {seq, op, ms}: the request
 //                             in flight and for how long (the page's watchdog)
@@ -27,6 +28,7 @@ let wasm = null;
 let trainer = null;
 let wantRun = false; // what the page asked for
 let reported = false; // what the page was last told
+let confirm = false; // a run or pause to confirm, changed or not
 let busy = false;
 let current = null; // {op, since, id, msg}: what the pump is waiting on, and for which request
 let crash = null; // the fatal error, once there is one
@@ -79,8 +81,9 @@ function plain(value) {
 
 function report(reason) {
   const running = wantRun && trainer !== null;
-  if (running !== reported || reason) {
+  if (running !== reported || reason || confirm) {
     reported = running;
+    confirm = false;
     post({ type: 'state', running, step: currentStep(), reason: reason ?? null });
   }
 }
@@ -324,6 +327,7 @@ self.onmessage = (event) => {
   // a create still waiting (or in flight) then starts its trainer as last asked
   if (m.type === 'run' || m.type === 'pause') {
     wantRun = m.type === 'run';
+    confirm = true;
     for (const q of [current?.msg, ...queue]) if (q?.type === 'create') q.run = wantRun;
   } else queue.push(m);
   if (!busy) report();
