@@ -135,7 +135,7 @@ export class TrainerClient extends EventTarget {
     const waiter = m.id !== undefined ? this.pending.get(m.id) : undefined;
     if (waiter) this.pending.delete(m.id);
     if (m.type === 'error') {
-      const err = kindError(m.kind, m.message, { op: m.op, fatal: m.fatal });
+      const err = kindError(m.kind, m.message, { op: m.op, fatal: m.fatal, gone: m.gone });
       waiter?.reject(err);
       // a crash ends this worker: everything else that waits on it fails with it
       if (m.fatal) return this.die(err);

@@ -5,22 +5,27 @@
 
 import { kindError, messageOf } from './errors.mjs';
 
-/** The largest corpus, in bytes: the same cap the Rust side enforces (src/data.rs). */
+/**
+ * The largest corpus, in bytes, until the wasm says (its maxCorpusBytes(), the cap
+ * src/data.rs enforces, replaces it once loaded).
+ */
 export const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
 
-/** Trained on when the page is given no corpus: Tiny Shakespeare, served from data/. */
-export const DEFAULT_CORPUS_URL = new URL('../data/tinyshakespeare.txt', import.meta.url);
+/**
+ * Where the default corpus is (Tiny Shakespeare): the wasm's defaultCorpusPath(),
+ * relative to the package root (where index.html is), or its value until loaded.
+ */
+export function defaultCorpusUrl(path = 'data/tinyshakespeare.txt') {
+  return new URL(path, new URL('../', import.meta.url));
+}
 
 const MIB = 1024 * 1024;
 const mib = (n) => `${(n / MIB).toFixed(n < 10 * MIB ? 1 : 0)} MiB`;
 
-/** Throws a corpus error when `bytes` is over the cap. */
-export function checkSize(name, bytes) {
-  if (bytes > MAX_CORPUS_BYTES) {
-    throw kindError(
-      'corpus',
-      `${name} is ${mib(bytes)} (${bytes} bytes); a corpus may be at most ${mib(MAX_CORPUS_BYTES)} (${MAX_CORPUS_BYTES} bytes). Choose a smaller file.`,
-    );
+/** Throws a corpus error when `bytes` is over the cap `max`. */
+export function checkSize(name, bytes, max = MAX_CORPUS_BYTES) {
+  if (bytes > max) {
+    throw kindError('corpus', `${name} is ${mib(bytes)} (${bytes} bytes); a corpus may be at most ${mib(max)} (${max} bytes). Choose a smaller file.`);
   }
 }
 
@@ -28,8 +33,8 @@ export function checkSize(name, bytes) {
 export const utf8Bytes = (text) => new Blob([text]).size;
 
 /** A chosen or dropped file as bytes (checked against the cap before it is read). */
-export async function readFile(file) {
-  checkSize(file.name, file.size);
+export async function readFile(file, max = MAX_CORPUS_BYTES) {
+  checkSize(file.name, file.size, max);
   return new Uint8Array(await file.arrayBuffer());
 }
 
@@ -38,7 +43,7 @@ export async function readFile(file) {
  * over the cap, and cut off as soon as the bytes pass it when it gives none.
  * Resolves {name, bytes}.
  */
-export async function fetchCorpus(url) {
+export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
   const where = String(url);
   let res;
   try {
@@ -53,7 +58,7 @@ export async function fetchCorpus(url) {
     name = decodeURIComponent(name);
   } catch {}
   const declared = Number(res.headers.get('Content-Length'));
-  if (declared > 0) checkSize(name, declared);
+  if (declared > 0) checkSize(name, declared, max);
   const chunks = [];
   let total = 0;
   const reader = res.body.getReader();
@@ -61,9 +66,9 @@ export async function fetchCorpus(url) {
     const { done, value } = await reader.read();
     if (done) break;
     total += value.length;
-    if (total > MAX_CORPUS_BYTES) {
+    if (total > max) {
       reader.cancel().catch(() => {});
-      checkSize(name, total); // throws
+      checkSize(name, total, max); // throws
     }
     chunks.push(value);
   }

@@ -8,7 +8,7 @@
 
 import { TrainerClient } from './client.mjs';
 import { Chart, fmtBytes, fmtBytesShort, fmtCount, loadChartCss } from './charts.mjs';
-import { DEFAULT_CORPUS_URL, checkSize, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
+import { MAX_CORPUS_BYTES, checkSize, defaultCorpusUrl, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
 import { kindError, kindOf, messageOf } from './errors.mjs';
 
 const CSS_URL = new URL('./tidepool.css', import.meta.url);
@@ -221,6 +221,7 @@ class TidepoolWidget {
     // null: the default corpus; else {name, data} with data a string or bytes
     this.corpus = this.opts.corpus === undefined ? null : { name: this.opts.corpusName, data: this.opts.corpus };
     this.defaultCorpus = null; // {name, bytes} once fetched
+    this.wasmInfo = { maxCorpusBytes: MAX_CORPUS_BYTES, defaultCorpusPath: undefined }; // what the wasm says, once loaded
     this.cur = emptyRun('');
     this.prev = null;
     this.bucketSizes = [];
@@ -255,6 +256,10 @@ class TidepoolWidget {
     }
     if (this.destroyed) return;
     this.loaded = true;
+    this.wasmInfo = {
+      maxCorpusBytes: ready.maxCorpusBytes ?? MAX_CORPUS_BYTES,
+      defaultCorpusPath: ready.defaultCorpusPath,
+    };
     this.fillMenus(ready);
     if (!ready.gpu.ok) {
       this.setStatus('No WebGPU in this browser.');
@@ -265,7 +270,7 @@ class TidepoolWidget {
     this.el.adapter.textContent = info.description || [info.vendor, info.architecture].filter(Boolean).join(' ') || 'WebGPU adapter';
     if (first && this.opts.corpusUrl && !this.corpus) {
       try {
-        const { name, bytes } = await fetchCorpus(new URL(this.opts.corpusUrl, document.baseURI));
+        const { name, bytes } = await fetchCorpus(new URL(this.opts.corpusUrl, document.baseURI), this.wasmInfo.maxCorpusBytes);
         this.corpus = { name, data: bytes };
       } catch (err) {
         this.showError(kindError('corpus', `${messageOf(err)}. Training uses the default corpus.`));
@@ -306,20 +311,20 @@ class TidepoolWidget {
   /**
    * The corpus to send: the chosen one (over the size cap: refused here, before it
    * is copied to the worker), or the default fetched once from data/. If that cannot
-   * be fetched, nothing is sent and the wasm's own default applies (and when it has
-   * none, its error says so).
+   * be fetched, nothing is sent, and the wasm's error says what it needs.
    */
   async corpusData(corpus) {
     if (corpus) {
       const { name, data } = corpus;
-      checkSize(name, typeof data === 'string' ? utf8Bytes(data) : data.byteLength);
+      checkSize(name, typeof data === 'string' ? utf8Bytes(data) : data.byteLength, this.wasmInfo.maxCorpusBytes);
       return corpus;
     }
     if (!this.defaultCorpus) {
       try {
-        this.defaultCorpus = await fetchCorpus(DEFAULT_CORPUS_URL);
+        this.defaultCorpus = await fetchCorpus(defaultCorpusUrl(this.wasmInfo.defaultCorpusPath), this.wasmInfo.maxCorpusBytes);
       } catch (err) {
-        console.warn(`tidepool: ${messageOf(err)}; the trainer's own default corpus is used.`);
+        // nothing is sent: the wasm's error says what it needs
+        console.warn(`tidepool: ${messageOf(err)}`);
         return { name: undefined, data: undefined };
       }
     }
@@ -343,6 +348,11 @@ class TidepoolWidget {
       this.el.settingsHint.textContent = "Empty fields take the preset's value. Changes apply on Reset.";
       return true;
     } catch (err) {
+      // the old trainer was freed and the new one could not be built (a GPU error)
+      if (err.gone && !WORKER_GONE.includes(err.kind)) {
+        this.hasTrainer = false;
+        this.running = false;
+      }
       // a crash or a stall is shown by the error event; a replaced worker is no error
       if (!['stopped', 'crashed', 'stalled'].includes(err.kind)) this.showError(err);
       if (!this.destroyed && err.kind !== 'stopped') this.setStatus(this.hasTrainer ? this.stateText() : 'Not started.');
@@ -380,7 +390,9 @@ class TidepoolWidget {
 
   // Start and Pause show at once, though the worker may be busy building a trainer
   // for seconds: it confirms every run and pause with a 'state', which corrects this.
+  // A pause is "Pausing" until then: the step in flight still lands.
   setRunning(running) {
+    this.pausing = !running && this.running;
     this.running = running;
     this.updateButtons();
     if (!this.creating) this.setStatus(this.stateText());
@@ -410,6 +422,7 @@ class TidepoolWidget {
     this.clearError();
     this.hasTrainer = false;
     this.running = false;
+    this.pausing = false;
     this.wantRunAfterRestart = run;
     this.updateButtons();
     return this.boot(false);
@@ -420,7 +433,7 @@ class TidepoolWidget {
     this.clearError();
     let bytes;
     try {
-      bytes = await readFile(file);
+      bytes = await readFile(file, this.wasmInfo.maxCorpusBytes);
     } catch (err) {
       return this.showError(kindOf(err) === 'corpus' ? err : kindError('corpus', `could not read ${file.name}: ${messageOf(err)}`));
     }
@@ -459,6 +472,7 @@ class TidepoolWidget {
     });
     on('state', (m) => {
       this.running = m.running;
+      if (!m.running) this.pausing = false;
       this.updateButtons();
       this.setStatus(m.reason ? `Paused at step ${m.step}: ${m.reason}.` : this.stateText(m.step));
       this.fire('state', m);
@@ -469,6 +483,7 @@ class TidepoolWidget {
       if (m.kind === 'device_lost' || WORKER_GONE.includes(m.kind)) {
         this.hasTrainer = false;
         this.running = false;
+        this.pausing = false;
       }
       if (WORKER_GONE.includes(m.kind)) this.loaded = false;
       this.showError(m, { runAgain });
@@ -635,6 +650,7 @@ class TidepoolWidget {
 
   stateText(step = this.cur.latest?.step ?? 0) {
     if (this.running) return 'Training…';
+    if (this.pausing) return 'Pausing after the step in flight…';
     return step > 0 ? `Paused at step ${step}.` : 'Ready: press Start.';
   }
 

@@ -119,16 +119,30 @@ async function checkGpu() {
   return { ok: true, info: { vendor: info.vendor ?? '', architecture: info.architecture ?? '', description: info.description ?? '' } };
 }
 
-/** What the wasm offers the settings menus: its presets and size policies. */
-function menus() {
-  const list = (name) => {
+/** What the wasm tells the page: presets and size policies (the menus), the corpus cap and the default corpus's path. */
+function wasmInfo() {
+  const ask = (name, otherwise) => {
     try {
-      return typeof wasm[name] === 'function' ? plain(wasm[name]()) : [];
+      return typeof wasm[name] === 'function' ? plain(wasm[name]()) : otherwise;
     } catch {
-      return [];
+      return otherwise;
     }
   };
-  return { presets: list('presets'), policies: list('policies') };
+  return {
+    presets: ask('presets', []),
+    policies: ask('policies', []),
+    maxCorpusBytes: ask('maxCorpusBytes', undefined),
+    defaultCorpusPath: ask('defaultCorpusPath', undefined),
+  };
+}
+
+function alive(t) {
+  try {
+    t.model();
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 const needTrainer = (op) => {
@@ -147,20 +161,34 @@ async function handle(m) {
         wasm = null;
         throw kindError('load', `could not load the wasm package ${m.pkgUrl}: ${messageOf(err)}. Build it with "make demo".`);
       }
-      return { type: 'ready', ...menus(), gpu: await checkGpu() };
+      return { type: 'ready', ...wasmInfo(), gpu: await checkGpu() };
     }
     case 'create': {
       if (!wasm) throw kindError('load', 'the wasm package is not loaded.');
-      // The trainer we had (if any) stays until the new one exists: a bad corpus or
-      // setting loses nothing.
-      const next = await wasm.Trainer.create(m.config ?? {}, m.corpus ?? undefined, m.corpusName ?? undefined);
+      const args = [m.config ?? {}, m.corpus ?? undefined, m.corpusName ?? undefined];
       m.corpus = null; // the worker keeps no copy (the wasm has its own)
-      if (trainer) {
+      if (trainer && typeof trainer.replace === 'function') {
+        // Checked against the device first (a bad corpus or setting loses nothing), then
+        // the old trainer's buffers are freed before the new one is built: never two at once.
         try {
-          trainer.free();
-        } catch {}
+          await trainer.replace(...args);
+        } catch (err) {
+          if (!alive(trainer)) {
+            trainer = null; // it was freed, and building the new one failed
+            throw Object.assign(err, { gone: true });
+          }
+          throw err;
+        }
+      } else {
+        // COMPAT: a wasm without replace(): the old trainer stays until the new one exists
+        const next = await wasm.Trainer.create(...args);
+        if (trainer) {
+          try {
+            trainer.free();
+          } catch {}
+        }
+        trainer = next;
       }
-      trainer = next;
       lastSample = { at: performance.now(), ms: 0, step: 0 };
       lastEval = { at: performance.now(), ms: 0 };
       msPerChar = 0;
@@ -220,8 +248,9 @@ function fail(op, err, id, { escaped = false } = {}) {
     } catch {}
     trainer = null;
   }
+  const gone = fatal || kind === 'device_lost' || Boolean(err?.gone);
   wantRun = false;
-  post({ type: 'error', id, op, kind, message: text, fatal });
+  post({ type: 'error', id, op, kind, message: text, fatal, gone });
   if (fatal) {
     for (const m of queue.splice(0)) if (m.id !== undefined) post({ type: 'error', ...crash, id: m.id, op: m.type, fatal });
   }
