@@ -20,22 +20,9 @@ export function kindError(kind, message, extra = {}) {
 
 export const messageOf = (err) => (err && err.message) || String(err);
 
-/** The kind of anything thrown: its own when it has one we know, else inferred. */
+/** The kind of anything thrown: its own when it has one we know; a trap is a crash. */
 export function kindOf(err) {
   if (WASM_KINDS.includes(err?.kind) || PAGE_KINDS.includes(err?.kind)) return err.kind;
-  if (err instanceof WebAssembly.RuntimeError) return 'crashed';
-  return kindFromMessage(messageOf(err));
-}
-
-// COMPAT (issue 10): until src/web.rs sets error.kind, read it from the prefix that
-// src/error.rs's Display gives each variant. Delete this function with that change.
-function kindFromMessage(text) {
-  const m = text.toLowerCase();
-  if (m.startsWith('bad configuration')) return 'config';
-  if (m.startsWith('too large for this device')) return 'too_large';
-  if (m.startsWith('bad corpus')) return 'corpus';
-  if (m.startsWith('no gpu adapter') || m.startsWith('no webgpu')) return 'no_webgpu';
-  if (m.includes('device was lost')) return 'device_lost';
-  if (m === 'unreachable') return 'crashed';
+  if (err instanceof WebAssembly.RuntimeError || messageOf(err) === 'unreachable') return 'crashed';
   return 'internal';
 }

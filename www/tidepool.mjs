@@ -478,7 +478,8 @@ class TidepoolWidget {
       this.fire('state', m);
     });
     on('error', (m) => {
-      const runAgain = this.running || m.op === 'step';
+      // Restart resumes training only if it was training (not after a failed Step once)
+      const runAgain = this.running;
       // a lost device was freed by the worker; after a crash or a stall the worker is gone
       if (m.kind === 'device_lost' || WORKER_GONE.includes(m.kind)) {
         this.hasTrainer = false;

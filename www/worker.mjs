@@ -167,7 +167,7 @@ async function handle(m) {
       if (!wasm) throw kindError('load', 'the wasm package is not loaded.');
       const args = [m.config ?? {}, m.corpus ?? undefined, m.corpusName ?? undefined];
       m.corpus = null; // the worker keeps no copy (the wasm has its own)
-      if (trainer && typeof trainer.replace === 'function') {
+      if (trainer) {
         // Checked against the device first (a bad corpus or setting loses nothing), then
         // the old trainer's buffers are freed before the new one is built: never two at once.
         try {
@@ -180,14 +180,7 @@ async function handle(m) {
           throw err;
         }
       } else {
-        // COMPAT: a wasm without replace(): the old trainer stays until the new one exists
-        const next = await wasm.Trainer.create(...args);
-        if (trainer) {
-          try {
-            trainer.free();
-          } catch {}
-        }
-        trainer = next;
+        trainer = await wasm.Trainer.create(...args);
       }
       lastSample = { at: performance.now(), ms: 0, step: 0 };
       lastEval = { at: performance.now(), ms: 0 };

@@ -32,6 +32,7 @@ async function restartTrains(page) {
   await restart.click();
   await waitReady(page);
   assert.equal(await page.locator(tid('error')).isVisible(), false, 'the message goes with Restart');
+  assert.equal(await page.evaluate(() => document.querySelector('.tp').tidepool.running), false, 'it was not training: Restart does not start it');
   const at = await page.evaluate(() => document.querySelector('.tp').tidepool.history.n);
   await page.evaluate(() => document.querySelector('.tp').tidepool.stepOnce());
   await waitNumber(page, 'step-count', (n) => n === at + 1, { timeout: 60_000, what: 'a step after Restart' });
