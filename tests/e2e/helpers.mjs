@@ -2,8 +2,9 @@
 // Chromium driven by playwright-core (it never downloads a browser), and waits that
 // read the page the way a person would: the numbers it shows.
 //
-// WebGPU runs on SwiftShader here (a CPU Vulkan): a tiny step takes 0.1-0.5 s, so
-// waits are generous while each file stays well under two minutes.
+// WebGPU runs on SwiftShader here (a CPU Vulkan): a tiny step takes 0.1-0.5 s, but
+// the first step on each new trainer compiles every shader (seconds; half a minute
+// on a loaded 2-core machine), so waits for a first step are generous.
 
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
