@@ -1,84 +1,166 @@
 // The page's side of the worker protocol (see worker.mjs): one TrainerClient owns
 // one worker, hence one wasm instance, one GPU device and one Trainer. Requests
-// that answer return promises; everything the worker reports unasked is an event.
+// return promises, and every one of them settles: with the reply, with the worker's
+// error, or with the reason the worker is gone (it crashed, stopped answering, or
+// was replaced by start()). Everything the worker reports unasked is an event.
+
+import { kindError } from './errors.mjs';
 
 const WORKER_URL = new URL('./worker.mjs', import.meta.url);
 const PKG_URL = new URL('../pkg/tidepool.js', import.meta.url);
 
+/**
+ * The watchdog: the worker is pinged every `every` ms. It is declared stalled when a
+ * ping goes unanswered for `answer` ms (its event loop is blocked, or it died without
+ * a word), or when one request or step has been in flight for `busy` ms (a promise
+ * that will never settle). Generous by default: SwiftShader's first step compiles
+ * every shader, and tokenising a large corpus blocks the worker for seconds.
+ */
+export const WATCHDOG = { every: 5_000, answer: 30_000, busy: 300_000 };
+
+// Worker messages that the page hears as events (a reply of one of these types is both).
+const EVENTS = new Set(['created', 'step', 'eval', 'sample', 'state', 'error']);
+
 export class TrainerClient extends EventTarget {
   /**
-   * @param {{pkgUrl?: string|URL, workerUrl?: string|URL, schedule?: object}} [options]
+   * @param {{pkgUrl?: string|URL, workerUrl?: string|URL, schedule?: object, watchdog?: object}} [options]
    *   schedule: evalEvery, firstSample, sampleSeconds, sampleShare, sampleLength,
-   *   temperature, topK, maxSteps (see worker.mjs)
+   *   temperature, topK, maxSteps (see worker.mjs); watchdog: every, answer, busy (ms)
    */
-  constructor({ pkgUrl = PKG_URL, workerUrl = WORKER_URL, schedule = {} } = {}) {
+  constructor({ pkgUrl = PKG_URL, workerUrl = WORKER_URL, schedule = {}, watchdog = {} } = {}) {
     super();
     this.pkgUrl = String(new URL(pkgUrl, document.baseURI));
     this.workerUrl = workerUrl;
     this.schedule = schedule;
+    this.watchdog = { ...WATCHDOG, ...watchdog };
     this.nextId = 1;
-    this.pending = new Map();
+    this.pending = new Map(); // id -> {resolve, reject, quiet}
     this.worker = null;
-    this.ready = null;
+    this.timer = 0;
   }
 
-  /** Starts (or restarts) the worker; resolves with {presets, gpu}. */
+  /** Starts a new worker (ending the one there was); resolves with {presets, policies, gpu}. */
   start() {
-    this.terminate();
+    this.stop(kindError('stopped', 'the worker was replaced by a new one'));
     const worker = new Worker(this.workerUrl, { type: 'module', name: 'tidepool-trainer' });
     this.worker = worker;
-    this.ready = new Promise((resolve, reject) => {
-      this.readyWaiters = { resolve, reject };
-    });
     worker.onmessage = (event) => this.receive(event.data);
-    // a module worker that cannot load (old browser, missing file) only says so here
+    // A module worker that cannot load (old browser, missing file) only says so here;
+    // later, anything uncaught in the worker is caught there first, so this means dead.
     worker.onerror = (event) => {
       event.preventDefault?.();
+      const loading = this.loading;
       const text = event.message || 'the training worker could not start (does this browser run module workers?)';
-      this.readyWaiters?.reject(new Error(text));
-      this.emit('error', { op: 'load', message: text });
+      this.die(kindError(loading ? 'load' : 'crashed', loading ? text : `the training worker failed: ${text}`, { op: loading ? 'load' : 'worker' }));
     };
-    worker.postMessage({ type: 'init', pkgUrl: this.pkgUrl, schedule: this.schedule });
-    return this.ready;
+    this.pong = { seq: 0, answered: 0, sent: 0 };
+    this.timer = setInterval(() => this.check(), this.watchdog.every);
+    this.loading = true;
+    return this.request({ type: 'init', pkgUrl: this.pkgUrl, schedule: this.schedule }, { quiet: true }).then(
+      (m) => {
+        this.loading = false;
+        return { presets: m.presets, policies: m.policies, gpu: m.gpu };
+      },
+      (err) => {
+        this.loading = false;
+        throw err;
+      },
+    );
+  }
+
+  /** Ends the worker; every request still waiting rejects with `reason`. */
+  stop(reason = kindError('stopped', 'the worker was stopped')) {
+    clearInterval(this.timer);
+    this.timer = 0;
+    if (this.worker) this.worker.terminate();
+    this.worker = null;
+    const waiting = [...this.pending.values()];
+    this.pending.clear();
+    for (const { reject } of waiting) reject(reason);
+  }
+
+  /** The worker is gone for good: end it, settle everything, and tell the page. */
+  die(err) {
+    if (!this.worker) return;
+    this.stop(err);
+    this.emit('error', { op: err.op ?? 'worker', kind: err.kind, message: err.message, fatal: true });
   }
 
   terminate() {
-    if (this.worker) this.worker.terminate();
-    this.worker = null;
-    for (const { reject } of this.pending.values()) reject(new Error('the worker was stopped'));
-    this.pending.clear();
+    this.stop();
+  }
+
+  get alive() {
+    return this.worker !== null;
   }
 
   emit(type, detail) {
     this.dispatchEvent(new CustomEvent(type, { detail }));
   }
 
-  receive(m) {
-    if (m.type === 'ready') this.readyWaiters?.resolve({ presets: m.presets, gpu: m.gpu });
-    if (m.type === 'error' && m.op === 'load') this.readyWaiters?.reject(new Error(m.message));
-    const waiter = m.id !== undefined ? this.pending.get(m.id) : undefined;
-    if (waiter) {
-      this.pending.delete(m.id);
-      if (m.type === 'error') waiter.reject(Object.assign(new Error(m.message), { op: m.op }));
-      else waiter.resolve(m);
-      // a failed request is the caller's to show; success is also an event below
-      if (m.type === 'error') return;
+  check() {
+    if (!this.worker) return;
+    const { pong, watchdog } = this;
+    const now = performance.now();
+    // A page in the background gets its timers slowed: judge only while it is shown,
+    // and give a ping that was out meanwhile a fresh wait.
+    if (document.hidden) {
+      this.wasHidden = true;
+      return;
     }
-    this.emit(m.type, m);
+    if (this.wasHidden && pong.answered < pong.seq) pong.sent = now;
+    this.wasHidden = false;
+    if (pong.sent && pong.answered < pong.seq && now - pong.sent > watchdog.answer) {
+      return this.die(
+        kindError('stalled', `the training worker stopped answering (no reply in ${Math.round((now - pong.sent) / 1000)} s).`, { op: 'worker' }),
+      );
+    }
+    if (pong.busy && pong.busy.ms > watchdog.busy) {
+      const { op, ms } = pong.busy;
+      return this.die(kindError('stalled', `the training worker is stuck: "${op}" has not finished in ${Math.round(ms / 1000)} s.`, { op }));
+    }
+    if (pong.answered === pong.seq) {
+      pong.seq++;
+      pong.sent = now;
+      this.worker.postMessage({ type: 'ping', seq: pong.seq });
+    }
   }
 
-  request(msg) {
-    if (!this.worker) return Promise.reject(new Error('the worker is not running'));
+  receive(m) {
+    if (m.type === 'pong') {
+      if (m.seq === this.pong.seq) this.pong.answered = m.seq;
+      this.pong.busy = m.op ? { op: m.op, ms: m.ms } : null;
+      return;
+    }
+    const waiter = m.id !== undefined ? this.pending.get(m.id) : undefined;
+    if (waiter) this.pending.delete(m.id);
+    if (m.type === 'error') {
+      const err = kindError(m.kind, m.message, { op: m.op, fatal: m.fatal, gone: m.gone });
+      waiter?.reject(err);
+      // a crash ends this worker: everything else that waits on it fails with it
+      if (m.fatal) return this.die(err);
+      // a quiet request's caller shows its own error
+      if (waiter?.quiet) return;
+    } else if (waiter) waiter.resolve(m);
+    if (EVENTS.has(m.type)) this.emit(m.type, m);
+  }
+
+  /**
+   * Sends a request; the promise settles with the reply or rejects with an Error
+   * with `kind` (see errors.mjs). Errors are also 'error' events unless `quiet`.
+   */
+  request(msg, { quiet = false } = {}) {
+    if (!this.worker) return Promise.reject(kindError('stopped', 'the worker is not running: restart it'));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, quiet });
       this.worker.postMessage({ ...msg, id });
     });
   }
 
-  /** A new Trainer; the previous one is freed only once this one exists. */
+  /** A new Trainer; the previous one is freed only once this one exists. Errors are the caller's to show. */
   create(config, corpus, run = false, corpusName = undefined) {
-    return this.request({ type: 'create', config, corpus, corpusName, run });
+    return this.request({ type: 'create', config, corpus, corpusName, run }, { quiet: true });
   }
   run() {
     this.worker?.postMessage({ type: 'run' });
@@ -86,8 +168,9 @@ export class TrainerClient extends EventTarget {
   pause() {
     this.worker?.postMessage({ type: 'pause' });
   }
+  /** One step when paused: resolves with the 'step' reply ({stats}), or {type:'skipped'} while running. */
   step() {
-    this.worker?.postMessage({ type: 'step' });
+    return this.request({ type: 'step' });
   }
   sample(length, temperature, topK) {
     return this.request({ type: 'sample', length, temperature, topK });

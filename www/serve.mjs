@@ -1,22 +1,42 @@
 #!/usr/bin/env node
-// A small static server for the tidepool page: serves the repository root on
-// 127.0.0.1 so that index.html, www/, pkg/ (the wasm package) and
-// node_modules/uplot load from one origin. No dependencies, no CDN.
+// The dev server behind `make demo`: serves the page and nothing else of the
+// repository, to this machine only. No dependencies, no CDN.
 //
 //   node www/serve.mjs [--port 8000] [--root DIR]
 //
+// What it refuses, and why:
+// - anything outside SERVED (the repository's .git, Cargo.toml, src/, ... are not the page);
+// - dotfiles and dot-directories anywhere, and encoded '/', '\' or NUL inside a segment;
+// - a file whose real path leaves its served area (a symlink out of www/, say);
+// - anything but a regular file (a FIFO would hold the request open forever);
+// - a Host header other than 127.0.0.1, localhost or [::1] with this port: a site the
+//   browser visits could otherwise rebind its own name to 127.0.0.1 and read the files;
+// - over-long URLs, and methods other than GET and HEAD (405 with Allow).
+// It never redirects (no folder listings, no "/x" -> "/x/"), so it cannot be made to
+// redirect elsewhere.
 // The end-to-end tests import startServer() and run it on a free port.
 
 import { createServer } from 'node:http';
-import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
-import { extname, join, normalize, resolve, sep } from 'node:path';
+import { constants } from 'node:fs';
+import { open, realpath } from 'node:fs/promises';
+import { extname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const REPO_ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 
-// Browsers refuse module scripts and streaming wasm compilation without the
-// right Content-Type, so these must be exact.
+/** What the page loads: exact files, and folders served with everything (not dotfiles) under them. */
+export const SERVED = {
+  files: ['index.html'],
+  folders: ['www', 'pkg', 'data', 'node_modules/uplot/dist'],
+};
+const INDEX = 'index.html';
+
+export const LIMITS = { urlChars: 2048, segments: 16, segmentChars: 255 };
+const LOCAL_NAMES = ['127.0.0.1', 'localhost', '[::1]'];
+const ALLOW = 'GET, HEAD';
+
+// Browsers refuse module scripts and streaming wasm compilation without the right
+// Content-Type, so these must be exact. Anything else is sent as bytes.
 const MIME = {
   '.html': 'text/html; charset=utf-8',
   '.js': 'text/javascript; charset=utf-8',
@@ -27,72 +47,171 @@ const MIME = {
   '.wasm': 'application/wasm',
   '.svg': 'image/svg+xml',
   '.png': 'image/png',
-  '.jpg': 'image/jpeg',
-  '.jpeg': 'image/jpeg',
-  '.gif': 'image/gif',
   '.ico': 'image/x-icon',
-  '.webp': 'image/webp',
   '.txt': 'text/plain; charset=utf-8',
   '.md': 'text/plain; charset=utf-8',
   '.ts': 'text/plain; charset=utf-8',
-  '.wgsl': 'text/plain; charset=utf-8',
 };
 
-function send(res, status, text, head) {
-  res.writeHead(status, { 'Content-Type': 'text/plain; charset=utf-8', 'Cache-Control': 'no-store' });
-  res.end(head ? undefined : text);
+class Refusal extends Error {
+  constructor(status, text, headers = {}) {
+    super(text);
+    this.status = status;
+    this.headers = headers;
+  }
+}
+const notServed = (path) =>
+  new Refusal(404, `not served: ${path} (this server serves ${SERVED.files.join(', ')} and ${SERVED.folders.join('/, ')}/ only)`);
+
+function send(res, status, text, { head = false, headers = {} } = {}) {
+  res.writeHead(status, {
+    'Content-Type': 'text/plain; charset=utf-8',
+    'Cache-Control': 'no-store',
+    'X-Content-Type-Options': 'nosniff',
+    ...headers,
+  });
+  res.end(head ? undefined : `${text}\n`);
+}
+
+/** Refuses a Host header that does not name this machine with this port. */
+function checkHost(hostHeader, port) {
+  const host = (hostHeader ?? '').toLowerCase();
+  const allowed = LOCAL_NAMES.flatMap((name) => (port === 80 ? [name, `${name}:80`] : [`${name}:${port}`]));
+  if (!allowed.includes(host)) {
+    throw new Refusal(403, `refused: Host "${hostHeader ?? ''}" is not this machine (use http://127.0.0.1:${port}/ or http://localhost:${port}/)`);
+  }
 }
 
 /**
- * Serves `root` over HTTP on 127.0.0.1.
+ * The request's path as checked segments: percent-decoded one segment at a time, so
+ * an encoded '/' can never make a new segment, and any segment that is empty (a
+ * doubled or trailing slash aside), '.', '..', a dotfile, or holds '/', '\' or NUL is
+ * refused. Returns {segments, dir}: dir says the path ended with '/'.
+ */
+export function parsePath(url) {
+  if (url.length > LIMITS.urlChars) throw new Refusal(414, `URL longer than ${LIMITS.urlChars} characters`);
+  if (!url.startsWith('/')) throw new Refusal(400, 'bad request target');
+  const raw = url.split(/[?#]/, 1)[0];
+  const parts = raw.split('/').slice(1);
+  const dir = parts.length > 0 && parts.at(-1) === '';
+  if (dir) parts.pop();
+  if (parts.length > LIMITS.segments) throw new Refusal(414, `more than ${LIMITS.segments} path segments`);
+  const segments = parts.map((part) => {
+    let s;
+    try {
+      s = decodeURIComponent(part);
+    } catch {
+      throw new Refusal(400, 'bad percent-encoding in the path');
+    }
+    if (s === '' || s.startsWith('.') || /[/\\\0]/.test(s) || s.length > LIMITS.segmentChars) throw notServed(raw);
+    return s;
+  });
+  return { segments, dir };
+}
+
+/** The served area a path falls in (a file of SERVED.files or a folder of SERVED.folders), or null. */
+function areaOf(rel) {
+  if (SERVED.files.includes(rel)) return '';
+  return SERVED.folders.find((f) => rel.startsWith(`${f}/`)) ?? null;
+}
+
+const inside = (path, dir) => path === dir || path.startsWith(dir.endsWith(sep) ? dir : dir + sep);
+
+/**
+ * Opens the file for `rel` (a '/'-joined relative path) under `root`, or throws a
+ * Refusal: its real path must stay in the real path of its area, and it must be a
+ * regular file. Opened non-blocking and checked on the open descriptor, so a FIFO
+ * is refused instead of waited on, and nothing can be swapped in after the check.
+ */
+async function openServed(root, rel) {
+  const area = areaOf(rel);
+  if (area === null) throw notServed(`/${rel}`);
+  let real;
+  let areaReal;
+  try {
+    areaReal = await realpath(join(root, area));
+    real = await realpath(join(root, rel));
+  } catch {
+    throw new Refusal(404, `not found: /${rel}`);
+  }
+  if (!inside(real, areaReal)) throw new Refusal(403, `refused: /${rel} leads outside ${area || 'the root'}/`);
+  const handle = await open(real, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0)).catch(() => {
+    throw new Refusal(404, `not found: /${rel}`);
+  });
+  const info = await handle.stat().catch(() => null);
+  if (info?.isFile()) return { handle, info };
+  await handle.close();
+  throw new Refusal(info?.isDirectory() ? 404 : 403, info?.isDirectory() ? `not found: /${rel} (no listings)` : `refused: /${rel} is not a regular file`);
+}
+
+// Changes whenever the file is rewritten or replaced (a rebuilt pkg/ gets a new inode or mtime).
+const etagOf = (info) => `W/"${info.ino.toString(36)}-${info.size.toString(36)}-${info.mtimeMs.toString(36)}"`;
+
+function matches(ifNoneMatch, etag) {
+  if (!ifNoneMatch) return false;
+  if (ifNoneMatch.trim() === '*') return true;
+  const weak = (tag) => tag.trim().replace(/^W\//, '');
+  return ifNoneMatch.split(',').some((tag) => weak(tag) === weak(etag));
+}
+
+async function handle(req, res, root, port) {
+  const head = req.method === 'HEAD';
+  checkHost(req.headers.host, port);
+  if (req.method !== 'GET' && !head) throw new Refusal(405, `method ${req.method} not allowed`, { Allow: ALLOW });
+  const { segments, dir } = parsePath(req.url);
+  // "/" is the page; any other path ending in "/" names a folder, and folders are not listed.
+  if (dir && segments.length > 0) throw new Refusal(404, `not found: ${req.url.split(/[?#]/, 1)[0]} (no listings)`);
+  const rel = segments.length ? segments.join('/') : INDEX;
+  const { handle, info } = await openServed(root, rel);
+  const etag = etagOf(info);
+  const headers = {
+    ETag: etag,
+    // revalidated on every load (a rebuilt pkg/ shows on reload), answered by 304 when unchanged
+    'Cache-Control': 'no-cache',
+    'X-Content-Type-Options': 'nosniff',
+  };
+  if (matches(req.headers['if-none-match'], etag)) {
+    await handle.close();
+    res.writeHead(304, headers);
+    return res.end();
+  }
+  res.writeHead(200, {
+    ...headers,
+    'Content-Type': MIME[extname(rel).toLowerCase()] ?? 'application/octet-stream',
+    'Content-Length': info.size,
+  });
+  if (head) {
+    await handle.close();
+    return res.end();
+  }
+  handle
+    .createReadStream()
+    .on('error', () => res.destroy())
+    .pipe(res);
+}
+
+/**
+ * Serves the page from `root` over HTTP on 127.0.0.1.
  * @param {{port?: number, root?: string, host?: string}} [options] port 0 picks a free one
  * @returns {Promise<{url: string, port: number, close: () => Promise<void>}>}
  */
 export async function startServer({ port = 8000, root = REPO_ROOT, host = '127.0.0.1' } = {}) {
   const base = resolve(root);
-  const server = createServer(async (req, res) => {
-    const head = req.method === 'HEAD';
-    if (req.method !== 'GET' && !head) return send(res, 405, 'method not allowed\n', head);
-    let path;
-    try {
-      path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
-    } catch {
-      return send(res, 400, 'bad request\n', head);
-    }
-    // normalize() folds any "..", and the prefix check keeps requests inside root.
-    let file = join(base, normalize(path));
-    if (file !== base && !file.startsWith(base + sep)) return send(res, 403, 'forbidden\n', head);
-    try {
-      let info = await stat(file);
-      if (info.isDirectory()) {
-        // "/www" -> "/www/" so that relative URLs in its index resolve correctly
-        if (!path.endsWith('/')) {
-          res.writeHead(301, { Location: path + '/' });
-          return res.end();
-        }
-        file = join(file, 'index.html');
-        info = await stat(file);
-      }
-      res.writeHead(200, {
-        'Content-Type': MIME[extname(file).toLowerCase()] ?? 'application/octet-stream',
-        'Content-Length': info.size,
-        // a rebuilt pkg/ must be picked up on reload, so the browser revalidates every time
-        'Cache-Control': 'no-cache',
-        'X-Content-Type-Options': 'nosniff',
-      });
-      if (head) return res.end();
-      createReadStream(file).on('error', () => res.destroy()).pipe(res);
-    } catch {
-      send(res, 404, `not found: ${path}\n`, head);
-    }
+  let actual = port;
+  const server = createServer({ maxHeaderSize: 16 * 1024 }, (req, res) => {
+    handle(req, res, base, actual).catch((err) => {
+      if (res.headersSent) return res.destroy();
+      if (err instanceof Refusal) return send(res, err.status, err.message, { head: req.method === 'HEAD', headers: err.headers });
+      send(res, 500, 'internal error', { head: req.method === 'HEAD' });
+    });
   });
   await new Promise((ok, fail) => {
     server.once('error', fail);
     server.listen(port, host, ok);
   });
-  const actual = server.address().port;
+  actual = server.address().port;
   return {
-    url: `http://${host}:${actual}/`,
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${actual}/`,
     port: actual,
     close: () =>
       new Promise((ok) => {
@@ -128,7 +247,7 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   const opts = parseArgs(process.argv.slice(2));
   try {
     const { url } = await startServer(opts);
-    console.log(`tidepool: serving ${opts.root ?? REPO_ROOT} at ${url}  (Ctrl+C stops)`);
+    console.log(`tidepool: serving the page from ${opts.root ?? REPO_ROOT} at ${url}  (Ctrl+C stops)`);
   } catch (err) {
     const hint = err.code === 'EADDRINUSE' ? ' (in use: pick another with --port or PORT=... make demo)' : '';
     console.error(`serve.mjs: cannot listen on port ${opts.port ?? 8000}${hint}: ${err.message}`);

@@ -8,10 +8,10 @@
 
 import { TrainerClient } from './client.mjs';
 import { Chart, fmtBytes, fmtBytesShort, fmtCount, loadChartCss } from './charts.mjs';
+import { MAX_CORPUS_BYTES, checkSize, defaultCorpusUrl, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
+import { kindError, kindOf, messageOf } from './errors.mjs';
 
 const CSS_URL = new URL('./tidepool.css', import.meta.url);
-const POLICIES = ['pow2', 'pow2/2', 'pow2/4', 'pow2/8', 'exact'];
-const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
 // Above this many points a series is thinned before drawing: the eye cannot
 // tell, and a frame stays cheap however long the run.
 const MAX_POINTS = 2000;
@@ -21,23 +21,32 @@ const BROWSERS =
   'Safari 26+, and Firefox 141+ on Windows (elsewhere set dom.webgpu.enabled in about:config). ' +
   'It needs https:// or http://localhost.';
 
+// The widget's own options. Every other option (preset, pool, policy, lr, batch,
+// context, seed, steps, dropout, ...) is a training setting: it goes to the wasm's
+// Trainer.create as it is, and the wasm checks it and says what is wrong.
 const DEFAULTS = {
   title: 'tidepool',
-  preset: 'tiny',
-  pool: true,
-  policy: undefined, // the trainer's default
-  lr: undefined,
-  batch: undefined,
-  context: undefined,
-  seed: undefined,
-  steps: undefined, // length of the lr schedule (preset's when unset); training pauses there
-  corpus: undefined, // text, or undefined for the built-in corpus
+  corpus: undefined, // text or bytes; undefined: the default corpus (Tiny Shakespeare)
   corpusName: 'custom text',
   corpusUrl: undefined, // fetched at mount when given
   autostart: false,
   pkgUrl: undefined, // defaults to ../pkg/tidepool.js next to this module
   schedule: {}, // evaluation and sampling cadence, see worker.mjs
+  watchdog: {}, // how soon a silent worker is noticed, see client.mjs
 };
+
+/** Splits mount()'s options into the widget's own and the training settings (flat, or in `settings`). */
+function splitOptions(options) {
+  const widget = { ...DEFAULTS };
+  const settings = {};
+  for (const [key, value] of Object.entries(options)) {
+    if (value === undefined) continue;
+    if (key === 'settings') Object.assign(settings, value);
+    else if (key in DEFAULTS) widget[key] = value;
+    else settings[key] = value;
+  }
+  return { widget, settings };
+}
 
 let instances = 0;
 
@@ -54,13 +63,14 @@ function loadCss(doc) {
 const escapeHtml = (s) =>
   String(s).replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 
-function template(id, o) {
+function template(id, o, settings) {
   const title = o.title ? `<h2 class="tp-title">${escapeHtml(o.title)}</h2>` : '';
-  // '' leaves the size policy to the trainer (its default is measured, and may change)
-  const policyOptions = ['', ...POLICIES]
-    .map((p) => `<option value="${p}"${p === (o.policy ?? '') ? ' selected' : ''}>${p || 'default'}</option>`)
-    .join('');
   const num = (v) => (v === undefined || v === null ? '' : escapeHtml(v));
+  // The menus are filled from the wasm once it is loaded (fillMenus); until then they
+  // show what was asked for. An empty policy leaves it to the trainer's default.
+  const option = (v, label = v) => `<option value="${escapeHtml(v)}" selected>${escapeHtml(label)}</option>`;
+  const preset = settings.preset === undefined ? '' : option(settings.preset);
+  const policy = settings.policy === undefined ? option('', 'default') : option(settings.policy);
   return `
   <div class="tp-head">
     ${title}
@@ -80,7 +90,7 @@ function template(id, o) {
     <button type="button" data-testid="step-once" data-ref="stepOnce">Step once</button>
     <button type="button" data-testid="reset" data-ref="reset">Reset</button>
     <label class="tp-switch">
-      <input type="checkbox" role="switch" data-testid="pool-toggle" data-ref="pool" ${o.pool ? 'checked' : ''}
+      <input type="checkbox" role="switch" data-testid="pool-toggle" data-ref="pool" ${settings.pool === false ? '' : 'checked'}
         aria-describedby="${id}-pool-hint">
       <span>Pool</span>
     </label>
@@ -89,21 +99,21 @@ function template(id, o) {
   <details class="tp-settings">
     <summary>Settings</summary>
     <div class="tp-fields">
-      <label>Model <select data-ref="preset"><option value="${escapeHtml(o.preset)}">${escapeHtml(o.preset)}</option></select></label>
-      <label>Learning rate <input type="number" inputmode="decimal" step="any" min="0" data-ref="lr" value="${num(o.lr)}" placeholder="preset"></label>
-      <label>Batch <input type="number" inputmode="numeric" step="1" min="1" data-ref="batch" value="${num(o.batch)}" placeholder="preset"></label>
-      <label>Context <input type="number" inputmode="numeric" step="1" min="2" data-ref="context" value="${num(o.context)}" placeholder="preset"></label>
-      <label>Size classes <select data-ref="policy">${policyOptions}</select></label>
+      <label>Model <select data-ref="preset">${preset}</select></label>
+      <label>Learning rate <input type="number" inputmode="decimal" step="any" min="0" data-ref="lr" value="${num(settings.lr)}" placeholder="preset"></label>
+      <label>Batch <input type="number" inputmode="numeric" step="1" min="1" data-ref="batch" value="${num(settings.batch)}" placeholder="preset"></label>
+      <label>Context <input type="number" inputmode="numeric" step="1" min="2" data-ref="context" value="${num(settings.context)}" placeholder="preset"></label>
+      <label>Size classes <select data-ref="policy">${policy}</select></label>
     </div>
     <p class="tp-hint" data-ref="settingsHint">Empty fields take the preset's value. Changes apply on Reset.</p>
   </details>
   <div class="tp-corpus" data-ref="drop">
     <p class="tp-corpus-info"><span class="tp-label">Corpus</span>
-      <span data-ref="corpusName">built-in</span> <span class="tp-muted" data-ref="corpusInfo"></span></p>
+      <span data-ref="corpusName">default</span> <span class="tp-muted" data-ref="corpusInfo"></span></p>
     <div class="tp-corpus-actions">
       <label class="tp-button">Choose a text file…<input type="file" class="tp-visually-hidden" data-testid="corpus-file"
         data-ref="file" accept=".txt,.md,.csv,.tsv,.json,.html,.xml,.tex,.js,.py,.rs,text/*"></label>
-      <button type="button" data-ref="builtin" hidden>Use the built-in corpus</button>
+      <button type="button" data-ref="defaultCorpus" hidden>Use the default corpus</button>
       <span class="tp-hint">or drop one here</span>
     </div>
   </div>
@@ -173,31 +183,45 @@ function column(arr, total, stride) {
 const fixed = (v, digits) => (v == null || !Number.isFinite(v) ? '' : v.toFixed(digits));
 const pct = (v) => `${Math.round(v * 100)}%`;
 
-// Says what went wrong in a heading a person can act on.
-function describe(message) {
-  const m = message.toLowerCase();
-  if (m.startsWith('the wasm module panicked')) return ['tidepool crashed', `${message} Restart starts it afresh.`];
-  if (m.startsWith('could not load the wasm package')) return ['The wasm package did not load', message];
-  if (m.startsWith('no webgpu') || m.startsWith('no gpu adapter')) {
-    return ['No WebGPU here', m.includes('chrome') ? message : `${message} ${BROWSERS}`];
-  }
-  if (m.startsWith('bad corpus')) return ['This corpus cannot be used', message];
-  if (m.startsWith('bad configuration')) return ['Check the settings', message];
-  if (m.startsWith('too large for this device')) return ['Too large for this GPU', `${message} Try the tiny preset, a smaller batch or context.`];
-  if (m.includes('device was lost')) return ['The GPU device was lost', `${message} Restart builds a new device and trains again.`];
-  if (m.includes('device') && (m.includes('refused') || m.includes('request'))) return ['The GPU refused a device', message];
-  return ['Something went wrong', message];
+// What each kind of error is called, what it adds, and whether Restart is the way on.
+const SAY = {
+  config: ['Check the settings'],
+  too_large: ['Too large for this GPU'],
+  corpus: ['This corpus cannot be used'],
+  no_webgpu: ['No WebGPU here'],
+  device_lost: ['The GPU device was lost', 'Restart builds a new device and trains again.', true],
+  crashed: ['tidepool crashed', 'Restart starts it afresh.', true],
+  stalled: ['tidepool stopped answering', 'Restart starts it afresh.', true],
+  load: ['The wasm package did not load', '', true],
+  internal: ['Something went wrong', '', true],
+};
+
+/** [title, text, restart] for an error a person can act on. */
+function describe(err) {
+  const kind = kindOf(err);
+  const message = messageOf(err);
+  const [title, more = '', restart = false] = SAY[kind] ?? SAY.internal;
+  const extra = kind === 'no_webgpu' && !/chrome/i.test(message) ? BROWSERS : more;
+  return [title, extra ? `${message} ${extra}` : message, restart];
 }
+
+// The kinds after which this worker is gone: a new one is needed.
+const WORKER_GONE = ['crashed', 'stalled', 'load'];
 
 class TidepoolWidget {
   constructor(root, options) {
     this.root = root;
-    this.opts = { ...DEFAULTS, ...options };
+    const { widget, settings } = splitOptions(options);
+    this.opts = widget;
+    this.settings = settings; // training settings not on the settings form, passed on as they are
     this.id = `tp${++instances}`;
     this.running = false;
     this.hasTrainer = false;
-    this.creating = false;
-    this.corpus = this.opts.corpus === undefined ? null : { name: this.opts.corpusName, text: this.opts.corpus };
+    this.creating = 0; // create requests in flight
+    // null: the default corpus; else {name, data} with data a string or bytes
+    this.corpus = this.opts.corpus === undefined ? null : { name: this.opts.corpusName, data: this.opts.corpus };
+    this.defaultCorpus = null; // {name, bytes} once fetched
+    this.wasmInfo = { maxCorpusBytes: MAX_CORPUS_BYTES, defaultCorpusPath: undefined }; // what the wasm says, once loaded
     this.cur = emptyRun('');
     this.prev = null;
     this.bucketSizes = [];
@@ -206,12 +230,12 @@ class TidepoolWidget {
     this.loaded = false; // the worker has the wasm package
     loadCss(root.ownerDocument);
     root.classList.add('tp');
-    root.innerHTML = template(this.id, this.opts);
+    root.innerHTML = template(this.id, this.opts, settings);
     this.el = {};
     for (const node of root.querySelectorAll('[data-ref]')) this.el[node.dataset.ref] = node;
     this.buildCharts();
     this.wire();
-    this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule: this.opts.schedule });
+    this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule: this.opts.schedule, watchdog: this.opts.watchdog });
     this.listen();
     this.boot(true);
   }
@@ -225,29 +249,31 @@ class TidepoolWidget {
     try {
       ready = await this.client.start();
     } catch (err) {
-      this.loaded = false;
-      this.showError(err.message, { restart: true });
+      if (err.kind === 'stopped' || this.destroyed) return; // a newer start() took over
+      this.showError(err);
       this.setStatus('Not loaded.');
       return;
     }
     if (this.destroyed) return;
     this.loaded = true;
-    this.fillPresets(ready.presets);
+    this.wasmInfo = {
+      maxCorpusBytes: ready.maxCorpusBytes ?? MAX_CORPUS_BYTES,
+      defaultCorpusPath: ready.defaultCorpusPath,
+    };
+    this.fillMenus(ready);
     if (!ready.gpu.ok) {
       this.setStatus('No WebGPU in this browser.');
-      this.showError(ready.gpu.message);
+      this.showError(kindError('no_webgpu', ready.gpu.message));
       return;
     }
     const info = ready.gpu.info;
     this.el.adapter.textContent = info.description || [info.vendor, info.architecture].filter(Boolean).join(' ') || 'WebGPU adapter';
     if (first && this.opts.corpusUrl && !this.corpus) {
       try {
-        const res = await fetch(this.opts.corpusUrl);
-        if (!res.ok) throw new Error(`HTTP ${res.status}`);
-        const name = decodeURIComponent(new URL(res.url).pathname.split('/').pop() || 'corpus');
-        this.corpus = { name, text: this.checkText(name, new Uint8Array(await res.arrayBuffer())) };
+        const { name, bytes } = await fetchCorpus(new URL(this.opts.corpusUrl, document.baseURI), this.wasmInfo.maxCorpusBytes);
+        this.corpus = { name, data: bytes };
       } catch (err) {
-        this.showError(`could not load the corpus ${this.opts.corpusUrl}: ${err.message}. Training uses the built-in corpus.`);
+        this.showError(kindError('corpus', `${messageOf(err)}. Training uses the default corpus.`));
       }
     }
     await this.create({ run: (first && this.opts.autostart) || this.wantRunAfterRestart === true });
@@ -266,53 +292,85 @@ class TidepoolWidget {
 
   // ---- requests -----------------------------------------------------------
 
-  config(overrides = {}) {
+  /** The training settings: those given at mount, then the form's. Unchecked: the wasm checks them. */
+  config() {
     const n = (input) => (input.value.trim() === '' ? undefined : Number(input.value));
     const config = {
-      preset: this.el.preset.value || this.opts.preset,
+      ...this.settings,
+      preset: this.el.preset.value || undefined,
       lr: n(this.el.lr),
       batch: n(this.el.batch),
       context: n(this.el.context),
       policy: this.el.policy.value || undefined,
       pool: this.el.pool.checked,
-      seed: this.opts.seed,
-      steps: this.opts.steps,
-      ...overrides,
     };
     for (const k of Object.keys(config)) if (config[k] === undefined) delete config[k];
     return config;
   }
 
-  /** Builds a new Trainer; on failure the one running keeps running. */
+  /**
+   * The corpus to send: the chosen one (over the size cap: refused here, before it
+   * is copied to the worker), or the default fetched once from data/. If that cannot
+   * be fetched, nothing is sent, and the wasm's error says what it needs.
+   */
+  async corpusData(corpus) {
+    if (corpus) {
+      const { name, data } = corpus;
+      checkSize(name, typeof data === 'string' ? utf8Bytes(data) : data.byteLength, this.wasmInfo.maxCorpusBytes);
+      return corpus;
+    }
+    if (!this.defaultCorpus) {
+      try {
+        this.defaultCorpus = await fetchCorpus(defaultCorpusUrl(this.wasmInfo.defaultCorpusPath), this.wasmInfo.maxCorpusBytes);
+      } catch (err) {
+        // nothing is sent: the wasm's error says what it needs
+        console.warn(`tidepool: ${messageOf(err)}`);
+        return { name: undefined, data: undefined };
+      }
+    }
+    return { name: this.defaultCorpus.name, data: this.defaultCorpus.bytes };
+  }
+
+  /** Builds a new Trainer; on failure the one running keeps running. Resolves true when built. */
   async create({ run = false, corpus = this.corpus, config = this.config() } = {}) {
-    this.creating = true;
+    this.creating++;
     this.updateButtons();
-    this.setStatus(`Building the ${config.preset} model${config.pool === false ? ' (pool off)' : ''}…`);
+    this.setStatus(`Building the ${config.preset ?? 'default'} model${config.pool === false ? ' (pool off)' : ''}…`);
     try {
-      const m = await this.client.create(config, corpus ? corpus.text : undefined, run, corpus?.name);
+      const send = await this.corpusData(corpus);
+      const m = await this.client.create(config, send.data, run, send.name);
       this.corpus = corpus;
       const c = m.corpus;
-      this.el.corpusName.textContent = corpus ? corpus.name : /built.?in/i.test(c.name) ? c.name : `${c.name} (built-in)`;
+      this.el.corpusName.textContent = corpus ? corpus.name : `${c.name} (default)`;
       this.el.corpusInfo.textContent = `${fmtBytes(c.bytes)} · vocab ${c.vocab} · ${c.tokens.toLocaleString('en')} tokens`;
-      this.el.builtin.hidden = !corpus;
+      this.el.defaultCorpus.hidden = !corpus;
       this.el.settingsHint.classList.remove('tp-changed');
       this.el.settingsHint.textContent = "Empty fields take the preset's value. Changes apply on Reset.";
       return true;
     } catch (err) {
-      this.showError(err.message);
-      this.setStatus(this.hasTrainer ? this.stateText() : 'Not started.');
+      // the old trainer was freed and the new one could not be built (a GPU error)
+      if (err.gone && !WORKER_GONE.includes(err.kind)) {
+        this.hasTrainer = false;
+        this.running = false;
+      }
+      // a crash or a stall is shown by the error event; a replaced worker is no error
+      if (!['stopped', 'crashed', 'stalled'].includes(err.kind)) this.showError(err);
+      if (!this.destroyed && err.kind !== 'stopped') this.setStatus(this.hasTrainer ? this.stateText() : 'Not started.');
       return false;
     } finally {
-      this.creating = false;
+      this.creating--;
       // Start pressed while the model was being built
-      if (this.startAfterCreate && this.hasTrainer) this.client.run();
-      this.startAfterCreate = false;
+      if (!this.creating) {
+        if (this.startAfterCreate && this.hasTrainer) this.client.run();
+        this.startAfterCreate = false;
+      }
       this.updateButtons();
     }
   }
 
   start() {
     this.clearError();
+    if (!this.client.alive) return this.restart(true); // it crashed or stalled: a new worker
     if (!this.hasTrainer) {
       // nothing built yet (or the device was lost): build, then run
       if (this.creating) this.startAfterCreate = true;
@@ -320,81 +378,84 @@ class TidepoolWidget {
       else this.restart(true);
       return;
     }
+    this.setRunning(true);
     this.client.run();
   }
 
   pause() {
+    this.startAfterCreate = false;
+    this.setRunning(false);
     this.client.pause();
   }
 
+  // Start and Pause show at once, though the worker may be busy building a trainer
+  // for seconds: it confirms every run and pause with a 'state', which corrects this.
+  // A pause is "Pausing" until then: the step in flight still lands.
+  setRunning(running) {
+    this.pausing = !running && this.running;
+    this.running = running;
+    this.updateButtons();
+    if (!this.creating) this.setStatus(this.stateText());
+  }
+
+  /** One step when paused; resolves once it is done (failures show as errors). */
   stepOnce() {
-    if (this.hasTrainer && !this.running) this.client.step();
+    if (!this.hasTrainer || this.running) return Promise.resolve();
+    return this.client.step().catch(() => {});
   }
 
   reset() {
     this.clearError();
+    if (!this.client.alive) return this.restart(false);
     return this.create({ run: false });
   }
 
   async setPool(on) {
     this.el.pool.checked = on;
+    if (!this.client.alive) return this.restart(this.running);
     const ok = await this.create({ run: this.running });
-    if (!ok) this.el.pool.checked = !on; // the old trainer stayed: so does its setting
+    if (!ok && !this.destroyed) this.el.pool.checked = !on; // the old trainer stayed: so does its setting
   }
 
-  /** A whole new worker: the way back from a lost device or a panic. */
+  /** A whole new worker: the way back from a lost device, a crash or a stall. */
   restart(run = this.running) {
     this.clearError();
     this.hasTrainer = false;
     this.running = false;
+    this.pausing = false;
     this.wantRunAfterRestart = run;
     this.updateButtons();
-    this.boot(false);
+    return this.boot(false);
   }
 
+  /** A chosen or dropped file: only its size is checked here, its contents by the wasm. */
   async useFile(file) {
     this.clearError();
-    if (file.size > MAX_CORPUS_BYTES) {
-      return this.showError(`bad corpus: ${file.name} is ${fmtBytes(file.size)}; the page takes up to ${fmtBytes(MAX_CORPUS_BYTES)}.`);
-    }
-    let text;
+    let bytes;
     try {
-      text = this.checkText(file.name, new Uint8Array(await file.arrayBuffer()));
+      bytes = await readFile(file, this.wasmInfo.maxCorpusBytes);
     } catch (err) {
-      return this.showError(err.message);
+      return this.showError(kindOf(err) === 'corpus' ? err : kindError('corpus', `could not read ${file.name}: ${messageOf(err)}`));
     }
-    await this.create({ run: this.running, corpus: { name: file.name, text } });
+    return this.create({ run: this.running, corpus: { name: file.name, data: bytes } });
   }
 
-  // The page says what is wrong with a file before the wasm sees it (the wasm
-  // checks again): it only takes text, and must not mangle bytes into U+FFFD.
-  checkText(name, bytes) {
-    if (bytes.length === 0) throw new Error(`bad corpus: ${name} is empty. Choose a text file with some writing in it.`);
-    let text;
-    try {
-      text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-    } catch {
-      throw new Error(`bad corpus: ${name} is not UTF-8 text (a binary file?). Choose a plain text file.`);
-    }
-    // Valid UTF-8 can still be binary (zeros, control codes): text has almost none.
-    let control = 0;
-    const n = Math.min(text.length, 65536);
-    for (let i = 0; i < n; i++) {
-      const c = text.charCodeAt(i);
-      if (c === 0) throw new Error(`bad corpus: ${name} is not UTF-8 text (it holds NUL bytes: a binary file?). Choose a plain text file.`);
-      if (c < 32 && c !== 9 && c !== 10 && c !== 13 && c !== 12) control++;
-    }
-    if (control > n * 0.01) throw new Error(`bad corpus: ${name} is not UTF-8 text (it is full of control codes: a binary file?).`);
-    return text;
+  /** Text given by the host page (undefined: back to the default corpus). */
+  useText(text, name) {
+    this.clearError();
+    return this.create({ run: this.running, corpus: text === undefined || text === null ? null : { name, data: String(text) } });
   }
 
+  /** A sample now; resolves once it is shown (failures show as errors). */
   sampleNow() {
-    if (!this.hasTrainer) return;
+    if (!this.hasTrainer) return Promise.resolve();
     this.el.sampleNow.disabled = true;
-    this.client
+    return this.client
       .sample()
       .catch(() => {}) // shown through the error event
-      .finally(() => (this.el.sampleNow.disabled = false));
+      .finally(() => {
+        this.el.sampleNow.disabled = !this.hasTrainer;
+      });
   }
 
   // ---- worker events ------------------------------------------------------
@@ -411,18 +472,24 @@ class TidepoolWidget {
     });
     on('state', (m) => {
       this.running = m.running;
+      if (!m.running) this.pausing = false;
       this.updateButtons();
       this.setStatus(m.reason ? `Paused at step ${m.step}: ${m.reason}.` : this.stateText(m.step));
       this.fire('state', m);
     });
     on('error', (m) => {
-      if (m.lost || m.fatal || m.op === 'step' || m.op === 'worker' || m.op === 'load') {
-        // a lost device was freed by the worker; after a panic only a new worker will do
-        if (m.lost || m.fatal) this.hasTrainer = false;
-        if (m.fatal || m.op === 'load') this.loaded = false;
-        this.showError(m.message, { restart: true, runAgain: this.running || m.op === 'step' });
-      } else this.showError(m.message);
+      // Restart resumes training only if it was training (not after a failed Step once)
+      const runAgain = this.running;
+      // a lost device was freed by the worker; after a crash or a stall the worker is gone
+      if (m.kind === 'device_lost' || WORKER_GONE.includes(m.kind)) {
+        this.hasTrainer = false;
+        this.running = false;
+        this.pausing = false;
+      }
+      if (WORKER_GONE.includes(m.kind)) this.loaded = false;
+      this.showError(m, { runAgain });
       this.updateButtons();
+      if (!this.running && !this.creating) this.setStatus(this.hasTrainer ? this.stateText() : 'Stopped.');
     });
   }
 
@@ -516,7 +583,7 @@ class TidepoolWidget {
       el.file.value = ''; // choosing the same file again must fire change again
       if (file) this.useFile(file);
     });
-    el.builtin.addEventListener('click', () => this.create({ run: this.running, corpus: null }));
+    el.defaultCorpus.addEventListener('click', () => this.create({ run: this.running, corpus: null }));
     for (const input of [el.preset, el.lr, el.batch, el.context, el.policy]) {
       input.addEventListener('change', () => {
         el.settingsHint.textContent = 'Changed: press Reset to train with these settings.';
@@ -546,16 +613,27 @@ class TidepoolWidget {
     this.schemeQuery.addEventListener('change', this.onScheme);
   }
 
-  fillPresets(presets) {
-    const want = this.el.preset.value || this.opts.preset;
-    this.el.preset.replaceChildren(
-      ...presets.map((p) => {
-        const o = document.createElement('option');
-        o.value = o.textContent = p;
-        o.selected = p === want;
-        return o;
-      }),
-    );
+  /** The model and size-class menus, from what the wasm offers (and what was asked for). */
+  fillMenus({ presets = [], policies = [] }) {
+    const fill = (select, values, first = []) => {
+      const want = select.value;
+      const all = [...first, ...values];
+      // a value asked for that the wasm does not offer stays, so that its error shows
+      if (want && !all.some(([v]) => v === want)) all.push([want, want]);
+      select.replaceChildren(
+        ...all.map(([value, label]) => {
+          const o = document.createElement('option');
+          o.value = value;
+          o.textContent = label;
+          o.selected = value === want;
+          return o;
+        }),
+      );
+      if (!want && !first.length && all.length) select.value = all[0][0];
+    };
+    const pairs = (list) => list.map((v) => [String(v), String(v)]);
+    fill(this.el.preset, pairs(presets));
+    fill(this.el.policy, pairs(policies), [['', this.el.policy.options[0]?.value === '' ? this.el.policy.options[0].textContent : 'default']]);
   }
 
   updateButtons() {
@@ -573,6 +651,7 @@ class TidepoolWidget {
 
   stateText(step = this.cur.latest?.step ?? 0) {
     if (this.running) return 'Training…';
+    if (this.pausing) return 'Pausing after the step in flight…';
     return step > 0 ? `Paused at step ${step}.` : 'Ready: press Start.';
   }
 
@@ -580,15 +659,16 @@ class TidepoolWidget {
     this.el.status.textContent = text;
   }
 
-  showError(message, { restart = false, runAgain = false } = {}) {
+  /** Shows an error (anything with a kind and a message, or a string); Restart when it helps. */
+  showError(err, { runAgain = false } = {}) {
     this.focusNext = null;
-    const [title, text] = describe(message);
+    const [title, text, restart] = describe(err);
     this.el.errorTitle.textContent = title;
     this.el.errorText.textContent = text;
     this.el.restart.hidden = !restart;
     this.errorRunAgain = runAgain;
     this.el.error.hidden = false;
-    this.fire('error', { message });
+    this.fire('error', { kind: kindOf(err), message: messageOf(err) });
   }
 
   clearError() {
@@ -717,16 +797,27 @@ class TidepoolWidget {
     return {
       start: () => w.start(),
       pause: () => w.pause(),
+      /** resolves when the step is done */
       stepOnce: () => w.stepOnce(),
       reset: () => w.reset(),
       setPool: (on) => w.setPool(on),
+      /** resolves when the sample is shown */
       sample: () => w.sampleNow(),
-      /** text (string) or a File; undefined goes back to the built-in corpus */
-      useCorpus: (corpus, name = 'custom text') =>
-        corpus instanceof Blob ? w.useFile(corpus) : w.create({ run: w.running, corpus: corpus === undefined ? null : { name, text: corpus } }),
+      /** text (string) or a File; undefined goes back to the default corpus. Resolves true once training on it. */
+      useCorpus: (corpus, name = 'custom text') => (corpus instanceof Blob ? w.useFile(corpus) : w.useText(corpus, name)),
+      /** a new worker, wasm instance and device (what the Restart button does) */
+      restart: (run) => w.restart(run),
+      /** the watchdog's settings (every, answer, busy in ms; see client.mjs), changeable at any time */
+      get watchdog() {
+        return w.client.watchdog;
+      },
       destroy: () => w.destroy(),
       get running() {
         return w.running;
+      },
+      /** what the widget is doing, for a host page (and for a test that fails to say why) */
+      get state() {
+        return { running: w.running, trainer: w.hasTrainer, building: w.creating, loaded: w.loaded, worker: w.client.alive, waiting: w.client.pending.size };
       },
       get history() {
         return w.cur;
@@ -742,28 +833,40 @@ class TidepoolWidget {
   }
 }
 
+// A string from a query or an attribute as the value a setting takes: on/off and
+// true/false as booleans, decimal numbers as numbers, anything else as it is (the
+// wasm says when a setting does not take it).
+function settingValue(text) {
+  const t = text.trim();
+  if (t === '' || /^(on|true)$/i.test(t)) return true;
+  if (/^(off|false)$/i.test(t)) return false;
+  if (/^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(t)) return Number(t);
+  return text;
+}
+const settingKey = (name) => name.replace(/-/g, '_');
+
 /**
  * Options from a query string, so a link can open a configured trainer:
  * `?preset=small&batch=4&context=32&lr=0.002&pool=off&policy=exact&autostart`.
+ * Every parameter is a training setting and goes to the wasm, which checks it, except
+ * `autostart`; a link cannot set the widget's own options (where code and data load from).
  */
 export function optionsFromQuery(search = location.search) {
-  const q = new URLSearchParams(search);
   const o = {};
-  for (const k of ['preset', 'policy']) if (q.get(k)) o[k] = q.get(k);
-  for (const k of ['lr', 'batch', 'context', 'seed', 'steps']) {
-    const v = Number(q.get(k));
-    if (q.get(k) && Number.isFinite(v)) o[k] = v;
+  for (const [key, value] of new URLSearchParams(search)) {
+    if (key === 'autostart') o.autostart = true;
+    else if (!(key in DEFAULTS)) o[settingKey(key)] = settingValue(value);
   }
-  if (q.has('pool')) o.pool = !['off', 'false', '0'].includes(q.get('pool').toLowerCase());
-  if (q.has('autostart')) o.autostart = true;
   return o;
 }
 
 /**
  * Mounts a trainer into `element` and returns its controller.
  * @param {HTMLElement} element
- * @param {object} [options] title, preset, pool, policy, lr, batch, context, seed, steps,
- *   corpus (text), corpusName, corpusUrl, autostart, pkgUrl, schedule
+ * @param {object} [options] the widget's: title, corpus (text or bytes), corpusName,
+ *   corpusUrl, autostart, pkgUrl, schedule, watchdog; every other key is a training
+ *   setting for the wasm's Trainer.create (preset, pool, policy, lr, batch, context,
+ *   seed, steps, dropout, ...)
  */
 export function mount(element, options = {}) {
   if (element.tidepool) element.tidepool.destroy();
@@ -774,26 +877,26 @@ export function mount(element, options = {}) {
 
 // <tidepool-trainer preset="tiny" pool="off" lr="0.001" batch="8" context="64"
 //   policy="pow2" steps="2000" corpus-url="text.txt" title="..." autostart>
-// Attributes are read when the element joins the page.
+// Attributes are read when the element joins the page. title, autostart, corpus-url
+// and pkg-url are the widget's; every other attribute that is not one of HTML's own
+// is a training setting (eval-every="50" is eval_every: 50) for the wasm to check, as
+// is each entry of the element's `settings` property when set before it joins.
+const HTML_ATTRIBUTES = /^(id|class|style|slot|part|is|lang|dir|hidden|inert|tabindex|title|role|nonce|translate|draggable|spellcheck|contenteditable|autofocus|accesskey|autocapitalize|enterkeyhint|inputmode|popover|(data|aria)-.*|on.*)$/i;
+const ELEMENT_OPTIONS = { 'corpus-url': 'corpusUrl', 'pkg-url': 'pkgUrl', autostart: 'autostart' };
+
 export class TidepoolTrainer extends HTMLElement {
   connectedCallback() {
     if (this.tidepool) return;
-    const a = (name) => this.getAttribute(name) ?? undefined;
-    const num = (name) => (this.hasAttribute(name) ? Number(this.getAttribute(name)) : undefined);
-    mount(this, {
-      title: this.hasAttribute('title') ? a('title') : DEFAULTS.title,
-      preset: a('preset') ?? DEFAULTS.preset,
-      pool: !['off', 'false', '0'].includes((a('pool') ?? 'on').toLowerCase()),
-      policy: a('policy'),
-      lr: num('lr'),
-      batch: num('batch'),
-      context: num('context'),
-      seed: num('seed'),
-      steps: num('steps'),
-      corpusUrl: a('corpus-url'),
-      autostart: this.hasAttribute('autostart'),
-      pkgUrl: a('pkg-url'),
-    });
+    const settings = {};
+    const options = { title: this.hasAttribute('title') ? this.getAttribute('title') : DEFAULTS.title, settings };
+    for (const { name, value } of this.attributes) {
+      if (name in ELEMENT_OPTIONS) options[ELEMENT_OPTIONS[name]] = name === 'autostart' ? true : value;
+      else if (!HTML_ATTRIBUTES.test(name)) settings[settingKey(name)] = settingValue(value);
+    }
+    for (const [key, value] of Object.entries(this.settings ?? {})) {
+      settings[settingKey(key)] = typeof value === 'string' ? settingValue(value) : value;
+    }
+    mount(this, options);
     // the title attribute would also show as a tooltip over the whole widget
     this.removeAttribute('title');
   }

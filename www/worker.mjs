@@ -1,27 +1,37 @@
 // The training loop, in a dedicated Web Worker so the page never freezes: WebGPU
 // works in workers, and a step that waits on the GPU here costs the page nothing.
 //
-// Protocol (page -> worker; replies carry the request's `id`):
-//   {type:'init', pkgUrl, schedule}   load the wasm, look for a GPU  -> 'ready'
-//   {type:'create', id, config, corpus, corpusName, run}  a new Trainer          -> 'created' | 'error'
-//   {type:'run'} / {type:'pause'}     train continuously / stop after the step in flight
-//   {type:'step', id}                 one step when paused            -> 'step'
-//   {type:'sample', id, length, temperature, topK}                    -> 'sample'
-//   {type:'evaluate', id}                                             -> 'eval'
-//   {type:'free'}                     release GPU memory now
+// Protocol (page -> worker). Every message with an `id` gets exactly one reply with
+// that id: the result below, or {type:'error'}.
+//   {type:'init', pkgUrl, schedule}              load the wasm, look for a GPU -> 'ready' | 'error' (op 'load')
+//   {type:'create', id, config, corpus, corpusName, run}  a new Trainer     -> 'created'
+//   {type:'step', id}         one step when paused                          -> 'step' {stats} | 'skipped' (running)
+//   {type:'sample', id, length?, temperature?, topK?}                       -> 'sample' {step, text}
+//   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
+//   {type:'run'} / {type:'pause'}   train continuously / stop after the step in flight; each
+//                             is confirmed by a 'state', at once or after the request in flight
+//   {type:'free'}             release GPU memory now
+//   {type:'ping', seq}        answered at once, whatever runs     -> 'pong' {seq, op, ms}: the request
+//                             in flight and for how long (the page's watchdog)
 // Worker -> page, unasked: 'step' {stats}, 'eval' {step, loss}, 'sample' {step, text},
-//   'state' {running, step, reason}, 'error' {op, message, lost, fatal}: after a
-//   fatal one (a Rust panic) the page starts a new worker.
+//   'state' {running, step, reason}, 'error' {op, kind, message, fatal}. After a
+//   fatal one (the wasm trapped, or anything escaped) this worker answers every
+//   request with that error: the page starts a new one.
 //
 // A wasm Trainer is one Rust object: two of its async methods must never overlap
 // (wasm-bindgen would throw on the second borrow), so every call goes through one
 // pump that runs queued requests between steps, one at a time.
 
+import { kindError, kindOf, messageOf } from './errors.mjs';
+
 let wasm = null;
 let trainer = null;
 let wantRun = false; // what the page asked for
 let reported = false; // what the page was last told
+let confirm = false; // a run or pause to confirm, changed or not
 let busy = false;
+let current = null; // {op, since, id, msg}: what the pump is waiting on, and for which request
+let crash = null; // the fatal error, once there is one
 const queue = [];
 
 // When to evaluate and sample. Both cost GPU time (on SwiftShader a 200-character
@@ -58,7 +68,6 @@ console.error = (...args) => {
 };
 
 const post = (msg) => self.postMessage(msg);
-const message = (err) => (err && err.message) || String(err);
 
 // The wasm hands back plain objects by contract; a class instance would lose its
 // getters in postMessage, so anything that is not one goes through JSON.
@@ -72,8 +81,9 @@ function plain(value) {
 
 function report(reason) {
   const running = wantRun && trainer !== null;
-  if (running !== reported || reason) {
+  if (running !== reported || reason || confirm) {
     reported = running;
+    confirm = false;
     post({ type: 'state', running, step: currentStep(), reason: reason ?? null });
   }
 }
@@ -100,7 +110,7 @@ async function checkGpu() {
   try {
     adapter = await self.navigator.gpu.requestAdapter();
   } catch (err) {
-    return { ok: false, message: `no GPU adapter: the request was refused (${message(err)}).` };
+    return { ok: false, message: `no GPU adapter: the request was refused (${messageOf(err)}).` };
   }
   if (!adapter) {
     return { ok: false, message: 'no GPU adapter: WebGPU is there but offered no adapter (disabled, blocklisted, or no GPU).' };
@@ -109,6 +119,37 @@ async function checkGpu() {
   return { ok: true, info: { vendor: info.vendor ?? '', architecture: info.architecture ?? '', description: info.description ?? '' } };
 }
 
+/** What the wasm tells the page: presets and size policies (the menus), the corpus cap and the default corpus's path. */
+function wasmInfo() {
+  const ask = (name, otherwise) => {
+    try {
+      return typeof wasm[name] === 'function' ? plain(wasm[name]()) : otherwise;
+    } catch {
+      return otherwise;
+    }
+  };
+  return {
+    presets: ask('presets', []),
+    policies: ask('policies', []),
+    maxCorpusBytes: ask('maxCorpusBytes', undefined),
+    defaultCorpusPath: ask('defaultCorpusPath', undefined),
+  };
+}
+
+function alive(t) {
+  try {
+    t.model();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const needTrainer = (op) => {
+  if (!trainer) throw kindError('config', `nothing to ${op}: no trainer has been built yet (press Start or Reset).`);
+};
+
+// Runs one request; returns the reply (without id) or throws.
 async function handle(m) {
   switch (m.type) {
     case 'init': {
@@ -118,69 +159,50 @@ async function handle(m) {
         await wasm.default();
       } catch (err) {
         wasm = null;
-        post({ type: 'error', op: 'load', message: `could not load the wasm package ${m.pkgUrl}: ${message(err)}. Build it with "make demo".` });
-        return;
+        throw kindError('load', `could not load the wasm package ${m.pkgUrl}: ${messageOf(err)}. Build it with "make demo".`);
       }
-      let presets = ['tiny', 'small'];
-      try {
-        presets = plain(wasm.presets());
-      } catch {}
-      post({ type: 'ready', presets, gpu: await checkGpu() });
-      return;
+      return { type: 'ready', ...wasmInfo(), gpu: await checkGpu() };
     }
     case 'create': {
-      if (!wasm) return post({ type: 'error', id: m.id, op: 'create', message: 'the wasm package is not loaded.' });
-      let next;
-      try {
-        next = await wasm.Trainer.create(m.config ?? {}, m.corpus ?? undefined, m.corpusName ?? undefined);
-      } catch (err) {
-        // The trainer we had (if any) stays: a bad corpus or setting loses nothing.
-        post({ type: 'error', id: m.id, op: 'create', message: message(err) });
-        report();
-        return;
-      }
+      if (!wasm) throw kindError('load', 'the wasm package is not loaded.');
+      const args = [m.config ?? {}, m.corpus ?? undefined, m.corpusName ?? undefined];
+      m.corpus = null; // the worker keeps no copy (the wasm has its own)
       if (trainer) {
+        // Checked against the device first (a bad corpus or setting loses nothing), then
+        // the old trainer's buffers are freed before the new one is built: never two at once.
         try {
-          trainer.free();
-        } catch {}
+          await trainer.replace(...args);
+        } catch (err) {
+          if (!alive(trainer)) {
+            trainer = null; // it was freed, and building the new one failed
+            throw Object.assign(err, { gone: true });
+          }
+          throw err;
+        }
+      } else {
+        trainer = await wasm.Trainer.create(...args);
       }
-      trainer = next;
       lastSample = { at: performance.now(), ms: 0, step: 0 };
       lastEval = { at: performance.now(), ms: 0 };
       msPerChar = 0;
       const model = plain(trainer.model());
-      maxSteps = schedule.maxSteps || m.config?.steps || model.steps || 0;
+      maxSteps = schedule.maxSteps || model.steps || 0;
       wantRun = Boolean(m.run);
-      post({
-        type: 'created',
-        id: m.id,
-        adapter: plain(trainer.adapter()),
-        corpus: plain(trainer.corpus()),
-        model,
-      });
-      report();
-      return;
+      return { type: 'created', adapter: plain(trainer.adapter()), corpus: plain(trainer.corpus()), model };
     }
     case 'step':
-      if (trainer && !wantRun) await trainStep();
-      return;
-    case 'sample':
-      if (!trainer) return;
-      try {
-        const text = await timedSample(m.length ?? sampleLength(), m.temperature ?? schedule.temperature, m.topK ?? schedule.topK);
-        post({ type: 'sample', id: m.id, step: currentStep(), text });
-      } catch (err) {
-        fail('sample', err);
-      }
-      return;
+      needTrainer('step');
+      if (wantRun) return { type: 'skipped' }; // the loop steps anyway
+      await trainStep(m.id); // its 'step' message is the reply
+      return null;
+    case 'sample': {
+      needTrainer('sample');
+      const text = await timedSample(m.length ?? sampleLength(), m.temperature ?? schedule.temperature, m.topK ?? schedule.topK);
+      return { type: 'sample', step: currentStep(), text };
+    }
     case 'evaluate':
-      if (!trainer) return;
-      try {
-        post({ type: 'eval', id: m.id, step: currentStep(), loss: await trainer.evaluate() });
-      } catch (err) {
-        fail('evaluate', err);
-      }
-      return;
+      needTrainer('evaluate');
+      return { type: 'eval', step: currentStep(), loss: await trainer.evaluate() };
     case 'free':
       wantRun = false;
       if (trainer) {
@@ -189,51 +211,58 @@ async function handle(m) {
         } catch {}
       }
       trainer = null;
-      report();
-      return;
+      return null;
+    default:
+      throw kindError('internal', `unknown request ${m.type}`);
   }
 }
 
-function fail(op, err) {
-  let text = message(err);
-  const lost = /device was lost|device lost/i.test(text);
-  // After a trap the wasm instance is in an unknown state: only a new worker helps.
-  const fatal = err instanceof WebAssembly.RuntimeError || text === 'unreachable';
-  if (fatal) {
+/**
+ * Reports a failure. A trap, or anything that escaped, leaves the wasm in an unknown
+ * state (a RefCell borrowed for good, a future never polled again): the worker is
+ * then dead, and every request queued or still to come is answered with the crash.
+ * A lost device takes the trainer with it; other errors leave it as it was.
+ */
+function fail(op, err, id, { escaped = false } = {}) {
+  let kind = kindOf(err);
+  let text = messageOf(err);
+  if (escaped || kind === 'crashed') {
+    kind = 'crashed';
     const panic = lastPanic ? lastPanic.split('\n').slice(0, 2).join(' ').slice(0, 400) : text;
-    text = `the wasm module panicked (a bug in tidepool; please report it): ${panic}`;
+    text = `the wasm module crashed (a bug in tidepool; please report it): ${panic}`;
   }
-  wantRun = false;
+  const fatal = kind === 'crashed';
   if (fatal) {
+    crash ??= { op, kind, message: text };
     trainer = null; // not freed: its memory may be what broke
-  } else if (lost && trainer) {
-    // a lost device takes its buffers with it; the page offers Restart
+  } else if (kind === 'device_lost' && trainer) {
     try {
       trainer.free();
     } catch {}
     trainer = null;
   }
-  post({ type: 'error', op, message: text, lost, fatal });
+  const gone = fatal || kind === 'device_lost' || Boolean(err?.gone);
+  wantRun = false;
+  post({ type: 'error', id, op, kind, message: text, fatal, gone });
+  if (fatal) {
+    for (const m of queue.splice(0)) if (m.id !== undefined) post({ type: 'error', ...crash, id: m.id, op: m.type, fatal });
+  }
   report();
 }
 
-async function trainStep() {
-  let stats;
-  try {
-    stats = plain(await trainer.step());
-  } catch (err) {
-    return fail('step', err);
-  }
-  post({ type: 'step', stats });
+// What the pump now waits on, for the watchdog's pings.
+const phase = (op) => (current = { ...current, op, since: performance.now() });
+
+async function trainStep(id) {
+  phase('step');
+  const stats = plain(await trainer.step());
+  post({ type: 'step', id, stats });
   const step = stats.step;
   // evaluation and samples only while running on: a pause is not kept waiting
   if (wantRun && schedule.evalEvery > 0 && step % schedule.evalEvery === 0 && shareLeft(lastEval, schedule.evalShare)) {
+    phase('evaluate');
     const t0 = performance.now();
-    try {
-      post({ type: 'eval', step, loss: await trainer.evaluate() });
-    } catch (err) {
-      return fail('evaluate', err);
-    }
+    post({ type: 'eval', step, loss: await trainer.evaluate() });
     const t1 = performance.now();
     lastEval = { at: t1, ms: t1 - t0 };
   }
@@ -242,12 +271,9 @@ async function trainStep() {
       ? step >= schedule.firstSample
       : performance.now() - lastSample.at >= schedule.sampleSeconds * 1000 && shareLeft(lastSample, schedule.sampleShare);
   if (wantRun && schedule.sampleLength > 0 && due) {
-    try {
-      const text = await timedSample(sampleLength(), schedule.temperature, schedule.topK);
-      post({ type: 'sample', step, text });
-    } catch (err) {
-      return fail('sample', err);
-    }
+    phase('sample');
+    const text = await timedSample(sampleLength(), schedule.temperature, schedule.topK);
+    post({ type: 'sample', step, text });
     lastSample.step = step;
   }
   if (wantRun && maxSteps > 0 && step === maxSteps) {
@@ -280,36 +306,63 @@ async function pump() {
   if (busy) return;
   busy = true;
   try {
-    for (;;) {
+    while (!crash) {
       const m = queue.shift();
-      if (m) await handle(m);
-      else if (wantRun && trainer) await trainStep();
-      else break;
+      if (m) {
+        current = { op: m.type, since: performance.now(), id: m.id, msg: m };
+        try {
+          const reply = await handle(m);
+          if (reply && m.id !== undefined) post({ ...reply, id: m.id });
+          else if (reply) post(reply);
+        } catch (err) {
+          fail(m.type === 'init' ? 'load' : m.type, err, m.id);
+        }
+      } else if (wantRun && trainer) {
+        current = { op: 'step', since: performance.now() };
+        try {
+          await trainStep();
+        } catch (err) {
+          fail(current?.op ?? 'step', err);
+        }
+      } else break;
+      current = null;
       report(); // a pause that arrived during the step is confirmed right after it
     }
-  } catch (err) {
-    fail('worker', err);
   } finally {
+    current = null;
     busy = false;
   }
 }
 
 self.onmessage = (event) => {
   const m = event.data;
-  // run/pause only flip the flag, so a pause takes effect after the step in flight
-  if (m.type === 'run') wantRun = true;
-  else if (m.type === 'pause') wantRun = false;
-  else queue.push(m);
+  if (m.type === 'ping') {
+    // answered here, not queued: a pump stuck on a promise still answers, and says on what
+    post({ type: 'pong', seq: m.seq, op: current?.op ?? null, ms: current ? performance.now() - current.since : 0, crashed: Boolean(crash) });
+    return;
+  }
+  if (crash) {
+    if (m.id !== undefined) post({ type: 'error', ...crash, id: m.id, op: m.type, fatal: true });
+    return;
+  }
+  // run/pause only flip the flag, so a pause takes effect after the step in flight;
+  // a create still waiting (or in flight) then starts its trainer as last asked
+  if (m.type === 'run' || m.type === 'pause') {
+    wantRun = m.type === 'run';
+    confirm = true;
+    for (const q of [current?.msg, ...queue]) if (q?.type === 'create') q.run = wantRun;
+  } else queue.push(m);
   if (!busy) report();
   pump();
 };
 
-// Anything that escapes (a Rust panic shows up as a RuntimeError) goes to the page.
+// Anything that escapes (a Rust panic traps inside a wasm-bindgen future, whose
+// promise then never settles) kills this worker: say so, and answer what waits.
 self.addEventListener('unhandledrejection', (event) => {
   event.preventDefault();
-  fail('worker', event.reason);
+  fail(current?.op ?? 'worker', event.reason, current?.id, { escaped: true });
 });
 self.addEventListener('error', (event) => {
   event.preventDefault();
-  fail('worker', event.error ?? event.message);
+  fail(current?.op ?? 'worker', event.error ?? event.message, current?.id, { escaped: true });
 });

@@ -2,8 +2,9 @@
 // Chromium driven by playwright-core (it never downloads a browser), and waits that
 // read the page the way a person would: the numbers it shows.
 //
-// WebGPU runs on SwiftShader here (a CPU Vulkan): a tiny step takes 0.1-0.5 s, so
-// waits are generous while each file stays well under two minutes.
+// WebGPU runs on SwiftShader here (a CPU Vulkan): a tiny step takes 0.1-0.5 s, but
+// the first step on each new trainer compiles every shader (seconds; half a minute
+// on a loaded 2-core machine), so waits for a first step are generous.
 
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -23,9 +24,10 @@ const ARGS = [
   '--disable-dev-shm-usage',
 ];
 
-// The tiny preset with a smaller batch and context, through the page's query string:
-// the same model and code paths at a quarter of SwiftShader's time a step.
-export const FAST = '?batch=4&context=32';
+// The tiny preset with the smallest batch and context that still train, through the
+// page's query string: the same model and code paths at a fraction of SwiftShader's
+// time a step.
+export const FAST = '?batch=2&context=8';
 
 /** Fails early, and says how to fix it, when the wasm package is not built. */
 export function requirePackage() {

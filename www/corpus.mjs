@@ -1,0 +1,82 @@
+// Getting a corpus's bytes to the trainer. The wasm checks every corpus (empty,
+// binary, not UTF-8, too short, too large) and names what is wrong; the page only
+// refuses early what is over the size cap, so a 2 GB file is not read into memory
+// to be refused after.
+
+import { kindError, messageOf } from './errors.mjs';
+
+/**
+ * The largest corpus, in bytes, until the wasm says (its maxCorpusBytes(), the cap
+ * src/data.rs enforces, replaces it once loaded).
+ */
+export const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Where the default corpus is (Tiny Shakespeare): the wasm's defaultCorpusPath(),
+ * relative to the package root (where index.html is), or its value until loaded.
+ */
+export function defaultCorpusUrl(path = 'data/tinyshakespeare.txt') {
+  return new URL(path, new URL('../', import.meta.url));
+}
+
+const MIB = 1024 * 1024;
+const mib = (n) => `${(n / MIB).toFixed(n < 10 * MIB ? 1 : 0)} MiB`;
+
+/** Throws a corpus error when `bytes` is over the cap `max`. */
+export function checkSize(name, bytes, max = MAX_CORPUS_BYTES) {
+  if (bytes > max) {
+    throw kindError('corpus', `${name} is ${mib(bytes)} (${bytes} bytes); a corpus may be at most ${mib(max)} (${max} bytes). Choose a smaller file.`);
+  }
+}
+
+/** The UTF-8 size of a string, without encoding a copy of it. */
+export const utf8Bytes = (text) => new Blob([text]).size;
+
+/** A chosen or dropped file as bytes (checked against the cap before it is read). */
+export async function readFile(file, max = MAX_CORPUS_BYTES) {
+  checkSize(file.name, file.size, max);
+  return new Uint8Array(await file.arrayBuffer());
+}
+
+/**
+ * Fetches `url` as bytes: refused before the download when the server gives a size
+ * over the cap, and cut off as soon as the bytes pass it when it gives none.
+ * Resolves {name, bytes}.
+ */
+export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
+  const where = String(url);
+  let res;
+  try {
+    res = await fetch(url);
+  } catch (err) {
+    throw kindError('corpus', `could not fetch the corpus ${where}: ${messageOf(err)}`);
+  }
+  if (!res.ok) throw kindError('corpus', `could not fetch the corpus ${where}: HTTP ${res.status}`);
+  const last = new URL(res.url || where, location.href).pathname.split('/').pop();
+  let name = last || 'corpus';
+  try {
+    name = decodeURIComponent(name);
+  } catch {}
+  const declared = Number(res.headers.get('Content-Length'));
+  if (declared > 0) checkSize(name, declared, max);
+  const chunks = [];
+  let total = 0;
+  const reader = res.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.length;
+    if (total > max) {
+      reader.cancel().catch(() => {});
+      checkSize(name, total, max); // throws
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    bytes.set(c, at);
+    at += c.length;
+  }
+  return { name, bytes };
+}

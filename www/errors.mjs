@@ -1,0 +1,28 @@
+// What kind of failure an error is, for the worker (what to do next) and the page
+// (what to say). Errors from the wasm API carry `kind` (set in src/web.rs); the
+// page adds its own for what happens outside the wasm.
+
+/** Kinds the wasm API sets on its errors. */
+export const WASM_KINDS = ['config', 'too_large', 'corpus', 'no_webgpu', 'device_lost', 'internal'];
+
+/**
+ * Kinds the page sets: `load` (the worker or the wasm package did not load),
+ * `crashed` (the wasm trapped, or anything escaped the worker: only a new worker
+ * helps), `stalled` (the worker stopped answering), `stopped` (the page replaced
+ * the worker; requests to the old one end with it and are not shown).
+ */
+export const PAGE_KINDS = ['load', 'crashed', 'stalled', 'stopped'];
+
+/** An Error with a kind (and any extra fields, e.g. op). */
+export function kindError(kind, message, extra = {}) {
+  return Object.assign(new Error(message), { kind }, extra);
+}
+
+export const messageOf = (err) => (err && err.message) || String(err);
+
+/** The kind of anything thrown: its own when it has one we know; a trap is a crash. */
+export function kindOf(err) {
+  if (WASM_KINDS.includes(err?.kind) || PAGE_KINDS.includes(err?.kind)) return err.kind;
+  if (err instanceof WebAssembly.RuntimeError || messageOf(err) === 'unreachable') return 'crashed';
+  return 'internal';
+}
