@@ -460,7 +460,7 @@ impl Trainer {
         let (b, c) = (self.cfg.batch, self.cfg.context);
         let step = self.step + 1;
         let report = self.ctx.scope(|| {
-            let (grads, report) = self.gradients(&inputs, &targets, step);
+            let (grads, report) = self.gradients(inputs, targets, step);
             let norm_scale = self.update(&grads, step);
             // report = [loss, norm, scale]
             self.ctx.copy_buffer(&norm_scale, 0, &report, 4, 8);
