@@ -574,7 +574,8 @@ mod matmul {
     const MM_DW_TOL: f32 = 2e-5;
 
     /// (rows, k, n): tiny, none dividing any variant's tiles (128x128, 8x64) or the
-    /// step of 8, and GPT-2 layer shapes natively.
+    /// step of 8, reductions long enough to split (k >= 256: split-K in 2 or 3),
+    /// and GPT-2 layer shapes natively.
     #[cfg(not(target_arch = "wasm32"))]
     const MM_SHAPES: &[(usize, usize, usize)] = &[
         (1, 1, 1),
@@ -592,6 +593,7 @@ mod matmul {
         (130, 67, 33),
         (129, 9, 257),
         (64, 96, 160),
+        (33, 300, 65),
     ];
 
     /// A fresh random non-power-of-two shape (rows, k, n) for each test run, on top
@@ -603,7 +605,7 @@ mod matmul {
                 break x;
             }
         };
-        (odd(rng, 300), odd(rng, 200), odd(rng, 200))
+        (odd(rng, 300), odd(rng, 600), odd(rng, 600))
     }
 
     gpu_test!(matmul_forward_matches_reference, forward_body());
