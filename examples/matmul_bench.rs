@@ -92,6 +92,14 @@ mod bench {
         a.min(b)
     }
 
+    /// An op's name, its output rows and columns and reduction length (what the
+    /// launchers choose a variant by), and one launch.
+    type Case<'a> = (
+        &'static str,
+        (usize, usize, usize),
+        &'a dyn Fn() -> PooledBuffer,
+    );
+
     struct Row {
         op: &'static str,
         /// Matmul variant ("" for attention) and whether the launchers pick it here.
@@ -156,11 +164,7 @@ mod bench {
             let flops = 2.0 * m as f64 * k as f64 * n as f64;
             for &v in &variants {
                 // Each product's output shape and reduction decide the launchers' choice.
-                let cases: [(
-                    &'static str,
-                    (usize, usize, usize),
-                    &dyn Fn() -> PooledBuffer,
-                ); 3] = [
+                let cases: [Case; 3] = [
                     ("matmul_forward", (m, n, k), &|| {
                         matmul_forward_variant(&ctx, v, &inp, &weight, None, m, k, n)
                     }),
