@@ -11,7 +11,7 @@
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
-//! `--variant NAME` only that matmul variant (tiled, cpu).
+//! `--variant NAME` only that matmul variant (tiled, splitk, cpu).
 //!
 //! Figures: BENCHMARKS.md (Matmul).
 
@@ -92,6 +92,14 @@ mod bench {
         a.min(b)
     }
 
+    /// An op's name, its output rows and columns and reduction length (what the
+    /// launchers choose a variant by), and one launch.
+    type Case<'a> = (
+        &'static str,
+        (usize, usize, usize),
+        &'a dyn Fn() -> PooledBuffer,
+    );
+
     struct Row {
         op: &'static str,
         /// Matmul variant ("" for attention) and whether the launchers pick it here.
@@ -155,19 +163,19 @@ mod bench {
             let dout = ctx.upload(&rng.vec(m * n, -1.0, 1.0));
             let flops = 2.0 * m as f64 * k as f64 * n as f64;
             for &v in &variants {
-                // Each product's output shape decides the launchers' choice.
-                let cases: [(&'static str, (usize, usize), &dyn Fn() -> PooledBuffer); 3] = [
-                    ("matmul_forward", (m, n), &|| {
+                // Each product's output shape and reduction decide the launchers' choice.
+                let cases: [Case; 3] = [
+                    ("matmul_forward", (m, n, k), &|| {
                         matmul_forward_variant(&ctx, v, &inp, &weight, None, m, k, n)
                     }),
-                    ("matmul_dinp", (m, k), &|| {
+                    ("matmul_dinp", (m, k, n), &|| {
                         matmul_dinp_variant(&ctx, v, &dout, &weight, m, k, n)
                     }),
-                    ("matmul_dweight", (n, k), &|| {
+                    ("matmul_dweight", (n, k, m), &|| {
                         matmul_dweight_variant(&ctx, v, &dout, &inp, m, k, n)
                     }),
                 ];
-                for (op, (out_m, out_n), launch) in cases {
+                for (op, (out_m, out_n, red), launch) in cases {
                     if !op.contains(&args.only) {
                         continue;
                     }
@@ -175,7 +183,7 @@ mod bench {
                     let row = Row {
                         op,
                         variant: v.name(),
-                        auto: MatmulVariant::choose(&ctx, out_m, out_n) == v,
+                        auto: MatmulVariant::choose(&ctx, out_m, out_n, red) == v,
                         m,
                         k,
                         n,

@@ -413,8 +413,12 @@ mod crossentropy {
         for n in [1usize, 7, 130, 1024, 1025, 16_384, 70_001, 300_001] {
             let x = rng.vec(n, 0.0, 5.0);
             let gx = ctx.upload(&x);
+            // The output, and the scratch partials of the two-pass sum (GPUs, or CPU
+            // adapters past 65536 floats).
             let parts = n.div_ceil(1024).clamp(1, 256);
-            let out = poisoned(&ctx, &[1, parts], || kernels::mean(&ctx, &gx, n));
+            let one_pass = Target::of(&ctx) == Target::Cpu && n <= 65536;
+            let lens: &[usize] = if one_pass { &[1] } else { &[1, parts] };
+            let out = poisoned(&ctx, lens, || kernels::mean(&ctx, &gx, n));
             let got = read(&ctx, &out, 1).await;
             let want = cpu::mean(&x);
             let err = (got[0] - want).abs() / 5.0;
@@ -430,7 +434,7 @@ mod crossentropy {
 mod optimizer {
     use super::support::*;
     use crate::gpu_test;
-    use tidepool::kernels::{self, AdamW};
+    use tidepool::kernels::{self, AdamW, Target};
     use tidepool::reference as cpu;
     use tidepool::rng::{fresh_seed, Rng};
 
@@ -439,6 +443,8 @@ mod optimizer {
 
     gpu_test!(grad_norm_and_clip_scale_match_reference, norm_body());
     /// Tolerance 1e-5 relative: f32 sums of squares (tree-ordered) against f64.
+    /// The sums of squares in both variants (GPU: two passes; CPU adapters: one
+    /// workgroup up to 65536 floats, two passes above), then the norm from the last.
     async fn norm_body() {
         let ctx = context().await;
         let seed = fresh_seed();
@@ -447,20 +453,25 @@ mod optimizer {
         let uploaded: Vec<_> = grads.iter().map(|g| ctx.upload(g)).collect();
         let count = grads.len();
         let sumsq = ctx.create_pooled(count * 4);
-        for (slot, (g, &n)) in uploaded.iter().zip(SIZES).enumerate() {
-            let parts = n.div_ceil(1024).clamp(1, 256);
-            poisoned(&ctx, &[parts], || {
-                kernels::grad_sumsq_into(&ctx, g, n, &sumsq, slot)
-            });
-        }
-        let got = read(&ctx, &sumsq, count).await;
-        let want: Vec<f32> = grads.iter().map(|g| cpu::grad_sumsq(g) as f32).collect();
-        for (slot, (g, w)) in got.iter().zip(&want).enumerate() {
-            let err = (g - w).abs() / w.abs();
-            assert!(
-                err <= 1e-5,
-                "sumsq slot {slot}: got {g} want {w} (seed {seed})"
-            );
+        for target in Target::ALL {
+            for (slot, (g, &n)) in uploaded.iter().zip(SIZES).enumerate() {
+                // The scratch partials, where there are any, come from the poisoned pool.
+                let two_pass = target == Target::Gpu || n > 65536;
+                let parts = n.div_ceil(1024).clamp(1, 256);
+                let scratch: &[usize] = if two_pass { &[parts] } else { &[] };
+                poisoned(&ctx, scratch, || {
+                    kernels::grad_sumsq_into_on(&ctx, target, g, n, &sumsq, slot)
+                });
+            }
+            let got = read(&ctx, &sumsq, count).await;
+            let want: Vec<f32> = grads.iter().map(|g| cpu::grad_sumsq(g) as f32).collect();
+            for (slot, (g, w)) in got.iter().zip(&want).enumerate() {
+                let err = (g - w).abs() / w.abs();
+                assert!(
+                    err <= 1e-5,
+                    "sumsq {target:?} slot {slot}: got {g} want {w} (seed {seed})"
+                );
+            }
         }
         let total: f64 = grads.iter().map(|g| cpu::grad_sumsq(g)).sum();
         let norm = total.sqrt() as f32;
@@ -574,7 +585,8 @@ mod matmul {
     const MM_DW_TOL: f32 = 2e-5;
 
     /// (rows, k, n): tiny, none dividing any variant's tiles (128x128, 8x64) or the
-    /// step of 8, and GPT-2 layer shapes natively.
+    /// step of 8, reductions long enough to split (k >= 256: split-K in 2 or 3),
+    /// and GPT-2 layer shapes natively.
     #[cfg(not(target_arch = "wasm32"))]
     const MM_SHAPES: &[(usize, usize, usize)] = &[
         (1, 1, 1),
@@ -592,6 +604,7 @@ mod matmul {
         (130, 67, 33),
         (129, 9, 257),
         (64, 96, 160),
+        (33, 300, 65),
     ];
 
     /// A fresh random non-power-of-two shape (rows, k, n) for each test run, on top
@@ -603,7 +616,7 @@ mod matmul {
                 break x;
             }
         };
-        (odd(rng, 300), odd(rng, 200), odd(rng, 200))
+        (odd(rng, 300), odd(rng, 600), odd(rng, 600))
     }
 
     gpu_test!(matmul_forward_matches_reference, forward_body());

@@ -1,6 +1,7 @@
 //! Matrix products of a `Linear` layer, forward and backward, as GEMMs in one of
 //! several variants ([`MatmulVariant`]): a core (`matmul.wgsl`, `matmul_cpu.wgsl`)
-//! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`).
+//! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`), and for
+//! split reductions the fixed-order sums of `matmul_reduce.wgsl`.
 
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
@@ -18,9 +19,11 @@ const CPU_COLS: usize = 64;
 const TARGET_WORKGROUPS: usize = 1024;
 /// The same for CPU adapters: a few workgroups a core are enough.
 const CPU_TARGET_WORKGROUPS: usize = 32;
-/// Fewest reduction steps (rows) one split takes: below that the extra partials
-/// cost more than the parallelism gains.
+/// Fewest reduction steps (rows) one split of dweight / dbias takes: below that the
+/// extra partials cost more than the parallelism gains.
 const MIN_SPLIT: usize = 256;
+/// The same for the split-K forward and dinp, whose partials are whole outputs.
+const MIN_SPLIT_K: usize = 128;
 
 /// How a GEMM is computed. Every variant gives the same results up to f32 rounding
 /// (each is checked against the CPU reference by the op-parity tests).
@@ -29,32 +32,52 @@ pub enum MatmulVariant {
     /// 128x128 output tiles staged through workgroup memory by 256 threads, 8x8 a
     /// thread: for GPUs.
     Tiled,
-    /// No workgroup memory and no barriers, 4x4 outputs a lane: for CPU adapters.
+    /// The tiled kernel with the reduction (k) split over several workgroups a
+    /// tile, whose partial outputs are then added in a fixed order (plus the bias):
+    /// for outputs too narrow to fill a GPU with 128x128 tiles (n = 384 and 65 at
+    /// 16k rows). dweight is split over rows in every variant, so here it equals
+    /// `Tiled`.
+    SplitK,
+    /// No workgroup memory and no barriers, 8x8 outputs a lane: for CPU adapters.
     Cpu,
 }
 
 impl MatmulVariant {
-    pub const ALL: [MatmulVariant; 2] = [MatmulVariant::Tiled, MatmulVariant::Cpu];
+    pub const ALL: [MatmulVariant; 3] = [
+        MatmulVariant::Tiled,
+        MatmulVariant::SplitK,
+        MatmulVariant::Cpu,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             MatmulVariant::Tiled => "tiled",
+            MatmulVariant::SplitK => "splitk",
             MatmulVariant::Cpu => "cpu",
         }
     }
 
-    /// The variant the launchers use on `ctx` for an `m x n` output.
-    pub fn choose(ctx: &WgpuContext, _m: usize, _n: usize) -> MatmulVariant {
+    /// The variant the launchers use on `ctx` for an `m x n` output reduced over
+    /// `k`: on GPUs, split-K when 128x128 tiles give fewer than half the target
+    /// workgroups and k splits at least in two.
+    pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         match Target::of(ctx) {
             Target::Cpu => MatmulVariant::Cpu,
-            Target::Gpu => MatmulVariant::Tiled,
+            Target::Gpu => {
+                let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+                if tiles < TARGET_WORKGROUPS / 2 && k >= 2 * MIN_SPLIT_K {
+                    MatmulVariant::SplitK
+                } else {
+                    MatmulVariant::Tiled
+                }
+            }
         }
     }
 
     /// Workgroups for an `m x n` output in `splits` slices.
     fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
         let (rows, cols) = match self {
-            MatmulVariant::Tiled => (TILE, TILE),
+            MatmulVariant::Tiled | MatmulVariant::SplitK => (TILE, TILE),
             MatmulVariant::Cpu => (CPU_ROWS, CPU_COLS),
         };
         let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
@@ -70,20 +93,31 @@ impl MatmulVariant {
     /// Workgroups to aim for when the reduction is split.
     fn target_workgroups(self) -> usize {
         match self {
-            MatmulVariant::Tiled => TARGET_WORKGROUPS,
+            MatmulVariant::Tiled | MatmulVariant::SplitK => TARGET_WORKGROUPS,
             MatmulVariant::Cpu => CPU_TARGET_WORKGROUPS,
         }
     }
 
     fn kernel(self, layout: Layout) -> &'static Kernel {
         match (self, layout) {
-            (MatmulVariant::Tiled, Layout::Forward) => &FORWARD,
-            (MatmulVariant::Tiled, Layout::Dinp) => &DINP,
-            (MatmulVariant::Tiled, Layout::Dweight) => &DWEIGHT,
+            (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Forward) => &FORWARD,
+            (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dinp) => &DINP,
+            (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dweight) => &DWEIGHT,
             (MatmulVariant::Cpu, Layout::Forward) => &FORWARD_CPU,
             (MatmulVariant::Cpu, Layout::Dinp) => &DINP_CPU,
             (MatmulVariant::Cpu, Layout::Dweight) => &DWEIGHT_CPU,
         }
+    }
+
+    /// (chunk, splits) of an `m x n` output's reduction over `k`: one split except
+    /// in `SplitK`.
+    fn k_splits(self, m: usize, n: usize, k: usize) -> (usize, usize) {
+        if self != MatmulVariant::SplitK {
+            return (k, 1);
+        }
+        let [gx, gy, _] = self.grid(m, n, 1);
+        let want = TARGET_WORKGROUPS.div_ceil((gx * gy) as usize);
+        split(k, want, BK, MIN_SPLIT_K)
     }
 }
 
@@ -123,6 +157,12 @@ const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
     source: include_str!("matmul_reduce.wgsl"),
     entry: "sum_splits",
+    unchecked: UNCHECKED,
+};
+const SUM_SPLITS_BIAS: Kernel = Kernel {
+    name: "matmul_sum_splits_bias",
+    source: include_str!("matmul_reduce.wgsl"),
+    entry: "sum_splits_bias",
     unchecked: UNCHECKED,
 };
 const COLSUM: Kernel = Kernel {
@@ -166,10 +206,11 @@ fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
     );
 }
 
-/// Splits a reduction of `len` steps over about `want` workgroups: (chunk, splits),
-/// the chunk a multiple of `align`, every split non-empty.
-fn split(len: usize, want: usize, align: usize) -> (usize, usize) {
-    let splits = want.clamp(1, len.div_ceil(MIN_SPLIT).max(1));
+/// Splits a reduction of `len` steps over about `want` workgroups, each split at
+/// least `min` steps: (chunk, splits), the chunk a multiple of `align`, every split
+/// non-empty.
+fn split(len: usize, want: usize, align: usize, min: usize) -> (usize, usize) {
+    let splits = want.clamp(1, len.div_ceil(min).max(1));
     let chunk = len.div_ceil(splits).div_ceil(align) * align;
     (chunk, len.div_ceil(chunk))
 }
@@ -185,7 +226,7 @@ pub fn matmul_forward(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
-    let variant = MatmulVariant::choose(ctx, rows, n);
+    let variant = MatmulVariant::choose(ctx, rows, n, k);
     matmul_forward_variant(ctx, variant, inp, weight, bias, rows, k, n)
 }
 
@@ -211,22 +252,30 @@ pub fn matmul_forward_variant(
         check_len(bias, n, "matmul_forward bias");
     }
     let out = ctx.create_pooled(rows * n * 4);
+    let (chunk, splits) = variant.k_splits(rows, n, k);
     let params = GemmParams {
         m: u32_of(rows, "rows"),
         n: u32_of(n, "n"),
         k: u32_of(k, "k"),
-        k_chunk: u32_of(k, "k"),
-        has_bias: bias.is_some() as u32,
+        k_chunk: u32_of(chunk, "chunk"),
+        // Split, the bias is added with the partials.
+        has_bias: (bias.is_some() && splits == 1) as u32,
         _pad: [0; 3],
     };
+    let kernel = variant.kernel(Layout::Forward);
+    let groups = variant.grid(rows, n, splits);
     // Without a bias the binding still needs a buffer; the shader never reads it.
-    let bias = bias.unwrap_or(weight);
-    ctx.dispatch(
-        variant.kernel(Layout::Forward),
-        &params,
-        &[inp, weight, bias, &out],
-        variant.grid(rows, n, 1),
-    );
+    let bias_or_any = bias.unwrap_or(weight);
+    if splits == 1 {
+        ctx.dispatch(kernel, &params, &[inp, weight, bias_or_any, &out], groups);
+    } else {
+        let part = ctx.create_pooled(splits * rows * n * 4);
+        ctx.dispatch(kernel, &params, &[inp, weight, bias_or_any, &part], groups);
+        match bias {
+            Some(bias) => sum_splits_bias(ctx, &part, bias, &out, rows * n, n, splits),
+            None => sum_splits(ctx, &part, &out, rows * n, splits),
+        }
+    }
     out
 }
 
@@ -261,7 +310,7 @@ pub fn matmul_dinp(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
-    let variant = MatmulVariant::choose(ctx, rows, k);
+    let variant = MatmulVariant::choose(ctx, rows, k, n);
     matmul_dinp_variant(ctx, variant, dout, weight, rows, k, n)
 }
 
@@ -279,20 +328,24 @@ pub fn matmul_dinp_variant(
     check_len(dout, rows * n, "matmul_dinp dout");
     check_len(weight, n * k, "matmul_dinp weight");
     let dinp = ctx.create_pooled(rows * k * 4);
+    let (chunk, splits) = variant.k_splits(rows, k, n);
     let params = GemmParams {
         m: u32_of(rows, "rows"),
         n: u32_of(k, "k"),
         k: u32_of(n, "n"),
-        k_chunk: u32_of(n, "n"),
+        k_chunk: u32_of(chunk, "chunk"),
         has_bias: 0,
         _pad: [0; 3],
     };
-    ctx.dispatch(
-        variant.kernel(Layout::Dinp),
-        &params,
-        &[dout, weight, &dinp],
-        variant.grid(rows, k, 1),
-    );
+    let kernel = variant.kernel(Layout::Dinp);
+    let groups = variant.grid(rows, k, splits);
+    if splits == 1 {
+        ctx.dispatch(kernel, &params, &[dout, weight, &dinp], groups);
+    } else {
+        let part = ctx.create_pooled(splits * rows * k * 4);
+        ctx.dispatch(kernel, &params, &[dout, weight, &part], groups);
+        sum_splits(ctx, &part, &dinp, rows * k, splits);
+    }
     dinp
 }
 
@@ -306,7 +359,7 @@ pub fn matmul_dweight(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
-    let variant = MatmulVariant::choose(ctx, n, k);
+    let variant = MatmulVariant::choose(ctx, n, k, rows);
     matmul_dweight_variant(ctx, variant, dout, inp, rows, k, n)
 }
 
@@ -329,7 +382,8 @@ pub fn matmul_dweight_variant(
     let dweight = ctx.create_pooled(n * k * 4);
     let [gx, gy, _] = variant.grid(n, k, 1);
     let groups = (gx * gy) as usize;
-    let (chunk, splits) = split(rows, variant.target_workgroups().div_ceil(groups), BK);
+    let want = variant.target_workgroups().div_ceil(groups);
+    let (chunk, splits) = split(rows, want, BK, MIN_SPLIT);
     let params = GemmParams {
         m: u32_of(n, "n"),
         n: u32_of(k, "k"),
@@ -355,7 +409,7 @@ fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -
     check_len(dout, rows * n, "matmul_dbias dout");
     let dbias = ctx.create_pooled(n * 4);
     let col_groups = n.div_ceil(64);
-    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1);
+    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1, MIN_SPLIT);
     let params = ReduceParams {
         len: u32_of(n, "n"),
         splits: u32_of(splits, "splits"),
@@ -388,4 +442,25 @@ fn sum_splits(
         row_chunk: 0,
     };
     ctx.dispatch(&SUM_SPLITS, &params, &[part, out], grid_1d(len as u32, 256));
+}
+
+/// `out[i] = sum_s part[s * len + i] + bias[i % n]`: split-K partials of a forward
+/// with its bias.
+fn sum_splits_bias(
+    ctx: &WgpuContext,
+    part: &PooledBuffer,
+    bias: &PooledBuffer,
+    out: &PooledBuffer,
+    len: usize,
+    n: usize,
+    splits: usize,
+) {
+    let params = ReduceParams {
+        len: u32_of(len, "len"),
+        splits: splits as u32,
+        rows: 0,
+        row_chunk: u32_of(n, "n"),
+    };
+    let groups = grid_1d(len as u32, 256);
+    ctx.dispatch(&SUM_SPLITS_BIAS, &params, &[part, out, bias], groups);
 }

@@ -47,7 +47,8 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 
 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }
-    let base = r * p.n + i;
+    // Split-K: split z writes its own slice of `dinp` ([splits, m, n]).
+    let base = (z * p.m + r) * p.n + i;
     for (var c = 0u; c < 4u; c++) {
         if (i + c < p.n) { dinp[base + c] = v[c]; }
     }

@@ -54,7 +54,8 @@ fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
             if (j + i < p.n) { w[i] += bias[j + i]; }
         }
     }
-    let base = r * p.n + j;
+    // Split-K: split z writes its own slice of `out` ([splits, m, n]).
+    let base = (z * p.m + r) * p.n + j;
     for (var i = 0u; i < 4u; i++) {
         if (j + i < p.n) { out[base + i] = w[i]; }
     }

@@ -2,6 +2,7 @@
 //
 // `sum_splits`: out[i] = sum over s of part[s * len + i], s in order, so the result
 // is the same on every run (no atomics, one writer an element).
+// `sum_splits_bias`: the same plus bias[i % n], n = row_chunk (split-K forward).
 // `colsum_part`: dbias partials. Workgroup (x, y) sums rows y*row_chunk .. of 64
 // columns of dout with 4 lanes of rows each, then adds the lanes in a fixed order
 // into part[y, col].
@@ -10,6 +11,7 @@ struct Params { len: u32, splits: u32, rows: u32, row_chunk: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
 
 @compute @workgroup_size(256)
 fn sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -22,6 +24,19 @@ fn sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
         acc += part[s * p.len + i];
     }
     out[i] = acc;
+}
+
+@compute @workgroup_size(256)
+fn sum_splits_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= p.len) {
+        return;
+    }
+    var acc = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        acc += part[s * p.len + i];
+    }
+    out[i] = acc + bias[i % p.row_chunk];
 }
 
 var<workgroup> lanes: array<f32, 256>;

@@ -57,4 +57,6 @@ pub use attention::{attention_backward, attention_forward};
 // ---- optimizer: gradient norms, clipping, AdamW ----
 mod optimizer;
 
-pub use optimizer::{adamw_update, global_norm_scale, grad_sumsq_into, scale_in_place, AdamW};
+pub use optimizer::{
+    adamw_update, global_norm_scale, grad_sumsq_into, grad_sumsq_into_on, scale_in_place, AdamW,
+};

@@ -2,6 +2,7 @@
 //! and clipping scale, AdamW, and scaling in place. The norm and scale never leave the
 //! GPU: `global_norm_scale` writes `[norm, scale]`, which the update kernels read.
 
+use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 pub use crate::reference::AdamW;
 
@@ -11,6 +12,12 @@ const REDUCE_PARTIAL: Kernel = Kernel {
     name: "optimizer_reduce_partial",
     source: SOURCE,
     entry: "reduce_partial",
+    unchecked: false,
+};
+const REDUCE_ONE: Kernel = Kernel {
+    name: "optimizer_reduce_one",
+    source: SOURCE,
+    entry: "reduce_one",
     unchecked: false,
 };
 const REDUCE_FINAL: Kernel = Kernel {
@@ -69,10 +76,14 @@ const WG: u32 = 256;
 /// Workgroups of the sum's first pass: at least 4 elements a thread, at most 256
 /// partials for the one-workgroup second pass.
 const MAX_PARTS: usize = 256;
+/// Largest sum that CPU adapters do in one pass of one workgroup: a dispatch and a
+/// reduction tree fewer, and at the sizes they train, no less parallel in practice.
+const CPU_ONE_PASS_MAX: usize = 1 << 16;
 
 /// `out[slot] = mul * sum(x[i])` (or of `x[i]^2` when `square`) over `n` floats, in
 /// two passes with a fixed order. Writes only `out[slot]`. Draws one scratch buffer
-/// of `min(ceil(n/1024), 256)` floats from the pool.
+/// of `min(ceil(n/1024), 256)` floats from the pool, except on CPU adapters up to
+/// `CPU_ONE_PASS_MAX` floats (one pass, no scratch).
 pub(crate) fn sum_into(
     ctx: &WgpuContext,
     x: &PooledBuffer,
@@ -82,6 +93,31 @@ pub(crate) fn sum_into(
     out: &PooledBuffer,
     slot: usize,
 ) {
+    sum_into_on(ctx, Target::of(ctx), x, n, square, mul, out, slot)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sum_into_on(
+    ctx: &WgpuContext,
+    target: Target,
+    x: &PooledBuffer,
+    n: usize,
+    square: bool,
+    mul: f32,
+    out: &PooledBuffer,
+    slot: usize,
+) {
+    if target == Target::Cpu && n <= CPU_ONE_PASS_MAX {
+        let params = Params {
+            n: n as u32,
+            slot: slot as u32,
+            square: square as u32,
+            mul,
+            ..Default::default()
+        };
+        ctx.dispatch(&REDUCE_ONE, &params, &[x, out], [1, 1, 1]);
+        return;
+    }
     let parts = n.div_ceil(4 * WG as usize).clamp(1, MAX_PARTS);
     let params = Params {
         n: n as u32,
@@ -113,12 +149,24 @@ pub fn grad_sumsq_into(
     out: &PooledBuffer,
     slot: usize,
 ) {
+    grad_sumsq_into_on(ctx, Target::of(ctx), grad, n, out, slot)
+}
+
+/// [`grad_sumsq_into`] in the variant for `target`.
+pub fn grad_sumsq_into_on(
+    ctx: &WgpuContext,
+    target: Target,
+    grad: &PooledBuffer,
+    n: usize,
+    out: &PooledBuffer,
+    slot: usize,
+) {
     assert!(
         (slot + 1) * 4 <= out.len(),
         "slot {slot} past the end of a {}-byte buffer",
         out.len()
     );
-    sum_into(ctx, grad, n, true, 1.0, out, slot);
+    sum_into_on(ctx, target, grad, n, true, 1.0, out, slot);
 }
 
 /// From `count` per-tensor sums of squares: `[norm, scale]` with `norm` the global

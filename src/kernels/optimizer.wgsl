@@ -2,6 +2,7 @@
 //   reduce_partial  sum (or sum of squares) of x: workgroup g sums elements
 //                   g*256 + lid + k*(groups*256) and writes partial[g]
 //   reduce_final    one workgroup sums the partials in order, out[slot] = sum * mul
+//   reduce_one      both in one workgroup, straight from x (CPU adapters, small n)
 //   global_norm     one workgroup: norm = sqrt(sum of the per-tensor sums of squares),
 //                   scale = max_norm / (norm + 1e-6) if 0 < max_norm < norm, else 1
 //   adamw           one thread an element: AdamW on param, m, v in place, the gradient
@@ -39,6 +40,7 @@ struct AdamParams {
 // reduce_partial: x, partial
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> partial: array<f32>;
+// reduce_one: x, out
 // reduce_final: partials, out
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
@@ -72,6 +74,19 @@ fn reduce_partial(
     let total = block_sum(s, lid);
     if (lid == 0u) {
         partial[wid.x] = total;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn reduce_one(@builtin(local_invocation_index) lid: u32) {
+    var s = 0.0;
+    for (var i = lid; i < p.n; i += WG) {
+        let e = x[i];
+        s += select(e, e * e, p.square != 0u);
+    }
+    let total = block_sum(s, lid);
+    if (lid == 0u) {
+        out[p.slot] = total * p.mul;
     }
 }
 

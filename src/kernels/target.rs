@@ -90,3 +90,51 @@ fn from_env() -> Option<Target> {
 fn from_env() -> Option<Target> {
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    fn adapter(name: &str, device_type: wgpu::DeviceType) -> wgpu::AdapterInfo {
+        wgpu::AdapterInfo {
+            name: name.into(),
+            vendor: 0,
+            device: 0,
+            device_type,
+            device_pci_bus_id: String::new(),
+            driver: String::new(),
+            driver_info: String::new(),
+            backend: wgpu::Backend::Vulkan,
+            subgroup_min_size: 4,
+            subgroup_max_size: 32,
+            transient_saves_memory: None,
+            limit_bucket: None,
+        }
+    }
+
+    #[test]
+    fn cpu_adapters_get_the_cpu_kernels() {
+        use wgpu::DeviceType::{Cpu, DiscreteGpu, IntegratedGpu, Other};
+        let cases = [
+            ("llvmpipe (LLVM 15.0.6, 256 bits)", Cpu, Target::Cpu),
+            ("Microsoft Basic Render Driver", Cpu, Target::Cpu),
+            // Chromium's SwiftShader, not flagged as a fallback adapter.
+            ("google swiftshader", Other, Target::Cpu),
+            ("SwiftShader Device (Subzero)", Other, Target::Cpu),
+            ("NVIDIA H200", DiscreteGpu, Target::Gpu),
+            ("Apple M2", IntegratedGpu, Target::Gpu),
+            ("nvidia hopper", Other, Target::Gpu),
+        ];
+        for (name, device_type, want) in cases {
+            assert_eq!(Target::for_adapter(&adapter(name, device_type)), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for t in Target::ALL {
+            assert_eq!(Target::parse(t.name()), Some(t));
+        }
+        assert_eq!(Target::parse("tpu"), None);
+    }
+}
