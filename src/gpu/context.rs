@@ -228,11 +228,54 @@ impl WgpuContext {
     /// Runs `f` with every dispatch it records going into one encoder, submitted
     /// once at the end. Scopes nest; only the outermost submits. Without a scope each
     /// dispatch is submitted on its own.
+    ///
+    /// Panic-safe: if `f` panics, the scope's depth is restored and, for the
+    /// outermost scope, what it recorded is dropped unsubmitted (its uniform slots
+    /// freed, buffers let go during it destroyed), so the context stays usable.
     pub fn scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.begin_scope();
+        /// Undoes the scope when dropped during a panic.
+        struct Unwind<'a> {
+            ctx: &'a WgpuContext,
+            outer_depth: u32,
+        }
+        impl Drop for Unwind<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.ctx.abandon_scope(self.outer_depth);
+                }
+            }
+        }
+        let outer_depth = {
+            let mut rec = lock(&self.recorder);
+            rec.depth += 1;
+            rec.depth - 1
+        };
+        let unwind = Unwind {
+            ctx: self,
+            outer_depth,
+        };
         let result = f();
+        std::mem::forget(unwind);
         self.end_scope();
         result
+    }
+
+    /// A scope ended by a panic: back to `outer_depth`; at the outermost, drop the
+    /// encoder unsubmitted and let the memory manager catch up.
+    fn abandon_scope(&self, outer_depth: u32) {
+        let dropped = {
+            let mut rec = lock(&self.recorder);
+            rec.depth = outer_depth;
+            if outer_depth == 0 {
+                rec.encoder.take()
+            } else {
+                None
+            }
+        };
+        if outer_depth == 0 {
+            drop(dropped);
+            self.memory.abandon_recording();
+        }
     }
 
     pub fn begin_scope(&self) {

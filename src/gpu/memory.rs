@@ -332,6 +332,13 @@ impl MemoryManager {
         self.retire_let_go();
     }
 
+    /// The open encoder was dropped unsubmitted (a panic in a scope): its uniform
+    /// slots are free again and what waited for its submit can go now.
+    pub fn abandon_recording(&self) {
+        lock(&self.uniforms).reset();
+        self.after_submit(false);
+    }
+
     /// Destroys the pool's free buffers (after the submit when recording).
     pub fn clear_pool(&self) {
         self.pool.clear();

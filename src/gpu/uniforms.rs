@@ -76,6 +76,11 @@ impl UniformArena {
                 queue.write_buffer(&self.chunks[i], 0, &self.shadow[i][..used]);
             }
         }
+        self.reset();
+    }
+
+    /// Frees every slot (their bytes are not needed any more).
+    pub fn reset(&mut self) {
         self.current = 0;
         self.used = 0;
     }
