@@ -297,6 +297,25 @@ impl BufferPool<wgpu::Buffer> {
     }
 }
 
+impl<B: Poolable + Ord> BufferPool<B> {
+    /// Puts each bucket's free buffers in a canonical order: oldest release first
+    /// (so the most recent is still reused first), ties broken by the buffers' own
+    /// order. Within one submit releases share a tick, so without this the order a
+    /// step leaves a bucket in depends on the order its tensors died, and the next
+    /// step's tensors land on other buffers than the last step's. Settled, a step
+    /// that repeats its acquires and releases gets the same buffers every time, and
+    /// what is keyed by buffer (cached bind groups) keeps hitting. The context
+    /// settles after every submit.
+    pub fn settle(&self) {
+        let mut inner = self.lock();
+        for list in inner.buckets.values_mut() {
+            list.sort_by(|a, b| {
+                (a.released_at, &a.buffer).cmp(&(b.released_at, &b.buffer))
+            });
+        }
+    }
+}
+
 impl<B: Poolable> BufferPool<B> {
     /// Creates a pool of any [`Poolable`] buffer type.
     pub fn with_config(config: BufferPoolConfig) -> Self {

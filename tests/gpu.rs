@@ -418,3 +418,39 @@ fn a_panic_inside_a_scope_leaves_the_context_usable() {
         ctx.take_error().expect("no GPU error");
     });
 }
+
+gpu_test!(
+    a_steady_training_step_creates_no_buffers_and_no_bind_groups,
+    steady_step_creates_nothing_body()
+);
+async fn steady_step_creates_nothing_body() {
+    use tidepool::data::Corpus;
+    use tidepool::train::{TrainConfig, Trainer};
+    let cfg = TrainConfig {
+        layers: 1,
+        width: 32,
+        heads: 2,
+        context: 16,
+        batch: 2,
+        dropout: 0.1,
+        ..TrainConfig::preset("tiny").unwrap()
+    };
+    let mut trainer = Trainer::new(cfg, Corpus::builtin()).await.expect("trainer");
+    let first = trainer.step().await.expect("step");
+    assert!(first.bind_groups_created_step > 0 && first.pipelines_created_step > 0);
+    for _ in 0..2 {
+        trainer.step().await.expect("warm-up step");
+    }
+    for _ in 0..3 {
+        let s = trainer.step().await.expect("step");
+        assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+        assert_eq!(
+            s.bind_groups_created_step, 0,
+            "step {} created bind groups",
+            s.step
+        );
+        assert_eq!(s.pipelines_created_step, 0, "step {}", s.step);
+        // One encoder for the step's submit, one for the loss's download.
+        assert!(s.encoders_created_step <= 2, "step {}: {}", s.step, s.encoders_created_step);
+    }
+}

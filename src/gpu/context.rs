@@ -325,29 +325,11 @@ impl WgpuContext {
         workgroups: [u32; 3],
     ) {
         let (pipeline, layout) = self.compiled(kernel);
-        let (params_buffer, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let mut entries = Vec::with_capacity(buffers.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &params_buffer,
-                offset,
-                size: Some(size),
-            }),
-        });
-        for (i, buffer) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: buffer.as_entire_binding(),
-            });
-        }
+        let (chunk, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
+        let bind_group = self
+            .memory
+            .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
         let counters = &self.memory.counters;
-        counters.bind_groups_created.fetch_add(1, Relaxed);
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(kernel.name),
-            layout: &layout,
-            entries: &entries,
-        });
         counters.dispatches.fetch_add(1, Relaxed);
         self.record(|encoder| {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {

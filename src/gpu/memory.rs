@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use super::bind_groups::BindGroupCache;
 use super::lock;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
@@ -141,6 +142,7 @@ pub(crate) struct MemoryManager {
     belt: StagingBelt,
     readback: Readback,
     uniforms: Mutex<UniformArena>,
+    bind_groups: Mutex<BindGroupCache>,
 }
 
 impl MemoryManager {
@@ -163,6 +165,7 @@ impl MemoryManager {
             belt: StagingBelt::default(),
             readback: Readback::default(),
             uniforms: Mutex::new(UniformArena::new(uniform_align)),
+            bind_groups: Mutex::default(),
         }
     }
 
@@ -190,6 +193,7 @@ impl MemoryManager {
     /// submit.
     pub fn retire(&self, buffer: wgpu::Buffer) {
         self.counters.buffers_destroyed.fetch_add(1, Relaxed);
+        lock(&self.bind_groups).forget(&buffer);
         if self.recording.load(Relaxed) {
             lock(&self.graveyard).push(buffer);
         } else {
@@ -303,6 +307,46 @@ impl MemoryManager {
         lock(&self.uniforms).push(bytes, || self.create(CHUNK_BYTES as u64, Purpose::Uniform))
     }
 
+    /// The bind group of `kernel` (whose pipeline's group 0 is `layout`) binding the
+    /// uniform slot and `buffers`: cached across steps (see `bind_groups`).
+    pub fn bind_group(
+        &self,
+        kernel: &'static str,
+        layout: &wgpu::BindGroupLayout,
+        uniform: (&wgpu::Buffer, u64, std::num::NonZeroU64),
+        buffers: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
+        let (chunk, offset, size) = uniform;
+        let create = || {
+            let mut entries = Vec::with_capacity(buffers.len() + 1);
+            entries.push(wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: chunk,
+                    offset,
+                    size: Some(size),
+                }),
+            });
+            for (i, buffer) in buffers.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: buffer.as_entire_binding(),
+                });
+            }
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(kernel),
+                layout,
+                entries: &entries,
+            })
+        };
+        let uniform = (chunk.clone(), offset, size.get());
+        let (group, created) = lock(&self.bind_groups).get(kernel, uniform, buffers, create);
+        if created {
+            self.counters.bind_groups_created.fetch_add(1, Relaxed);
+        }
+        group
+    }
+
     // ---- the submit cycle ----------------------------------------------------------
 
     /// An encoder was opened: from now until the submit, nothing is destroyed.
@@ -325,6 +369,7 @@ impl MemoryManager {
             self.belt.recall();
             self.pool.tick();
             self.pool.evict_idle();
+            self.pool.settle();
         }
         for buffer in std::mem::take(&mut *lock(&self.graveyard)) {
             buffer.destroy();

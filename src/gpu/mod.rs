@@ -34,12 +34,13 @@
 //!
 //! # Layout
 //!
-//! Imports run one way: `kernel`, `uniforms` and `staging` are leaves;
+//! Imports run one way: `kernel`, `uniforms`, `staging` and `bind_groups` are leaves;
 //! `memory` (the memory manager under every buffer: pool, staging belt,
 //! readback buffers, uniform arena, counters, deferred destroys) uses them;
 //! `pooled` returns buffers to `memory`; `context` (device, queue, recorder,
 //! pipelines) builds on `memory`; `transfer` adds uploads and downloads to it.
 
+mod bind_groups;
 mod context;
 mod kernel;
 mod memory;
