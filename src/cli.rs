@@ -10,6 +10,9 @@ use tidepool::pool::SizePolicy;
 use tidepool::train::{now_ms, TrainConfig, Trainer};
 use tidepool::{fmt_bytes, WgpuContext};
 
+#[path = "cli_trace.rs"]
+mod cli_trace;
+
 #[derive(Parser)]
 #[command(
     name = "tidepool",
@@ -30,6 +33,8 @@ enum Command {
     /// Measure the pool: `pool` (latency against create_buffer), `step` (ms a step
     /// with and without it), `policies` (memory each size policy reserves).
     Bench(BenchArgs),
+    /// Work with allocation traces (`tidepool train --trace FILE` writes one).
+    Trace(cli_trace::TraceCommand),
 }
 
 #[derive(clap::Args)]
@@ -57,6 +62,8 @@ struct BenchArgs {
 
 #[derive(clap::Args)]
 struct TrainArgs {
+    #[command(flatten)]
+    trace: cli_trace::TraceArgs,
     /// Model and training preset: tiny, small or shakespeare.
     #[arg(long, default_value = "tiny")]
     preset: String,
@@ -314,6 +321,7 @@ pub fn main() -> ExitCode {
         Command::Train(args) => pollster::block_on(train(args)),
         Command::Info => pollster::block_on(info()),
         Command::Bench(args) => pollster::block_on(bench(args)),
+        Command::Trace(args) => cli_trace::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -340,7 +348,7 @@ async fn info() -> Result<(), tidepool::Error> {
     Ok(())
 }
 
-async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
+async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     let cfg = args.config()?;
     let corpus = args.corpus()?;
     let steps = cfg.steps;
@@ -370,8 +378,9 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
     };
     let start = now_ms();
     let mut out = std::io::stdout().lock();
+    let mut tracing = std::mem::take(&mut args.trace).start();
     for _ in 0..steps {
-        let s = trainer.step().await?;
+        let s = tracing.step(&mut trainer).await?;
         if args.eval_every > 0 && s.step % args.eval_every == 0 {
             trainer.evaluate().await?;
         }
@@ -393,6 +402,7 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
         }
     }
     bar.finish();
+    tracing.write()?;
     let seconds = (now_ms() - start) / 1e3;
     let val_loss = trainer.evaluate().await?;
     let s = trainer.stats().clone();

@@ -8,6 +8,8 @@
 //! - [`kernels`]: every op of GPT training in WGSL; [`reference`]: the same on the CPU.
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
 //! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
+//! - [`trace`]: the allocation trace of a step; [`replay`]: what other size
+//!   policies and an offline offset plan would have made of it, without the GPU.
 //! - [`data`]: the char tokenizer and the built-in corpus; `web`: the wasm API.
 
 pub mod bench;
@@ -19,7 +21,9 @@ pub mod model;
 pub mod pool;
 pub mod reference;
 pub mod reference_train;
+pub mod replay;
 pub mod rng;
+pub mod trace;
 pub mod train;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

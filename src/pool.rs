@@ -174,7 +174,7 @@ impl BufferPoolConfig {
 }
 
 /// Free buffers of one size class.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BucketStats {
     pub size: usize,
     pub count: usize,

@@ -11,6 +11,7 @@ use super::memory::{ContextCounters, MemoryManager};
 use super::pooled::PooledBuffer;
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, BufferPoolConfig, BufferPoolStats};
+use crate::trace::{StepTrace, Trace};
 
 /// How to build a context.
 #[derive(Clone, Debug)]
@@ -218,6 +219,56 @@ impl WgpuContext {
         PooledBuffer::new(buffer, size, bytes.len(), false, self.memory.clone())
     }
 
+    // ---- the allocation trace (see `crate::trace`) ------------------------------
+
+    /// Starts recording every allocation event (off by default; see [`crate::trace`]).
+    /// Returns where the pool stands now, for [`WgpuContext::finish_trace`].
+    pub fn start_trace(&self) -> StepTrace {
+        let pool = self.pool_stats();
+        let start = StepTrace {
+            in_use_at_start: self.counters().bytes_in_use,
+            held_at_start: pool.bytes_held,
+            free_at_start: pool.buckets,
+            ..Default::default()
+        };
+        self.memory.trace.start();
+        start
+    }
+
+    /// Stops recording; `start` (from [`WgpuContext::start_trace`]) gets the events,
+    /// the step number and a label.
+    pub fn finish_trace(&self, start: StepTrace, step: u32, label: &str) -> StepTrace {
+        StepTrace {
+            step,
+            label: label.into(),
+            events: self.memory.trace.stop(),
+            ..start
+        }
+    }
+
+    /// Whether allocation events are being recorded.
+    pub fn tracing(&self) -> bool {
+        self.memory.trace.on()
+    }
+
+    /// The transformer block that the coming allocations belong to (`None`: outside
+    /// the blocks), for the trace. One relaxed store: call it freely.
+    pub fn set_trace_layer(&self, layer: Option<usize>) {
+        self.memory
+            .trace
+            .set_layer(layer.map(|l| l.min(u32::MAX as usize - 1) as u32));
+    }
+
+    /// An empty trace file for this context's adapter and pool.
+    pub fn new_trace(&self) -> Trace {
+        let config = self.pool().config();
+        Trace::new(
+            self.adapter_name(),
+            &config.policy.label(),
+            config.max_buffer_size as u64,
+        )
+    }
+
     /// Keeps an error for the next [`WgpuContext::take_error`].
     pub(crate) fn report(&self, error: String) {
         lock(&self.errors).push(error);
@@ -329,8 +380,10 @@ impl WgpuContext {
         let bind_group = self
             .memory
             .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
-        let counters = &self.memory.counters;
-        counters.dispatches.fetch_add(1, Relaxed);
+        self.memory.counters.dispatches.fetch_add(1, Relaxed);
+        if self.memory.trace.on() {
+            self.memory.trace.dispatched(kernel.name);
+        }
         self.record(|encoder| {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(kernel.name),

@@ -7,13 +7,16 @@
 //! by construction, whatever path asked.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64 as IdCounter;
 use std::sync::Mutex;
 
 use super::bind_groups::BindGroupCache;
 use super::lock;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
-use crate::pool::{BufferPool, BufferPoolConfig, LetGo};
+use crate::pool::{BufferPool, BufferPoolConfig, LetGo, Rejection};
+use crate::trace::{EventKind, Fields, Recorder};
 
 /// What a buffer is for: its usage flags, and its label in counters and traces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +146,10 @@ pub(crate) struct MemoryManager {
     readback: Readback,
     uniforms: Mutex<UniformArena>,
     bind_groups: Mutex<BindGroupCache>,
+    /// Stable ids of the live GPU buffers, from 1 in creation order (for the trace).
+    ids: Mutex<HashMap<wgpu::Buffer, u64>>,
+    next_id: IdCounter,
+    pub trace: Recorder,
 }
 
 impl MemoryManager {
@@ -166,6 +173,9 @@ impl MemoryManager {
             readback: Readback::default(),
             uniforms: Mutex::new(UniformArena::new(uniform_align)),
             bind_groups: Mutex::default(),
+            ids: Mutex::default(),
+            next_id: IdCounter::new(1),
+            trace: Recorder::default(),
         }
     }
 
@@ -181,18 +191,63 @@ impl MemoryManager {
     fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
         self.counters.buffers_created.fetch_add(1, Relaxed);
         self.counters.bytes_created.fetch_add(size, Relaxed);
-        self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(purpose.label()),
             size,
             usage: purpose.usage(),
             mapped_at_creation: purpose.mapped(),
-        })
+        });
+        let id = self.next_id.fetch_add(1, Relaxed);
+        lock(&self.ids).insert(buffer.clone(), id);
+        self.event(EventKind::Create, purpose, size, size, &buffer, None, 0);
+        buffer
+    }
+
+    /// The buffer's stable id (0 for one this manager did not make).
+    fn id(&self, buffer: &wgpu::Buffer) -> u64 {
+        lock(&self.ids).get(buffer).copied().unwrap_or(0)
+    }
+
+    /// Records a trace event when tracing; `pending` is added to `in_use` (a birth
+    /// recorded before its `PooledBuffer` counts itself).
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &self,
+        kind: EventKind,
+        purpose: Purpose,
+        requested: u64,
+        class: u64,
+        buffer: &wgpu::Buffer,
+        cause: Option<Rejection>,
+        pending: u64,
+    ) {
+        if !self.trace.on() {
+            return;
+        }
+        self.trace.record(Fields {
+            kind,
+            purpose: purpose.label(),
+            requested,
+            class,
+            buffer: self.id(buffer),
+            cause,
+            in_use: self.counters.bytes_in_use.load(Relaxed) + pending,
+            held: self.pool.bytes_held(),
+        });
     }
 
     /// Lets a buffer go for good (rule 4): destroy now, or after the open encoder's
     /// submit.
-    pub fn retire(&self, buffer: wgpu::Buffer) {
+    pub fn retire(&self, buffer: wgpu::Buffer, purpose: Purpose, evicted: bool) {
         self.counters.buffers_destroyed.fetch_add(1, Relaxed);
+        let kind = if evicted {
+            EventKind::Evict
+        } else {
+            EventKind::Destroy
+        };
+        let size = buffer.size();
+        self.event(kind, purpose, size, size, &buffer, None, 0);
+        lock(&self.ids).remove(&buffer);
         lock(&self.bind_groups).forget(&buffer);
         if self.recording.load(Relaxed) {
             lock(&self.graveyard).push(buffer);
@@ -203,8 +258,11 @@ impl MemoryManager {
 
     /// Retires what the pool let go (clear, trim, idle eviction).
     fn retire_let_go(&self) {
-        for LetGo { buffer, .. } in self.pool.take_held() {
-            self.retire(buffer);
+        for LetGo {
+            buffer, evicted, ..
+        } in self.pool.take_held()
+        {
+            self.retire(buffer, Purpose::Storage, evicted);
         }
     }
 
@@ -222,6 +280,19 @@ impl MemoryManager {
         };
         let created = reused.is_none();
         let buffer = reused.unwrap_or_else(|| self.create(class as u64, Purpose::Storage));
+        if self.trace.on() {
+            let kind = if !self.pooling {
+                EventKind::Unpooled
+            } else if !created {
+                EventKind::Hit
+            } else if class > self.pool.config().max_buffer_size {
+                EventKind::Oversize
+            } else {
+                EventKind::Miss
+            };
+            let (req, cls) = (size as u64, class as u64);
+            self.event(kind, Purpose::Storage, req, cls, &buffer, None, cls);
+        }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
             let reserved = self.counters.bytes_in_use.load(Relaxed)
@@ -241,6 +312,8 @@ impl MemoryManager {
     pub fn upload(&self, bytes: &[u8]) -> (wgpu::Buffer, usize, Result<(), String>) {
         let size = bytes.len().max(4).div_ceil(4) * 4;
         let buffer = self.create(size as u64, Purpose::Upload);
+        let (req, cls) = (bytes.len() as u64, size as u64);
+        self.event(EventKind::Unpooled, Purpose::Upload, req, cls, &buffer, None, cls);
         let written = write_mapped(&buffer, size as u64, bytes);
         (buffer, size, written)
     }
@@ -248,12 +321,28 @@ impl MemoryManager {
     /// A `PooledBuffer` came home: back to the pool, or destroyed.
     pub fn release(&self, buffer: wgpu::Buffer, class: usize, len: usize, recycle: bool) {
         self.note_released(class, len);
+        let (req, cls) = (len as u64, class as u64);
+        let purpose = if recycle {
+            Purpose::Storage
+        } else {
+            Purpose::Upload
+        };
         if recycle && self.pooling {
-            if let Err((buffer, _cause)) = self.pool.offer(buffer, class) {
-                self.retire(buffer);
+            let id = self.trace.on().then(|| buffer.clone());
+            match self.pool.offer(buffer, class) {
+                Ok(()) => {
+                    if let Some(b) = id {
+                        self.event(EventKind::Release, purpose, req, cls, &b, None, 0);
+                    }
+                }
+                Err((buffer, cause)) => {
+                    self.event(EventKind::Reject, purpose, req, cls, &buffer, Some(cause), 0);
+                    self.retire(buffer, purpose, false);
+                }
             }
         } else {
-            self.retire(buffer);
+            self.event(EventKind::Discard, purpose, req, cls, &buffer, None, 0);
+            self.retire(buffer, purpose, false);
         }
     }
 
