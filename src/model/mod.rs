@@ -197,6 +197,9 @@ pub trait Ops {
     type T;
     /// A batch's token ids and targets as the backend holds them.
     type Batch;
+    /// The block the coming ops belong to (`None`: outside the blocks), for the
+    /// allocation trace. Nothing to do by default.
+    fn set_layer(&self, _layer: Option<usize>) {}
     fn encoder_forward(
         &self,
         batch: &Self::Batch,
@@ -401,6 +404,7 @@ pub fn forward<O: Ops>(
     let x0 = dropped(ops, dropout, embedded, rows * c, 0);
     let mut blocks: Vec<BlockActs<O::T>> = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
+        ops.set_layer(Some(l));
         let p = &params[Idx::layer(l)..Idx::layer(l) + 12];
         let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
         let (ln1, ln1_mean, ln1_rstd) = ops.layernorm_forward(x, &p[LN1W], &p[LN1B], rows, c);
@@ -433,6 +437,7 @@ pub fn forward<O: Ops>(
             x_out,
         });
     }
+    ops.set_layer(None);
     let lnf_at = Idx::lnf(cfg.layers);
     let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
     let (lnf, lnf_mean, lnf_rstd) =
@@ -504,6 +509,7 @@ pub fn backward<O: Ops>(
     grads[lnf_at + 1] = Some(db);
 
     for l in (0..cfg.layers).rev() {
+        ops.set_layer(Some(l));
         let a = blocks.pop().expect("one per layer");
         let x_in = blocks.last().map_or(&x0, |blk| &blk.x_out);
         let base = Idx::layer(l);
@@ -557,6 +563,7 @@ pub fn backward<O: Ops>(
         dx = ops.add(&dx_mid, &dx_in_ln, rows * c);
         // `a` (this block's activations) drops here, back to the pool.
     }
+    ops.set_layer(None);
     let dembedded = masked(ops, dropout, &dx, rows * c, 0);
     let dx = dembedded.unwrap_or(dx);
     let (dwte, dwpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
