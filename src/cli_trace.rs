@@ -63,10 +63,17 @@ impl Tracing {
             return Ok(());
         }
         std::fs::write(path, trace.to_json()).map_err(|e| {
-            tidepool::Error::Config(format!("could not write the trace to {}: {e}", path.display()))
+            tidepool::Error::Config(format!(
+                "could not write the trace to {}: {e}",
+                path.display()
+            ))
         })?;
         self.written = true;
-        eprintln!("trace of steps {:?} written to {}", trace.steps.iter().map(|s| s.step).collect::<Vec<_>>(), path.display());
+        eprintln!(
+            "trace of steps {:?} written to {}",
+            trace.steps.iter().map(|s| s.step).collect::<Vec<_>>(),
+            path.display()
+        );
         Ok(())
     }
 }
@@ -89,6 +96,17 @@ enum TraceWhich {
         #[arg(long)]
         json: bool,
     },
+    /// What recording costs: steps of a preset alternately untraced and traced,
+    /// after warm-up; mean ms of each and events a step.
+    Bench {
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// Pairs of steps timed.
+        #[arg(long, default_value_t = 20)]
+        steps: u32,
+        #[arg(long, default_value_t = 3)]
+        warmup: u32,
+    },
 }
 
 /// Largest trace file read (a traced shakespeare step is a few MB).
@@ -96,6 +114,11 @@ const MAX_TRACE_BYTES: u64 = 512 << 20;
 
 pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
     match command.which {
+        TraceWhich::Bench {
+            preset,
+            steps,
+            warmup,
+        } => pollster::block_on(bench(&preset, steps, warmup)),
         TraceWhich::Replay { file, json } => {
             let bad = |m: String| tidepool::Error::Config(m);
             let len = std::fs::metadata(&file)
@@ -112,11 +135,51 @@ pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
             let trace = Trace::from_json(&text).map_err(bad)?;
             let replays = replay::replay(&trace);
             if json {
-                println!("{}", serde_json::to_string(&replays).expect("replays serialise"));
+                println!(
+                    "{}",
+                    serde_json::to_string(&replays).expect("replays serialise")
+                );
             } else {
                 print!("{}", replay::table(&replays));
             }
             Ok(())
         }
     }
+}
+
+async fn bench(preset: &str, steps: u32, warmup: u32) -> Result<(), tidepool::Error> {
+    use tidepool::train::{now_ms, TrainConfig};
+    let cfg = TrainConfig::preset(preset)?;
+    let mut trainer = Trainer::new(cfg, tidepool::data::Corpus::builtin()).await?;
+    for _ in 0..warmup {
+        trainer.step().await?;
+    }
+    let (mut off, mut on, mut events) = (0.0, 0.0, 0);
+    for i in 0..steps * 2 {
+        // Alternate which goes first so drift favours neither.
+        let traced = (i % 2 == 0) == (i / 2 % 2 == 0);
+        let start = now_ms();
+        if traced {
+            let (_, step) = trainer.step_traced("steady").await?;
+            on += now_ms() - start;
+            events += step.events.len();
+        } else {
+            trainer.step().await?;
+            off += now_ms() - start;
+        }
+    }
+    let n = steps.max(1) as f64;
+    println!(
+        "{}",
+        serde_json::json!({
+            "preset": preset,
+            "adapter": trainer.context().adapter_name(),
+            "steps": steps,
+            "ms_step_untraced": off / n,
+            "ms_step_traced": on / n,
+            "overhead": on / off - 1.0,
+            "events_per_step": events as f64 / n,
+        })
+    );
+    Ok(())
 }

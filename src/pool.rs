@@ -309,9 +309,7 @@ impl<B: Poolable + Ord> BufferPool<B> {
     pub fn settle(&self) {
         let mut inner = self.lock();
         for list in inner.buckets.values_mut() {
-            list.sort_by(|a, b| {
-                (a.released_at, &a.buffer).cmp(&(b.released_at, &b.buffer))
-            });
+            list.sort_by(|a, b| (a.released_at, &a.buffer).cmp(&(b.released_at, &b.buffer)));
         }
     }
 }
@@ -442,7 +440,11 @@ impl<B: Poolable> BufferPool<B> {
     /// The buffers let go while holding (see [`BufferPool::hold_destroys`]), for
     /// the caller to destroy.
     pub fn take_held(&self) -> Vec<LetGo<B>> {
-        self.lock().held.as_mut().map(std::mem::take).unwrap_or_default()
+        self.lock()
+            .held
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Destroys every free buffer now, freeing its GPU memory (while holding, hands

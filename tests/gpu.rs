@@ -451,6 +451,11 @@ async fn steady_step_creates_nothing_body() {
         );
         assert_eq!(s.pipelines_created_step, 0, "step {}", s.step);
         // One encoder for the step's submit, one for the loss's download.
-        assert!(s.encoders_created_step <= 2, "step {}: {}", s.step, s.encoders_created_step);
+        assert!(
+            s.encoders_created_step <= 2,
+            "step {}: {}",
+            s.step,
+            s.encoders_created_step
+        );
     }
 }

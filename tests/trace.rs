@@ -62,7 +62,12 @@ async fn traced_step_body() {
     assert!(!trainer.context().tracing());
     let counters = trainer.context().counters();
     let held = trainer.context().pool_stats().bytes_held;
-    check_step(&step1, first.buffers_created_step, counters.bytes_in_use, held);
+    check_step(
+        &step1,
+        first.buffers_created_step,
+        counters.bytes_in_use,
+        held,
+    );
     assert!(step1.events.iter().any(|e| e.kind == EventKind::Miss));
     assert!(
         step1.events.iter().any(|e| e.layer == Some(1)),
@@ -76,7 +81,12 @@ async fn traced_step_body() {
     let (steady, step4) = trainer.step_traced("steady").await.expect("step");
     let counters = trainer.context().counters();
     let held = trainer.context().pool_stats().bytes_held;
-    check_step(&step4, steady.buffers_created_step, counters.bytes_in_use, held);
+    check_step(
+        &step4,
+        steady.buffers_created_step,
+        counters.bytes_in_use,
+        held,
+    );
     assert!(
         step4
             .events
@@ -137,14 +147,20 @@ fn replay_of_a_hand_built_step() {
     let max = 1 << 30;
     // pow2: A, C in 1024, B in 4096; C reuses A's buffer: 1024 + 4096.
     let pow2 = replay::replay_policy(&tensors, SizePolicy::PowerOfTwo, max);
-    assert_eq!((pow2.peak_bytes, pow2.buffers_created, pow2.hits), (5120, 2, 1));
+    assert_eq!(
+        (pow2.peak_bytes, pow2.buffers_created, pow2.hits),
+        (5120, 2, 1)
+    );
     // pow2/4: steps of 128 below 1024 and 512 below 4096: 1024 and 3072.
     let quarter = SizePolicy::Subdivided { subdivisions: 4 };
     let q = replay::replay_policy(&tensors, quarter, max);
     assert_eq!((q.peak_bytes, q.buffers_created, q.hits), (4096, 2, 1));
     // exact: C (900) cannot take A's 1000; at C's birth 3000 + 900 in use + 1000 held.
     let exact = replay::replay_policy(&tensors, SizePolicy::Exact, max);
-    assert_eq!((exact.peak_bytes, exact.buffers_created, exact.hits), (4900, 3, 0));
+    assert_eq!(
+        (exact.peak_bytes, exact.buffers_created, exact.hits),
+        (4900, 3, 0)
+    );
     // Plan (sizes rounded to 256): B (3072) at 0; A overlaps B: at 3072; C overlaps
     // B but not A: at 3072 too. Arena 4096.
     let offsets = replay::offset_plan(&tensors);
@@ -167,8 +183,10 @@ fn tensors_live_at_the_start_or_the_end_of_a_step() {
 
 #[test]
 fn a_trace_file_of_another_format_is_refused() {
-    let err = Trace::from_json(r#"{"format":"x","version":1,"adapter":"","policy":"pow2","max_buffer_size":4,"steps":[]}"#)
-        .unwrap_err();
+    let err = Trace::from_json(
+        r#"{"format":"x","version":1,"adapter":"","policy":"pow2","max_buffer_size":4,"steps":[]}"#,
+    )
+    .unwrap_err();
     assert!(err.contains("tidepool-trace"), "{err}");
     assert!(Trace::from_json("[1,2").is_err());
 }
@@ -179,8 +197,8 @@ mod properties {
     use proptest::prelude::*;
 
     fn tensors() -> impl Strategy<Value = Vec<Tensor>> {
-        prop::collection::vec((1u64..200_000, 0u32..60, 1u32..30, any::<bool>()), 1..60)
-            .prop_map(|v| {
+        prop::collection::vec((1u64..200_000, 0u32..60, 1u32..30, any::<bool>()), 1..60).prop_map(
+            |v| {
                 v.into_iter()
                     .map(|(size, start, len, poolable)| Tensor {
                         size,
@@ -189,7 +207,8 @@ mod properties {
                         poolable,
                     })
                     .collect()
-            })
+            },
+        )
     }
 
     proptest! {

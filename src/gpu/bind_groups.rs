@@ -43,10 +43,7 @@ impl BindGroupCache {
         let mut bindings = Vec::with_capacity(buffers.len() + 1);
         bindings.push(uniform);
         bindings.extend(buffers.iter().map(|b| ((*b).clone(), 0, 0)));
-        let key = Key {
-            kernel,
-            bindings,
-        };
+        let key = Key { kernel, bindings };
         if let Some(group) = self.groups.get(&key) {
             return (group.clone(), false);
         }

@@ -32,11 +32,27 @@ impl Default for ContextOptions {
     }
 }
 
-/// The command encoder being recorded, and how deeply scopes are nested.
+/// The command encoder being recorded, the compute pass open in it, and how deeply
+/// scopes are nested.
+///
+/// Consecutive dispatches share one compute pass: beginning and ending a pass per
+/// dispatch is host work (several calls into the browser on the web) that buys
+/// nothing, since WebGPU makes every dispatch its own synchronization scope, so a
+/// dispatch sees what the previous one in the same pass wrote. The pass is ended
+/// before any encoder command (copy, clear) and before the submit.
 #[derive(Default)]
 pub(crate) struct Recorder {
     pub encoder: Option<wgpu::CommandEncoder>,
+    pub pass: Option<wgpu::ComputePass<'static>>,
     pub depth: u32,
+}
+
+impl Recorder {
+    /// Ends the open pass, if any, and hands over the encoder.
+    fn take_encoder(&mut self) -> Option<wgpu::CommandEncoder> {
+        self.pass = None;
+        self.encoder.take()
+    }
 }
 
 /// A device, its queue and the pool under every kernel.
@@ -318,7 +334,7 @@ impl WgpuContext {
             let mut rec = lock(&self.recorder);
             rec.depth = outer_depth;
             if outer_depth == 0 {
-                rec.encoder.take()
+                rec.take_encoder()
             } else {
                 None
             }
@@ -349,21 +365,23 @@ impl WgpuContext {
     pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
         let auto_submit = {
             let mut rec = lock(&self.recorder);
-            let encoder = rec.encoder.get_or_insert_with(|| {
-                self.memory.begin_recording();
-                self.memory
-                    .counters
-                    .encoders_created
-                    .fetch_add(1, Relaxed);
-                self.device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-            });
+            rec.pass = None;
+            let encoder = self.open_encoder(&mut rec);
             f(encoder);
             rec.depth == 0
         };
         if auto_submit {
             self.flush();
         }
+    }
+
+    fn open_encoder<'r>(&self, rec: &'r mut Recorder) -> &'r mut wgpu::CommandEncoder {
+        rec.encoder.get_or_insert_with(|| {
+            self.memory.begin_recording();
+            self.memory.counters.encoders_created.fetch_add(1, Relaxed);
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        })
     }
 
     /// Dispatches `kernel` with uniform `params` (binding 0) and `buffers` (bindings
@@ -377,22 +395,34 @@ impl WgpuContext {
     ) {
         let (pipeline, layout) = self.compiled(kernel);
         let (chunk, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let bind_group = self
-            .memory
-            .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
+        let bind_group =
+            self.memory
+                .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
             self.memory.trace.dispatched(kernel.name);
         }
-        self.record(|encoder| {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(kernel.name),
-                timestamp_writes: None,
-            });
+        let auto_submit = {
+            let mut rec = lock(&self.recorder);
+            if rec.pass.is_none() {
+                let pass = self
+                    .open_encoder(&mut rec)
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: None,
+                    })
+                    .forget_lifetime();
+                rec.pass = Some(pass);
+            }
+            let pass = rec.pass.as_mut().expect("just opened");
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        });
+            rec.depth == 0
+        };
+        if auto_submit {
+            self.flush();
+        }
     }
 
     /// The compiled pipeline of `kernel`, built on first use.
@@ -406,10 +436,7 @@ impl WgpuContext {
         cache
             .entry(kernel.name)
             .or_insert_with(|| {
-                self.memory
-                    .counters
-                    .pipelines_created
-                    .fetch_add(1, Relaxed);
+                self.memory.counters.pipelines_created.fetch_add(1, Relaxed);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
                     source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
@@ -446,7 +473,7 @@ impl WgpuContext {
     /// buffers let go during recording are destroyed, used staging chunks start
     /// mapping for their next use, the pool's clock ticks (idle eviction).
     pub fn flush(&self) {
-        let encoder = lock(&self.recorder).encoder.take();
+        let encoder = lock(&self.recorder).take_encoder();
         let submitted = encoder.is_some();
         if let Some(encoder) = encoder {
             self.memory.before_submit(&self.queue);

@@ -6,9 +6,9 @@
 //! and let go by [`MemoryManager::retire`], so "created" and "destroyed" are counted
 //! by construction, whatever path asked.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64 as IdCounter;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::bind_groups::BindGroupCache;
@@ -295,9 +295,8 @@ impl MemoryManager {
         }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
-            let reserved = self.counters.bytes_in_use.load(Relaxed)
-                + class as u64
-                + self.pool.bytes_held();
+            let reserved =
+                self.counters.bytes_in_use.load(Relaxed) + class as u64 + self.pool.bytes_held();
             self.counters
                 .peak_bytes_reserved
                 .fetch_max(reserved, Relaxed);
@@ -313,7 +312,15 @@ impl MemoryManager {
         let size = bytes.len().max(4).div_ceil(4) * 4;
         let buffer = self.create(size as u64, Purpose::Upload);
         let (req, cls) = (bytes.len() as u64, size as u64);
-        self.event(EventKind::Unpooled, Purpose::Upload, req, cls, &buffer, None, cls);
+        self.event(
+            EventKind::Unpooled,
+            Purpose::Upload,
+            req,
+            cls,
+            &buffer,
+            None,
+            cls,
+        );
         let written = write_mapped(&buffer, size as u64, bytes);
         (buffer, size, written)
     }
@@ -336,7 +343,15 @@ impl MemoryManager {
                     }
                 }
                 Err((buffer, cause)) => {
-                    self.event(EventKind::Reject, purpose, req, cls, &buffer, Some(cause), 0);
+                    self.event(
+                        EventKind::Reject,
+                        purpose,
+                        req,
+                        cls,
+                        &buffer,
+                        Some(cause),
+                        0,
+                    );
                     self.retire(buffer, purpose, false);
                 }
             }

@@ -50,8 +50,8 @@ mod transfer;
 mod uniforms;
 
 pub use context::{ContextOptions, WgpuContext};
-pub use memory::ContextCounters;
 pub use kernel::{grid_1d, Kernel};
+pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
 
 /// Locks a mutex, ignoring poisoning: a panic elsewhere leaves these lists valid.
