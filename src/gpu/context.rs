@@ -529,7 +529,7 @@ impl WgpuContext {
 impl Drop for WgpuContext {
     fn drop(&mut self) {
         self.flush();
-        self.memory.clear_pool();
+        self.memory.destroy_all();
     }
 }
 

@@ -488,6 +488,28 @@ impl MemoryManager {
         self.after_submit(false);
     }
 
+    /// The context is going: destroy every buffer the manager still keeps (pool,
+    /// staging, readback, uniforms), so that on the web their memory goes now, not
+    /// at the next garbage collection (rule 4). Call after the last submit.
+    pub fn destroy_all(&self) {
+        self.clear_pool();
+        let kept = self
+            .belt
+            .drain()
+            .into_iter()
+            .map(|b| (b, Purpose::Staging))
+            .chain(self.readback.drain().into_iter().map(|b| (b, Purpose::Readback)))
+            .chain(
+                lock(&self.uniforms)
+                    .drain()
+                    .into_iter()
+                    .map(|b| (b, Purpose::Uniform)),
+            );
+        for (buffer, purpose) in kept.collect::<Vec<_>>() {
+            self.retire(buffer, purpose, false);
+        }
+    }
+
     /// Destroys the pool's free buffers (after the submit when recording).
     pub fn clear_pool(&self) {
         self.pool.clear();
