@@ -10,6 +10,9 @@ use tidepool::data::Corpus;
 use tidepool::train::{now_ms, TrainConfig, Trainer};
 use tidepool::{fmt_bytes, WgpuContext};
 
+#[path = "cli_trace.rs"]
+mod cli_trace;
+
 #[derive(Parser)]
 #[command(
     name = "tidepool",
@@ -33,6 +36,8 @@ enum Command {
     /// with and without it), `policies` (memory each size policy reserves), `soak`
     /// (bytes held, buffers created and host memory over a long run).
     Bench(BenchArgs),
+    /// Work with allocation traces (`tidepool train --trace FILE` writes one).
+    Trace(cli_trace::TraceCommand),
 }
 
 #[derive(clap::Args)]
@@ -66,6 +71,8 @@ struct BenchArgs {
 
 #[derive(clap::Args)]
 struct TrainArgs {
+    #[command(flatten)]
+    trace: cli_trace::TraceArgs,
     /// Every model and training setting (the same ones the wasm API takes).
     #[command(flatten)]
     overrides: Overrides,
@@ -371,6 +378,7 @@ pub fn main() -> ExitCode {
         Command::Info => pollster::block_on(info()),
         Command::Sample(args) => pollster::block_on(sample(args)),
         Command::Bench(args) => pollster::block_on(bench(args)),
+        Command::Trace(args) => cli_trace::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -415,7 +423,7 @@ async fn save(trainer: &Trainer, path: Option<&std::path::Path>) -> Result<(), t
     }
 }
 
-async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
+async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     let cfg = args.config()?;
     let corpus = args.corpus()?;
     let ckpt = &args.checkpoint;
@@ -474,9 +482,10 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
     bar.set_position(done as u64);
     let start = now_ms();
     let mut out = std::io::stdout().lock();
+    let mut tracing = std::mem::take(&mut args.trace).start();
     for _ in done..steps {
         // Evaluates every `eval_every` steps itself.
-        let s = trainer.step().await?;
+        let s = tracing.step(&mut trainer).await?;
         if ckpt.save_every > 0 && s.step % ckpt.save_every == 0 {
             save(&trainer, ckpt.save.as_deref()).await?;
         }
@@ -497,6 +506,7 @@ async fn train(args: TrainArgs) -> Result<(), tidepool::Error> {
         }
     }
     bar.finish();
+    tracing.write()?;
     let seconds = (now_ms() - start) / 1e3;
     let val_loss = trainer.evaluate().await?;
     save(&trainer, ckpt.save.as_deref()).await?;

@@ -9,6 +9,8 @@
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
 //! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
 //! - [`checkpoint`]: save, resume and export a run (safetensors).
+//! - [`trace`]: the allocation trace of a step; [`replay`]: what other size
+//!   policies and an offline offset plan would have made of it, without the GPU.
 //! - [`data`]: the char tokenizer and the built-in corpus; `web` (wasm32 only): the
 //!   API the page's worker drives.
 //!
@@ -80,7 +82,9 @@ pub mod plan;
 pub mod pool;
 pub mod reference;
 pub mod reference_train;
+pub mod replay;
 pub mod rng;
+pub mod trace;
 pub mod train;
 #[cfg(target_arch = "wasm32")]
 pub mod web;

@@ -201,7 +201,7 @@ impl BufferPoolConfig {
 }
 
 /// Free buffers of one size class.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BucketStats {
     pub size: usize,
     pub count: usize,
@@ -321,6 +321,23 @@ impl BufferPool<wgpu::Buffer> {
     /// with another policy round with [`BufferPool::size_class`].
     pub fn allocation_size(min_size: usize) -> usize {
         SizePolicy::PowerOfTwo.size_class(min_size)
+    }
+}
+
+impl<B: Poolable + Ord> BufferPool<B> {
+    /// Puts each bucket's free buffers in a canonical order: oldest release first
+    /// (so the most recent is still reused first), ties broken by the buffers' own
+    /// order. Within one submit releases share a tick, so without this the order a
+    /// step leaves a bucket in depends on the order its tensors died, and the next
+    /// step's tensors land on other buffers than the last step's. Settled, a step
+    /// that repeats its acquires and releases gets the same buffers every time, and
+    /// what is keyed by buffer (cached bind groups) keeps hitting. The context
+    /// settles after every submit.
+    pub fn settle(&self) {
+        let mut inner = self.lock();
+        for list in inner.buckets.values_mut() {
+            list.sort_by(|a, b| (a.released_at, &a.buffer).cmp(&(b.released_at, &b.buffer)));
+        }
     }
 }
 
@@ -457,7 +474,11 @@ impl<B: Poolable> BufferPool<B> {
     /// The buffers let go while holding (see [`BufferPool::hold_destroys`]), for
     /// the caller to destroy.
     pub fn take_held(&self) -> Vec<LetGo<B>> {
-        self.lock().held.as_mut().map(std::mem::take).unwrap_or_default()
+        self.lock()
+            .held
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Destroys every free buffer now, freeing its GPU memory (while holding, hands

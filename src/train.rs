@@ -313,6 +313,12 @@ pub struct StepStats {
     pub buffers_created: u64,
     /// Created during this step: 0 in steady state with the pool.
     pub buffers_created_step: u64,
+    /// Bind groups created during this step: 0 in steady state (they are cached).
+    pub bind_groups_created_step: u64,
+    /// Command encoders created during this step (one a submit).
+    pub encoders_created_step: u64,
+    /// Pipelines created during this step: 0 after the first.
+    pub pipelines_created_step: u64,
     pub bytes_held: u64,
     pub peak_bytes_held: u64,
     pub bytes_in_use: u64,
@@ -494,6 +500,11 @@ impl Trainer {
             },
             buffers_created: counters.buffers_created,
             buffers_created_step: counters.buffers_created - before_counters.buffers_created,
+            bind_groups_created_step: counters.bind_groups_created
+                - before_counters.bind_groups_created,
+            encoders_created_step: counters.encoders_created - before_counters.encoders_created,
+            pipelines_created_step: counters.pipelines_created
+                - before_counters.pipelines_created,
             bytes_held: pool.bytes_held,
             peak_bytes_held: pool.peak_bytes_held,
             bytes_in_use: counters.bytes_in_use,

@@ -268,6 +268,21 @@ impl Trainer {
         with_trainer(&self.inner, |t| Box::pin(t.step()))
     }
 
+    /// One training step with the allocation trace on; resolves to a trace (the
+    /// JSON of `tidepool train --trace`, docs/trace.md) holding that step, labelled
+    /// `first` for step 1 and `steady` after.
+    pub fn trace(&self) -> js_sys::Promise {
+        with_trainer(&self.inner, |t| {
+            Box::pin(async move {
+                let label = if t.steps_done() == 0 { "first" } else { "steady" };
+                let (_, step) = t.step_traced(label).await?;
+                let mut trace = t.context().new_trace();
+                trace.steps.push(step);
+                Ok(trace)
+            })
+        })
+    }
+
     /// Resolves to the mean held-out loss.
     pub fn evaluate(&self) -> js_sys::Promise {
         with_trainer(&self.inner, |t| Box::pin(t.evaluate()))
@@ -416,4 +431,23 @@ pub fn bench_policies(
             .map_err(js_error)?;
         to_js(&rows)
     })
+}
+
+/// Largest trace text `replayTrace` accepts, in UTF-16 code units.
+const MAX_TRACE_CHARS: u32 = 256 << 20;
+
+/// `replayTrace(json)`: a trace (from `Trainer.trace()` or `tidepool train --trace`)
+/// replayed through each size policy and an offset plan, against the lower bound;
+/// the same rows as `tidepool trace replay --json`.
+#[wasm_bindgen(js_name = replayTrace)]
+pub fn replay_trace(json: js_sys::JsString) -> Result<JsValue, JsValue> {
+    let chars = json.length();
+    if chars > MAX_TRACE_CHARS {
+        return Err(js_error(format!(
+            "the trace is {chars} characters; at most {MAX_TRACE_CHARS} are replayed"
+        )));
+    }
+    let text: String = json.into();
+    let trace = crate::trace::Trace::from_json(&text).map_err(js_error)?;
+    to_js(&crate::replay::replay(&trace))
 }

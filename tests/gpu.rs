@@ -322,3 +322,140 @@ async fn trim_budget_body() {
     let y = residual_forward(&ctx, &x, &x, 8);
     assert_eq!(read(&ctx, &y, 8).await, vec![3.0; 8]);
 }
+
+gpu_test!(
+    clear_trim_evict_inside_a_scope_wait_for_its_submit,
+    destroys_wait_for_the_submit_body()
+);
+/// Buffers bound by recorded, unsubmitted dispatches go back to the pool and are then
+/// let go by each of clear, trim and idle eviction, and by the pool's own `clear`,
+/// inside the scope. Destroying them before the submit would make it fail ("buffer
+/// destroyed"); the context must wait.
+async fn destroys_wait_for_the_submit_body() {
+    use tidepool::BufferPoolConfig;
+    let ctx = WgpuContext::with_options(ContextOptions {
+        pool: BufferPoolConfig {
+            max_idle_ticks: Some(0),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let x = ctx.upload(&[1.0f32; 64]);
+    type LetGo<'a> = Box<dyn Fn(&WgpuContext) -> usize + 'a>;
+    let ways: [(&str, LetGo); 4] = [
+        (
+            "clear_pool",
+            Box::new(|c: &WgpuContext| {
+                let n = c.pool_stats().total_pooled;
+                c.clear_pool();
+                n
+            }),
+        ),
+        ("trim_pool", Box::new(|c: &WgpuContext| c.trim_pool(0))),
+        (
+            "pool().clear()",
+            Box::new(|c: &WgpuContext| {
+                let n = c.pool_stats().total_pooled;
+                c.pool().clear();
+                n
+            }),
+        ),
+        (
+            "evict_idle",
+            Box::new(|c: &WgpuContext| {
+                c.pool().tick();
+                c.pool().tick();
+                c.evict_idle()
+            }),
+        ),
+    ];
+    for (name, let_go) in ways {
+        let destroyed = ctx.counters().buffers_destroyed;
+        let z = ctx.scope(|| {
+            let y = residual_forward(&ctx, &x, &x, 64);
+            let z = residual_forward(&ctx, &y, &x, 64);
+            drop(y); // back to the pool, still bound by both recorded dispatches
+            assert!(let_go(&ctx) >= 1, "{name}: nothing was let go");
+            assert_eq!(ctx.pool_stats().total_pooled, 0, "{name}");
+            z
+        });
+        assert_eq!(read(&ctx, &z, 64).await, vec![3.0; 64], "{name}");
+        ctx.take_error()
+            .unwrap_or_else(|e| panic!("{name}: destroyed before the submit: {e}"));
+        assert!(ctx.counters().buffers_destroyed > destroyed, "{name}");
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn a_panic_inside_a_scope_leaves_the_context_usable() {
+    // wasm panics abort, so this one runs natively only.
+    pollster::block_on(async {
+        let ctx = context().await;
+        let x = ctx.upload(&[2.0f32; 32]);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.scope(|| {
+                ctx.scope(|| {
+                    let y = residual_forward(&ctx, &x, &x, 32);
+                    drop(y);
+                    panic!("inside two scopes");
+                })
+            })
+        }));
+        assert!(caught.is_err());
+        // Depth back to 0: a dispatch outside any scope is submitted at once.
+        let submits = ctx.counters().submits;
+        let y = residual_forward(&ctx, &x, &x, 32);
+        assert_eq!(ctx.counters().submits, submits + 1, "still inside a scope");
+        assert_eq!(read(&ctx, &y, 32).await, vec![4.0; 32]);
+        // A scope after the panic submits once, and its uniform slots are right.
+        let before = ctx.counters().submits;
+        let z = ctx.scope(|| residual_forward(&ctx, &y, &x, 32));
+        assert_eq!(ctx.counters().submits, before + 1);
+        assert_eq!(read(&ctx, &z, 32).await, vec![6.0; 32]);
+        ctx.take_error().expect("no GPU error");
+    });
+}
+
+gpu_test!(
+    a_steady_training_step_creates_no_buffers_and_no_bind_groups,
+    steady_step_creates_nothing_body()
+);
+async fn steady_step_creates_nothing_body() {
+    use tidepool::data::Corpus;
+    use tidepool::train::{TrainConfig, Trainer};
+    let cfg = TrainConfig {
+        layers: 1,
+        width: 32,
+        heads: 2,
+        context: 16,
+        batch: 2,
+        dropout: 0.1,
+        ..TrainConfig::preset("tiny").unwrap()
+    };
+    let mut trainer = Trainer::new(cfg, Corpus::builtin()).await.expect("trainer");
+    let first = trainer.step().await.expect("step");
+    assert!(first.bind_groups_created_step > 0 && first.pipelines_created_step > 0);
+    for _ in 0..2 {
+        trainer.step().await.expect("warm-up step");
+    }
+    for _ in 0..3 {
+        let s = trainer.step().await.expect("step");
+        assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+        assert_eq!(
+            s.bind_groups_created_step, 0,
+            "step {} created bind groups",
+            s.step
+        );
+        assert_eq!(s.pipelines_created_step, 0, "step {}", s.step);
+        // One encoder for the step's submit, one for the loss's download.
+        assert!(
+            s.encoders_created_step <= 2,
+            "step {}: {}",
+            s.step,
+            s.encoders_created_step
+        );
+    }
+}

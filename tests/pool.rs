@@ -478,3 +478,89 @@ fn invalid_config_is_a_clear_error() {
     };
     assert!(bad.validate().unwrap_err().contains("power of two"));
 }
+
+// ---- the memory manager's hooks: offer, held destroys, settle ----
+
+impl PartialEq for Fake {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+impl Eq for Fake {}
+impl PartialOrd for Fake {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Fake {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.id.cmp(&other.id)
+    }
+}
+
+#[test]
+fn offer_hands_a_rejected_buffer_back_with_its_cause() {
+    use tidepool::pool::Rejection;
+    let p = pool(BufferPoolConfig {
+        max_buffers_per_bucket: 1,
+        max_buffer_size: 1 << 20,
+        ..Default::default()
+    });
+    assert!(p.offer(fresh(&p, 4096), 4096).is_ok());
+    let second = fresh(&p, 4096);
+    let id = second.id;
+    let (back, cause) = p.offer(second, 4096).unwrap_err();
+    assert_eq!((back.id, cause), (id, Rejection::BucketFull));
+    assert_eq!(p.offer(Fake::new(100), 100).unwrap_err().1, Rejection::NotAClass);
+    assert_eq!(p.offer(Fake::new(2 << 20), 2 << 20).unwrap_err().1, Rejection::TooLarge);
+    let s = p.stats();
+    assert_eq!((s.rejected_bucket_full, s.rejected_not_a_class, s.rejected_too_large), (1, 1, 1));
+}
+
+#[test]
+fn held_destroys_wait_for_their_owner() {
+    let p = pool(BufferPoolConfig::default());
+    p.hold_destroys(true);
+    let flags: Vec<_> = (0..4)
+        .map(|_| {
+            let b = fresh(&p, 1024);
+            let flag = b.destroyed.clone();
+            assert!(p.release(b, 1024));
+            flag
+        })
+        .collect();
+    assert_eq!(p.trim(2048), 2);
+    p.tick();
+    assert!(flags.iter().all(|f| !f.load(Ordering::SeqCst)), "held, not destroyed");
+    let held = p.take_held();
+    assert_eq!(held.len(), 2);
+    assert!(held.iter().all(|h| h.evicted && h.size == 1024));
+    assert!(p.take_held().is_empty(), "handed over once");
+    p.clear();
+    assert_eq!(p.stats().total_pooled, 0, "bookkeeping done at once");
+    assert_eq!(p.stats().buffers_destroyed, 4);
+    // Turning holding off destroys what is still held (the two `clear` let go).
+    p.hold_destroys(false);
+    assert_eq!(flags.iter().filter(|f| f.load(Ordering::SeqCst)).count(), 2);
+    drop(held);
+}
+
+#[test]
+fn settled_buckets_do_not_depend_on_release_order() {
+    let order_after = |release: &[usize]| {
+        let p = pool(BufferPoolConfig::default());
+        let fakes: Vec<Fake> = (0..4).map(|_| fresh(&p, 512)).collect();
+        let base = fakes[0].id;
+        let mut fakes: Vec<Option<Fake>> = fakes.into_iter().map(Some).collect();
+        for &i in release {
+            assert!(p.release(fakes[i].take().unwrap(), 512));
+        }
+        p.settle();
+        (0..4)
+            .map(|_| p.acquire(512).unwrap().id - base)
+            .collect::<Vec<_>>()
+    };
+    let a = order_after(&[0, 1, 2, 3]);
+    assert_eq!(a, order_after(&[3, 1, 0, 2]));
+    assert_eq!(a, order_after(&[2, 3, 1, 0]));
+}

@@ -11,6 +11,7 @@ use super::memory::{ContextCounters, MemoryManager};
 use super::pooled::PooledBuffer;
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, BufferPoolConfig, BufferPoolStats};
+use crate::trace::{StepTrace, Trace};
 
 /// How to build a context.
 #[derive(Clone, Debug)]
@@ -31,11 +32,27 @@ impl Default for ContextOptions {
     }
 }
 
-/// The command encoder being recorded, and how deeply scopes are nested.
+/// The command encoder being recorded, the compute pass open in it, and how deeply
+/// scopes are nested.
+///
+/// Consecutive dispatches share one compute pass: beginning and ending a pass per
+/// dispatch is host work (several calls into the browser on the web) that buys
+/// nothing, since WebGPU makes every dispatch its own synchronization scope, so a
+/// dispatch sees what the previous one in the same pass wrote. The pass is ended
+/// before any encoder command (copy, clear) and before the submit.
 #[derive(Default)]
 pub(crate) struct Recorder {
     pub encoder: Option<wgpu::CommandEncoder>,
+    pub pass: Option<wgpu::ComputePass<'static>>,
     pub depth: u32,
+}
+
+impl Recorder {
+    /// Ends the open pass, if any, and hands over the encoder.
+    fn take_encoder(&mut self) -> Option<wgpu::CommandEncoder> {
+        self.pass = None;
+        self.encoder.take()
+    }
 }
 
 /// A device, its queue and the pool under every kernel.
@@ -221,6 +238,56 @@ impl WgpuContext {
         PooledBuffer::new(buffer, size, bytes.len(), false, self.memory.clone())
     }
 
+    // ---- the allocation trace (see `crate::trace`) ------------------------------
+
+    /// Starts recording every allocation event (off by default; see [`crate::trace`]).
+    /// Returns where the pool stands now, for [`WgpuContext::finish_trace`].
+    pub fn start_trace(&self) -> StepTrace {
+        let pool = self.pool_stats();
+        let start = StepTrace {
+            in_use_at_start: self.counters().bytes_in_use,
+            held_at_start: pool.bytes_held,
+            free_at_start: pool.buckets,
+            ..Default::default()
+        };
+        self.memory.trace.start();
+        start
+    }
+
+    /// Stops recording; `start` (from [`WgpuContext::start_trace`]) gets the events,
+    /// the step number and a label.
+    pub fn finish_trace(&self, start: StepTrace, step: u32, label: &str) -> StepTrace {
+        StepTrace {
+            step,
+            label: label.into(),
+            events: self.memory.trace.stop(),
+            ..start
+        }
+    }
+
+    /// Whether allocation events are being recorded.
+    pub fn tracing(&self) -> bool {
+        self.memory.trace.on()
+    }
+
+    /// The transformer block that the coming allocations belong to (`None`: outside
+    /// the blocks), for the trace. One relaxed store: call it freely.
+    pub fn set_trace_layer(&self, layer: Option<usize>) {
+        self.memory
+            .trace
+            .set_layer(layer.map(|l| l.min(u32::MAX as usize - 1) as u32));
+    }
+
+    /// An empty trace file for this context's adapter and pool.
+    pub fn new_trace(&self) -> Trace {
+        let config = self.pool().config();
+        Trace::new(
+            self.adapter_name(),
+            &config.policy.label(),
+            config.max_buffer_size as u64,
+        )
+    }
+
     /// Keeps an error for the next [`WgpuContext::take_error`].
     pub(crate) fn report(&self, error: String) {
         lock(&self.errors).push(error);
@@ -231,11 +298,54 @@ impl WgpuContext {
     /// Runs `f` with every dispatch it records going into one encoder, submitted
     /// once at the end. Scopes nest; only the outermost submits. Without a scope each
     /// dispatch is submitted on its own.
+    ///
+    /// Panic-safe: if `f` panics, the scope's depth is restored and, for the
+    /// outermost scope, what it recorded is dropped unsubmitted (its uniform slots
+    /// freed, buffers let go during it destroyed), so the context stays usable.
     pub fn scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.begin_scope();
+        /// Undoes the scope when dropped during a panic.
+        struct Unwind<'a> {
+            ctx: &'a WgpuContext,
+            outer_depth: u32,
+        }
+        impl Drop for Unwind<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.ctx.abandon_scope(self.outer_depth);
+                }
+            }
+        }
+        let outer_depth = {
+            let mut rec = lock(&self.recorder);
+            rec.depth += 1;
+            rec.depth - 1
+        };
+        let unwind = Unwind {
+            ctx: self,
+            outer_depth,
+        };
         let result = f();
+        std::mem::forget(unwind);
         self.end_scope();
         result
+    }
+
+    /// A scope ended by a panic: back to `outer_depth`; at the outermost, drop the
+    /// encoder unsubmitted and let the memory manager catch up.
+    fn abandon_scope(&self, outer_depth: u32) {
+        let dropped = {
+            let mut rec = lock(&self.recorder);
+            rec.depth = outer_depth;
+            if outer_depth == 0 {
+                rec.take_encoder()
+            } else {
+                None
+            }
+        };
+        if outer_depth == 0 {
+            drop(dropped);
+            self.memory.abandon_recording();
+        }
     }
 
     pub fn begin_scope(&self) {
@@ -258,21 +368,23 @@ impl WgpuContext {
     pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) {
         let auto_submit = {
             let mut rec = lock(&self.recorder);
-            let encoder = rec.encoder.get_or_insert_with(|| {
-                self.memory.begin_recording();
-                self.memory
-                    .counters
-                    .encoders_created
-                    .fetch_add(1, Relaxed);
-                self.device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
-            });
+            rec.pass = None;
+            let encoder = self.open_encoder(&mut rec);
             f(encoder);
             rec.depth == 0
         };
         if auto_submit {
             self.flush();
         }
+    }
+
+    fn open_encoder<'r>(&self, rec: &'r mut Recorder) -> &'r mut wgpu::CommandEncoder {
+        rec.encoder.get_or_insert_with(|| {
+            self.memory.begin_recording();
+            self.memory.counters.encoders_created.fetch_add(1, Relaxed);
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+        })
     }
 
     /// Dispatches `kernel` with uniform `params` (binding 0) and `buffers` (bindings
@@ -285,39 +397,35 @@ impl WgpuContext {
         workgroups: [u32; 3],
     ) {
         let (pipeline, layout) = self.compiled(kernel);
-        let (params_buffer, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let mut entries = Vec::with_capacity(buffers.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &params_buffer,
-                offset,
-                size: Some(size),
-            }),
-        });
-        for (i, buffer) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: buffer.as_entire_binding(),
-            });
+        let (chunk, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
+        let bind_group =
+            self.memory
+                .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
+        self.memory.counters.dispatches.fetch_add(1, Relaxed);
+        if self.memory.trace.on() {
+            self.memory.trace.dispatched(kernel.name);
         }
-        let counters = &self.memory.counters;
-        counters.bind_groups_created.fetch_add(1, Relaxed);
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(kernel.name),
-            layout: &layout,
-            entries: &entries,
-        });
-        counters.dispatches.fetch_add(1, Relaxed);
-        self.record(|encoder| {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(kernel.name),
-                timestamp_writes: None,
-            });
+        let auto_submit = {
+            let mut rec = lock(&self.recorder);
+            if rec.pass.is_none() {
+                let pass = self
+                    .open_encoder(&mut rec)
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: None,
+                    })
+                    .forget_lifetime();
+                rec.pass = Some(pass);
+            }
+            let pass = rec.pass.as_mut().expect("just opened");
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        });
+            rec.depth == 0
+        };
+        if auto_submit {
+            self.flush();
+        }
     }
 
     /// The compiled pipeline of `kernel`, built on first use.
@@ -331,10 +439,7 @@ impl WgpuContext {
         cache
             .entry(kernel.name)
             .or_insert_with(|| {
-                self.memory
-                    .counters
-                    .pipelines_created
-                    .fetch_add(1, Relaxed);
+                self.memory.counters.pipelines_created.fetch_add(1, Relaxed);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
                     source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
@@ -371,7 +476,7 @@ impl WgpuContext {
     /// buffers let go during recording are destroyed, used staging chunks start
     /// mapping for their next use, the pool's clock ticks (idle eviction).
     pub fn flush(&self) {
-        let encoder = lock(&self.recorder).encoder.take();
+        let encoder = lock(&self.recorder).take_encoder();
         let submitted = encoder.is_some();
         if let Some(encoder) = encoder {
             self.memory.before_submit(&self.queue);
@@ -427,7 +532,7 @@ impl WgpuContext {
 impl Drop for WgpuContext {
     fn drop(&mut self) {
         self.flush();
-        self.memory.clear_pool();
+        self.memory.destroy_all();
     }
 }
 

@@ -6,13 +6,17 @@
 //! and let go by [`MemoryManager::retire`], so "created" and "destroyed" are counted
 //! by construction, whatever path asked.
 
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64 as IdCounter;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use super::bind_groups::BindGroupCache;
 use super::lock;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
-use crate::pool::{BufferPool, BufferPoolConfig, LetGo};
+use crate::pool::{BufferPool, BufferPoolConfig, LetGo, Rejection};
+use crate::trace::{EventKind, Fields, Recorder};
 
 /// What a buffer is for: its usage flags, and its label in counters and traces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +145,11 @@ pub(crate) struct MemoryManager {
     belt: StagingBelt,
     readback: Readback,
     uniforms: Mutex<UniformArena>,
+    bind_groups: Mutex<BindGroupCache>,
+    /// Stable ids of the live GPU buffers, from 1 in creation order (for the trace).
+    ids: Mutex<HashMap<wgpu::Buffer, u64>>,
+    next_id: IdCounter,
+    pub trace: Recorder,
 }
 
 impl MemoryManager {
@@ -163,6 +172,10 @@ impl MemoryManager {
             belt: StagingBelt::default(),
             readback: Readback::default(),
             uniforms: Mutex::new(UniformArena::new(uniform_align)),
+            bind_groups: Mutex::default(),
+            ids: Mutex::default(),
+            next_id: IdCounter::new(1),
+            trace: Recorder::default(),
         }
     }
 
@@ -178,18 +191,64 @@ impl MemoryManager {
     fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
         self.counters.buffers_created.fetch_add(1, Relaxed);
         self.counters.bytes_created.fetch_add(size, Relaxed);
-        self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(purpose.label()),
             size,
             usage: purpose.usage(),
             mapped_at_creation: purpose.mapped(),
-        })
+        });
+        let id = self.next_id.fetch_add(1, Relaxed);
+        lock(&self.ids).insert(buffer.clone(), id);
+        self.event(EventKind::Create, purpose, size, size, &buffer, None, 0);
+        buffer
+    }
+
+    /// The buffer's stable id (0 for one this manager did not make).
+    fn id(&self, buffer: &wgpu::Buffer) -> u64 {
+        lock(&self.ids).get(buffer).copied().unwrap_or(0)
+    }
+
+    /// Records a trace event when tracing; `pending` is added to `in_use` (a birth
+    /// recorded before its `PooledBuffer` counts itself).
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &self,
+        kind: EventKind,
+        purpose: Purpose,
+        requested: u64,
+        class: u64,
+        buffer: &wgpu::Buffer,
+        cause: Option<Rejection>,
+        pending: u64,
+    ) {
+        if !self.trace.on() {
+            return;
+        }
+        self.trace.record(Fields {
+            kind,
+            purpose: purpose.label(),
+            requested,
+            class,
+            buffer: self.id(buffer),
+            cause,
+            in_use: self.counters.bytes_in_use.load(Relaxed) + pending,
+            held: self.pool.bytes_held(),
+        });
     }
 
     /// Lets a buffer go for good (rule 4): destroy now, or after the open encoder's
     /// submit.
-    pub fn retire(&self, buffer: wgpu::Buffer) {
+    pub fn retire(&self, buffer: wgpu::Buffer, purpose: Purpose, evicted: bool) {
         self.counters.buffers_destroyed.fetch_add(1, Relaxed);
+        let kind = if evicted {
+            EventKind::Evict
+        } else {
+            EventKind::Destroy
+        };
+        let size = buffer.size();
+        self.event(kind, purpose, size, size, &buffer, None, 0);
+        lock(&self.ids).remove(&buffer);
+        lock(&self.bind_groups).forget(&buffer);
         if self.recording.load(Relaxed) {
             lock(&self.graveyard).push(buffer);
         } else {
@@ -199,8 +258,11 @@ impl MemoryManager {
 
     /// Retires what the pool let go (clear, trim, idle eviction).
     fn retire_let_go(&self) {
-        for LetGo { buffer, .. } in self.pool.take_held() {
-            self.retire(buffer);
+        for LetGo {
+            buffer, evicted, ..
+        } in self.pool.take_held()
+        {
+            self.retire(buffer, Purpose::Storage, evicted);
         }
     }
 
@@ -218,11 +280,23 @@ impl MemoryManager {
         };
         let created = reused.is_none();
         let buffer = reused.unwrap_or_else(|| self.create(class as u64, Purpose::Storage));
+        if self.trace.on() {
+            let kind = if !self.pooling {
+                EventKind::Unpooled
+            } else if !created {
+                EventKind::Hit
+            } else if class > self.pool.config().max_buffer_size {
+                EventKind::Oversize
+            } else {
+                EventKind::Miss
+            };
+            let (req, cls) = (size as u64, class as u64);
+            self.event(kind, Purpose::Storage, req, cls, &buffer, None, cls);
+        }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
-            let reserved = self.counters.bytes_in_use.load(Relaxed)
-                + class as u64
-                + self.pool.bytes_held();
+            let reserved =
+                self.counters.bytes_in_use.load(Relaxed) + class as u64 + self.pool.bytes_held();
             self.counters
                 .peak_bytes_reserved
                 .fetch_max(reserved, Relaxed);
@@ -237,6 +311,16 @@ impl MemoryManager {
     pub fn upload(&self, bytes: &[u8]) -> (wgpu::Buffer, usize, Result<(), String>) {
         let size = bytes.len().max(4).div_ceil(4) * 4;
         let buffer = self.create(size as u64, Purpose::Upload);
+        let (req, cls) = (bytes.len() as u64, size as u64);
+        self.event(
+            EventKind::Unpooled,
+            Purpose::Upload,
+            req,
+            cls,
+            &buffer,
+            None,
+            cls,
+        );
         let written = write_mapped(&buffer, size as u64, bytes);
         (buffer, size, written)
     }
@@ -244,12 +328,36 @@ impl MemoryManager {
     /// A `PooledBuffer` came home: back to the pool, or destroyed.
     pub fn release(&self, buffer: wgpu::Buffer, class: usize, len: usize, recycle: bool) {
         self.note_released(class, len);
+        let (req, cls) = (len as u64, class as u64);
+        let purpose = if recycle {
+            Purpose::Storage
+        } else {
+            Purpose::Upload
+        };
         if recycle && self.pooling {
-            if let Err((buffer, _cause)) = self.pool.offer(buffer, class) {
-                self.retire(buffer);
+            let id = self.trace.on().then(|| buffer.clone());
+            match self.pool.offer(buffer, class) {
+                Ok(()) => {
+                    if let Some(b) = id {
+                        self.event(EventKind::Release, purpose, req, cls, &b, None, 0);
+                    }
+                }
+                Err((buffer, cause)) => {
+                    self.event(
+                        EventKind::Reject,
+                        purpose,
+                        req,
+                        cls,
+                        &buffer,
+                        Some(cause),
+                        0,
+                    );
+                    self.retire(buffer, purpose, false);
+                }
             }
         } else {
-            self.retire(buffer);
+            self.event(EventKind::Discard, purpose, req, cls, &buffer, None, 0);
+            self.retire(buffer, purpose, false);
         }
     }
 
@@ -303,6 +411,46 @@ impl MemoryManager {
         lock(&self.uniforms).push(bytes, || self.create(CHUNK_BYTES as u64, Purpose::Uniform))
     }
 
+    /// The bind group of `kernel` (whose pipeline's group 0 is `layout`) binding the
+    /// uniform slot and `buffers`: cached across steps (see `bind_groups`).
+    pub fn bind_group(
+        &self,
+        kernel: &'static str,
+        layout: &wgpu::BindGroupLayout,
+        uniform: (&wgpu::Buffer, u64, std::num::NonZeroU64),
+        buffers: &[&wgpu::Buffer],
+    ) -> wgpu::BindGroup {
+        let (chunk, offset, size) = uniform;
+        let create = || {
+            let mut entries = Vec::with_capacity(buffers.len() + 1);
+            entries.push(wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: chunk,
+                    offset,
+                    size: Some(size),
+                }),
+            });
+            for (i, buffer) in buffers.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: buffer.as_entire_binding(),
+                });
+            }
+            self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(kernel),
+                layout,
+                entries: &entries,
+            })
+        };
+        let uniform = (chunk.clone(), offset, size.get());
+        let (group, created) = lock(&self.bind_groups).get(kernel, uniform, buffers, create);
+        if created {
+            self.counters.bind_groups_created.fetch_add(1, Relaxed);
+        }
+        group
+    }
+
     // ---- the submit cycle ----------------------------------------------------------
 
     /// An encoder was opened: from now until the submit, nothing is destroyed.
@@ -325,11 +473,41 @@ impl MemoryManager {
             self.belt.recall();
             self.pool.tick();
             self.pool.evict_idle();
+            self.pool.settle();
         }
         for buffer in std::mem::take(&mut *lock(&self.graveyard)) {
             buffer.destroy();
         }
         self.retire_let_go();
+    }
+
+    /// The open encoder was dropped unsubmitted (a panic in a scope): its uniform
+    /// slots are free again and what waited for its submit can go now.
+    pub fn abandon_recording(&self) {
+        lock(&self.uniforms).reset();
+        self.after_submit(false);
+    }
+
+    /// The context is going: destroy every buffer the manager still keeps (pool,
+    /// staging, readback, uniforms), so that on the web their memory goes now, not
+    /// at the next garbage collection (rule 4). Call after the last submit.
+    pub fn destroy_all(&self) {
+        self.clear_pool();
+        let kept = self
+            .belt
+            .drain()
+            .into_iter()
+            .map(|b| (b, Purpose::Staging))
+            .chain(self.readback.drain().into_iter().map(|b| (b, Purpose::Readback)))
+            .chain(
+                lock(&self.uniforms)
+                    .drain()
+                    .into_iter()
+                    .map(|b| (b, Purpose::Uniform)),
+            );
+        for (buffer, purpose) in kept.collect::<Vec<_>>() {
+            self.retire(buffer, purpose, false);
+        }
     }
 
     /// Destroys the pool's free buffers (after the submit when recording).

@@ -34,12 +34,13 @@
 //!
 //! # Layout
 //!
-//! Imports run one way: `kernel`, `uniforms` and `staging` are leaves;
+//! Imports run one way: `kernel`, `uniforms`, `staging` and `bind_groups` are leaves;
 //! `memory` (the memory manager under every buffer: pool, staging belt,
 //! readback buffers, uniform arena, counters, deferred destroys) uses them;
 //! `pooled` returns buffers to `memory`; `context` (device, queue, recorder,
 //! pipelines) builds on `memory`; `transfer` adds uploads and downloads to it.
 
+mod bind_groups;
 mod context;
 mod kernel;
 mod memory;
@@ -49,8 +50,8 @@ mod transfer;
 mod uniforms;
 
 pub use context::{ContextOptions, WgpuContext};
-pub use memory::ContextCounters;
 pub use kernel::{grid_1d, Kernel};
+pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
 
 /// Locks a mutex, ignoring poisoning: a panic elsewhere leaves these lists valid.

@@ -37,6 +37,11 @@ impl StagingBelt {
         lock(&self.in_flight).push(chunk);
     }
 
+    /// Every ready chunk, for destroying (chunks still mapping are left to drop).
+    pub fn drain(&self) -> Vec<wgpu::Buffer> {
+        std::mem::take(&mut *lock(&self.ready))
+    }
+
     /// After a submit: every chunk it copied from starts mapping for reuse.
     pub fn recall(&self) {
         for chunk in std::mem::take(&mut *lock(&self.in_flight)) {
@@ -65,6 +70,10 @@ impl Readback {
         let mut free = lock(&self.free);
         let i = free.iter().position(|b| b.size() == class)?;
         Some(free.swap_remove(i))
+    }
+
+    pub fn drain(&self) -> Vec<wgpu::Buffer> {
+        std::mem::take(&mut *lock(&self.free))
     }
 
     pub fn give_back(&self, buffer: wgpu::Buffer) {

@@ -76,6 +76,18 @@ impl UniformArena {
                 queue.write_buffer(&self.chunks[i], 0, &self.shadow[i][..used]);
             }
         }
+        self.reset();
+    }
+
+    /// Every chunk, for destroying; the arena starts empty.
+    pub fn drain(&mut self) -> Vec<wgpu::Buffer> {
+        self.shadow.clear();
+        self.reset();
+        std::mem::take(&mut self.chunks)
+    }
+
+    /// Frees every slot (their bytes are not needed any more).
+    pub fn reset(&mut self) {
         self.current = 0;
         self.used = 0;
     }

@@ -50,6 +50,10 @@ impl Ops for GpuOps<'_> {
     type T = PooledBuffer;
     type Batch = GpuBatch;
 
+    fn set_layer(&self, layer: Option<usize>) {
+        self.0.set_trace_layer(layer);
+    }
+
     fn encoder_forward(
         &self,
         batch: &GpuBatch,

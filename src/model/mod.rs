@@ -325,6 +325,9 @@ pub trait Ops {
     type T;
     /// A batch's token ids and targets as the backend holds them.
     type Batch;
+    /// The block the coming ops belong to (`None`: outside the blocks), for the
+    /// allocation trace. Nothing to do by default.
+    fn set_layer(&self, _layer: Option<usize>) {}
     fn encoder_forward(
         &self,
         batch: &Self::Batch,
@@ -561,6 +564,7 @@ pub fn forward<O: Ops>(
     let x0 = dropped(ops, dropout, embedded, rows * c, 0);
     let mut blocks: Vec<BlockActs<O::T>> = Vec::with_capacity(cfg.layers);
     for (l, p) in params.blocks.iter().enumerate() {
+        ops.set_layer(Some(l));
         let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
         let (ln1, ln1_mean, ln1_rstd) =
             ops.layernorm_forward(x, &p.ln_1_weight, &p.ln_1_bias, rows, c);
@@ -609,6 +613,7 @@ pub fn forward<O: Ops>(
             x_out,
         });
     }
+    ops.set_layer(None);
     let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
     let (lnf, lnf_mean, lnf_rstd) =
         ops.layernorm_forward(x, &params.ln_f_weight, &params.ln_f_bias, rows, c);
@@ -676,6 +681,7 @@ pub fn backward<O: Ops>(
     // Filled last block first.
     let mut dblocks = Vec::with_capacity(cfg.layers);
     for (l, p) in params.blocks.iter().enumerate().rev() {
+        ops.set_layer(Some(l));
         let a = blocks.pop().expect("one per layer");
         let x_in = blocks.last().map_or(&x0, |blk| &blk.x_out);
 
@@ -758,6 +764,7 @@ pub fn backward<O: Ops>(
         // `a` (this block's activations) drops here, back to the pool.
     }
     dblocks.reverse();
+    ops.set_layer(None);
     let dembedded = masked(ops, dropout, &dx, rows * c, 0);
     let dx = dembedded.unwrap_or(dx);
     let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);

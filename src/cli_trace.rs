@@ -1,0 +1,185 @@
+//! `tidepool train --trace FILE` and `tidepool trace replay FILE`: the allocation
+//! trace on the command line (see `tidepool::trace` and `docs/trace.md`).
+
+use tidepool::replay;
+use tidepool::trace::Trace;
+use tidepool::train::{StepStats, Trainer};
+
+/// The train command's trace flags.
+#[derive(clap::Args, Default)]
+pub struct TraceArgs {
+    /// Write the allocation trace of the first step and of a steady step to this
+    /// JSON file (format: docs/trace.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// Which step --trace records as the steady one.
+    #[arg(long, default_value_t = 3, value_name = "STEP")]
+    pub trace_steady: u32,
+}
+
+/// What `--trace` has recorded so far.
+pub struct Tracing {
+    args: TraceArgs,
+    trace: Option<Trace>,
+    written: bool,
+}
+
+impl TraceArgs {
+    pub fn start(self) -> Tracing {
+        Tracing {
+            args: self,
+            trace: None,
+            written: false,
+        }
+    }
+}
+
+impl Tracing {
+    /// One training step, traced when it is the first or the steady step.
+    pub async fn step(&mut self, trainer: &mut Trainer) -> Result<StepStats, tidepool::Error> {
+        let next = trainer.steps_done() + 1;
+        let steady = self.args.trace_steady.max(2);
+        if self.args.trace.is_none() || (next != 1 && next != steady) {
+            return trainer.step().await;
+        }
+        let label = if next == 1 { "first" } else { "steady" };
+        let (stats, step) = trainer.step_traced(label).await?;
+        self.trace
+            .get_or_insert_with(|| trainer.context().new_trace())
+            .steps
+            .push(step);
+        if next == steady {
+            self.write()?;
+        }
+        Ok(stats)
+    }
+
+    /// Writes the trace file (once), if one was asked for.
+    pub fn write(&mut self) -> Result<(), tidepool::Error> {
+        let (Some(path), Some(trace)) = (&self.args.trace, &self.trace) else {
+            return Ok(());
+        };
+        if self.written {
+            return Ok(());
+        }
+        std::fs::write(path, trace.to_json()).map_err(|e| {
+            tidepool::Error::Config(format!(
+                "could not write the trace to {}: {e}",
+                path.display()
+            ))
+        })?;
+        self.written = true;
+        eprintln!(
+            "trace of steps {:?} written to {}",
+            trace.steps.iter().map(|s| s.step).collect::<Vec<_>>(),
+            path.display()
+        );
+        Ok(())
+    }
+}
+
+/// `tidepool trace ...`
+#[derive(clap::Args)]
+pub struct TraceCommand {
+    #[command(subcommand)]
+    which: TraceWhich,
+}
+
+#[derive(clap::Subcommand)]
+enum TraceWhich {
+    /// Replay a trace through each size policy and an offline offset plan, without
+    /// the GPU, against the lower bound (the most bytes live at once).
+    Replay {
+        /// A trace written by `tidepool train --trace`.
+        file: std::path::PathBuf,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What recording costs: steps of a preset alternately untraced and traced,
+    /// after warm-up; mean ms of each and events a step.
+    Bench {
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// Pairs of steps timed.
+        #[arg(long, default_value_t = 20)]
+        steps: u32,
+        #[arg(long, default_value_t = 3)]
+        warmup: u32,
+    },
+}
+
+/// Largest trace file read (a traced shakespeare step is a few MB).
+const MAX_TRACE_BYTES: u64 = 512 << 20;
+
+pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
+    match command.which {
+        TraceWhich::Bench {
+            preset,
+            steps,
+            warmup,
+        } => pollster::block_on(bench(&preset, steps, warmup)),
+        TraceWhich::Replay { file, json } => {
+            let bad = |m: String| tidepool::Error::Config(m);
+            let len = std::fs::metadata(&file)
+                .map_err(|e| bad(format!("could not read {}: {e}", file.display())))?
+                .len();
+            if len > MAX_TRACE_BYTES {
+                return Err(bad(format!(
+                    "{} is {len} bytes; traces above {MAX_TRACE_BYTES} bytes are refused",
+                    file.display()
+                )));
+            }
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| bad(format!("could not read {}: {e}", file.display())))?;
+            let trace = Trace::from_json(&text).map_err(bad)?;
+            let replays = replay::replay(&trace);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&replays).expect("replays serialise")
+                );
+            } else {
+                print!("{}", replay::table(&replays));
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn bench(preset: &str, steps: u32, warmup: u32) -> Result<(), tidepool::Error> {
+    use tidepool::train::{now_ms, TrainConfig};
+    let cfg = TrainConfig::preset(preset)?;
+    let mut trainer = Trainer::new(cfg, tidepool::data::Corpus::builtin()).await?;
+    for _ in 0..warmup {
+        trainer.step().await?;
+    }
+    let (mut off, mut on, mut events) = (0.0, 0.0, 0);
+    for i in 0..steps * 2 {
+        // Alternate which goes first so drift favours neither.
+        let traced = (i % 2 == 0) == (i / 2 % 2 == 0);
+        let start = now_ms();
+        if traced {
+            let (_, step) = trainer.step_traced("steady").await?;
+            on += now_ms() - start;
+            events += step.events.len();
+        } else {
+            trainer.step().await?;
+            off += now_ms() - start;
+        }
+    }
+    let n = steps.max(1) as f64;
+    println!(
+        "{}",
+        serde_json::json!({
+            "preset": preset,
+            "adapter": trainer.context().adapter_name(),
+            "steps": steps,
+            "ms_step_untraced": off / n,
+            "ms_step_traced": on / n,
+            "overhead": on / off - 1.0,
+            "events_per_step": events as f64 / n,
+        })
+    );
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! The allocation trace on a real device (native and browser), and the replay of
+//! traces without one.
+
+mod common;
+
+use std::borrow::Cow;
+
+use tidepool::data::Corpus;
+use tidepool::pool::SizePolicy;
+use tidepool::replay::{self, Tensor};
+use tidepool::trace::{EventKind, StepTrace, Trace, TraceEvent};
+use tidepool::train::{TrainConfig, Trainer};
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+fn small_config() -> TrainConfig {
+    TrainConfig {
+        layers: 2,
+        width: 32,
+        heads: 2,
+        context: 16,
+        batch: 2,
+        ..TrainConfig::preset("tiny").unwrap()
+    }
+}
+
+/// Every byte of a traced step is accounted for: the running `in_use` follows the
+/// births and deaths, the last event agrees with the context's counters, every
+/// event has an op, and creations match the step's counters.
+fn check_step(step: &StepTrace, created: u64, in_use_now: u64, held_now: u64) {
+    let mut in_use = step.in_use_at_start;
+    let mut creates = 0;
+    for (i, e) in step.events.iter().enumerate() {
+        assert_eq!(e.seq as usize, i, "sequence numbers run from 0");
+        assert!(!e.op.is_empty(), "event {i} ({:?}) has no op", e.kind);
+        assert!(e.class >= e.requested, "event {i}: class below the request");
+        if e.kind.is_birth() {
+            in_use += e.class;
+        } else if e.kind.is_death() {
+            in_use -= e.class;
+        } else if e.kind == EventKind::Create {
+            creates += 1;
+        }
+        assert_eq!(e.in_use, in_use, "event {i} ({:?}): in_use", e.kind);
+        assert!(e.buffer > 0, "event {i}: a buffer id");
+        assert_eq!(e.cause.is_some(), e.kind == EventKind::Reject);
+    }
+    assert_eq!(creates, created, "create events against the step's counter");
+    let last = step.events.last().expect("events");
+    assert_eq!(last.in_use, in_use_now);
+    assert_eq!(last.held, held_now);
+}
+
+gpu_test!(a_traced_step_accounts_for_every_byte, traced_step_body());
+async fn traced_step_body() {
+    let mut trainer = Trainer::new(small_config(), Corpus::builtin())
+        .await
+        .expect("trainer");
+    assert!(!trainer.context().tracing(), "off by default");
+    let (first, step1) = trainer.step_traced("first").await.expect("step");
+    assert!(!trainer.context().tracing());
+    let counters = trainer.context().counters();
+    let held = trainer.context().pool_stats().bytes_held;
+    check_step(
+        &step1,
+        first.buffers_created_step,
+        counters.bytes_in_use,
+        held,
+    );
+    assert!(step1.events.iter().any(|e| e.kind == EventKind::Miss));
+    assert!(
+        step1.events.iter().any(|e| e.layer == Some(1)),
+        "the model names its blocks"
+    );
+    assert!(step1.events.iter().any(|e| e.op.starts_with("matmul")));
+
+    // Untraced steps record nothing.
+    trainer.step().await.expect("step");
+    trainer.step().await.expect("step");
+    let (steady, step4) = trainer.step_traced("steady").await.expect("step");
+    let counters = trainer.context().counters();
+    let held = trainer.context().pool_stats().bytes_held;
+    check_step(
+        &step4,
+        steady.buffers_created_step,
+        counters.bytes_in_use,
+        held,
+    );
+    assert!(
+        step4
+            .events
+            .iter()
+            .all(|e| matches!(e.kind, EventKind::Hit | EventKind::Release)),
+        "a steady step only hits and releases"
+    );
+
+    // The file round-trips, and its replay respects the lower bound.
+    let mut trace = trainer.context().new_trace();
+    trace.steps = vec![step1, step4];
+    let back = Trace::from_json(&trace.to_json()).expect("parses");
+    assert_eq!(back, trace);
+    for r in replay::replay(&trace) {
+        assert!(r.lower_bound > 0);
+        for row in &r.rows {
+            assert!(row.peak_bytes >= r.lower_bound, "{}: {row:?}", r.label);
+        }
+    }
+}
+
+fn event(seq: u32, kind: EventKind, buffer: u64, requested: u64) -> TraceEvent {
+    TraceEvent {
+        seq,
+        kind,
+        op: Cow::Borrowed("test"),
+        layer: None,
+        purpose: Cow::Borrowed("storage"),
+        requested,
+        class: requested,
+        buffer,
+        cause: None,
+        in_use: 0,
+        held: 0,
+    }
+}
+
+/// A: 1000 bytes over positions 1..3, B: 3000 over 2..5, C: 900 over 4..6 (C takes
+/// A's buffer). Peaks worked out by hand in the comments.
+#[test]
+fn replay_of_a_hand_built_step() {
+    use EventKind::*;
+    let step = StepTrace {
+        events: vec![
+            event(0, Miss, 1, 1000),
+            event(1, Miss, 2, 3000),
+            event(2, Release, 1, 1000),
+            event(3, Hit, 1, 900),
+            event(4, Release, 2, 3000),
+            event(5, Release, 1, 900),
+        ],
+        ..Default::default()
+    };
+    let tensors = replay::tensors(&step);
+    assert_eq!(tensors.len(), 3);
+    // Most live at once: A + B = 4000 (B + C is 3900).
+    assert_eq!(replay::lower_bound(&tensors), 4000);
+    let max = 1 << 30;
+    // pow2: A, C in 1024, B in 4096; C reuses A's buffer: 1024 + 4096.
+    let pow2 = replay::replay_policy(&tensors, SizePolicy::PowerOfTwo, max);
+    assert_eq!(
+        (pow2.peak_bytes, pow2.buffers_created, pow2.hits),
+        (5120, 2, 1)
+    );
+    // pow2/4: steps of 128 below 1024 and 512 below 4096: 1024 and 3072.
+    let quarter = SizePolicy::Subdivided { subdivisions: 4 };
+    let q = replay::replay_policy(&tensors, quarter, max);
+    assert_eq!((q.peak_bytes, q.buffers_created, q.hits), (4096, 2, 1));
+    // exact: C (900) cannot take A's 1000; at C's birth 3000 + 900 in use + 1000 held.
+    let exact = replay::replay_policy(&tensors, SizePolicy::Exact, max);
+    assert_eq!(
+        (exact.peak_bytes, exact.buffers_created, exact.hits),
+        (4900, 3, 0)
+    );
+    // Plan (sizes rounded to 256): B (3072) at 0; A overlaps B: at 3072; C overlaps
+    // B but not A: at 3072 too. Arena 4096.
+    let offsets = replay::offset_plan(&tensors);
+    assert_eq!(offsets, vec![3072, 0, 3072]);
+    assert_eq!(replay::plan_peak(&tensors, &offsets), 4096);
+}
+
+#[test]
+fn tensors_live_at_the_start_or_the_end_of_a_step() {
+    use EventKind::*;
+    let step = StepTrace {
+        events: vec![event(0, Release, 7, 500), event(1, Miss, 8, 600)],
+        ..Default::default()
+    };
+    let t = replay::tensors(&step);
+    assert_eq!((t[0].start, t[0].end), (0, 1), "carried in");
+    assert_eq!((t[1].start, t[1].end), (2, 3), "carried out");
+    assert_eq!(replay::lower_bound(&t), 600, "never live together");
+}
+
+#[test]
+fn a_trace_file_of_another_format_is_refused() {
+    let err = Trace::from_json(
+        r#"{"format":"x","version":1,"adapter":"","policy":"pow2","max_buffer_size":4,"steps":[]}"#,
+    )
+    .unwrap_err();
+    assert!(err.contains("tidepool-trace"), "{err}");
+    assert!(Trace::from_json("[1,2").is_err());
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn tensors() -> impl Strategy<Value = Vec<Tensor>> {
+        prop::collection::vec((1u64..200_000, 0u32..60, 1u32..30, any::<bool>()), 1..60).prop_map(
+            |v| {
+                v.into_iter()
+                    .map(|(size, start, len, poolable)| Tensor {
+                        size,
+                        start,
+                        end: start + len,
+                        poolable,
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn the_offset_plan_never_overlaps_two_live_tensors(t in tensors()) {
+            let offsets = replay::offset_plan(&t);
+            let span = |i: usize| {
+                let size = t[i].size.div_ceil(replay::OFFSET_ALIGNMENT) * replay::OFFSET_ALIGNMENT;
+                (offsets[i], offsets[i] + size)
+            };
+            for i in 0..t.len() {
+                prop_assert_eq!(offsets[i] % replay::OFFSET_ALIGNMENT, 0);
+                for j in 0..i {
+                    let live_together = t[i].start < t[j].end && t[j].start < t[i].end;
+                    let (a, b) = (span(i), span(j));
+                    let disjoint = a.1 <= b.0 || b.1 <= a.0;
+                    prop_assert!(!live_together || disjoint, "{:?} {:?} at {:?} {:?}", t[i], t[j], a, b);
+                }
+            }
+        }
+
+        #[test]
+        fn the_lower_bound_is_below_every_allocator(t in tensors()) {
+            let lower = replay::lower_bound(&t);
+            let offsets = replay::offset_plan(&t);
+            prop_assert!(replay::plan_peak(&t, &offsets) >= lower);
+            for policy in replay::policies() {
+                let row = replay::replay_policy(&t, policy, 1 << 30);
+                prop_assert!(row.peak_bytes >= lower, "{}: {} < {}", row.allocator, row.peak_bytes, lower);
+            }
+            // And it is reached: some position has exactly `lower` bytes live.
+            let live_at = |p: u32| t.iter().filter(|x| x.start <= p && p < x.end).map(|x| x.size).sum::<u64>();
+            prop_assert!(t.iter().any(|x| live_at(x.start) == lower));
+        }
+    }
+}
