@@ -58,14 +58,18 @@ impl MatmulVariant {
     }
 
     /// The variant the launchers use on `ctx` for an `m x n` output reduced over
-    /// `k`: on GPUs, split-K when 128x128 tiles give fewer than half the target
-    /// workgroups and k splits at least in two.
+    /// `k`: on GPUs, split-K when the output has very few 128x128 tiles (the weight
+    /// gradients: a long reduction over every row), or few tiles and a reduction long
+    /// both absolutely and against the output's width. Shorter reductions lose more
+    /// to the extra reduce pass than they gain (the H200 table in BENCHMARKS.md).
     pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         match Target::of(ctx) {
             Target::Cpu => MatmulVariant::Cpu,
             Target::Gpu => {
                 let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
-                if tiles < TARGET_WORKGROUPS / 2 && k >= 2 * MIN_SPLIT_K {
+                let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
+                let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
+                if few_tiles || long_k {
                     MatmulVariant::SplitK
                 } else {
                     MatmulVariant::Tiled
