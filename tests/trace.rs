@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use tidepool::data::Corpus;
 use tidepool::pool::SizePolicy;
-use tidepool::replay::{self, Tensor};
+use tidepool::replay;
 use tidepool::trace::{EventKind, StepTrace, Trace, TraceEvent};
 use tidepool::train::{TrainConfig, Trainer};
 
@@ -195,6 +195,7 @@ fn a_trace_file_of_another_format_is_refused() {
 mod properties {
     use super::*;
     use proptest::prelude::*;
+    use tidepool::replay::Tensor;
 
     fn tensors() -> impl Strategy<Value = Vec<Tensor>> {
         prop::collection::vec((1u64..200_000, 0u32..60, 1u32..30, any::<bool>()), 1..60).prop_map(
