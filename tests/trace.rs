@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use tidepool::data::Corpus;
 use tidepool::pool::SizePolicy;
-use tidepool::replay::{self, Tensor};
+use tidepool::replay;
 use tidepool::trace::{EventKind, StepTrace, Trace, TraceEvent};
 use tidepool::train::{TrainConfig, Trainer};
 
@@ -195,6 +195,7 @@ fn a_trace_file_of_another_format_is_refused() {
 mod properties {
     use super::*;
     use proptest::prelude::*;
+    use tidepool::replay::Tensor;
 
     fn tensors() -> impl Strategy<Value = Vec<Tensor>> {
         prop::collection::vec((1u64..200_000, 0u32..60, 1u32..30, any::<bool>()), 1..60).prop_map(
@@ -244,4 +245,31 @@ mod properties {
             prop_assert!(t.iter().any(|x| live_at(x.start) == lower));
         }
     }
+}
+
+/// The page's entry points: `Trainer.trace()`'s JSON replays through `replayTrace`,
+/// and a text that is not a trace is a clear error, not a trap.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+async fn replay_trace_from_js() {
+    use wasm_bindgen::JsValue;
+    let mut trainer = Trainer::new(small_config(), Corpus::builtin())
+        .await
+        .expect("trainer");
+    let (_, step) = trainer.step_traced("first").await.expect("step");
+    let mut trace = trainer.context().new_trace();
+    trace.steps.push(step);
+    let rows = tidepool::web::replay_trace(js_sys::JsString::from(trace.to_json()))
+        .expect("replays");
+    let rows = js_sys::Array::from(&rows);
+    assert_eq!(rows.length(), 1, "one step");
+    let step = rows.get(0);
+    let lower = js_sys::Reflect::get(&step, &JsValue::from_str("lower_bound"))
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    assert_eq!(lower as u64, replay::replay(&trace)[0].lower_bound);
+    let err = tidepool::web::replay_trace(js_sys::JsString::from("{\"format\": 3}")).unwrap_err();
+    let message = js_sys::Reflect::get(&err, &JsValue::from_str("message")).unwrap();
+    assert!(message.as_string().unwrap().contains("not a tidepool trace"));
 }
