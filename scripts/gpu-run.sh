@@ -4,6 +4,7 @@
 # call so ratios share one machine state. Every run's output lands in
 # $OUT/results.jsonl after a {"run": NAME, "command": ...} line; stderr in $OUT/stderr.log.
 #   scripts/gpu-run.sh bench    matmul, step, pool, policies, Dawn, PyTorch (~5 min)
+#   scripts/gpu-run.sh round2   soak, PyTorch memory, step, trace replay, presets in Dawn (~7 min)
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
 #                               at once on the one GPU, each evaluating 200 fixed held-out
@@ -39,6 +40,22 @@ case "${1:-bench}" in
     run dawn /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10 --pool
     run pool ./tidepool bench pool --json
     run policies ./tidepool bench policies --presets tiny,shakespeare --warmup 2 --steps 3 --corpus tinyshakespeare.txt --json
+    ;;
+  round2)
+    # The second round's figures in one call: the soak (flat memory), the PyTorch
+    # anchor with its peak memory, the step with and without the pool, the trace's
+    # replay and cost, and the page's presets natively and through Dawn.
+    ./tidepool info | tee "$out/info.txt"
+    run soak ./tidepool bench soak --preset small --steps 20000 --every 1000 --json
+    run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa
+    run step ./tidepool bench step --presets shakespeare --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    run trace_train ./tidepool train --preset shakespeare --steps 3 --corpus tinyshakespeare.txt --trace trace.json --json
+    run replay ./tidepool trace replay trace.json --json
+    run trace_bench ./tidepool trace bench --preset shakespeare --steps 5 --warmup 2
+    run step_small ./tidepool bench step --presets tiny,small --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    for p in tiny small shakespeare; do
+      run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 20 --pool
+    done
     ;;
   train)
     run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}
