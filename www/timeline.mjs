@@ -93,11 +93,13 @@ export function analyse(step) {
   return { tensors, base, top, peak, peakAt, classes, free, held, columns };
 }
 
-/** A stable colour for each op name. */
-function opColor(op) {
-  let h = 2166136261;
-  for (let i = 0; i < op.length; i++) h = Math.imul(h ^ op.charCodeAt(i), 16777619);
-  return `hsl(${(h >>> 0) % 360} 62% 56%)`;
+// Colours for ops, handed out in order of first appearance in the step: a step has
+// a few dozen kernels, and neighbours in time get hues far apart.
+const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#8cd17d', '#a0cbe8', '#d37295', '#86bcb6', '#f1ce63', '#499894', '#d4a6c8'];
+function opColors(tensors) {
+  const colors = new Map();
+  for (const t of tensors) if (!colors.has(t.op)) colors.set(t.op, PALETTE[colors.size % PALETTE.length]);
+  return colors;
 }
 const classColor = (i, n) => `hsl(${200 + (i * 140) / Math.max(1, n - 1)} 55% 55%)`;
 const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -206,7 +208,7 @@ export class TimelinePanel {
       heldPeak: Math.max(...view.held),
     });
     this.el.note.textContent = `Step ${step.step} (${step.label}): ${step.events.length} events, ${view.tensors.length} tensors in ${buffers} buffers, policy ${trace.policy}.`;
-    this.el.peak.textContent = `peak ${fmtBytes(view.peak)} (${view.peak} B) at event ${Math.max(0, view.peakAt - 1)}; grey: live across steps, ${fmtBytes(view.base)}`;
+    this.el.peak.textContent = `peak ${fmtBytes(view.peak)} (${view.peak} B) at event ${Math.max(0, view.peakAt - 1)}; the axis starts near the ${fmtBytes(view.base)} live across the whole step (grey)`;
     this.el.peak.dataset.bytes = view.peak;
     this.el.heldPeak.textContent = `at most ${fmtBytes(Math.max(...view.held))} free`;
     this.el.plots.hidden = false;
@@ -241,8 +243,8 @@ export class TimelinePanel {
     return { g, width };
   }
 
-  // The plot area inside a canvas: left margin for the byte axis.
-  frame(width, max, columns) {
+  // The plot area inside a canvas (left margin for the byte axis), bytes lo..hi.
+  frame(width, lo, hi, columns) {
     const left = 52;
     const right = 8;
     const topPad = 8;
@@ -255,20 +257,20 @@ export class TimelinePanel {
       w,
       h,
       x: (c) => left + (c / columns) * w,
-      y: (bytes) => topPad + h - (max > 0 ? (bytes / max) * h : 0),
-      bytesAt: (py) => ((topPad + h - py) / h) * max,
+      y: (bytes) => topPad + h - (hi > lo ? ((bytes - lo) / (hi - lo)) * h : 0),
+      bytesAt: (py) => lo + ((topPad + h - py) / h) * (hi - lo),
       columnAt: (px) => Math.floor(((px - left) / w) * columns),
     };
   }
 
-  axes(g, f, max, columns, theme) {
+  axes(g, f, lo, hi, columns, theme) {
     g.fillStyle = theme.fg;
     g.strokeStyle = theme.grid;
     g.font = theme.font;
     g.textAlign = 'right';
     g.textBaseline = 'middle';
     for (let i = 0; i <= 4; i++) {
-      const v = (max * i) / 4;
+      const v = lo + ((hi - lo) * i) / 4;
       const y = f.y(v);
       g.beginPath();
       g.moveTo(f.left, y);
@@ -289,17 +291,22 @@ export class TimelinePanel {
     const { tensors, base, columns } = view;
 
     // Live bytes: one rectangle per run of columns where a tensor's offset is unchanged.
+    // The axis starts at what is live across the whole step (weights, optimizer state),
+    // which would otherwise dwarf the step's own tensors; a grey strip stands for it.
     const { g, width } = this.fit(this.el.live);
-    const f = this.frame(width, view.peak * 1.05, columns);
+    const lo = base > 0 ? base - (view.peak - base) * 0.04 : 0;
+    const hi = view.peak + (view.peak - lo) * 0.05;
+    const f = this.frame(width, lo, hi, columns);
     this.liveFrame = f;
-    this.axes(g, f, view.peak * 1.05, columns, theme);
+    this.axes(g, f, lo, hi, columns, theme);
     g.fillStyle = theme.ghost;
     g.globalAlpha = 0.45;
-    g.fillRect(f.x(0), f.y(base), f.w, f.y(0) - f.y(base));
+    g.fillRect(f.x(0), f.y(base), f.w, f.y(lo) - f.y(base));
     g.globalAlpha = 0.9;
     const offsets = stackOffsets(tensors, columns, base);
+    const colors = opColors(tensors);
     tensors.forEach((t, k) => {
-      g.fillStyle = opColor(t.op);
+      g.fillStyle = colors.get(t.op);
       const off = offsets[k];
       let c = t.start;
       while (c < t.end) {
@@ -327,22 +334,22 @@ export class TimelinePanel {
     g.fillStyle = theme.colors[2];
     g.textAlign = px > f.left + f.w / 2 ? 'right' : 'left';
     g.textBaseline = 'bottom';
-    g.fillText(`peak ${fmtBytes(view.peak)}`, px + (g.textAlign === 'left' ? 4 : -4), f.y(view.peak) - 1 + 12);
+    g.fillText(`peak ${fmtBytes(view.peak)}`, px + (g.textAlign === 'left' ? 4 : -4), f.y(view.peak) + 12);
 
     // legend: the ops holding the most bytes
     const byOp = new Map();
     for (const t of tensors) byOp.set(t.op, (byOp.get(t.op) ?? 0) + t.size * (t.end - t.start));
     this.el.legend.innerHTML = [...byOp]
       .sort((a, b) => b[1] - a[1])
-      .slice(0, 10)
-      .map(([op]) => `<span><i style="background:${opColor(op)}"></i>${escapeHtml(op)}</span>`)
+      .slice(0, 12)
+      .map(([op]) => `<span><i style="background:${colors.get(op)}"></i>${escapeHtml(op)}</span>`)
       .join('');
 
     // Free bytes per size class, stacked.
     const fr = this.fit(this.el.free);
     const maxHeld = Math.max(1, ...view.held);
-    const ff = this.frame(fr.width, maxHeld * 1.05, columns);
-    this.axes(fr.g, ff, maxHeld * 1.05, columns, theme);
+    const ff = this.frame(fr.width, 0, maxHeld * 1.05, columns);
+    this.axes(fr.g, ff, 0, maxHeld * 1.05, columns, theme);
     const acc = new Array(columns).fill(0);
     view.classes.forEach((cls, i) => {
       const series = view.free.get(cls);
@@ -380,7 +387,7 @@ export class TimelinePanel {
       hit = tensors.findIndex((t, k) => c >= t.start && c < t.end && bytes >= offsets[k][c - t.start] && bytes < offsets[k][c - t.start] + t.size);
     }
     const tip = this.el.tip;
-    if (hit === null || (hit < 0 && !(bytes >= 0 && bytes < base))) {
+    if (hit === null || (hit < 0 && !(bytes < base))) {
       tip.hidden = true;
       return;
     }
