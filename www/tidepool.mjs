@@ -836,9 +836,11 @@ class TidepoolWidget {
       },
       /** traces one step and shows it in the memory timeline; resolves once shown */
       traceStep: () => w.timeline.trace(),
-      /** the last trace shown ({trace, replay}, docs/trace.md), or null */
+      /** the last trace shown ({trace, replay, top, held}, docs/trace.md), or null */
       get lastTrace() {
-        return w.timeline.current && { trace: w.timeline.current.trace, replay: w.timeline.current.replay };
+        const c = w.timeline.current;
+        // top and held: the drawn stack's height and the free bytes, per column (0: the step's start)
+        return c && { trace: c.trace, replay: c.replay, top: c.view.top, held: c.view.held };
       },
       element: w.root,
     };

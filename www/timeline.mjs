@@ -18,7 +18,7 @@ const MAX_EVERY = 1_000_000; // steps between automatic traces, at most
 /**
  * The step's tensors and the pool's free buffers, column by column: column 0 is the
  * step's start, column i + 1 the state just after event i.
- * @returns {{tensors, base, top: number[], peak, peakAt, classes: number[], free: Map<number, number[]>, held: number[], columns}}
+ * @returns {{tensors, base, top: number[], peak, peakAt, classes: number[], free: Map<number, number[]>, held: number[], heldPeak, columns}}
  */
 export function analyse(step) {
   const events = step.events;
@@ -90,7 +90,8 @@ export function analyse(step) {
   const classes = [...classSet].sort((a, b) => a - b);
   const free = new Map(classes.map((cls) => [cls, snapshots.map((m) => (m.get(cls) ?? 0) * cls)]));
   const held = snapshots.map((m) => [...m].reduce((s, [cls, n]) => s + cls * n, 0));
-  return { tensors, base, top, peak, peakAt, classes, free, held, columns };
+  const heldPeak = held.reduce((m, v) => Math.max(m, v), 0); // no spread: a long step has many events
+  return { tensors, base, top, peak, peakAt, classes, free, held, heldPeak, columns };
 }
 
 // Colours for ops, handed out in order of first appearance in the step: a step has
@@ -114,7 +115,8 @@ export class TimelinePanel {
     this.requestTrace = trace;
     this.inFlight = false;
     this.lastTraced = 0;
-    this.current = null; // {trace, replay, view}
+    this.current = null; // {trace, replay, step, view}
+    this.traces = 0; // shown since the page loaded
     root.classList.add('tp-timeline');
     root.dataset.testid = 'timeline';
     root.innerHTML = `
@@ -198,6 +200,7 @@ export class TimelinePanel {
     const view = analyse(step);
     this.current = { trace, replay, step, view };
     this.lastTraced = step.step;
+    this.traces++;
     const buffers = new Set(view.tensors.map((t) => t.buffer)).size;
     Object.assign(this.root.dataset, {
       step: step.step,
@@ -205,12 +208,13 @@ export class TimelinePanel {
       bands: view.tensors.length,
       buffers,
       peak: view.peak,
-      heldPeak: Math.max(...view.held),
+      heldPeak: view.heldPeak,
+      traces: this.traces,
     });
     this.el.note.textContent = `Step ${step.step} (${step.label}): ${step.events.length} events, ${view.tensors.length} tensors in ${buffers} buffers, policy ${trace.policy}.`;
     this.el.peak.textContent = `peak ${fmtBytes(view.peak)} (${view.peak} B) at event ${Math.max(0, view.peakAt - 1)}; the axis starts near the ${fmtBytes(view.base)} live across the whole step (grey)`;
     this.el.peak.dataset.bytes = view.peak;
-    this.el.heldPeak.textContent = `at most ${fmtBytes(Math.max(...view.held))} free`;
+    this.el.heldPeak.textContent = `at most ${fmtBytes(view.heldPeak)} free`;
     this.el.plots.hidden = false;
     this.showReplay(replay.find((r) => r.step === step.step) ?? replay.at(-1));
     this.draw();
@@ -347,7 +351,7 @@ export class TimelinePanel {
 
     // Free bytes per size class, stacked.
     const fr = this.fit(this.el.free);
-    const maxHeld = Math.max(1, ...view.held);
+    const maxHeld = Math.max(1, view.heldPeak);
     const ff = this.frame(fr.width, 0, maxHeld * 1.05, columns);
     this.axes(fr.g, ff, 0, maxHeld * 1.05, columns, theme);
     const acc = new Array(columns).fill(0);

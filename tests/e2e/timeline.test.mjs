@@ -1,10 +1,12 @@
 // The memory timeline and the what-if replay table (issue 12) in headless Chromium
 // on SwiftShader: Trace runs one traced step; what the panel shows is checked against
 // that step's trace JSON (computed here, not by the page's code) and the replay table
-// against the wasm's replayTrace run here on the same JSON. Saves docs/timeline.png.
+// against the wasm's replayTrace run here on the same JSON. Saves target/timeline.png
+// (and docs/timeline.png with UPDATE_DOCS_SCREENSHOT=1).
 
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
+import { copyFileSync, mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { FAST, ROOT, num, open, setup, tid, waitNumber, waitReady } from './helpers.mjs';
 
@@ -37,7 +39,7 @@ describe('the memory timeline', { timeout: 600_000 }, () => {
     await page.click(`${tid('timeline')} > summary`);
     await page.click(tid('trace'));
     await page.waitForFunction(() => document.querySelector('[data-testid="timeline"]').dataset.step, null, { timeout: 150_000, polling: 100 });
-    const { trace, replay } = await page.evaluate(() => document.querySelector('.tp').tidepool.lastTrace);
+    const { trace, replay, top, held } = await page.evaluate(() => document.querySelector('.tp').tidepool.lastTrace);
     assert.equal(trace.format, 'tidepool-trace');
     assert.equal(trace.steps.length, 1);
     const step = trace.steps[0];
@@ -46,6 +48,11 @@ describe('the memory timeline', { timeout: 600_000 }, () => {
     await waitNumber(page, 'step-count', (n) => n === 2, { timeout: 10_000, what: 'the traced step counted' });
     const events = step.events;
     assert.ok(events.length > 10, `a step has events (${events.length})`);
+
+    // the stack drawn, rebuilt from births and deaths, stands as high as the trace's
+    // in_use counter after every event, and the free bytes per class add up to `held`
+    assert.deepEqual(top, [step.in_use_at_start, ...events.map((e) => e.in_use)], 'the stack height at every event');
+    assert.deepEqual(held, [step.held_at_start, ...events.map((e) => e.held)], 'the free bytes at every event');
 
     const panel = page.locator(tid('timeline'));
     const data = async (name) => Number(await panel.getAttribute(`data-${name}`));
@@ -125,9 +132,36 @@ describe('the memory timeline', { timeout: 600_000 }, () => {
     assert.match(text, /requested .*class/, text);
     assert.match(text, /\bhit\b|\bmiss\b|unpooled|oversize|before the step/, text);
     assert.match(text, /buffer \d+/, text);
-    await page.locator(tid('timeline')).screenshot({ path: join(ROOT, 'docs', 'timeline.png') });
+    // docs/timeline.png, with the tooltip up (rewritten only when asked, as page.test.mjs does)
+    const shot = join(ROOT, 'target', 'timeline.png');
+    mkdirSync(dirname(shot), { recursive: true });
+    await page.locator(tid('timeline')).screenshot({ path: shot });
+    if (process.env.UPDATE_DOCS_SCREENSHOT) copyFileSync(shot, join(ROOT, 'docs', 'timeline.png'));
     await page.mouse.move(0, 0);
     assert.equal(await tip.isVisible(), false, 'the tooltip goes with the pointer');
-    assert.ok(Number.isFinite(await num(page, 'step-count')));
+  });
+
+  test('every N steps it traces while training, only while the panel is open', { timeout: 180_000 }, async () => {
+    const panel = page.locator(tid('timeline'));
+    const traces = async () => Number(await panel.getAttribute('data-traces'));
+    const before = await traces();
+    await page.fill(tid('trace-every'), '2');
+    await page.click(tid('start'));
+    await page.waitForFunction((n) => Number(document.querySelector('[data-testid="timeline"]').dataset.traces) >= n + 2, before, {
+      timeout: 150_000,
+      polling: 100,
+    });
+    const traced = Number(await panel.getAttribute('data-step'));
+    assert.ok(traced > 2, `a later step was traced (${traced})`);
+    // closed: training goes on and nothing more is traced
+    await page.click(`${tid('timeline')} > summary`);
+    // a trace asked for just before the close may still land: wait for it
+    await page.waitForFunction(() => !document.querySelector('[data-testid="trace"]').disabled, null, { timeout: 60_000, polling: 50 });
+    const closed = await traces();
+    const step = await num(page, 'step-count');
+    await waitNumber(page, 'step-count', (n) => n >= step + 5, { timeout: 90_000, what: '5 more steps' });
+    assert.equal(await traces(), closed, 'no trace while the panel is closed');
+    await page.click(tid('pause'));
+    assert.deepEqual(errors, [], 'no console errors');
   });
 });
