@@ -178,6 +178,10 @@ export class TrainerClient extends EventTarget {
   evaluate() {
     return this.request({ type: 'evaluate' });
   }
+  /** One traced training step: resolves with {trace, replay} (docs/trace.md). */
+  trace() {
+    return this.request({ type: 'trace' });
+  }
   free() {
     this.worker?.postMessage({ type: 'free' });
   }

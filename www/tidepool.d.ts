@@ -156,6 +156,14 @@ export interface TidepoolController {
   /** The run before the last Reset or pool switch, drawn dashed; null before one. */
   readonly previous: TidepoolRun | null;
   readonly latest: StepStats | null;
+  /** Runs one training step with the allocation trace on and shows it in the memory timeline; resolves once shown. */
+  traceStep(): Promise<void>;
+  /**
+   * The last traced step shown, or null: the trace (docs/trace.md), its replay rows
+   * (`replayTrace`), and per position (0: the step's start, i + 1: after event i) the
+   * height of the stack drawn (`top`, bytes in use) and the pool's free bytes (`held`).
+   */
+  readonly lastTrace: { trace: Record<string, unknown>; replay: Record<string, unknown>[]; top: number[]; held: number[] } | null;
   readonly element: HTMLElement;
 }
 

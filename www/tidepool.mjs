@@ -10,6 +10,7 @@ import { TrainerClient } from './client.mjs';
 import { Chart, fmtBytes, fmtBytesShort, fmtCount, loadChartCss } from './charts.mjs';
 import { MAX_CORPUS_BYTES, checkSize, defaultCorpusUrl, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
 import { kindError, kindOf, messageOf } from './errors.mjs';
+import { TimelinePanel } from './timeline.mjs';
 
 const CSS_URL = new URL('./tidepool.css', import.meta.url);
 // Above this many points a series is thinned before drawing: the eye cannot
@@ -155,7 +156,8 @@ function template(id, o, settings) {
     </div>
     <pre data-testid="sample" data-ref="sample" tabindex="0" aria-label="Sampled text"></pre>
     </section>
-  </div>`;
+  </div>
+  <details data-ref="timeline"></details>`;
 }
 
 function emptyRun(label) {
@@ -234,6 +236,7 @@ class TidepoolWidget {
     this.el = {};
     for (const node of root.querySelectorAll('[data-ref]')) this.el[node.dataset.ref] = node;
     this.buildCharts();
+    this.timeline = new TimelinePanel(this.el.timeline, { trace: () => this.client.trace() });
     this.wire();
     this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule: this.opts.schedule, watchdog: this.opts.watchdog });
     this.listen();
@@ -285,6 +288,7 @@ class TidepoolWidget {
     cancelAnimationFrame(this.raf);
     this.client.terminate();
     for (const c of Object.values(this.charts)) c.destroy();
+    this.timeline.destroy();
     this.schemeQuery?.removeEventListener('change', this.onScheme);
     this.root.innerHTML = '';
     this.root.classList.remove('tp');
@@ -517,6 +521,7 @@ class TidepoolWidget {
     this.el.sample.textContent = '';
     this.el.sampleStep.textContent = 'from the current model, refreshed as it trains';
     this.latestVal = null;
+    this.timeline.reset();
     this.setStatus(this.stateText(0));
     this.scheduleDraw();
     this.fire('created', m);
@@ -543,6 +548,7 @@ class TidepoolWidget {
     for (const b of s.buckets ?? []) h.sizes.add(b.size);
     h.latest = s;
     this.scheduleDraw();
+    this.timeline.onStep(s.step);
     this.fire('step', s);
   }
 
@@ -827,6 +833,14 @@ class TidepoolWidget {
       },
       get latest() {
         return w.cur.latest;
+      },
+      /** traces one step and shows it in the memory timeline; resolves once shown */
+      traceStep: () => w.timeline.trace(),
+      /** the last trace shown ({trace, replay, top, held}, docs/trace.md), or null */
+      get lastTrace() {
+        const c = w.timeline.current;
+        // top and held: the drawn stack's height and the free bytes, per column (0: the step's start)
+        return c && { trace: c.trace, replay: c.replay, top: c.view.top, held: c.view.held };
       },
       element: w.root,
     };

@@ -8,6 +8,8 @@
 //   {type:'step', id}         one step when paused                          -> 'step' {stats} | 'skipped' (running)
 //   {type:'sample', id, length?, temperature?, topK?}                       -> 'sample' {step, text}
 //   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
+//   {type:'trace', id}        one training step with the allocation trace on (its 'step' is
+//                             posted too)                      -> 'trace' {trace, replay} (docs/trace.md)
 //   {type:'run'} / {type:'pause'}   train continuously / stop after the step in flight; each
 //                             is confirmed by a 'state', at once or after the request in flight
 //   {type:'free'}             release GPU memory now
@@ -203,6 +205,12 @@ async function handle(m) {
     case 'evaluate':
       needTrainer('evaluate');
       return { type: 'eval', step: currentStep(), loss: await trainer.evaluate() };
+    case 'trace': {
+      needTrainer('trace');
+      const trace = plain(await trainer.trace());
+      post({ type: 'step', stats: plain(trainer.stats()) });
+      return { type: 'trace', trace, replay: plain(wasm.replayTrace(JSON.stringify(trace))) };
+    }
     case 'free':
       wantRun = false;
       if (trainer) {

@@ -1,0 +1,439 @@
+// The memory timeline and the what-if replay table (issue 12): one traced training
+// step (docs/trace.md) drawn as PyTorch's "active memory" view draws a snapshot, each
+// tensor a band from its birth to its death stacked on those still live, coloured by
+// the kernel that asked for it; beside it the pool's free bytes per size class over
+// the same sequence; below, the step replayed through every size policy and an offset
+// plan against the lower bound (the wasm's replayTrace).
+//
+// Nothing is traced unless asked: the Trace button, or every N steps while the panel
+// is open (an option, off by default). A traced step is a real training step.
+
+import { fmtBytes, fmtBytesShort, readTheme } from './charts.mjs';
+
+const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
+const DEATHS = new Set(['release', 'reject', 'discard']);
+const HEIGHT = 220; // CSS pixels of each canvas
+const MAX_EVERY = 1_000_000; // steps between automatic traces, at most
+
+/**
+ * The step's tensors and the pool's free buffers, column by column: column 0 is the
+ * step's start, column i + 1 the state just after event i.
+ * @returns {{tensors, base, top: number[], peak, peakAt, classes: number[], free: Map<number, number[]>, held: number[], heldPeak, columns}}
+ */
+export function analyse(step) {
+  const events = step.events;
+  const columns = events.length + 1;
+  const tensors = [];
+  const open = new Map(); // buffer id -> tensor index
+  // Tensors born before the step that die in it: live from column 0, lowest in the stack.
+  const seen = new Set();
+  for (const e of events) {
+    if (BIRTHS.has(e.kind)) seen.add(e.buffer);
+    else if (DEATHS.has(e.kind) && !seen.has(e.buffer)) {
+      seen.add(e.buffer);
+      open.set(e.buffer, tensors.length);
+      tensors.push({ buffer: e.buffer, size: e.class, start: 0, end: columns, birth: null, death: null, op: e.op, before: true });
+    }
+  }
+  events.forEach((e, i) => {
+    if (BIRTHS.has(e.kind)) {
+      open.set(e.buffer, tensors.length);
+      tensors.push({ buffer: e.buffer, size: e.class, start: i + 1, end: columns, birth: e, death: null, op: e.op, before: false });
+    } else if (DEATHS.has(e.kind) && open.has(e.buffer)) {
+      const t = tensors[open.get(e.buffer)];
+      t.end = i + 1;
+      t.death = e;
+      open.delete(e.buffer);
+    }
+  });
+  const before = tensors.reduce((s, t) => s + (t.before ? t.size : 0), 0);
+  const base = Math.max(0, step.in_use_at_start - before); // live across the whole step: weights, optimizer state
+
+  // Stack offsets: at each column the live tensors in birth order, each on the last.
+  const top = new Array(columns).fill(base);
+  let peak = -1;
+  let peakAt = 0;
+  const deltas = new Array(columns + 1).fill(0);
+  for (const t of tensors) {
+    deltas[t.start] += t.size;
+    deltas[t.end] -= t.size;
+  }
+  let live = base;
+  for (let c = 0; c < columns; c++) {
+    live += deltas[c];
+    top[c] = live;
+    if (live > peak) [peak, peakAt] = [live, c];
+  }
+
+  // Free buffers per class: known ids (released in the step) and the start's anonymous ones.
+  const counts = new Map(); // class -> count now
+  for (const { size, count } of step.free_at_start ?? []) counts.set(size, (counts.get(size) ?? 0) + count);
+  const freeIds = new Map(); // buffer id -> class
+  const classSet = new Set(counts.keys());
+  const take = (cls, id) => {
+    if (freeIds.has(id)) freeIds.delete(id);
+    counts.set(cls, Math.max(0, (counts.get(cls) ?? 0) - 1));
+  };
+  const snapshots = [new Map(counts)];
+  for (const e of events) {
+    if (e.kind === 'release') {
+      freeIds.set(e.buffer, e.class);
+      counts.set(e.class, (counts.get(e.class) ?? 0) + 1);
+      classSet.add(e.class);
+    } else if (e.kind === 'hit') take(e.class, e.buffer);
+    else if ((e.kind === 'evict' || e.kind === 'destroy') && e.purpose === 'storage') {
+      // a destroy after a reject or a discard is of a buffer that was never free
+      if (freeIds.has(e.buffer) || e.kind === 'evict') take(e.class, e.buffer);
+    }
+    snapshots.push(new Map(counts));
+  }
+  const classes = [...classSet].sort((a, b) => a - b);
+  const free = new Map(classes.map((cls) => [cls, snapshots.map((m) => (m.get(cls) ?? 0) * cls)]));
+  const held = snapshots.map((m) => [...m].reduce((s, [cls, n]) => s + cls * n, 0));
+  const heldPeak = held.reduce((m, v) => Math.max(m, v), 0); // no spread: a long step has many events
+  return { tensors, base, top, peak, peakAt, classes, free, held, heldPeak, columns };
+}
+
+// Colours for ops, handed out in order of first appearance in the step: a step has
+// a few dozen kernels, and neighbours in time get hues far apart.
+const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#8cd17d', '#a0cbe8', '#d37295', '#86bcb6', '#f1ce63', '#499894', '#d4a6c8'];
+function opColors(tensors) {
+  const colors = new Map();
+  for (const t of tensors) if (!colors.has(t.op)) colors.set(t.op, PALETTE[colors.size % PALETTE.length]);
+  return colors;
+}
+const classColor = (i, n) => `hsl(${200 + (i * 140) / Math.max(1, n - 1)} 55% 55%)`;
+const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+export class TimelinePanel {
+  /**
+   * @param {HTMLDetailsElement} root an empty <details> to fill
+   * @param {{trace: () => Promise<{trace, replay}>}} hooks
+   */
+  constructor(root, { trace }) {
+    this.root = root;
+    this.requestTrace = trace;
+    this.inFlight = false;
+    this.lastTraced = 0;
+    this.current = null; // {trace, replay, step, view}
+    this.traces = 0; // shown since the page loaded
+    root.classList.add('tp-timeline');
+    root.dataset.testid = 'timeline';
+    root.innerHTML = `
+      <summary>Memory timeline <span class="tp-muted">one traced step, every allocation</span></summary>
+      <div class="tp-timeline-controls">
+        <button type="button" data-tl="trace" data-testid="trace">Trace a step</button>
+        <label>every <input type="number" min="0" step="1" value="0" data-tl="every" data-testid="trace-every"> steps
+          <span class="tp-muted">(0: only when asked; only while this panel is open)</span></label>
+        <span class="tp-muted" data-tl="note" data-testid="timeline-note">Trace runs one training step with every buffer event recorded.</span>
+      </div>
+      <div class="tp-timeline-plots" data-tl="plots" hidden>
+        <figure class="tp-timeline-fig">
+          <figcaption>Live bytes over the step <span class="tp-muted" data-tl="peak" data-testid="timeline-peak"></span></figcaption>
+          <div class="tp-timeline-box"><canvas data-tl="live" data-testid="timeline-live" role="img"
+            aria-label="Live bytes per tensor over the traced step"></canvas>
+            <div class="tp-timeline-tip" data-tl="tip" data-testid="timeline-tooltip" hidden></div></div>
+          <p class="tp-timeline-legend" data-tl="legend"></p>
+        </figure>
+        <figure class="tp-timeline-fig">
+          <figcaption>Pool's free bytes per size class <span class="tp-muted" data-tl="heldPeak"></span></figcaption>
+          <div class="tp-timeline-box"><canvas data-tl="free" data-testid="timeline-free" role="img"
+            aria-label="Free bytes per size class over the traced step"></canvas></div>
+          <p class="tp-timeline-legend" data-tl="freeLegend"></p>
+        </figure>
+      </div>
+      <div data-tl="replay" data-testid="replay" hidden>
+        <h4>What-if replay <span class="tp-muted" data-tl="replayNote"></span></h4>
+        <table class="tp-replay" data-testid="replay-table"><thead><tr><th>allocator</th><th>peak bytes</th>
+          <th></th><th>x bound</th><th>buffers created</th><th>hits</th></tr></thead><tbody data-tl="rows"></tbody></table>
+      </div>`;
+    this.el = {};
+    for (const n of root.querySelectorAll('[data-tl]')) this.el[n.dataset.tl] = n;
+    this.el.trace.addEventListener('click', () => this.trace());
+    this.el.live.addEventListener('mousemove', (e) => this.hover(e));
+    this.el.live.addEventListener('mouseleave', () => (this.el.tip.hidden = true));
+    root.addEventListener('toggle', () => root.open && this.current && this.draw());
+    this.onResize = () => root.open && this.current && this.draw();
+    addEventListener('resize', this.onResize);
+  }
+
+  get every() {
+    const n = Math.floor(Number(this.el.every.value));
+    return Number.isFinite(n) && n > 0 ? Math.min(n, MAX_EVERY) : 0;
+  }
+
+  /** Traces one step now; resolves once it is shown (or failed: the widget shows errors). */
+  async trace() {
+    if (this.inFlight) return;
+    this.inFlight = true;
+    this.el.trace.disabled = true;
+    this.el.note.textContent = 'Tracing a step…';
+    try {
+      const { trace, replay } = await this.requestTrace();
+      this.show(trace, replay);
+    } catch (err) {
+      this.el.note.textContent = `The trace failed: ${err?.message ?? err}`;
+    } finally {
+      this.inFlight = false;
+      this.el.trace.disabled = false;
+    }
+  }
+
+  /** Called on every step: traces the next one when due, only while the panel is open. */
+  onStep(step) {
+    const every = this.every;
+    if (!every || !this.root.open || this.inFlight || step - this.lastTraced < every) return;
+    this.trace();
+  }
+
+  /** A new trainer: what was shown is of the old one. */
+  reset() {
+    this.current = null;
+    this.lastTraced = 0;
+    this.el.plots.hidden = true;
+    this.el.replay.hidden = true;
+    this.el.note.textContent = 'Trace runs one training step with every buffer event recorded.';
+  }
+
+  show(trace, replay) {
+    const step = trace.steps.at(-1);
+    const view = analyse(step);
+    this.current = { trace, replay, step, view };
+    this.lastTraced = step.step;
+    this.traces++;
+    const buffers = new Set(view.tensors.map((t) => t.buffer)).size;
+    Object.assign(this.root.dataset, {
+      step: step.step,
+      events: step.events.length,
+      bands: view.tensors.length,
+      buffers,
+      peak: view.peak,
+      heldPeak: view.heldPeak,
+      traces: this.traces,
+    });
+    this.el.note.textContent = `Step ${step.step} (${step.label}): ${step.events.length} events, ${view.tensors.length} tensors in ${buffers} buffers, policy ${trace.policy}.`;
+    this.el.peak.textContent = `peak ${fmtBytes(view.peak)} (${view.peak} B) at event ${Math.max(0, view.peakAt - 1)}; the axis starts near the ${fmtBytes(view.base)} live across the whole step (grey)`;
+    this.el.peak.dataset.bytes = view.peak;
+    this.el.heldPeak.textContent = `at most ${fmtBytes(view.heldPeak)} free`;
+    this.el.plots.hidden = false;
+    this.showReplay(replay.find((r) => r.step === step.step) ?? replay.at(-1));
+    this.draw();
+  }
+
+  showReplay(r) {
+    this.el.replay.hidden = !r;
+    if (!r) return;
+    this.el.replayNote.textContent = `step ${r.step}: ${r.tensors} tensors; x bound: peak over the lower bound`;
+    this.el.rows.innerHTML = r.rows
+      .map(
+        (row) => `<tr data-allocator="${escapeHtml(row.allocator)}" data-peak="${row.peak_bytes}" data-ratio="${row.ratio}">
+          <td>${escapeHtml(row.allocator)}</td><td class="tp-num">${row.peak_bytes}</td><td class="tp-muted">${fmtBytes(row.peak_bytes)}</td>
+          <td class="tp-num">${row.ratio.toFixed(3)}</td><td class="tp-num">${row.buffers_created}</td><td class="tp-num">${row.hits}</td></tr>`,
+      )
+      .join('');
+  }
+
+  /** Sizes a canvas to its box (device pixels) and returns its 2D context in CSS pixels. */
+  fit(canvas) {
+    const width = Math.max(200, canvas.parentElement.clientWidth);
+    const dpr = devicePixelRatio || 1;
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(HEIGHT * dpr);
+    canvas.style.width = `${width}px`;
+    canvas.style.height = `${HEIGHT}px`;
+    const g = canvas.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, width, HEIGHT);
+    return { g, width };
+  }
+
+  // The plot area inside a canvas (left margin for the byte axis), bytes lo..hi.
+  frame(width, lo, hi, columns) {
+    const left = 52;
+    const right = 8;
+    const topPad = 8;
+    const bottom = 18;
+    const w = width - left - right;
+    const h = HEIGHT - topPad - bottom;
+    return {
+      left,
+      topPad,
+      w,
+      h,
+      x: (c) => left + (c / columns) * w,
+      y: (bytes) => topPad + h - (hi > lo ? ((bytes - lo) / (hi - lo)) * h : 0),
+      bytesAt: (py) => lo + ((topPad + h - py) / h) * (hi - lo),
+      columnAt: (px) => Math.floor(((px - left) / w) * columns),
+    };
+  }
+
+  axes(g, f, lo, hi, columns, theme) {
+    g.fillStyle = theme.fg;
+    g.strokeStyle = theme.grid;
+    g.font = theme.font;
+    g.textAlign = 'right';
+    g.textBaseline = 'middle';
+    for (let i = 0; i <= 4; i++) {
+      const v = lo + ((hi - lo) * i) / 4;
+      const y = f.y(v);
+      g.beginPath();
+      g.moveTo(f.left, y);
+      g.lineTo(f.left + f.w, y);
+      g.stroke();
+      g.fillText(fmtBytesShort(Math.round(v)), f.left - 4, y);
+    }
+    g.textAlign = 'center';
+    g.textBaseline = 'top';
+    g.fillText('event 0', f.left + 20, f.topPad + f.h + 3);
+    g.fillText(`event ${columns - 2}`, f.left + f.w - 30, f.topPad + f.h + 3);
+  }
+
+  draw() {
+    if (!this.current || !this.root.open) return;
+    const { view } = this.current;
+    const theme = readTheme(this.root);
+    const { tensors, base, columns } = view;
+
+    // Live bytes: one rectangle per run of columns where a tensor's offset is unchanged.
+    // The axis starts at what is live across the whole step (weights, optimizer state),
+    // which would otherwise dwarf the step's own tensors; a grey strip stands for it.
+    const { g, width } = this.fit(this.el.live);
+    const lo = base > 0 ? base - (view.peak - base) * 0.04 : 0;
+    const hi = view.peak + (view.peak - lo) * 0.05;
+    const f = this.frame(width, lo, hi, columns);
+    this.liveFrame = f;
+    this.axes(g, f, lo, hi, columns, theme);
+    g.fillStyle = theme.ghost;
+    g.globalAlpha = 0.45;
+    g.fillRect(f.x(0), f.y(base), f.w, f.y(lo) - f.y(base));
+    g.globalAlpha = 0.9;
+    const offsets = stackOffsets(tensors, columns, base);
+    const colors = opColors(tensors);
+    tensors.forEach((t, k) => {
+      g.fillStyle = colors.get(t.op);
+      const off = offsets[k];
+      let c = t.start;
+      while (c < t.end) {
+        let d = c + 1;
+        while (d < t.end && off[d - t.start] === off[c - t.start]) d++;
+        const y0 = f.y(off[c - t.start]);
+        const y1 = f.y(off[c - t.start] + t.size);
+        g.fillRect(f.x(c), y1, Math.max(0.5, f.x(d) - f.x(c)), Math.max(0.5, y0 - y1));
+        c = d;
+      }
+    });
+    g.globalAlpha = 1;
+    this.offsets = offsets;
+    // the peak
+    const px = f.x(view.peakAt) + 0.5;
+    g.strokeStyle = theme.colors[2];
+    g.setLineDash([4, 3]);
+    g.beginPath();
+    g.moveTo(px, f.topPad);
+    g.lineTo(px, f.topPad + f.h);
+    g.moveTo(f.left, f.y(view.peak));
+    g.lineTo(f.left + f.w, f.y(view.peak));
+    g.stroke();
+    g.setLineDash([]);
+    g.fillStyle = theme.colors[2];
+    g.textAlign = px > f.left + f.w / 2 ? 'right' : 'left';
+    g.textBaseline = 'bottom';
+    g.fillText(`peak ${fmtBytes(view.peak)}`, px + (g.textAlign === 'left' ? 4 : -4), f.y(view.peak) + 12);
+
+    // legend: the ops holding the most bytes
+    const byOp = new Map();
+    for (const t of tensors) byOp.set(t.op, (byOp.get(t.op) ?? 0) + t.size * (t.end - t.start));
+    this.el.legend.innerHTML = [...byOp]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 12)
+      .map(([op]) => `<span><i style="background:${colors.get(op)}"></i>${escapeHtml(op)}</span>`)
+      .join('');
+
+    // Free bytes per size class, stacked.
+    const fr = this.fit(this.el.free);
+    const maxHeld = Math.max(1, view.heldPeak);
+    const ff = this.frame(fr.width, 0, maxHeld * 1.05, columns);
+    this.axes(fr.g, ff, 0, maxHeld * 1.05, columns, theme);
+    const acc = new Array(columns).fill(0);
+    view.classes.forEach((cls, i) => {
+      const series = view.free.get(cls);
+      fr.g.fillStyle = classColor(i, view.classes.length);
+      fr.g.beginPath();
+      fr.g.moveTo(ff.x(0), ff.y(acc[0]));
+      for (let c = 0; c < columns; c++) {
+        fr.g.lineTo(ff.x(c), ff.y(acc[c] + series[c]));
+        fr.g.lineTo(ff.x(c + 1), ff.y(acc[c] + series[c]));
+      }
+      for (let c = columns - 1; c >= 0; c--) {
+        fr.g.lineTo(ff.x(c + 1), ff.y(acc[c]));
+        fr.g.lineTo(ff.x(c), ff.y(acc[c]));
+      }
+      fr.g.closePath();
+      fr.g.fill();
+      for (let c = 0; c < columns; c++) acc[c] += series[c];
+    });
+    this.el.freeLegend.innerHTML = view.classes
+      .map((cls, i) => `<span><i style="background:${classColor(i, view.classes.length)}"></i>${fmtBytesShort(cls)}</span>`)
+      .join('');
+  }
+
+  hover(e) {
+    const { current, liveFrame: f, offsets } = this;
+    if (!current || !f || !offsets) return;
+    const rect = this.el.live.getBoundingClientRect();
+    const px = e.clientX - rect.left;
+    const py = e.clientY - rect.top;
+    const c = f.columnAt(px);
+    const bytes = f.bytesAt(py);
+    const { tensors, base } = current.view;
+    let hit = null;
+    if (c >= 0 && c < current.view.columns) {
+      hit = tensors.findIndex((t, k) => c >= t.start && c < t.end && bytes >= offsets[k][c - t.start] && bytes < offsets[k][c - t.start] + t.size);
+    }
+    const tip = this.el.tip;
+    if (hit === null || (hit < 0 && !(bytes < base))) {
+      tip.hidden = true;
+      return;
+    }
+    if (hit < 0) {
+      tip.innerHTML = `<b>live across steps</b><br>${fmtBytes(base)}: weights, optimizer state, anything held between steps`;
+    } else {
+      const t = tensors[hit];
+      const b = t.birth;
+      const layer = (b ?? t.death)?.layer;
+      tip.innerHTML =
+        `<b data-testid="tooltip-op">${escapeHtml(t.op)}</b>${layer === undefined || layer === null ? '' : ` · layer ${layer}`}<br>` +
+        (b ? `requested ${fmtBytes(b.requested)} · class ${fmtBytes(t.size)}<br>${b.kind === 'hit' ? 'hit (from the pool)' : b.kind === 'miss' ? 'miss (a new buffer)' : b.kind} · ` : `class ${fmtBytes(t.size)}<br>born before the step · `) +
+        `buffer ${t.buffer}<br>events ${t.start ? t.start - 1 : 'start'}–${t.death ? t.end - 1 : 'end'}` +
+        (t.death ? ` (${t.death.kind})` : '');
+    }
+    tip.hidden = false;
+    const box = this.el.live.parentElement.clientWidth;
+    tip.style.left = `${Math.min(px + 12, box - 240)}px`;
+    tip.style.top = `${Math.max(0, py - 10)}px`;
+  }
+
+  destroy() {
+    removeEventListener('resize', this.onResize);
+  }
+}
+
+/** Each tensor's offset in the stack at each column it is live (tensors in birth order). */
+function stackOffsets(tensors, columns, base) {
+  const out = tensors.map((t) => new Array(t.end - t.start));
+  // a tensor's offset is base + the sizes of the live tensors before it: sweep columns
+  // with the live list kept in index order (births append, so it stays sorted)
+  const startsAt = new Array(columns).fill(null).map(() => []);
+  tensors.forEach((t, k) => startsAt[t.start].push(k));
+  let live = [];
+  for (let c = 0; c < columns; c++) {
+    live = live.filter((k) => tensors[k].end > c);
+    for (const k of startsAt[c]) live.push(k);
+    let off = base;
+    for (const k of live) {
+      out[k][c - tensors[k].start] = off;
+      off += tensors[k].size;
+    }
+  }
+  return out;
+}
