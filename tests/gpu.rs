@@ -424,7 +424,6 @@ gpu_test!(
     steady_step_creates_nothing_body()
 );
 async fn steady_step_creates_nothing_body() {
-    use tidepool::data::Corpus;
     use tidepool::train::{TrainConfig, Trainer};
     let cfg = TrainConfig {
         layers: 1,
@@ -435,7 +434,7 @@ async fn steady_step_creates_nothing_body() {
         dropout: 0.1,
         ..TrainConfig::preset("tiny").unwrap()
     };
-    let mut trainer = Trainer::new(cfg, Corpus::builtin()).await.expect("trainer");
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
     let first = trainer.step().await.expect("step");
     assert!(first.bind_groups_created_step > 0 && first.pipelines_created_step > 0);
     for _ in 0..2 {

@@ -5,7 +5,6 @@ mod common;
 
 use std::borrow::Cow;
 
-use tidepool::data::Corpus;
 use tidepool::pool::SizePolicy;
 use tidepool::replay;
 use tidepool::trace::{EventKind, StepTrace, Trace, TraceEvent};
@@ -54,7 +53,7 @@ fn check_step(step: &StepTrace, created: u64, in_use_now: u64, held_now: u64) {
 
 gpu_test!(a_traced_step_accounts_for_every_byte, traced_step_body());
 async fn traced_step_body() {
-    let mut trainer = Trainer::new(small_config(), Corpus::builtin())
+    let mut trainer = Trainer::new(small_config(), common::corpus())
         .await
         .expect("trainer");
     assert!(!trainer.context().tracing(), "off by default");
@@ -253,7 +252,7 @@ mod properties {
 #[wasm_bindgen_test::wasm_bindgen_test]
 async fn replay_trace_from_js() {
     use wasm_bindgen::JsValue;
-    let mut trainer = Trainer::new(small_config(), Corpus::builtin())
+    let mut trainer = Trainer::new(small_config(), common::corpus())
         .await
         .expect("trainer");
     let (_, step) = trainer.step_traced("first").await.expect("step");
