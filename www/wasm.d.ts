@@ -5,7 +5,7 @@
 // generated ones, so a method added in src/web.rs must be added here too.
 
 export type { InitInput, InitOutput, SyncInitInput } from '../pkg/tidepool.js';
-export { default, initSync, presets, start } from '../pkg/tidepool.js';
+export { default, initSync, presets, policies, start } from '../pkg/tidepool.js';
 
 /** A size policy: `pow2`, `pow2/N` (each octave split in N), or `exact`. */
 export type SizePolicyName = 'pow2' | `pow2/${number}` | 'exact';
@@ -14,19 +14,44 @@ export type SizePolicyName = 'pow2' | `pow2/${number}` | 'exact';
 export interface TrainerConfig {
   /** `tiny` (default), `small` or `shakespeare`: see `presets()`. */
   preset?: string;
-  lr?: number;
-  batch?: number;
+  layers?: number;
+  heads?: number;
+  /** Embedding width: a multiple of 4 and of `heads`; width / heads at most 128. */
+  width?: number;
   context?: number;
+  batch?: number;
+  lr?: number;
+  /** Length of the learning-rate schedule. */
+  steps?: number;
+  warmup?: number;
+  /** Dropout probability during training. */
+  dropout?: number;
+  /** `nanogpt` (embeddings, residual branches, attention probabilities) or `residual`. */
+  dropout_placement?: 'nanogpt' | 'residual';
+  weight_decay?: number;
+  grad_clip?: number;
+  /** A whole number below 2^53. */
+  seed?: number;
+  /** Held-out evaluation every this many steps (inside `step()`; 0 or unset: never). */
+  eval_every?: number;
+  eval_batches?: number;
   /** `false`: every GPU buffer created fresh and destroyed after its step. */
   pool?: boolean;
   policy?: SizePolicyName;
-  seed?: number;
-  /** Length of the learning-rate schedule. */
-  steps?: number;
-  /** Dropout probability during training. */
-  dropout?: number;
-  /** Held-out evaluation every this many steps (inside `step()`; 0 or unset: never). */
-  eval_every?: number;
+}
+
+/** Why a promise of the wasm API rejected: `error.kind`. */
+export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'internal';
+
+/** What `trace()` resolves to; `JSON.stringify` it for `replayTrace` or a file. */
+export interface AllocationTrace {
+  steps: Record<string, unknown>[];
+  [field: string]: unknown;
+}
+
+/** One row of `replayTrace`: an allocator's peak against the lower bound. */
+export interface ReplayRow {
+  [field: string]: unknown;
 }
 
 /** `trainer.adapter()` */
@@ -148,6 +173,20 @@ export declare class Trainer {
    * without one, the built-in corpus. `name` labels it in messages.
    */
   static create(config?: TrainerConfig | null, corpus?: string | Uint8Array | null, name?: string | null): Promise<Trainer>;
+  /**
+   * Continues the run saved by `save()` (a safetensors file, docs/checkpoint.md).
+   * Without a corpus the trainer samples but does not train.
+   */
+  static load(bytes: Uint8Array | ArrayBuffer, corpus?: string | Uint8Array | null, name?: string | null): Promise<Trainer>;
+  /**
+   * Builds a new trainer in this one's place, after checking the settings against
+   * this device; refused settings leave this trainer as it was.
+   */
+  replace(config?: TrainerConfig | null, corpus?: string | Uint8Array | null, name?: string | null): Promise<void>;
+  /** The run as a checkpoint (safetensors bytes). */
+  save(): Promise<Uint8Array>;
+  /** One training step with the allocation trace on (docs/trace.md has the format). */
+  trace(): Promise<AllocationTrace>;
   adapter(): AdapterInfo;
   corpus(): CorpusInfo;
   model(): ModelInfo;
@@ -157,8 +196,11 @@ export declare class Trainer {
   step(): Promise<StepStats>;
   /** The mean held-out loss. */
   evaluate(): Promise<number>;
-  /** `length` characters from the model; `temperature` 0 is greedy, `top_k` 0 takes all. */
-  sample(length: number, temperature: number, top_k: number): Promise<string>;
+  /**
+   * `length` characters from the model after `prompt` (every character of it in the
+   * vocabulary); `temperature` 0 is greedy, `top_k` 0 takes all.
+   */
+  sample(prompt: string, length: number, temperature: number, top_k: number): Promise<string>;
   /** Releases the trainer's GPU memory now. */
   free(): void;
   [Symbol.dispose](): void;
@@ -170,3 +212,13 @@ export declare function benchPool(batches: number): Promise<Record<string, unkno
 export declare function benchStep(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
 /** Memory reserved per size policy. */
 export declare function benchPolicies(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
+/** The settings of a preset, as `Trainer.create` would use them. */
+export declare function presetConfig(name: string): TrainerConfig & Record<string, unknown>;
+/** The full settings a config resolves to, checked without touching the GPU. */
+export declare function resolveConfig(config?: TrainerConfig | null): TrainerConfig & Record<string, unknown>;
+/** The largest corpus the wasm takes, in bytes (64 MiB). */
+export declare function maxCorpusBytes(): number;
+/** Where the page finds the default corpus, relative to the page. */
+export declare function defaultCorpusPath(): string;
+/** A trace replayed through each size policy and an offset plan, against the lower bound. */
+export declare function replayTrace(json: string): ReplayRow[];
