@@ -10,13 +10,23 @@
 //! The corpus (default: the built-in one) must be the run's: its held-out split
 //! gives the batch.
 
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::checkpoint;
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::data::Corpus;
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::train::{Batcher, Trainer};
 
 /// Seed of the batch's windows: any fixed value; the batch travels in the JSON.
+#[cfg(not(target_arch = "wasm32"))]
 const BATCH_SEED: u64 = 0xC0FFEE;
 
+// Native only: it reads files (wasm32 builds an empty main, as `cargo test` builds
+// every example for the browser tests too).
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
 fn main() -> Result<(), tidepool::Error> {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "run.safetensors".into());

@@ -4,10 +4,19 @@
 //! death).
 //! `cargo run --release --example dispatch_overhead`
 
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::kernels::residual_forward;
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::train::now_ms;
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::WgpuContext;
 
+// Native only (pollster); wasm32 builds an empty main, as `cargo test` builds every
+// example for the browser tests too.
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
 fn main() {
     pollster::block_on(async {
         let ctx = WgpuContext::new().await.expect("a GPU context");

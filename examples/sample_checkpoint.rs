@@ -8,9 +8,17 @@
 //! Without a corpus the trainer knows the vocabulary and can sample, not train:
 //! pass `Some(corpus)` to `Trainer::resume` to continue the run instead.
 
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::checkpoint;
+#[cfg(not(target_arch = "wasm32"))]
 use tidepool::train::Trainer;
 
+// Native only: it reads files (wasm32 builds an empty main, as `cargo test` builds
+// every example for the browser tests too).
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
 fn main() -> Result<(), tidepool::Error> {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_else(|| "run.safetensors".into());
