@@ -41,7 +41,7 @@ const INDEX = 'index.html';
  * default corpus the widget fetches from beside them. Pages (index.html, www/*.html)
  * are not among them.
  */
-export const PACKAGE_PATHS = [/^www\/(?!serve\.mjs$)[^/]+\.(mjs|css|d\.ts)$/, /^pkg\/[^/]+$/, /^node_modules\/uplot\/dist\/[^/]+$/, /^data\/[^/]+\.txt$/];
+export const PACKAGE_PATHS = [/^www\/(?!serve\.mjs$)[^/]+\.(mjs|d\.ts)$/, /^www\/tidepool\.css$/, /^pkg\/[^/]+$/, /^node_modules\/uplot\/dist\/[^/]+$/, /^data\/[^/]+\.txt$/];
 const isPackagePath = (rel) => PACKAGE_PATHS.some((re) => re.test(rel));
 
 export const LIMITS = { urlChars: 2048, segments: 16, segmentChars: 255 };
