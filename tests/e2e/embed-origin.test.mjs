@@ -11,7 +11,7 @@ import { createServer } from 'node:http';
 import { after, before, test } from 'node:test';
 import { chromium } from 'playwright-core';
 import { startServer } from '../../www/serve.mjs';
-import { CHROMIUM, requirePackage } from './helpers.mjs';
+import { CHROMIUM, requirePackage, waitPaused } from './helpers.mjs';
 
 const ARGS = ['--enable-unsafe-webgpu', '--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage'];
 
@@ -218,7 +218,7 @@ test('two trainers from two origins on one page train independently', { timeout:
   await waitSteps(tab, 3, 'a');
   await waitSteps(tab, 3, 'b');
   await tab.locator('#a').getByRole('button', { name: 'Pause' }).click();
-  await tab.locator('#a').getByRole('button', { name: 'Resume' }).waitFor();
+  await waitPaused(tab, '#a'); // the step in flight has landed
   const aAt = (await seen(tab)).steps.a;
   const bAt = (await seen(tab)).steps.b;
   await waitSteps(tab, bAt + 2, 'b');
