@@ -65,6 +65,8 @@ function renderRoot(host, shadow) {
   const tree = host.shadowRoot ?? host.attachShadow({ mode: 'open' });
   const root = host.ownerDocument.createElement('div');
   root.className = 'tp';
+  // the one way in for a host page: tidepool-trainer::part(trainer) { --tp-bg: ... }
+  root.setAttribute('part', 'trainer');
   tree.replaceChildren(root);
   return { root, styled: adoptStyles(tree) };
 }

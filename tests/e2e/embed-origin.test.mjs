@@ -124,7 +124,8 @@ test('a page on another origin embeds the trainer with the snippet and trains', 
 
 test('a hostile stylesheet neither breaks the trainer nor is changed by it', { timeout: 240_000 }, async () => {
   const { tab, errors } = await openHost('/hostile', {
-    head: `<style>${HOSTILE} .mine { color: rgb(1, 2, 3) }</style>`,
+    // (and one deliberate theme change, through the part the widget exposes)
+    head: `<style>${HOSTILE} .mine { color: rgb(1, 2, 3) } tidepool-trainer::part(trainer) { --tp-bg: rgb(4, 5, 6) }</style>`,
     // the host's own elements, some with the widget's class names
     body: `<p class="mine" id="mine">my text</p><button id="my-button">mine</button>
 <div class="tp" id="lookalike"><h2 class="tp-title">not the widget</h2></div>
@@ -137,8 +138,9 @@ ${snippet(origin(pkg))}`,
     const root = document.querySelector('tidepool-trainer').shadowRoot;
     const button = root.querySelector('[data-testid="start"]');
     const css = getComputedStyle(button);
-    return { display: css.display, font: css.fontSize, height: button.getBoundingClientRect().height };
+    return { display: css.display, font: css.fontSize, height: button.getBoundingClientRect().height, bg: getComputedStyle(root.querySelector('.tp')).backgroundColor };
   });
+  assert.equal(inside.bg, 'rgb(4, 5, 6)', 'a host page themes it through ::part(trainer)');
   assert.notEqual(inside.display, 'none', 'button { display: none } does not reach it');
   assert.equal(inside.font, '15px', "the widget's own font size, not the host's 40px");
   // (its spacing is in rem: a host that sets its root font size scales it, as a reader's setting should)
