@@ -15,9 +15,10 @@ import { CHROMIUM, requirePackage, waitPaused } from './helpers.mjs';
 
 const ARGS = ['--enable-unsafe-webgpu', '--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-dev-shm-usage'];
 
-/** README's snippet, exactly (with the package's origin). */
-const snippet = (origin) => `<script type="module" src="${origin}/www/tidepool.mjs"></script>
+/** README's snippet, verbatim; the tests put each package server's origin in for :8000. */
+const SNIPPET = `<script type="module" src="http://127.0.0.1:8000/www/tidepool.mjs"></script>
 <tidepool-trainer preset="tiny" batch="2" context="8"></tidepool-trainer>`;
+const snippet = (origin) => SNIPPET.replaceAll('http://127.0.0.1:8000', origin);
 
 const HOSTILE = '* { all: revert; font-size: 40px } button { display: none }';
 
