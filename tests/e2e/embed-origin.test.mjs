@@ -200,6 +200,40 @@ test('under a strict Content-Security-Policy it trains; without worker-src blob:
     assert.match(await shown.innerText(), want, `${name}: the message shows`);
     await t.close();
   }
+
+  // Without the package's origin in worker-src the worker's own import is refused inside
+  // the worker, where the page cannot see the violation: the load error names both sources.
+  const { tab: t } = await openHost('/no-worker-src-origin', { body: snippet(A), csp: `default-src 'none'; script-src ${A} 'wasm-unsafe-eval'; worker-src blob:; connect-src ${A}` });
+  await t.waitForFunction(() => window.seen.errors.length, null, { timeout: 60_000 });
+  const [kind, message] = (await seen(t)).errors[0];
+  assert.equal(kind, 'load', message);
+  assert.match(message, new RegExp(`must allow blob: and ${A.replace(/[.]/g, '\\.')} in worker-src`));
+  await t.close();
+});
+
+test('a same-origin page under a strict policy starts its worker directly', { timeout: 240_000 }, async () => {
+  // the package server's own origin, this one page given a policy on the way
+  const tab = await browser.newPage();
+  const errors = [];
+  tab.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
+  const csp = "default-src 'none'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; connect-src 'self'";
+  await tab.route(`${pkg.url}same-origin.html`, (route) =>
+    route.fulfill({ status: 200, contentType: 'text/html', headers: { 'Content-Security-Policy': csp }, body: snippet('') }),
+  );
+  await tab.addInitScript(() => {
+    window.violations = [];
+    document.addEventListener('securitypolicyviolation', (e) => window.violations.push(`${e.effectiveDirective} ${e.blockedURI}`));
+  });
+  await tab.goto(`${pkg.url}same-origin.html`);
+  await tab.getByRole('button', { name: 'Start' }).waitFor();
+  await tab.waitForFunction(() => /Ready/.test(document.querySelector('tidepool-trainer').shadowRoot.querySelector('.tp-status').textContent), null, { timeout: 120_000 });
+  assert.deepEqual(tab.workers().map((w) => w.url()), [`${pkg.url}www/worker.mjs`], 'worker.mjs itself, no blob:');
+  await tab.getByRole('button', { name: 'Start' }).click();
+  await tab.waitForFunction(() => Number(document.querySelector('tidepool-trainer').shadowRoot.querySelector('[data-testid="step-count"]').textContent) >= 2, null, { timeout: 120_000 });
+  await tab.getByRole('button', { name: 'Pause' }).click();
+  assert.deepEqual(await tab.evaluate(() => window.violations), []);
+  assert.deepEqual(errors, []);
+  await tab.close();
 });
 
 test('two trainers from two origins on one page train independently', { timeout: 300_000 }, async () => {
