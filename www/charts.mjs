@@ -4,17 +4,8 @@
 
 import uPlot from '../node_modules/uplot/dist/uPlot.esm.js';
 
-const CSS_URL = new URL('../node_modules/uplot/dist/uPlot.min.css', import.meta.url);
-
-/** Adds uPlot's stylesheet to the document once. */
-export function loadChartCss(doc = document) {
-  if (doc.querySelector('link[data-tidepool-uplot]')) return;
-  const link = doc.createElement('link');
-  link.rel = 'stylesheet';
-  link.href = CSS_URL;
-  link.dataset.tidepoolUplot = '';
-  doc.head.append(link);
-}
+/** uPlot's stylesheet, adopted with the widget's own (styles.mjs). */
+export const CHART_CSS_URL = new URL('../node_modules/uplot/dist/uPlot.min.css', import.meta.url);
 
 const KIB = 1024;
 /** 1536 -> "1.5 KiB" */

@@ -3,7 +3,14 @@
 // return promises, and every one of them settles: with the reply, with the worker's
 // error, or with the reason the worker is gone (it crashed, stopped answering, or
 // was replaced by start()). Everything the worker reports unasked is an event.
+//
+// Browsers start workers only from the page's own origin. When tidepool is loaded
+// from another (a package CDN), the worker starts from a same-origin blob: module
+// that imports the real worker.mjs over CORS; the worker then imports the wasm
+// package, and fetches its .wasm, with CORS too. Same-origin pages start worker.mjs
+// directly. A Content-Security-Policy that blocks any of it is named (csp.mjs).
 
+import { cspError, violationOf } from './csp.mjs';
 import { kindError } from './errors.mjs';
 
 const WORKER_URL = new URL('./worker.mjs', import.meta.url);
@@ -42,16 +49,46 @@ export class TrainerClient extends EventTarget {
   /** Starts a new worker (ending the one there was); resolves with {presets, policies, gpu}. */
   start() {
     this.stop(kindError('stopped', 'the worker was replaced by a new one'));
-    const worker = new Worker(this.workerUrl, { type: 'module', name: 'tidepool-trainer' });
+    const script = new URL(this.workerUrl, document.baseURI);
+    const foreign = script.origin !== location.origin;
+    const url = foreign ? URL.createObjectURL(new Blob([`import ${JSON.stringify(script.href)};\n`], { type: 'text/javascript' })) : script;
+    const blocked = (violation) => cspError(violation, script.origin, location.origin);
+    let worker;
+    try {
+      worker = new Worker(url, { type: 'module', name: 'tidepool-trainer' });
+    } catch (err) {
+      // some browsers refuse a worker that the page's policy blocks at once
+      if (foreign) URL.revokeObjectURL(url);
+      const csp = err?.name === 'SecurityError' ? blocked({ directive: 'worker-src', blocked: foreign ? 'blob' : script.href }) : null;
+      return Promise.reject(csp ?? kindError('load', `the training worker could not start: ${err?.message ?? err}`, { op: 'load' }));
+    }
     this.worker = worker;
+    // The page's policy blocking this worker (worker-src) shows only as this event.
+    const onViolation = (e) => {
+      const v = violationOf(e);
+      if (this.worker === worker && this.loading && (v.blocked === 'blob' || v.blocked === String(url) || v.blocked === script.href)) {
+        this.die(Object.assign(blocked(v), { op: 'load' }));
+      }
+    };
+    document.addEventListener('securitypolicyviolation', onViolation);
+    this.unlisten = () => {
+      document.removeEventListener('securitypolicyviolation', onViolation);
+      if (foreign) URL.revokeObjectURL(url);
+    };
     worker.onmessage = (event) => this.receive(event.data);
-    // A module worker that cannot load (old browser, missing file) only says so here;
-    // later, anything uncaught in the worker is caught there first, so this means dead.
+    // A module worker that cannot load (old browser, missing file, no CORS) only says
+    // so here; later, anything uncaught in the worker is caught there first, so this
+    // means dead. A policy violation may be reported just after: it is waited for.
     worker.onerror = (event) => {
       event.preventDefault?.();
       const loading = this.loading;
-      const text = event.message || 'the training worker could not start (does this browser run module workers?)';
-      this.die(kindError(loading ? 'load' : 'crashed', loading ? text : `the training worker failed: ${text}`, { op: loading ? 'load' : 'worker' }));
+      const where = foreign
+        ? `the training worker could not load from ${script.href}: that server must send Access-Control-Allow-Origin, and a Content-Security-Policy must allow blob: and ${script.origin} in worker-src`
+        : 'the training worker could not start (does this browser run module workers?)';
+      const text = event.message || where;
+      const err = kindError(loading ? 'load' : 'crashed', loading ? text : `the training worker failed: ${text}`, { op: loading ? 'load' : 'worker' });
+      if (loading) setTimeout(() => this.worker === worker && this.die(err), 50);
+      else this.die(err);
     };
     this.pong = { seq: 0, answered: 0, sent: 0 };
     this.timer = setInterval(() => this.check(), this.watchdog.every);
@@ -59,10 +96,12 @@ export class TrainerClient extends EventTarget {
     return this.request({ type: 'init', pkgUrl: this.pkgUrl, schedule: this.schedule }, { quiet: true }).then(
       (m) => {
         this.loading = false;
+        this.unlisten?.();
         return { presets: m.presets, policies: m.policies, gpu: m.gpu };
       },
       (err) => {
         this.loading = false;
+        this.unlisten?.();
         throw err;
       },
     );
@@ -70,6 +109,8 @@ export class TrainerClient extends EventTarget {
 
   /** Ends the worker; every request still waiting rejects with `reason`. */
   stop(reason = kindError('stopped', 'the worker was stopped')) {
+    this.unlisten?.();
+    this.unlisten = null;
     clearInterval(this.timer);
     this.timer = 0;
     if (this.worker) this.worker.terminate();

@@ -9,9 +9,11 @@ export const WASM_KINDS = ['config', 'too_large', 'corpus', 'no_webgpu', 'device
  * Kinds the page sets: `load` (the worker or the wasm package did not load),
  * `crashed` (the wasm trapped, or anything escaped the worker: only a new worker
  * helps), `stalled` (the worker stopped answering), `stopped` (the page replaced
- * the worker; requests to the old one end with it and are not shown).
+ * the worker; requests to the old one end with it and are not shown), `csp` (the
+ * page's Content-Security-Policy blocked the worker, a module, a fetch or the wasm's
+ * compile: the message names the directive to add, see csp.mjs).
  */
-export const PAGE_KINDS = ['load', 'crashed', 'stalled', 'stopped'];
+export const PAGE_KINDS = ['load', 'csp', 'crashed', 'stalled', 'stopped'];
 
 /** An Error with a kind (and any extra fields, e.g. op). */
 export function kindError(kind, message, extra = {}) {

@@ -2,7 +2,11 @@
 // The dev server behind `make demo`: serves the page and nothing else of the
 // repository, to this machine only. No dependencies, no CDN.
 //
-//   node www/serve.mjs [--port 8000] [--root DIR]
+//   node www/serve.mjs [--port 8000] [--root DIR] [--cors]
+//
+// --cors lets pages on other origins embed the trainer from here, as they would from
+// a package CDN: the package's files (PACKAGE_PATHS) are sent with
+// Access-Control-Allow-Origin: *. Nothing else gains it, and nothing else is served.
 //
 // What it refuses, and why:
 // - anything outside SERVED (the repository's .git, Cargo.toml, src/, ... are not the page);
@@ -30,6 +34,15 @@ export const SERVED = {
   folders: ['www', 'pkg', 'data', 'node_modules/uplot/dist'],
 };
 const INDEX = 'index.html';
+
+/**
+ * What --cors opens to other origins: the files the npm package ships (the widget's
+ * modules but this server, its CSS and declarations, the wasm package, uPlot) and the
+ * default corpus the widget fetches from beside them. Pages (index.html, www/*.html)
+ * are not among them.
+ */
+export const PACKAGE_PATHS = [/^www\/(?!serve\.mjs$)[^/]+\.(mjs|d\.ts)$/, /^www\/tidepool\.css$/, /^pkg\/[^/]+$/, /^node_modules\/uplot\/dist\/[^/]+$/, /^data\/[^/]+\.txt$/];
+const isPackagePath = (rel) => PACKAGE_PATHS.some((re) => re.test(rel));
 
 export const LIMITS = { urlChars: 2048, segments: 16, segmentChars: 255 };
 const LOCAL_NAMES = ['127.0.0.1', 'localhost', '[::1]'];
@@ -154,7 +167,7 @@ function matches(ifNoneMatch, etag) {
   return ifNoneMatch.split(',').some((tag) => weak(tag) === weak(etag));
 }
 
-async function handle(req, res, root, port) {
+async function handle(req, res, root, port, cors) {
   const head = req.method === 'HEAD';
   checkHost(req.headers.host, port);
   if (req.method !== 'GET' && !head) throw new Refusal(405, `method ${req.method} not allowed`, { Allow: ALLOW });
@@ -169,6 +182,7 @@ async function handle(req, res, root, port) {
     // revalidated on every load (a rebuilt pkg/ shows on reload), answered by 304 when unchanged
     'Cache-Control': 'no-cache',
     'X-Content-Type-Options': 'nosniff',
+    ...(cors && isPackagePath(rel) ? { 'Access-Control-Allow-Origin': '*' } : {}),
   };
   if (matches(req.headers['if-none-match'], etag)) {
     await handle.close();
@@ -192,14 +206,15 @@ async function handle(req, res, root, port) {
 
 /**
  * Serves the page from `root` over HTTP on 127.0.0.1.
- * @param {{port?: number, root?: string, host?: string}} [options] port 0 picks a free one
+ * @param {{port?: number, root?: string, host?: string, cors?: boolean}} [options] port 0 picks a
+ *   free one; cors: PACKAGE_PATHS are sent with Access-Control-Allow-Origin: *
  * @returns {Promise<{url: string, port: number, close: () => Promise<void>}>}
  */
-export async function startServer({ port = 8000, root = REPO_ROOT, host = '127.0.0.1' } = {}) {
+export async function startServer({ port = 8000, root = REPO_ROOT, host = '127.0.0.1', cors = false } = {}) {
   const base = resolve(root);
   let actual = port;
   const server = createServer({ maxHeaderSize: 16 * 1024 }, (req, res) => {
-    handle(req, res, base, actual).catch((err) => {
+    handle(req, res, base, actual, cors).catch((err) => {
       if (res.headersSent) return res.destroy();
       if (err instanceof Refusal) return send(res, err.status, err.message, { head: req.method === 'HEAD', headers: err.headers });
       send(res, 500, 'internal error', { head: req.method === 'HEAD' });
@@ -228,8 +243,10 @@ function parseArgs(argv) {
     const value = () => inline ?? argv[++i];
     if (key === '--port' || key === '-p') opts.port = Number(value());
     else if (key === '--root') opts.root = value();
+    else if (key === '--cors' && inline === undefined) opts.cors = true;
     else if (key === '--help' || key === '-h') {
-      console.log('usage: node www/serve.mjs [--port 8000] [--root DIR]');
+      console.log('usage: node www/serve.mjs [--port 8000] [--root DIR] [--cors]');
+      console.log('  --cors  send Access-Control-Allow-Origin: * with the package files, so pages on other origins can embed the trainer');
       process.exit(0);
     } else {
       console.error(`serve.mjs: unknown argument ${argv[i]}`);
@@ -248,6 +265,7 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   try {
     const { url } = await startServer(opts);
     console.log(`tidepool: serving the page from ${opts.root ?? REPO_ROOT} at ${url}  (Ctrl+C stops)`);
+    if (opts.cors) console.log(`tidepool: --cors: other origins may load the package: <script type="module" src="${url}www/tidepool.mjs"></script>`);
   } catch (err) {
     const hint = err.code === 'EADDRINUSE' ? ' (in use: pick another with --port or PORT=... make demo)' : '';
     console.error(`serve.mjs: cannot listen on port ${opts.port ?? 8000}${hint}: ${err.message}`);

@@ -61,6 +61,13 @@ export interface TidepoolOptions {
   autostart?: boolean;
   /** URL of the wasm package's `tidepool.js`; default: `../pkg/tidepool.js` next to this module. */
   pkgUrl?: string | URL;
+  /**
+   * Render into the element's (open) shadow root, with the widget's styles adopted there
+   * only: the host page's CSS cannot reach it and its CSS never leaks out. The
+   * `<tidepool-trainer>` element always does. Default false: the widget renders into the
+   * element (class `tp`), its styles adopted by the document.
+   */
+  shadow?: boolean;
   /** Evaluation and sampling cadence. */
   schedule?: TidepoolSchedule;
 }

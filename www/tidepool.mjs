@@ -5,14 +5,16 @@
 //   <tidepool-trainer preset="tiny" pool="off" autostart></tidepool-trainer>
 // Each widget owns its own Web Worker (so its own wasm instance, GPU device and
 // Trainer): several run on one page independently. index.html is one of them.
+// The element renders into a shadow root (mount() does with `shadow: true`), so a
+// host page's CSS cannot break it and its CSS never leaks out; it loads from any
+// origin that sends CORS headers (a package CDN): see client.mjs for the worker.
 
 import { TrainerClient } from './client.mjs';
-import { Chart, fmtBytes, fmtBytesShort, fmtCount, loadChartCss } from './charts.mjs';
+import { Chart, fmtBytes, fmtBytesShort, fmtCount } from './charts.mjs';
 import { MAX_CORPUS_BYTES, checkSize, defaultCorpusUrl, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
 import { kindError, kindOf, messageOf } from './errors.mjs';
 import { TimelinePanel } from './timeline.mjs';
-
-const CSS_URL = new URL('./tidepool.css', import.meta.url);
+import { adoptStyles } from './styles.mjs';
 // Above this many points a series is thinned before drawing: the eye cannot
 // tell, and a frame stays cheap however long the run.
 const MAX_POINTS = 2000;
@@ -32,6 +34,7 @@ const DEFAULTS = {
   corpusUrl: undefined, // fetched at mount when given
   autostart: false,
   pkgUrl: undefined, // defaults to ../pkg/tidepool.js next to this module
+  shadow: false, // render into a shadow root with its own styles (the element always does)
   schedule: {}, // evaluation and sampling cadence, see worker.mjs
   watchdog: {}, // how soon a silent worker is noticed, see client.mjs
 };
@@ -51,14 +54,22 @@ function splitOptions(options) {
 
 let instances = 0;
 
-function loadCss(doc) {
-  loadChartCss(doc);
-  if (doc.querySelector('link[data-tidepool-css]')) return;
-  const link = doc.createElement('link');
-  link.rel = 'stylesheet';
-  link.href = CSS_URL;
-  link.dataset.tidepoolCss = '';
-  doc.head.append(link);
+/**
+ * Where the widget renders: into `host` itself, its styles adopted by the document, or
+ * (shadow) into a fresh .tp box in host's open shadow root, which alone adopts them.
+ */
+function renderRoot(host, shadow) {
+  if (!shadow) {
+    host.classList.add('tp');
+    return { root: host, styled: adoptStyles(host.ownerDocument) };
+  }
+  const tree = host.shadowRoot ?? host.attachShadow({ mode: 'open' });
+  const root = host.ownerDocument.createElement('div');
+  root.className = 'tp';
+  // the one way in for a host page: tidepool-trainer::part(trainer) { --tp-bg: ... }
+  root.setAttribute('part', 'trainer');
+  tree.replaceChildren(root);
+  return { root, styled: adoptStyles(tree) };
 }
 
 const escapeHtml = (s) =>
@@ -195,6 +206,7 @@ const SAY = {
   crashed: ['tidepool crashed', 'Restart starts it afresh.', true],
   stalled: ['tidepool stopped answering', 'Restart starts it afresh.', true],
   load: ['The wasm package did not load', '', true],
+  csp: ["Blocked by this page's Content-Security-Policy"],
   internal: ['Something went wrong', '', true],
 };
 
@@ -211,8 +223,7 @@ function describe(err) {
 const WORKER_GONE = ['crashed', 'stalled', 'load'];
 
 class TidepoolWidget {
-  constructor(root, options) {
-    this.root = root;
+  constructor(host, options) {
     const { widget, settings } = splitOptions(options);
     this.opts = widget;
     this.settings = settings; // training settings not on the settings form, passed on as they are
@@ -230,13 +241,16 @@ class TidepoolWidget {
     this.raf = 0;
     this.destroyed = false;
     this.loaded = false; // the worker has the wasm package
-    loadCss(root.ownerDocument);
-    root.classList.add('tp');
+    this.host = host; // the element given: events and the controller are on it
+    const { root, styled } = renderRoot(host, this.opts.shadow);
+    this.root = root; // the .tp box everything renders into
     root.innerHTML = template(this.id, this.opts, settings);
     this.el = {};
     for (const node of root.querySelectorAll('[data-ref]')) this.el[node.dataset.ref] = node;
     this.buildCharts();
     this.timeline = new TimelinePanel(this.el.timeline, { trace: () => this.client.trace() });
+    // charts built before the styles arrived take their colours again
+    styled.then(() => !this.destroyed && Object.values(this.charts).forEach((c) => c.restyle()));
     this.wire();
     this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule: this.opts.schedule, watchdog: this.opts.watchdog });
     this.listen();
@@ -290,8 +304,10 @@ class TidepoolWidget {
     for (const c of Object.values(this.charts)) c.destroy();
     this.timeline.destroy();
     this.schemeQuery?.removeEventListener('change', this.onScheme);
-    this.root.innerHTML = '';
-    this.root.classList.remove('tp');
+    if (this.root === this.host) {
+      this.root.innerHTML = '';
+      this.root.classList.remove('tp');
+    } else this.root.remove();
   }
 
   // ---- requests -----------------------------------------------------------
@@ -562,7 +578,7 @@ class TidepoolWidget {
   }
 
   fire(type, detail) {
-    this.root.dispatchEvent(new CustomEvent(`tidepool:${type}`, { detail, bubbles: true }));
+    this.host.dispatchEvent(new CustomEvent(`tidepool:${type}`, { detail, bubbles: true }));
   }
 
   // ---- view ---------------------------------------------------------------
@@ -571,11 +587,11 @@ class TidepoolWidget {
     const { el } = this;
     // Start and Pause disable each other: keyboard focus moves across with the press
     el.start.addEventListener('click', () => {
-      this.focusNext = document.activeElement === el.start ? el.pause : null;
+      this.focusNext = this.focused() === el.start ? el.pause : null;
       this.start();
     });
     el.pause.addEventListener('click', () => {
-      this.focusNext = document.activeElement === el.pause ? el.start : null;
+      this.focusNext = this.focused() === el.pause ? el.start : null;
       this.pause();
     });
     el.stepOnce.addEventListener('click', () => this.stepOnce());
@@ -617,6 +633,11 @@ class TidepoolWidget {
     this.schemeQuery = matchMedia('(prefers-color-scheme: dark)');
     this.onScheme = () => Object.values(this.charts).forEach((c) => c.restyle());
     this.schemeQuery.addEventListener('change', this.onScheme);
+  }
+
+  /** The focused element in the widget's tree (the document's, or its shadow root's). */
+  focused() {
+    return this.root.getRootNode().activeElement;
   }
 
   /** The model and size-class menus, from what the wasm offers (and what was asked for). */
@@ -842,7 +863,7 @@ class TidepoolWidget {
         // top and held: the drawn stack's height and the free bytes, per column (0: the step's start)
         return c && { trace: c.trace, replay: c.replay, top: c.view.top, held: c.view.held };
       },
-      element: w.root,
+      element: w.host,
     };
   }
 }
@@ -878,7 +899,7 @@ export function optionsFromQuery(search = location.search) {
  * Mounts a trainer into `element` and returns its controller.
  * @param {HTMLElement} element
  * @param {object} [options] the widget's: title, corpus (text or bytes), corpusName,
- *   corpusUrl, autostart, pkgUrl, schedule, watchdog; every other key is a training
+ *   corpusUrl, autostart, pkgUrl, shadow, schedule, watchdog; every other key is a training
  *   setting for the wasm's Trainer.create (preset, pool, policy, lr, batch, context,
  *   seed, steps, dropout, ...)
  */
@@ -910,7 +931,7 @@ export class TidepoolTrainer extends HTMLElement {
     for (const [key, value] of Object.entries(this.settings ?? {})) {
       settings[settingKey(key)] = typeof value === 'string' ? settingValue(value) : value;
     }
-    mount(this, options);
+    mount(this, { ...options, shadow: true });
     // the title attribute would also show as a tooltip over the whole widget
     this.removeAttribute('title');
   }

@@ -24,7 +24,13 @@
 // (wasm-bindgen would throw on the second borrow), so every call goes through one
 // pump that runs queued requests between steps, one at a time.
 
+import { cspError, violationOf } from './csp.mjs';
 import { kindError, kindOf, messageOf } from './errors.mjs';
+
+// A Content-Security-Policy that blocks the wasm package here (its import: script-src,
+// its .wasm: connect-src, its compile: 'wasm-unsafe-eval') says which only in this event.
+let violation = null;
+self.addEventListener('securitypolicyviolation', (e) => (violation ??= violationOf(e)));
 
 let wasm = null;
 let trainer = null;
@@ -161,6 +167,8 @@ async function handle(m) {
         await wasm.default();
       } catch (err) {
         wasm = null;
+        await new Promise((next) => setTimeout(next, 20)); // the violation's event is a task of its own
+        if (violation) throw cspError(violation, new URL(m.pkgUrl).origin, self.origin);
         throw kindError('load', `could not load the wasm package ${m.pkgUrl}: ${messageOf(err)}. Build it with "make demo".`);
       }
       return { type: 'ready', ...wasmInfo(), gpu: await checkGpu() };

@@ -97,7 +97,8 @@ export async function waitNumber(page, id, ok, { scope = '', timeout = 60_000, w
 export async function waitReady(page, scope = '', timeout = 90_000) {
   await page.waitForFunction(
     (sel) => {
-      const root = sel ? document.querySelector(sel) : document;
+      const host = sel ? document.querySelector(sel) : document;
+      const root = host?.shadowRoot ?? host; // <tidepool-trainer> renders into its shadow root
       const status = root?.querySelector('.tp-status')?.textContent ?? '';
       return /Ready|Paused|Training/.test(status) && root.querySelector('[data-testid="adapter"]').textContent.includes('(');
     },
@@ -110,7 +111,8 @@ export async function waitReady(page, scope = '', timeout = 90_000) {
 export async function waitPaused(page, scope = '', timeout = 30_000) {
   await page.waitForFunction(
     (sel) => {
-      const root = sel ? document.querySelector(sel) : document;
+      const host = sel ? document.querySelector(sel) : document;
+      const root = host.shadowRoot ?? host;
       return root.querySelector('[data-testid="pause"]').disabled && /Paused|Ready/.test(root.querySelector('.tp-status').textContent);
     },
     scope,
