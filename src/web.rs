@@ -443,11 +443,11 @@ const MAX_TRACE_CHARS: u32 = 256 << 20;
 pub fn replay_trace(json: js_sys::JsString) -> Result<JsValue, JsValue> {
     let chars = json.length();
     if chars > MAX_TRACE_CHARS {
-        return Err(js_error(format!(
+        return Err(js_error(Error::TooLarge(format!(
             "the trace is {chars} characters; at most {MAX_TRACE_CHARS} are replayed"
-        )));
+        ))));
     }
     let text: String = json.into();
-    let trace = crate::trace::Trace::from_json(&text).map_err(js_error)?;
+    let trace = crate::trace::Trace::from_json(&text).map_err(|e| js_error(Error::Config(e)))?;
     to_js(&crate::replay::replay(&trace))
 }

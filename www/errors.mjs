@@ -9,9 +9,10 @@ export const WASM_KINDS = ['config', 'too_large', 'corpus', 'no_webgpu', 'device
  * Kinds the page sets: `load` (the worker or the wasm package did not load),
  * `crashed` (the wasm trapped, or anything escaped the worker: only a new worker
  * helps), `stalled` (the worker stopped answering), `stopped` (the page replaced
- * the worker; requests to the old one end with it and are not shown).
+ * the worker; requests to the old one end with it and are not shown), `storage`
+ * (the browser would not keep a saved run: training goes on).
  */
-export const PAGE_KINDS = ['load', 'crashed', 'stalled', 'stopped'];
+export const PAGE_KINDS = ['load', 'crashed', 'stalled', 'stopped', 'storage'];
 
 /** An Error with a kind (and any extra fields, e.g. op). */
 export function kindError(kind, message, extra = {}) {
