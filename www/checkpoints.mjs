@@ -282,7 +282,7 @@ export class Checkpoints {
       this.preset = preset ?? null;
       if (preset && [...w.el.preset.options].some((o) => o.value === preset)) w.el.preset.value = preset;
       // the created event has started an empty history: it continues the saved one
-      w.cur = continued(w.cur, history, m.stats?.step ?? 0);
+      w.cur = continued(w.cur, history, m.stats);
       w.scheduleDraw();
       this.status(`Loaded ${label}: step ${m.stats?.step ?? 0}.`);
       w.fire('loaded', { step: m.stats?.step ?? 0, label });
@@ -337,8 +337,11 @@ export class Checkpoints {
  * The history a loaded run continues: the saved one when it ends at `step` (a resume
  * from this browser), else empty steps up to `step`, so the chart's x stays the step.
  */
-function continued(fresh, saved, step) {
+function continued(fresh, saved, stats) {
+  const step = stats?.step ?? 0;
   if (saved && saved.n === step && Array.isArray(saved.loss)) return { ...fresh, ...saved, label: fresh.label };
+  // shown until the next step: the loaded step (its loss is not in the file)
+  fresh.latest = stats ? { ...stats, loss: null } : null;
   if (!(step > 0 && step <= MAX_PADDED_STEPS)) return fresh;
   for (const key of ['x', 'loss', 'val', 'hit', 'hitCum', 'created', 'held', 'inUse', 'ms', 'tps']) fresh[key] = new Array(step);
   fresh.n = step;
