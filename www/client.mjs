@@ -26,7 +26,7 @@ const PKG_URL = new URL('../pkg/tidepool.js', import.meta.url);
 export const WATCHDOG = { every: 5_000, answer: 30_000, busy: 300_000 };
 
 // Worker messages that the page hears as events (a reply of one of these types is both).
-const EVENTS = new Set(['created', 'step', 'eval', 'sample', 'state', 'error']);
+const EVENTS = new Set(['created', 'step', 'eval', 'sample', 'state', 'autosave', 'error']);
 
 export class TrainerClient extends EventTarget {
   /**

@@ -11,9 +11,10 @@ export const WASM_KINDS = ['config', 'too_large', 'corpus', 'no_webgpu', 'device
  * helps), `stalled` (the worker stopped answering), `stopped` (the page replaced
  * the worker; requests to the old one end with it and are not shown), `csp` (the
  * page's Content-Security-Policy blocked the worker, a module, a fetch or the wasm's
- * compile: the message names the directive to add, see csp.mjs).
+ * compile: the message names the directive to add, see csp.mjs), `storage` (the
+ * browser would not keep a saved run: training goes on).
  */
-export const PAGE_KINDS = ['load', 'csp', 'crashed', 'stalled', 'stopped'];
+export const PAGE_KINDS = ['load', 'csp', 'crashed', 'stalled', 'stopped', 'storage'];
 
 /** An Error with a kind (and any extra fields, e.g. op). */
 export function kindError(kind, message, extra = {}) {

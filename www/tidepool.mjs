@@ -15,6 +15,7 @@ import { MAX_CORPUS_BYTES, checkSize, defaultCorpusUrl, fetchCorpus, readFile, u
 import { kindError, kindOf, messageOf } from './errors.mjs';
 import { TimelinePanel } from './timeline.mjs';
 import { adoptStyles } from './styles.mjs';
+import { Checkpoints, isCheckpoint, panel as checkpointPanel } from './checkpoints.mjs';
 // Above this many points a series is thinned before drawing: the eye cannot
 // tell, and a frame stays cheap however long the run.
 const MAX_POINTS = 2000;
@@ -37,6 +38,8 @@ const DEFAULTS = {
   shadow: false, // render into a shadow root with its own styles (the element always does)
   schedule: {}, // evaluation and sampling cadence, see worker.mjs
   watchdog: {}, // how soon a silent worker is noticed, see client.mjs
+  autosaveEvery: 200, // steps between saves to IndexedDB for "Resume the last run" (0: none)
+  autosaveKey: 'last', // the saved run's key in IndexedDB (give each widget on a page its own)
 };
 
 /** Splits mount()'s options into the widget's own and the training settings (flat, or in `settings`). */
@@ -119,6 +122,7 @@ function template(id, o, settings) {
     </div>
     <p class="tp-hint" data-ref="settingsHint">Empty fields take the preset's value. Changes apply on Reset.</p>
   </details>
+  ${checkpointPanel(id)}
   <div class="tp-corpus" data-ref="drop">
     <p class="tp-corpus-info"><span class="tp-label">Corpus</span>
       <span data-ref="corpusName">default</span> <span class="tp-muted" data-ref="corpusInfo"></span></p>
@@ -205,6 +209,7 @@ const SAY = {
   device_lost: ['The GPU device was lost', 'Restart builds a new device and trains again.', true],
   crashed: ['tidepool crashed', 'Restart starts it afresh.', true],
   stalled: ['tidepool stopped answering', 'Restart starts it afresh.', true],
+  storage: ['The run was not saved in this browser'],
   load: ['The wasm package did not load', '', true],
   csp: ["Blocked by this page's Content-Security-Policy"],
   internal: ['Something went wrong', '', true],
@@ -252,8 +257,10 @@ class TidepoolWidget {
     // charts built before the styles arrived take their colours again
     styled.then(() => !this.destroyed && Object.values(this.charts).forEach((c) => c.restyle()));
     this.wire();
-    this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule: this.opts.schedule, watchdog: this.opts.watchdog });
+    const schedule = { ...this.opts.schedule, autosaveEvery: this.opts.autosaveEvery };
+    this.client = new TrainerClient({ pkgUrl: this.opts.pkgUrl, schedule, watchdog: this.opts.watchdog });
     this.listen();
+    this.checkpoints = new Checkpoints(this);
     this.boot(true);
   }
 
@@ -451,6 +458,7 @@ class TidepoolWidget {
   /** A chosen or dropped file: only its size is checked here, its contents by the wasm. */
   async useFile(file) {
     this.clearError();
+    if (await isCheckpoint(file)) return this.checkpoints.loadFile(file);
     let bytes;
     try {
       bytes = await readFile(file, this.wasmInfo.maxCorpusBytes);
@@ -670,6 +678,7 @@ class TidepoolWidget {
     el.stepOnce.disabled = this.running || !this.hasTrainer || this.creating;
     el.sampleNow.disabled = !this.hasTrainer;
     el.start.textContent = this.hasTrainer && this.cur.n > 0 ? 'Resume' : 'Start';
+    this.checkpoints?.update();
     if (this.focusNext && !this.focusNext.disabled) {
       this.focusNext.focus();
       this.focusNext = null;
@@ -687,9 +696,10 @@ class TidepoolWidget {
   }
 
   /** Shows an error (anything with a kind and a message, or a string); Restart when it helps. */
-  showError(err, { runAgain = false } = {}) {
+  showError(err, { runAgain = false, title: heading } = {}) {
     this.focusNext = null;
-    const [title, text, restart] = describe(err);
+    const [said, text, restart] = describe(err);
+    const title = heading ?? said;
     this.el.errorTitle.textContent = title;
     this.el.errorText.textContent = text;
     this.el.restart.hidden = !restart;
@@ -830,6 +840,10 @@ class TidepoolWidget {
       setPool: (on) => w.setPool(on),
       /** resolves when the sample is shown */
       sample: () => w.sampleNow(),
+      /** downloads the run as tidepool-<preset>-step<N>.safetensors; resolves when done */
+      save: () => w.checkpoints.save(),
+      /** a .safetensors File or Blob in place of the current run; resolves true once loaded */
+      loadCheckpoint: (file) => w.checkpoints.loadFile(file),
       /** text (string) or a File; undefined goes back to the default corpus. Resolves true once training on it. */
       useCorpus: (corpus, name = 'custom text') => (corpus instanceof Blob ? w.useFile(corpus) : w.useText(corpus, name)),
       /** a new worker, wasm instance and device (what the Restart button does) */
@@ -884,12 +898,13 @@ const settingKey = (name) => name.replace(/-/g, '_');
  * Options from a query string, so a link can open a configured trainer:
  * `?preset=small&batch=4&context=32&lr=0.002&pool=off&policy=exact&autostart`.
  * Every parameter is a training setting and goes to the wasm, which checks it, except
- * `autostart`; a link cannot set the widget's own options (where code and data load from).
+ * `autostart` and `autosave=N` (steps between saves to IndexedDB); a link cannot set the widget's own options (where code and data load from).
  */
 export function optionsFromQuery(search = location.search) {
   const o = {};
   for (const [key, value] of new URLSearchParams(search)) {
     if (key === 'autostart') o.autostart = true;
+    else if (key === 'autosave') o.autosaveEvery = Number(value);
     else if (!(key in DEFAULTS)) o[settingKey(key)] = settingValue(value);
   }
   return o;

@@ -6,7 +6,11 @@
 //   {type:'init', pkgUrl, schedule}              load the wasm, look for a GPU -> 'ready' | 'error' (op 'load')
 //   {type:'create', id, config, corpus, corpusName, run}  a new Trainer     -> 'created'
 //   {type:'step', id}         one step when paused                          -> 'step' {stats} | 'skipped' (running)
-//   {type:'sample', id, length?, temperature?, topK?}                       -> 'sample' {step, text}
+//   {type:'sample', id, length?, temperature?, topK?, prompt?}              -> 'sample' | 'generated' (prompt) {step, text}
+//   {type:'save', id}         the run as a checkpoint (www/checkpoints.mjs)  -> 'saved' {step, bytes}
+//   {type:'restore', id, bytes, corpus, corpusName, run}  a Trainer from a checkpoint, in place of
+//                             this one, which stays when the file is refused -> 'created' {loaded, stats}
+//   {type:'autosave', every}  save every this many steps while running (0: never)
 //   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
 //   {type:'trace', id}        one training step with the allocation trace on (its 'step' is
 //                             posted too)                      -> 'trace' {trace, replay} (docs/trace.md)
@@ -16,7 +20,7 @@
 //   {type:'ping', seq}        answered at once, whatever runs     -> 'pong' {seq, op, ms}: the request
 //                             in flight and for how long (the page's watchdog)
 // Worker -> page, unasked: 'step' {stats}, 'eval' {step, loss}, 'sample' {step, text},
-//   'state' {running, step, reason}, 'error' {op, kind, message, fatal}. After a
+//   'state' {running, step, reason}, 'autosave' {step, bytes}, 'error' {op, kind, message, fatal}. After a
 //   fatal one (the wasm trapped, or anything escaped) this worker answers every
 //   request with that error: the page starts a new one.
 //
@@ -59,6 +63,7 @@ const schedule = {
   temperature: 0.8,
   topK: 0, // 0: all
   maxSteps: 0, // pause here (0: the length of the lr schedule)
+  autosaveEvery: 0, // steps between checkpoints sent to the page to keep (0: none)
 };
 let lastSample = { at: 0, ms: 0, step: 0 };
 let lastEval = { at: 0, ms: 0 };
@@ -75,7 +80,7 @@ console.error = (...args) => {
   consoleError(...args);
 };
 
-const post = (msg) => self.postMessage(msg);
+const post = (msg, transfer = []) => self.postMessage(msg, transfer);
 
 // The wasm hands back plain objects by contract; a class instance would lose its
 // getters in postMessage, so anything that is not one goes through JSON.
@@ -192,13 +197,26 @@ async function handle(m) {
       } else {
         trainer = await wasm.Trainer.create(...args);
       }
-      lastSample = { at: performance.now(), ms: 0, step: 0 };
-      lastEval = { at: performance.now(), ms: 0 };
-      msPerChar = 0;
-      const model = plain(trainer.model());
-      maxSteps = schedule.maxSteps || model.steps || 0;
-      wantRun = Boolean(m.run);
-      return { type: 'created', adapter: plain(trainer.adapter()), corpus: plain(trainer.corpus()), model };
+      return started(m.run);
+    }
+    case 'restore': {
+      if (!wasm) throw kindError('load', 'the wasm package is not loaded.');
+      const args = [m.bytes, m.corpus ?? undefined, m.corpusName ?? undefined];
+      m.bytes = m.corpus = null;
+      // built beside the current trainer, which a refused file leaves untouched
+      const loaded = await wasm.Trainer.load(...args);
+      if (trainer) {
+        try {
+          trainer.free();
+        } catch {}
+      }
+      trainer = loaded;
+      return { ...started(m.run), loaded: true, stats: plain(trainer.stats()) };
+    }
+    case 'save': {
+      needTrainer('save');
+      const bytes = await trainer.save();
+      return { type: 'saved', step: currentStep(), bytes, transfer: [bytes.buffer] };
     }
     case 'step':
       needTrainer('step');
@@ -207,8 +225,9 @@ async function handle(m) {
       return null;
     case 'sample': {
       needTrainer('sample');
-      const text = await timedSample(m.length ?? sampleLength(), m.temperature ?? schedule.temperature, m.topK ?? schedule.topK);
-      return { type: 'sample', step: currentStep(), text };
+      const text = await timedSample(m.length ?? sampleLength(), m.temperature ?? schedule.temperature, m.topK ?? schedule.topK, m.prompt);
+      // a prompt's text is the asker's alone; the page's running sample is an event
+      return { type: m.prompt === undefined ? 'sample' : 'generated', step: currentStep(), text };
     }
     case 'evaluate':
       needTrainer('evaluate');
@@ -231,6 +250,17 @@ async function handle(m) {
     default:
       throw kindError('internal', `unknown request ${m.type}`);
   }
+}
+
+// A new trainer's schedule starts afresh; resolves the 'created' reply.
+function started(run) {
+  lastSample = { at: performance.now(), ms: 0, step: 0 };
+  lastEval = { at: performance.now(), ms: 0 };
+  msPerChar = 0;
+  const model = plain(trainer.model());
+  maxSteps = schedule.maxSteps || model.steps || 0;
+  wantRun = Boolean(run);
+  return { type: 'created', adapter: plain(trainer.adapter()), corpus: plain(trainer.corpus()), model };
 }
 
 /**
@@ -258,7 +288,9 @@ function fail(op, err, id, { escaped = false } = {}) {
     trainer = null;
   }
   const gone = fatal || kind === 'device_lost' || Boolean(err?.gone);
-  wantRun = false;
+  // a refused checkpoint, prompt or save leaves the run as it was; anything else pauses
+  const harmless = ['restore', 'save', 'sample'].includes(op) && ['config', 'corpus', 'too_large'].includes(kind);
+  if (!harmless) wantRun = false;
   post({ type: 'error', id, op, kind, message: text, fatal, gone });
   if (fatal) {
     for (const m of queue.splice(0)) if (m.id !== undefined) post({ type: 'error', ...crash, id: m.id, op: m.type, fatal });
@@ -292,6 +324,11 @@ async function trainStep(id) {
     post({ type: 'sample', step, text });
     lastSample.step = step;
   }
+  if (wantRun && schedule.autosaveEvery > 0 && step % schedule.autosaveEvery === 0) {
+    phase('save');
+    const bytes = await trainer.save();
+    post({ type: 'autosave', step, bytes }, [bytes.buffer]);
+  }
   if (wantRun && maxSteps > 0 && step === maxSteps) {
     wantRun = false;
     report(`finished the ${maxSteps}-step schedule`);
@@ -309,9 +346,9 @@ function sampleLength() {
   return Math.max(schedule.sampleMinLength, Math.min(schedule.sampleLength, fits));
 }
 
-async function timedSample(length, temperature, topK) {
+async function timedSample(length, temperature, topK, prompt = '\n') {
   const t0 = performance.now();
-  const text = await trainer.sample("\n", length, temperature, topK);
+  const text = await trainer.sample(prompt, length, temperature, topK);
   const t1 = performance.now();
   msPerChar = (t1 - t0) / Math.max(1, length);
   lastSample = { at: t1, ms: t1 - t0, step: lastSample.step };
@@ -327,9 +364,8 @@ async function pump() {
       if (m) {
         current = { op: m.type, since: performance.now(), id: m.id, msg: m };
         try {
-          const reply = await handle(m);
-          if (reply && m.id !== undefined) post({ ...reply, id: m.id });
-          else if (reply) post(reply);
+          const { transfer, ...reply } = (await handle(m)) ?? {};
+          if (reply.type) post(m.id !== undefined ? { ...reply, id: m.id } : reply, transfer);
         } catch (err) {
           fail(m.type === 'init' ? 'load' : m.type, err, m.id);
         }
@@ -366,7 +402,10 @@ self.onmessage = (event) => {
   if (m.type === 'run' || m.type === 'pause') {
     wantRun = m.type === 'run';
     confirm = true;
-    for (const q of [current?.msg, ...queue]) if (q?.type === 'create') q.run = wantRun;
+    for (const q of [current?.msg, ...queue]) if (q?.type === 'create' || q?.type === 'restore') q.run = wantRun;
+  } else if (m.type === 'autosave') {
+    schedule.autosaveEvery = Math.max(0, Math.floor(Number(m.every) || 0));
+    return;
   } else queue.push(m);
   if (!busy) report();
   pump();
