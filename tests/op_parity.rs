@@ -748,7 +748,7 @@ mod matmul {
 //   are larger than the result.
 
 use common::{assert_close, context, poisoned, read};
-use tidepool::kernels::{attention_backward, attention_forward};
+use tidepool::kernels::{attention_backward_on, attention_forward_on, Target};
 use tidepool::reference;
 use tidepool::rng::{fresh_seed, Rng};
 
@@ -801,46 +801,51 @@ gpu_test!(
     attention_body(&[(2, 67, 192, 2)], Some(0.1))
 );
 
-/// `dropout`: the drop probability, with a fresh mask seed.
+/// `dropout`: the drop probability, with a fresh mask seed. Every shape runs through
+/// both kernel tunings ([`Target`]), each on fresh inputs.
 async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option<f32>) {
     let ctx = context().await;
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
     for &(b, t, c, nh) in shapes {
-        let dropout = dropout.map(|p| reference::AttnDropout {
-            p,
-            seed: rng.next_u64() as u32,
-        });
-        // Spread like trained activations: scores of a few units, peaked softmaxes.
-        let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
-        let dout = rng.vec(b * t * c, -1.0, 1.0);
-        let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
-        let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
-            attention_forward(&ctx, &g_qkv, b, t, c, nh, dropout)
-        });
-        let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh, dropout);
-        let what = format!("b {b} t {t} c {c} nh {nh} dropout {dropout:?}");
-        let got = read(&ctx, &out, b * t * c).await;
-        assert_close(
-            &format!("attention_forward {what}"),
-            &got,
-            &want_out,
-            ATT_FWD_TOL,
-            seed,
-        );
+        for target in Target::ALL {
+            let dropout = dropout.map(|p| reference::AttnDropout {
+                p,
+                seed: rng.next_u64() as u32,
+            });
+            // Spread like trained activations: scores of a few units, peaked softmaxes.
+            let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
+            let dout = rng.vec(b * t * c, -1.0, 1.0);
+            let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
+            let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
+                attention_forward_on(&ctx, target, &g_qkv, b, t, c, nh, dropout)
+            });
+            let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh, dropout);
+            let what = format!("{target:?} kernels, b {b} t {t} c {c} nh {nh} dropout {dropout:?}");
+            let got = read(&ctx, &out, b * t * c).await;
+            assert_close(
+                &format!("attention_forward {what}"),
+                &got,
+                &want_out,
+                ATT_FWD_TOL,
+                seed,
+            );
 
-        let dqkv = poisoned(&ctx, &[b * nh * t, b * t * 3 * c], || {
-            attention_backward(&ctx, &g_dout, &g_qkv, &out, &saved, b, t, c, nh, dropout)
-        });
-        let got = read(&ctx, &dqkv, b * t * 3 * c).await;
-        let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh, dropout);
-        assert_close(
-            &format!("attention_backward {what}"),
-            &got,
-            &want,
-            ATT_BWD_TOL,
-            seed,
-        );
+            let dqkv = poisoned(&ctx, &[b * nh * t, b * t * 3 * c], || {
+                attention_backward_on(
+                    &ctx, target, &g_dout, &g_qkv, &out, &saved, b, t, c, nh, dropout,
+                )
+            });
+            let got = read(&ctx, &dqkv, b * t * 3 * c).await;
+            let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh, dropout);
+            assert_close(
+                &format!("attention_backward {what}"),
+                &got,
+                &want,
+                ATT_BWD_TOL,
+                seed,
+            );
+        }
     }
 }
 

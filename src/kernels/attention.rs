@@ -3,17 +3,24 @@
 
 use std::sync::OnceLock;
 
+use super::target::Target;
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, AttnDropout};
 
-/// Queries (forward, dq) or keys (dkdv) of one workgroup.
+/// Queries (forward, dq) or keys (dkdv) of one workgroup: of the GPU variant, and
+/// of the CPU variant (`ROWS` in its shaders).
 const BLOCK: usize = 64;
+const CPU_BLOCK: usize = 8;
 
 /// The shaders guard every index (head channels past `hs`, rows past `t`) and the
 /// launchers check buffer sizes, so all variants compile unchecked
 /// (`Kernel::unchecked`).
 const FORWARD_WGSL: &str = include_str!("attention.wgsl");
 const BACKWARD_WGSL: &str = include_str!("attention_backward.wgsl");
+/// The CPU adapters' variant ([`Target::Cpu`]): one row an invocation, no
+/// workgroup memory, no barriers; same bindings and results.
+const FORWARD_CPU_WGSL: &str = include_str!("attention_cpu.wgsl");
+const BACKWARD_CPU_WGSL: &str = include_str!("attention_backward_cpu.wgsl");
 
 /// Head-size bounds of the compiled variants, in vec4s: hs <= 16, 64, 128.
 const HS4S: [usize; 3] = [4, 16, 32];
@@ -65,31 +72,58 @@ fn expand(template: &str, hs4: usize) -> String {
     wgsl
 }
 
-/// [forward, dq, dkdv] for heads of at most `4 * HS4S[v]` channels, expanded once.
-fn kernels(v: usize) -> &'static [Kernel; 3] {
-    static NAMES: [[&str; 3]; 3] = [
+/// [forward, dq, dkdv] tuned for `target`, for heads of at most `4 * HS4S[v]`
+/// channels, expanded once.
+fn kernels(target: Target, v: usize) -> &'static [Kernel; 3] {
+    static NAMES: [[[&str; 3]; 3]; 2] = [
         [
-            "attention_forward_hs16",
-            "attention_dq_hs16",
-            "attention_dkdv_hs16",
+            [
+                "attention_forward_hs16",
+                "attention_dq_hs16",
+                "attention_dkdv_hs16",
+            ],
+            [
+                "attention_forward_hs64",
+                "attention_dq_hs64",
+                "attention_dkdv_hs64",
+            ],
+            [
+                "attention_forward_hs128",
+                "attention_dq_hs128",
+                "attention_dkdv_hs128",
+            ],
         ],
         [
-            "attention_forward_hs64",
-            "attention_dq_hs64",
-            "attention_dkdv_hs64",
-        ],
-        [
-            "attention_forward_hs128",
-            "attention_dq_hs128",
-            "attention_dkdv_hs128",
+            [
+                "attention_cpu_forward_hs16",
+                "attention_cpu_dq_hs16",
+                "attention_cpu_dkdv_hs16",
+            ],
+            [
+                "attention_cpu_forward_hs64",
+                "attention_cpu_dq_hs64",
+                "attention_cpu_dkdv_hs64",
+            ],
+            [
+                "attention_cpu_forward_hs128",
+                "attention_cpu_dq_hs128",
+                "attention_cpu_dkdv_hs128",
+            ],
         ],
     ];
-    static VARIANTS: [OnceLock<[Kernel; 3]>; 3] =
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    VARIANTS[v].get_or_init(|| {
+    static VARIANTS: [[OnceLock<[Kernel; 3]>; 3]; 2] = [
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+    ];
+    let ti = target as usize;
+    VARIANTS[ti][v].get_or_init(|| {
+        let (fwd, bwd) = match target {
+            Target::Gpu => (FORWARD_WGSL, BACKWARD_WGSL),
+            Target::Cpu => (FORWARD_CPU_WGSL, BACKWARD_CPU_WGSL),
+        };
         // Leaked once a variant a process: kernels are `'static` like the others.
-        let fwd: &'static str = Box::leak(expand(FORWARD_WGSL, HS4S[v]).into_boxed_str());
-        let bwd: &'static str = Box::leak(expand(BACKWARD_WGSL, HS4S[v]).into_boxed_str());
+        let fwd: &'static str = Box::leak(expand(fwd, HS4S[v]).into_boxed_str());
+        let bwd: &'static str = Box::leak(expand(bwd, HS4S[v]).into_boxed_str());
         let kernel = |name, source, entry| Kernel {
             name,
             source,
@@ -97,9 +131,9 @@ fn kernels(v: usize) -> &'static [Kernel; 3] {
             unchecked: true,
         };
         [
-            kernel(NAMES[v][0], fwd, "main"),
-            kernel(NAMES[v][1], bwd, "dq"),
-            kernel(NAMES[v][2], bwd, "dkdv"),
+            kernel(NAMES[ti][v][0], fwd, "main"),
+            kernel(NAMES[ti][v][1], bwd, "dq"),
+            kernel(NAMES[ti][v][2], bwd, "dkdv"),
         ]
     })
 }
@@ -130,6 +164,7 @@ fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
 }
 
 fn setup(
+    target: Target,
     b: usize,
     t: usize,
     c: usize,
@@ -146,8 +181,12 @@ fn setup(
         .iter()
         .position(|&hs4| hs <= 4 * hs4)
         .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
-    let kernels = kernels(v);
-    let groups = [t.div_ceil(BLOCK) as u32, (b * nh) as u32, 1];
+    let kernels = kernels(target, v);
+    let block = match target {
+        Target::Gpu => BLOCK,
+        Target::Cpu => CPU_BLOCK,
+    };
+    let groups = [t.div_ceil(block) as u32, (b * nh) as u32, 1];
     assert!(
         b * nh <= 65535,
         "b * nh = {} exceeds one grid dimension",
@@ -193,7 +232,22 @@ pub fn attention_forward(
     nh: usize,
     dropout: Option<AttnDropout>,
 ) -> (PooledBuffer, PooledBuffer) {
-    let (params, kernels, groups) = setup(b, t, c, nh, dropout);
+    attention_forward_on(ctx, Target::of(ctx), qkv, b, t, c, nh, dropout)
+}
+
+/// [`attention_forward`] computed by the kernels tuned for `target`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_forward_on(
+    ctx: &WgpuContext,
+    target: Target,
+    qkv: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+    dropout: Option<AttnDropout>,
+) -> (PooledBuffer, PooledBuffer) {
+    let (params, kernels, groups) = setup(target, b, t, c, nh, dropout);
     check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
@@ -217,7 +271,37 @@ pub fn attention_backward(
     nh: usize,
     dropout: Option<AttnDropout>,
 ) -> PooledBuffer {
-    let (params, kernels, groups) = setup(b, t, c, nh, dropout);
+    attention_backward_on(
+        ctx,
+        Target::of(ctx),
+        dout,
+        qkv,
+        out,
+        saved,
+        b,
+        t,
+        c,
+        nh,
+        dropout,
+    )
+}
+
+/// [`attention_backward`] computed by the kernels tuned for `target`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_on(
+    ctx: &WgpuContext,
+    target: Target,
+    dout: &PooledBuffer,
+    qkv: &PooledBuffer,
+    out: &PooledBuffer,
+    saved: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+    nh: usize,
+    dropout: Option<AttnDropout>,
+) -> PooledBuffer {
+    let (params, kernels, groups) = setup(target, b, t, c, nh, dropout);
     check_len(dout, b * t * c, "attention_backward dout");
     check_len(qkv, b * t * 3 * c, "attention_backward qkv");
     check_len(out, b * t * c, "attention_backward out");

@@ -52,7 +52,9 @@ pub use matmul::{
 // ---- attention ----
 mod attention;
 
-pub use attention::{attention_backward, attention_forward};
+pub use attention::{
+    attention_backward, attention_backward_on, attention_forward, attention_forward_on,
+};
 
 // ---- optimizer: gradient norms, clipping, AdamW ----
 mod optimizer;
