@@ -1,9 +1,18 @@
 //! The README's code that a test runs must be the code the test runs: every fenced
-//! block after a `<!-- verbatim: PATH -->` line equals that file, byte for byte.
+//! block after a `<!-- verbatim: PATH -->` line equals that file, byte for byte (or,
+//! with `<!-- verbatim: NAME in PATH -->`, the JS template literal `NAME` in it).
 //! Cheap (no GPU); native only (it reads files).
 #![cfg(not(target_arch = "wasm32"))]
 
 use std::path::Path;
+
+/// The text of `const NAME = `TEXT`;` in a JS file, with a final newline as a
+/// fenced block has.
+fn template_literal(js: &str, name: &str) -> Option<String> {
+    let start = js.find(&format!("const {name} = `"))? + name.len() + 10;
+    let len = js[start..].find("`;")?;
+    Some(format!("{}\n", &js[start..start + len]))
+}
 
 /// `(path, block)` for every marked block.
 fn verbatim_blocks(readme: &str) -> Vec<(String, String)> {
@@ -41,13 +50,30 @@ fn readme_blocks_are_the_files_tests_run() {
         );
     }
     for (path, block) in &blocks {
-        let file = std::fs::read_to_string(root.join(path))
-            .unwrap_or_else(|e| panic!("README.md shows {path}, which cannot be read: {e}"));
+        // `NAME in FILE`: a JS template literal `const NAME = `...`;` of a test file.
+        let (name, file_path) = match path.split_once(" in ") {
+            Some((name, file)) => (Some(name), file),
+            None => (None, path.as_str()),
+        };
+        let file = std::fs::read_to_string(root.join(file_path))
+            .unwrap_or_else(|e| panic!("README.md shows {file_path}, which cannot be read: {e}"));
+        let shown = match name {
+            Some(name) => template_literal(&file, name)
+                .unwrap_or_else(|| panic!("{file_path} has no `const {name} = `...`;`")),
+            None => file,
+        };
         assert!(
-            *block == file,
+            *block == shown,
             "README.md's block for {path} differs from the file: copy the file into the block"
         );
     }
+}
+
+#[test]
+fn a_template_literal_is_found() {
+    let js = "const A = 1;\nconst SNIPPET = `<a>\n<b>`;\n";
+    assert_eq!(template_literal(js, "SNIPPET").as_deref(), Some("<a>\n<b>\n"));
+    assert_eq!(template_literal(js, "OTHER"), None);
 }
 
 #[test]
