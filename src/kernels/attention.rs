@@ -7,17 +7,17 @@ use super::target::Target;
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, AttnDropout};
 
-/// Queries (forward, dq) or keys (dkdv) of one workgroup: of the GPU variant, and
-/// of the CPU variant (`ROWS` in its shaders).
+/// Queries (forward, dq) or keys (dkdv) of one workgroup of the GPU kernels.
 const BLOCK: usize = 64;
-const CPU_BLOCK: usize = 8;
+/// The same for the CPU kernels [forward, dq, dkdv] (`ROWS` in their shaders).
+const CPU_BLOCKS: [usize; 3] = [16, 16, 16];
 
 /// The shaders guard every index (head channels past `hs`, rows past `t`) and the
 /// launchers check buffer sizes, so all variants compile unchecked
 /// (`Kernel::unchecked`).
 const FORWARD_WGSL: &str = include_str!("attention.wgsl");
 const BACKWARD_WGSL: &str = include_str!("attention_backward.wgsl");
-/// The CPU adapters' variant ([`Target::Cpu`]): one row an invocation, no
+/// The CPU adapters' variant ([`Target::Cpu`]): a few rows an invocation, no
 /// workgroup memory, no barriers; same bindings and results.
 const FORWARD_CPU_WGSL: &str = include_str!("attention_cpu.wgsl");
 const BACKWARD_CPU_WGSL: &str = include_str!("attention_backward_cpu.wgsl");
@@ -170,7 +170,7 @@ fn setup(
     c: usize,
     nh: usize,
     dropout: Option<AttnDropout>,
-) -> (Params, &'static [Kernel; 3], [u32; 3]) {
+) -> (Params, &'static [Kernel; 3], [[u32; 3]; 3]) {
     assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
     assert!(
         c.is_multiple_of(nh),
@@ -182,11 +182,11 @@ fn setup(
         .position(|&hs4| hs <= 4 * hs4)
         .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
     let kernels = kernels(target, v);
-    let block = match target {
-        Target::Gpu => BLOCK,
-        Target::Cpu => CPU_BLOCK,
+    let blocks = match target {
+        Target::Gpu => [BLOCK; 3],
+        Target::Cpu => CPU_BLOCKS,
     };
-    let groups = [t.div_ceil(block) as u32, (b * nh) as u32, 1];
+    let groups = blocks.map(|block| [t.div_ceil(block) as u32, (b * nh) as u32, 1]);
     assert!(
         b * nh <= 65535,
         "b * nh = {} exceeds one grid dimension",
@@ -251,7 +251,7 @@ pub fn attention_forward_on(
     check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
-    ctx.dispatch(&kernels[0], &params, &[qkv, &out, &lse], groups);
+    ctx.dispatch(&kernels[0], &params, &[qkv, &out, &lse], groups[0]);
     (out, lse)
 }
 
@@ -313,13 +313,13 @@ pub fn attention_backward_on(
         &kernels[1],
         &params,
         &[dout, qkv, saved, &dsum, &dqkv, out],
-        groups,
+        groups[1],
     );
     ctx.dispatch(
         &kernels[2],
         &params,
         &[dout, qkv, saved, &dsum, &dqkv],
-        groups,
+        groups[2],
     );
     dqkv
 }
