@@ -70,10 +70,21 @@ export interface TidepoolOptions {
   shadow?: boolean;
   /** Evaluation and sampling cadence. */
   schedule?: TidepoolSchedule;
+  /** Save the run to IndexedDB every this many steps while training (default 200; 0: never). */
+  autosaveEvery?: number;
+  /** IndexedDB key of the autosaved run (default `last`): give each trainer on a page its own. */
+  autosaveKey?: string;
 }
 
-/** Kinds of error the wasm API reports (`error.kind`). */
-export type TidepoolErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'internal';
+/**
+ * Kinds of error (`error.kind`): the wasm API's (`config` ... `internal`) and the page's
+ * own: `load` (the worker or wasm did not load), `csp` (the page's Content-Security-Policy
+ * blocked it; the message names the directive), `crashed`, `stalled` (the worker stopped
+ * answering), `stopped`, `storage` (the browser would not keep a saved run).
+ */
+export type TidepoolErrorKind =
+  | 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'internal'
+  | 'load' | 'csp' | 'crashed' | 'stalled' | 'stopped' | 'storage';
 
 /** Detail of `tidepool:created`: a new model was built (at mount, Reset, pool switch, corpus change). */
 export interface TidepoolCreatedDetail {
@@ -119,6 +130,12 @@ export interface TidepoolEventMap {
   'tidepool:sample': CustomEvent<TidepoolSampleDetail>;
   'tidepool:state': CustomEvent<TidepoolStateDetail>;
   'tidepool:error': CustomEvent<TidepoolErrorDetail>;
+  /** A checkpoint was downloaded (Save). */
+  'tidepool:saved': CustomEvent<{ step: number; name: string; bytes: number }>;
+  /** A checkpoint was loaded or the last run resumed. */
+  'tidepool:loaded': CustomEvent<{ step: number; label: string }>;
+  /** The prompt box (or `sample` with a prompt) produced text. */
+  'tidepool:generated': CustomEvent<{ prompt: string; text: string; step: number }>;
 }
 
 /** One run's history, as the charts draw it (index i is the i-th step of this run). */
@@ -170,6 +187,10 @@ export interface TidepoolController {
    * (`replayTrace`), and per position (0: the step's start, i + 1: after event i) the
    * height of the stack drawn (`top`, bytes in use) and the pool's free bytes (`held`).
    */
+  /** Downloads the run as a `.safetensors` checkpoint. */
+  save(): Promise<void>;
+  /** Continues the run saved in `file`; resolves to false when the file was refused (a message shows). */
+  loadCheckpoint(file: Blob): Promise<boolean>;
   readonly lastTrace: { trace: Record<string, unknown>; replay: Record<string, unknown>[]; top: number[]; held: number[] } | null;
   readonly element: HTMLElement;
 }
