@@ -295,11 +295,20 @@ impl Trainer {
     /// with `kind: "config"`; the trainer stays usable.
     pub fn sample(
         &self,
-        prompt: String,
+        #[wasm_bindgen(unchecked_param_type = "string")] prompt: JsValue,
         length: f64,
         temperature: f64,
         top_k: f64,
     ) -> js_sys::Promise {
+        // Taken as any JS value so that a number or undefined rejects with a kind like
+        // every other bad argument, instead of throwing from the generated glue.
+        let Some(prompt) = prompt.as_string() else {
+            return js_sys::Promise::reject(&kind_error(
+                "config",
+                "sample(prompt, length, temperature, topK): the prompt must be a string \
+                 (\"\" for none)",
+            ));
+        };
         let max = train::MAX_SAMPLE_CHARS as u32;
         let args = whole("the prompt's length", prompt.chars().count() as f64, max)
             .and_then(|_| whole("length", length, max))

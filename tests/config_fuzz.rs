@@ -604,12 +604,17 @@ mod web_api {
             (2.5, 1.0),
             (4.0, f64::NAN),
         ] {
-            let what = format!("sample({length}, {temperature})");
-            let args = [n(length), n(temperature), n(0.0)];
+            let what = format!("sample(\"\", {length}, {temperature})");
+            let args = [JsValue::from_str(""), n(length), n(temperature), n(0.0)];
             let kind = rejected(call(&trainer, "sample", &args), &what).await;
             assert_eq!(kind, "config", "{what}");
         }
-        let sample = JsFuture::from(call(&trainer, "sample", &[n(3.0), n(1.0), n(0.0)]))
+        // A prompt that is not a string (the old signature's length first) rejects too.
+        let what = "sample(-1, 1, 0) without a prompt";
+        let args = [n(-1.0), n(1.0), n(0.0)];
+        assert_eq!(rejected(call(&trainer, "sample", &args), what).await, "config");
+        let args = [JsValue::from_str(""), n(3.0), n(1.0), n(0.0)];
+        let sample = JsFuture::from(call(&trainer, "sample", &args))
             .await
             .expect("sample");
         assert_eq!(sample.as_string().unwrap().chars().count(), 3);
