@@ -151,7 +151,7 @@ function template(id, o, settings) {
       <figcaption>Loss <span class="tp-muted">training, held-out<span data-ref="prevLoss"></span></span></figcaption>
       <div class="tp-plot" role="img" aria-label="Loss per step"></div></figure>
     <figure class="tp-chart" data-testid="chart-hit-rate" data-ref="chartHit" data-points="0">
-      <figcaption>Pool hit rate <span class="tp-muted">and GPU buffers created, per step</span></figcaption>
+      <figcaption>Pool hit rate <span class="tp-muted">and GPU objects created (buffers, bind groups, pipelines), per step</span></figcaption>
       <div class="tp-plot" role="img" aria-label="Pool hit rate per step"></div></figure>
     <figure class="tp-chart" data-testid="chart-bytes" data-ref="chartBytes" data-points="0">
       <figcaption>Bytes <span class="tp-muted">held free by the pool, and in use</span></figcaption>
@@ -176,7 +176,7 @@ function template(id, o, settings) {
 }
 
 function emptyRun(label) {
-  return { label, n: 0, x: [], loss: [], val: [], hit: [], hitCum: [], created: [], held: [], inUse: [], ms: [], tps: [], sizes: new Set(), latest: null };
+  return { label, n: 0, x: [], loss: [], val: [], hit: [], hitCum: [], created: [], bindGroups: [], pipelines: [], held: [], inUse: [], ms: [], tps: [], sizes: new Set(), latest: null };
 }
 
 // Thins `arr` (length n) to at most MAX_POINTS by taking the last value present
@@ -559,6 +559,8 @@ class TidepoolWidget {
     h.hit[i] = s.step_hit_rate;
     h.hitCum[i] = s.hit_rate;
     h.created[i] = s.buffers_created_step;
+    h.bindGroups[i] = s.bind_groups_created_step;
+    h.pipelines[i] = s.pipelines_created_step;
     h.held[i] = s.bytes_held;
     h.inUse[i] = s.bytes_in_use;
     h.ms[i] = s.ms;
@@ -733,6 +735,8 @@ class TidepoolWidget {
           { label: 'hit rate, this step', color: 0, width: 2 },
           { label: 'since start', color: 3 },
           { label: 'buffers created', color: 2, y2: true },
+          { label: 'bind groups created', color: 1, y2: true, dash: [4, 3] },
+          { label: 'pipelines created', color: 3, y2: true, dash: [2, 3] },
         ],
       }),
       bytes: new Chart(plot(this.el.chartBytes), {
@@ -797,7 +801,7 @@ class TidepoolWidget {
     const col = (arr) => column(arr, total, stride);
     const ghost = (arr) => (prev ? col(arr) : new Array(xs.length).fill(null));
     this.charts.loss.setData([xs, col(h.loss), col(h.val), ghost(prev?.loss ?? [])]);
-    this.charts.hit.setData([xs, col(h.hit), col(h.hitCum), col(h.created)]);
+    this.charts.hit.setData([xs, col(h.hit), col(h.hitCum), col(h.created), col(h.bindGroups), col(h.pipelines)]);
     this.charts.time.setData([xs, col(h.ms), col(h.tps), ghost(prev?.ms ?? [])]);
     const own = Array.from({ length: Math.ceil(h.n / stride) }, (_, j) => Math.min((j + 1) * stride, h.n));
     this.charts.bytes.setData([own, column(h.held, h.n, stride), column(h.inUse, h.n, stride)]);
