@@ -32,6 +32,9 @@
 //! it, in the browser `wasm_bindgen_futures`.)
 //!
 //! ```
+//! # // Natively (the browser build of the doctests has no pollster: an empty main).
+//! # #[cfg(target_arch = "wasm32")] fn main() {}
+//! # #[cfg(not(target_arch = "wasm32"))] fn main() {
 //! # pollster::block_on(async {
 //! use tidepool::{kernels, WgpuContext};
 //!
@@ -46,11 +49,15 @@
 //! assert!(ctx.pool_stats().hits > 0, "the second round reused the first one's buffers");
 //! # Ok::<(), tidepool::Error>(())
 //! # }).unwrap();
+//! # }
 //! ```
 //!
 //! # Training
 //!
 //! ```
+//! # // Natively (the browser build of the doctests has no pollster: an empty main).
+//! # #[cfg(target_arch = "wasm32")] fn main() {}
+//! # #[cfg(not(target_arch = "wasm32"))] fn main() {
 //! # pollster::block_on(async {
 //! use tidepool::data::Corpus;
 //! use tidepool::train::{TrainConfig, Trainer};
@@ -65,6 +72,7 @@
 //! println!("{}", trainer.sample("ab", 10, 0.8, 0).await?);
 //! # Ok::<(), tidepool::Error>(())
 //! # }).unwrap();
+//! # }
 //! ```
 //!
 //! More in `examples/`: `pool_in_wgpu.rs` (a WGSL kernel of your own on pooled
