@@ -677,7 +677,8 @@ class TidepoolWidget {
     const { el } = this;
     el.start.disabled = this.running;
     el.pause.disabled = !this.running;
-    el.stepOnce.disabled = this.running || !this.hasTrainer || this.creating;
+    // while pausing, the step in flight is still to land: one more now would be two
+    el.stepOnce.disabled = this.running || this.pausing || !this.hasTrainer || this.creating;
     el.sampleNow.disabled = !this.hasTrainer;
     el.start.textContent = this.hasTrainer && this.cur.n > 0 ? 'Resume' : 'Start';
     this.checkpoints?.update();
