@@ -15,12 +15,12 @@ const CPU_BLOCKS: [usize; 3] = [16, 16, 16];
 /// The shaders guard every index (head channels past `hs`, rows past `t`) and the
 /// launchers check buffer sizes, so all variants compile unchecked
 /// (`Kernel::unchecked`).
-const FORWARD_WGSL: &str = include_str!("attention.wgsl");
-const BACKWARD_WGSL: &str = include_str!("attention_backward.wgsl");
+const FORWARD_WGSL: &str = with_dropout_mask!("attention.wgsl");
+const BACKWARD_WGSL: &str = with_dropout_mask!("attention_backward.wgsl");
 /// The CPU adapters' variant ([`Target::Cpu`]): a few rows an invocation, no
 /// workgroup memory, no barriers; same bindings and results.
-const FORWARD_CPU_WGSL: &str = include_str!("attention_cpu.wgsl");
-const BACKWARD_CPU_WGSL: &str = include_str!("attention_backward_cpu.wgsl");
+const FORWARD_CPU_WGSL: &str = with_dropout_mask!("attention_cpu.wgsl");
+const BACKWARD_CPU_WGSL: &str = with_dropout_mask!("attention_backward_cpu.wgsl");
 
 /// Head-size bounds of the compiled variants, in vec4s: hs <= 16, 64, 128.
 const HS4S: [usize; 3] = [4, 16, 32];

@@ -52,28 +52,6 @@ fn store4(base: u32, d: u32, v: vec4<f32>) {
     if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
 }
 
-// Attention-probability dropout (nanoGPT's attn_dropout), the rule of dropout.wgsl
-// and reference::attention_forward: probability [b, h, i, j] is element
-// (bh * t + i) * t + j (wrapping u32) of the mask seeded `p.seed`. Returns the
-// factor it is multiplied by: 0 if dropped, else keep_scale (1 without dropout).
-fn mix(v: u32) -> u32 {
-    var h = v;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16u;
-    return h;
-}
-
-fn keep(bh: u32, i: u32, j: u32) -> f32 {
-    if (p.threshold == 0u) {
-        return p.keep_scale;
-    }
-    let idx = (bh * p.t + i) * p.t + j;
-    return select(0.0, p.keep_scale, (mix(p.seed ^ mix(idx)) >> 8u) >= p.threshold);
-}
-
 fn hsum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }

@@ -3,7 +3,7 @@ use crate::reference::dropout_mask_params;
 
 const DROPOUT: Kernel = Kernel {
     name: "dropout",
-    source: include_str!("dropout.wgsl"),
+    source: concat!(include_str!("hash.wgsl"), include_str!("dropout.wgsl")),
     entry: "main",
     unchecked: false,
 };

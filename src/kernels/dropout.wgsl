@@ -8,16 +8,7 @@ struct Params { n: u32, seed: u32, threshold: u32, scale: f32 }
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
-// murmur3's 32-bit finaliser: every input bit affects every output bit.
-fn mix(v: u32) -> u32 {
-    var h = v;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16u;
-    return h;
-}
+// `mix` comes from hash.wgsl, joined in front.
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

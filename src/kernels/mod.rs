@@ -12,6 +12,18 @@ macro_rules! with_prelude {
     };
 }
 
+/// An attention kernel's WGSL with the dropout mask's hash and `keep` joined in front
+/// (one copy for the four kernels, GPU and CPU tunings).
+macro_rules! with_dropout_mask {
+    ($file:literal) => {
+        concat!(
+            include_str!("hash.wgsl"),
+            include_str!("attention_mask.wgsl"),
+            include_str!($file)
+        )
+    };
+}
+
 mod target;
 
 pub use target::{force, Target};

@@ -1,0 +1,13 @@
+// The integer hash behind every dropout mask (joined in front of dropout.wgsl and the
+// attention kernels): murmur3's 32-bit finaliser, every input bit affects every
+// output bit. reference::dropout computes the same in Rust.
+fn mix(v: u32) -> u32 {
+    var h = v;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}
+
