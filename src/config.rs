@@ -23,49 +23,91 @@ pub struct Overrides {
     #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub preset: Option<String>,
     /// Transformer blocks.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub layers: Option<f64>,
     /// Attention heads (width / heads is the head size, at most 128).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub heads: Option<f64>,
     /// Embedding width (a multiple of 4 and of heads).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub width: Option<f64>,
     /// Tokens a sequence.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub context: Option<f64>,
     /// Sequences a step.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub batch: Option<f64>,
     /// Peak learning rate.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub lr: Option<f64>,
     /// Training steps (the schedule's length).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub steps: Option<f64>,
     /// Warm-up steps of the learning rate.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub warmup: Option<f64>,
     /// Dropout probability during training (shakespeare preset: 0.2).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub dropout: Option<f64>,
     /// Where dropout applies: residual or nanogpt (also the attention probabilities).
     #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub dropout_placement: Option<String>,
     /// AdamW weight decay of the matrices and embeddings.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub weight_decay: Option<f64>,
     /// Clip gradients to this global norm (0: off).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub grad_clip: Option<f64>,
     /// Seed of the initial weights, batches and dropout masks.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub seed: Option<f64>,
     /// Evaluate the held-out loss every N steps (0: only when asked / at the end).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub eval_every: Option<f64>,
     /// Held-out batches an evaluation averages.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, allow_negative_numbers = true))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
     pub eval_batches: Option<f64>,
     /// Reuse buffers through the pool (false: create and destroy every buffer).
     #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]

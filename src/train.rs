@@ -503,8 +503,7 @@ impl Trainer {
             bind_groups_created_step: counters.bind_groups_created
                 - before_counters.bind_groups_created,
             encoders_created_step: counters.encoders_created - before_counters.encoders_created,
-            pipelines_created_step: counters.pipelines_created
-                - before_counters.pipelines_created,
+            pipelines_created_step: counters.pipelines_created - before_counters.pipelines_created,
             bytes_held: pool.bytes_held,
             peak_bytes_held: pool.peak_bytes_held,
             bytes_in_use: counters.bytes_in_use,

@@ -274,7 +274,11 @@ impl Trainer {
     pub fn trace(&self) -> js_sys::Promise {
         with_trainer(&self.inner, |t| {
             Box::pin(async move {
-                let label = if t.steps_done() == 0 { "first" } else { "steady" };
+                let label = if t.steps_done() == 0 {
+                    "first"
+                } else {
+                    "steady"
+                };
                 let (_, step) = t.step_traced(label).await?;
                 let mut trace = t.context().new_trace();
                 trace.steps.push(step);

@@ -612,7 +612,10 @@ mod web_api {
         // A prompt that is not a string (the old signature's length first) rejects too.
         let what = "sample(-1, 1, 0) without a prompt";
         let args = [n(-1.0), n(1.0), n(0.0)];
-        assert_eq!(rejected(call(&trainer, "sample", &args), what).await, "config");
+        assert_eq!(
+            rejected(call(&trainer, "sample", &args), what).await,
+            "config"
+        );
         let args = [JsValue::from_str(""), n(3.0), n(1.0), n(0.0)];
         let sample = JsFuture::from(call(&trainer, "sample", &args))
             .await

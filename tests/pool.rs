@@ -511,10 +511,23 @@ fn offer_hands_a_rejected_buffer_back_with_its_cause() {
     let id = second.id;
     let (back, cause) = p.offer(second, 4096).unwrap_err();
     assert_eq!((back.id, cause), (id, Rejection::BucketFull));
-    assert_eq!(p.offer(Fake::new(100), 100).unwrap_err().1, Rejection::NotAClass);
-    assert_eq!(p.offer(Fake::new(2 << 20), 2 << 20).unwrap_err().1, Rejection::TooLarge);
+    assert_eq!(
+        p.offer(Fake::new(100), 100).unwrap_err().1,
+        Rejection::NotAClass
+    );
+    assert_eq!(
+        p.offer(Fake::new(2 << 20), 2 << 20).unwrap_err().1,
+        Rejection::TooLarge
+    );
     let s = p.stats();
-    assert_eq!((s.rejected_bucket_full, s.rejected_not_a_class, s.rejected_too_large), (1, 1, 1));
+    assert_eq!(
+        (
+            s.rejected_bucket_full,
+            s.rejected_not_a_class,
+            s.rejected_too_large
+        ),
+        (1, 1, 1)
+    );
 }
 
 #[test]
@@ -531,7 +544,10 @@ fn held_destroys_wait_for_their_owner() {
         .collect();
     assert_eq!(p.trim(2048), 2);
     p.tick();
-    assert!(flags.iter().all(|f| !f.load(Ordering::SeqCst)), "held, not destroyed");
+    assert!(
+        flags.iter().all(|f| !f.load(Ordering::SeqCst)),
+        "held, not destroyed"
+    );
     let held = p.take_held();
     assert_eq!(held.len(), 2);
     assert!(held.iter().all(|h| h.evicted && h.size == 1024));

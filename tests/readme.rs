@@ -72,7 +72,10 @@ fn readme_blocks_are_the_files_tests_run() {
 #[test]
 fn a_template_literal_is_found() {
     let js = "const A = 1;\nconst SNIPPET = `<a>\n<b>`;\n";
-    assert_eq!(template_literal(js, "SNIPPET").as_deref(), Some("<a>\n<b>\n"));
+    assert_eq!(
+        template_literal(js, "SNIPPET").as_deref(),
+        Some("<a>\n<b>\n")
+    );
     assert_eq!(template_literal(js, "OTHER"), None);
 }
 

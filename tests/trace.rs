@@ -258,8 +258,8 @@ async fn replay_trace_from_js() {
     let (_, step) = trainer.step_traced("first").await.expect("step");
     let mut trace = trainer.context().new_trace();
     trace.steps.push(step);
-    let rows = tidepool::web::replay_trace(js_sys::JsString::from(trace.to_json()))
-        .expect("replays");
+    let rows =
+        tidepool::web::replay_trace(js_sys::JsString::from(trace.to_json())).expect("replays");
     let rows = js_sys::Array::from(&rows);
     assert_eq!(rows.length(), 1, "one step");
     let step = rows.get(0);
@@ -270,5 +270,8 @@ async fn replay_trace_from_js() {
     assert_eq!(lower as u64, replay::replay(&trace)[0].lower_bound);
     let err = tidepool::web::replay_trace(js_sys::JsString::from("{\"format\": 3}")).unwrap_err();
     let message = js_sys::Reflect::get(&err, &JsValue::from_str("message")).unwrap();
-    assert!(message.as_string().unwrap().contains("not a tidepool trace"));
+    assert!(message
+        .as_string()
+        .unwrap()
+        .contains("not a tidepool trace"));
 }

@@ -498,7 +498,12 @@ impl MemoryManager {
             .drain()
             .into_iter()
             .map(|b| (b, Purpose::Staging))
-            .chain(self.readback.drain().into_iter().map(|b| (b, Purpose::Readback)))
+            .chain(
+                self.readback
+                    .drain()
+                    .into_iter()
+                    .map(|b| (b, Purpose::Readback)),
+            )
             .chain(
                 lock(&self.uniforms)
                     .drain()

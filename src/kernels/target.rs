@@ -126,7 +126,11 @@ mod tests {
             ("nvidia hopper", Other, Target::Gpu),
         ];
         for (name, device_type, want) in cases {
-            assert_eq!(Target::for_adapter(&adapter(name, device_type)), want, "{name}");
+            assert_eq!(
+                Target::for_adapter(&adapter(name, device_type)),
+                want,
+                "{name}"
+            );
         }
     }
 
