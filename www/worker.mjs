@@ -355,6 +355,18 @@ async function timedSample(length, temperature, topK, prompt = '\n') {
   return text;
 }
 
+// One macrotask turn without setTimeout's clamp (4 ms once nested).
+function yieldToMessages() {
+  return new Promise((done) => {
+    const channel = new MessageChannel();
+    channel.port1.onmessage = () => {
+      channel.port1.close();
+      done();
+    };
+    channel.port2.postMessage(0);
+  });
+}
+
 async function pump() {
   if (busy) return;
   busy = true;
@@ -370,6 +382,10 @@ async function pump() {
           fail(m.type === 'init' ? 'load' : m.type, err, m.id);
         }
       } else if (wantRun && trainer) {
+        // Let the page's messages in before each step: a step's awaits may all be
+        // microtasks, and a Pause waiting behind them would let several steps run.
+        await yieldToMessages();
+        if (!(wantRun && trainer) || queue.length) continue;
         current = { op: 'step', since: performance.now() };
         try {
           await trainStep();

@@ -96,8 +96,10 @@ describe('the page', { timeout: 900_000 }, () => {
     const before = (await history(page)).n;
     await page.click(tid('pause'));
     const paused = await waitPaused(page);
-    // the step in flight finishes (and one may already be on its way to the page)
-    assert.ok(paused <= before + 2, `paused at ${paused}, pressed at ${before}`);
+    // The step in flight finishes. Steps the worker finished before the press may still
+    // be on their way to the page: at batch 2 x context 8 a step is a few tens of ms,
+    // and the page takes their messages between frames, so it can be two behind.
+    assert.ok(paused <= before + 3, `paused at ${paused}, pressed at ${before}`);
     await page.waitForTimeout(2500); // several SwiftShader steps' worth
     assert.equal(await num(page, 'step-count'), paused, 'no steps while paused');
     assert.equal((await history(page)).n, paused);
