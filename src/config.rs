@@ -115,6 +115,10 @@ pub struct Overrides {
     /// Size classes: pow2, pow2/N (N a power of two up to 1024) or exact.
     #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub policy: Option<String>,
+    /// Matmul operands: f32 (default) or f16 (rounded to f16, f32 accumulation;
+    /// needs shader-f16, and uses tensor cores where cooperative matrices exist).
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
+    pub precision: Option<String>,
 }
 
 /// A whole number in `[0, max]` from a JS/CLI number, or an error naming `name`.
@@ -165,7 +169,7 @@ fn set_f32(slot: &mut f32, name: &str, value: Option<f64>) -> Result<()> {
 
 impl Overrides {
     /// Every setting's name, as the wasm API's config object spells it.
-    pub const FIELDS: [&'static str; 18] = [
+    pub const FIELDS: [&'static str; 19] = [
         "preset",
         "layers",
         "heads",
@@ -184,6 +188,7 @@ impl Overrides {
         "eval_batches",
         "pool",
         "policy",
+        "precision",
     ];
 
     /// An error naming the first of `keys` that is not a setting. serde's
@@ -235,11 +240,47 @@ impl Overrides {
         if let Some(policy) = &self.policy {
             cfg.policy = SizePolicy::parse(policy).map_err(Error::Config)?;
         }
+        if let Some(precision) = &self.precision {
+            cfg.precision = Precision::parse(precision).ok_or_else(|| {
+                Error::Config(format!(
+                    "precision must be one of {:?}, got {precision:?}",
+                    Precision::ALL.map(Precision::name)
+                ))
+            })?;
+        }
         if let Some(placement) = &self.dropout_placement {
             cfg = with_placement(cfg, placement)?;
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// What the matmuls multiply: f32 operands, or operands rounded to f16 (to nearest
+/// even) with f32 accumulation. Everything else (activations, gradients, master
+/// weights, optimizer state) stays f32 either way.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    F16,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 2] = [Precision::F32, Precision::F16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Precision> {
+        Precision::ALL.into_iter().find(|p| p.name() == s)
     }
 }
 

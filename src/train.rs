@@ -2,6 +2,7 @@
 //! GPU [`Trainer`]: one submit a step, the loss read back asynchronously, held-out
 //! evaluation and text sampling. [`crate::reference_train`] is its CPU twin.
 
+use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
@@ -57,6 +58,8 @@ pub struct TrainConfig {
     /// Upload each batch through the staging belt (ordered, pooled). `false`: the
     /// seed's `upload`, a fresh never-recycled buffer per tensor per step.
     pub belt: bool,
+    /// Operands of the matmuls (`f16`: rounded to f16, f32 accumulation).
+    pub precision: Precision,
 }
 
 impl Default for TrainConfig {
@@ -109,6 +112,7 @@ impl TrainConfig {
             // The pool's own default stays the seed's powers of two.
             policy: SizePolicy::Subdivided { subdivisions: 8 },
             belt: true,
+            precision: Precision::F32,
         };
         Ok(match name {
             "tiny" => base,
@@ -420,6 +424,7 @@ impl Trainer {
                 ..Default::default()
             },
             pooling: cfg.pool,
+            precision: cfg.precision,
         })
         .await?;
         crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;

@@ -9,6 +9,7 @@ use super::kernel::Kernel;
 use super::lock;
 use super::memory::{ContextCounters, MemoryManager};
 use super::pooled::PooledBuffer;
+use crate::config::Precision;
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, BufferPoolConfig, BufferPoolStats};
 use crate::trace::{StepTrace, Trace};
@@ -21,6 +22,9 @@ pub struct ContextOptions {
     /// `false`: every buffer is created fresh and destroyed after the submit that
     /// used it (`--no-pool`), for comparison.
     pub pooling: bool,
+    /// Operands of the matmuls. `F16` needs the adapter's shader-f16 and is refused
+    /// (a `config` error) without it.
+    pub precision: Precision,
 }
 
 impl Default for ContextOptions {
@@ -28,6 +32,7 @@ impl Default for ContextOptions {
         ContextOptions {
             pool: BufferPoolConfig::default(),
             pooling: true,
+            precision: Precision::F32,
         }
     }
 }
@@ -60,6 +65,11 @@ pub struct WgpuContext {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
+    precision: Precision,
+    /// What the adapter offers (the device has only what was asked for).
+    adapter_features: wgpu::Features,
+    /// The adapter's cooperative-matrix configurations (empty without any).
+    cooperative_matrices: Vec<wgpu::CooperativeMatrixProperties>,
     /// Every buffer of this context, and the counters.
     pub(crate) memory: Arc<MemoryManager>,
     /// Pipelines by kernel name, with their bind group layout (asked for once: on the
@@ -91,11 +101,24 @@ impl WgpuContext {
         // Ask for everything the adapter offers: the default limits (128 MiB storage
         // bindings, 8 storage buffers a stage) are too small for real models.
         let limits = adapter.limits();
+        let adapter_features = adapter.features();
+        let cooperative_matrices = adapter.cooperative_matrix_properties();
+        let required_features = device_features(options.precision, adapter_features, &info)?;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tidepool"),
-                required_features: wgpu::Features::empty(),
+                required_features,
                 required_limits: limits.clone(),
+                experimental_features: if required_features
+                    .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+                {
+                    // SAFETY: wgpu's token for features it calls experimental. Only the
+                    // f16 matmul core uses cooperative matrices, and its parity test
+                    // (tests/matmul_f16.rs) checks it where they exist.
+                    unsafe { wgpu::ExperimentalFeatures::enabled() }
+                } else {
+                    wgpu::ExperimentalFeatures::disabled()
+                },
                 ..Default::default()
             })
             .await
@@ -134,6 +157,9 @@ impl WgpuContext {
             device,
             queue,
             info,
+            precision: options.precision,
+            adapter_features,
+            cooperative_matrices,
             memory,
             pipelines: Mutex::default(),
             recorder: Mutex::default(),
@@ -162,6 +188,23 @@ impl WgpuContext {
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+
+    /// Operands of the matmuls on this context ([`ContextOptions::precision`]).
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Everything the adapter offers; [`wgpu::Device::features`] is what this
+    /// context asked for.
+    pub fn adapter_features(&self) -> wgpu::Features {
+        self.adapter_features
+    }
+
+    /// The adapter's cooperative-matrix configurations (tensor cores), usable when
+    /// the device has [`wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX`].
+    pub fn cooperative_matrices(&self) -> &[wgpu::CooperativeMatrixProperties] {
+        &self.cooperative_matrices
     }
 
     pub fn limits(&self) -> wgpu::Limits {
@@ -533,6 +576,34 @@ impl Drop for WgpuContext {
     fn drop(&mut self) {
         self.flush();
         self.memory.destroy_all();
+    }
+}
+
+/// The device features `precision` needs from an adapter offering `offered`: none
+/// for f32; for f16 shader-f16 (refused without it), plus subgroups and cooperative
+/// matrices where the adapter has both (the tensor-core matmul core).
+fn device_features(
+    precision: Precision,
+    offered: wgpu::Features,
+    info: &wgpu::AdapterInfo,
+) -> Result<wgpu::Features> {
+    use wgpu::Features as F;
+    match precision {
+        Precision::F32 => Ok(F::empty()),
+        Precision::F16 if !offered.contains(F::SHADER_F16) => Err(Error::Config(format!(
+            "precision f16 needs the adapter feature shader-f16 (wgpu SHADER_F16), which {} \
+             ({:?}) does not offer; use precision f32",
+            info.name, info.backend
+        ))),
+        Precision::F16 => {
+            let coop = F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            Ok(F::SHADER_F16
+                | if offered.contains(coop) {
+                    coop
+                } else {
+                    F::empty()
+                })
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 //! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`), and for
 //! split reductions the fixed-order sums of `matmul_reduce.wgsl`.
 
+use super::matmul_coop;
 use super::target::Target;
+use crate::config::Precision;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
 /// Output tile of one workgroup of the tiled variant (square) and its step along
@@ -40,13 +42,26 @@ pub enum MatmulVariant {
     SplitK,
     /// No workgroup memory and no barriers, 8x8 outputs a lane: for CPU adapters.
     Cpu,
+    /// `--precision f16` on tensor cores (`matmul_coop.rs`): operands rounded to
+    /// f16, sums in f32; `split` as in `SplitK`.
+    Coop { split: bool },
+    /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
+    F16 { split: bool },
 }
 
 impl MatmulVariant {
+    /// The f32 variants.
     pub const ALL: [MatmulVariant; 3] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
         MatmulVariant::Cpu,
+    ];
+    /// The f16 variants (tests/matmul_f16.rs).
+    pub const F16_ALL: [MatmulVariant; 4] = [
+        MatmulVariant::F16 { split: false },
+        MatmulVariant::F16 { split: true },
+        MatmulVariant::Coop { split: false },
+        MatmulVariant::Coop { split: true },
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +69,10 @@ impl MatmulVariant {
             MatmulVariant::Tiled => "tiled",
             MatmulVariant::SplitK => "splitk",
             MatmulVariant::Cpu => "cpu",
+            MatmulVariant::Coop { split: false } => "coop",
+            MatmulVariant::Coop { split: true } => "coop-splitk",
+            MatmulVariant::F16 { split: false } => "f16",
+            MatmulVariant::F16 { split: true } => "f16-splitk",
         }
     }
 
@@ -62,7 +81,16 @@ impl MatmulVariant {
     /// gradients: a long reduction over every row), or few tiles and a reduction long
     /// both absolutely and against the output's width. Shorter reductions lose more
     /// to the extra reduce pass than they gain (the H200 table in BENCHMARKS.md).
+    /// Under `--precision f16`, an f16 variant split the same way.
     pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
+        let f32_variant = Self::choose_f32(ctx, m, n, k);
+        match ctx.precision() {
+            Precision::F32 => f32_variant,
+            Precision::F16 => matmul_coop::choose(ctx, f32_variant == MatmulVariant::SplitK),
+        }
+    }
+
+    fn choose_f32(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         match Target::of(ctx) {
             Target::Cpu => MatmulVariant::Cpu,
             Target::Gpu => {
@@ -81,8 +109,8 @@ impl MatmulVariant {
     /// Workgroups for an `m x n` output in `splits` slices.
     fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
         let (rows, cols) = match self {
-            MatmulVariant::Tiled | MatmulVariant::SplitK => (TILE, TILE),
             MatmulVariant::Cpu => (CPU_ROWS, CPU_COLS),
+            _ => (TILE, TILE),
         };
         let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
         groups.map(|g| {
@@ -97,8 +125,8 @@ impl MatmulVariant {
     /// Workgroups to aim for when the reduction is split.
     fn target_workgroups(self) -> usize {
         match self {
-            MatmulVariant::Tiled | MatmulVariant::SplitK => TARGET_WORKGROUPS,
             MatmulVariant::Cpu => CPU_TARGET_WORKGROUPS,
+            _ => TARGET_WORKGROUPS,
         }
     }
 
@@ -110,13 +138,22 @@ impl MatmulVariant {
             (MatmulVariant::Cpu, Layout::Forward) => &FORWARD_CPU,
             (MatmulVariant::Cpu, Layout::Dinp) => &DINP_CPU,
             (MatmulVariant::Cpu, Layout::Dweight) => &DWEIGHT_CPU,
+            (MatmulVariant::Coop { .. } | MatmulVariant::F16 { .. }, _) => {
+                matmul_coop::kernel(self, layout)
+            }
         }
     }
 
     /// (chunk, splits) of an `m x n` output's reduction over `k`: one split except
     /// in `SplitK`.
     fn k_splits(self, m: usize, n: usize, k: usize) -> (usize, usize) {
-        if self != MatmulVariant::SplitK {
+        let splits = matches!(
+            self,
+            MatmulVariant::SplitK
+                | MatmulVariant::Coop { split: true }
+                | MatmulVariant::F16 { split: true }
+        );
+        if !splits {
             return (k, 1);
         }
         let [gx, gy, _] = self.grid(m, n, 1);
@@ -127,7 +164,7 @@ impl MatmulVariant {
 
 /// The three products, by their operand layouts (one prelude each).
 #[derive(Clone, Copy)]
-enum Layout {
+pub(super) enum Layout {
     /// `A·Bᵀ` (`matmul_nt.wgsl`).
     Forward,
     /// `A·B` (`matmul_nn.wgsl`).

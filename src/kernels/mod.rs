@@ -55,6 +55,9 @@ pub use embedding::{encoder_backward, encoder_forward, token_index};
 
 // ---- matmul ----
 mod matmul;
+mod matmul_coop;
+
+pub use matmul_coop::{coop_supported, GRAD_SCALE, KERNELS as F16_KERNELS};
 
 pub use matmul::{
     matmul_backward, matmul_dinp, matmul_dinp_variant, matmul_dweight, matmul_dweight_variant,

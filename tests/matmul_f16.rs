@@ -1,0 +1,352 @@
+//! `--precision f16`: the f16 matmul cores (tensor cores and the fallback) against a
+//! CPU reference that rounds the operands to f16 itself, on outputs drawn from
+//! NaN-poisoned pool buffers, natively and in headless Chromium; the refusal where
+//! the adapter has no shader-f16; and, natively, the tensor-core shaders compiled to
+//! SPIR-V by naga (no device here runs them).
+//!
+//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` makes this test
+//! fail unless the tensor-core core runs (see the README's Precision section).
+
+mod common;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+use common::{context, max_rel_error, poisoned, read};
+use half::f16;
+use tidepool::config::Precision;
+use tidepool::kernels::{
+    coop_supported, matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
+    matmul_forward_variant, MatmulVariant, GRAD_SCALE,
+};
+use tidepool::rng::{fresh_seed, Rng};
+use tidepool::{ContextOptions, WgpuContext};
+
+// ---- the reference ----
+//
+// Written from the definition, not from the kernels: every operand rounded to the
+// nearest f16 (ties to even; `half`), the gradient operand of the backward products
+// scaled by GRAD_SCALE before rounding and the sum unscaled after, products and sums
+// in f64.
+
+fn h(x: f32) -> f64 {
+    f16::from_f32(x).to_f64()
+}
+
+fn hg(x: f32) -> f64 {
+    f16::from_f32(x * GRAD_SCALE).to_f64() / GRAD_SCALE as f64
+}
+
+/// `out[r, j] = sum_i h(inp[r, i]) h(weight[j, i]) + bias[j]`.
+fn forward_ref(
+    inp: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    let mut out = vec![0.0; rows * n];
+    for r in 0..rows {
+        for j in 0..n {
+            let dot: f64 = (0..k).map(|i| h(inp[r * k + i]) * h(w[j * k + i])).sum();
+            out[r * n + j] = (dot + bias.map_or(0.0, |b| b[j] as f64)) as f32;
+        }
+    }
+    out
+}
+
+/// `dinp[r, i] = sum_j hg(dout[r, j]) h(weight[j, i])`.
+fn dinp_ref(dout: &[f32], w: &[f32], rows: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0.0; rows * k];
+    for r in 0..rows {
+        for i in 0..k {
+            let dot: f64 = (0..n).map(|j| hg(dout[r * n + j]) * h(w[j * k + i])).sum();
+            out[r * k + i] = dot as f32;
+        }
+    }
+    out
+}
+
+/// `dweight[j, i] = sum_r hg(dout[r, j]) h(inp[r, i])`.
+fn dweight_ref(dout: &[f32], inp: &[f32], rows: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0.0f64; n * k];
+    for r in 0..rows {
+        for j in 0..n {
+            let g = hg(dout[r * n + j]);
+            for i in 0..k {
+                out[j * k + i] += g * h(inp[r * k + i]);
+            }
+        }
+    }
+    out.into_iter().map(|x| x as f32).collect()
+}
+
+/// The same products with no rounding at all, to show the kernels do round.
+fn exact_ref(
+    a: impl Fn(usize, usize) -> f32,
+    b: impl Fn(usize, usize) -> f32,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    let mut out = vec![0.0; m * n];
+    for r in 0..m {
+        for j in 0..n {
+            out[r * n + j] = (0..k).map(|i| a(r, i) as f64 * b(i, j) as f64).sum::<f64>() as f32;
+        }
+    }
+    out
+}
+
+// ---- tolerances ----
+//
+// max |got - want| over max |want| (`common::max_rel_error`). With the operands
+// rounded alike on both sides, the products are exact (f16 x f16 fits f32's
+// significand), so what is left is the f32 summation of k (or rows) terms: the f32
+// matmul tests' bounds (1e-5 for k <= 1536, 2e-5 for the split sums over up to 4099
+// rows), doubled because tensor cores are not bound to round each f32 addition to
+// nearest inside one 16-term product (NVIDIA's truncate). Rounding the operands
+// instead changes outputs by about 1e-4 of the largest here, and the test asserts
+// the kernels differ from the unrounded products by more than the tolerance.
+const FWD_TOL: f32 = 2e-5;
+const DW_TOL: f32 = 4e-5;
+
+#[track_caller]
+fn check(what: &str, got: &[f32], want: &[f32], exact: &[f32], tol: f32, seed: u64) {
+    let err = max_rel_error(got, want);
+    assert!(
+        err <= tol,
+        "{what}: max relative error {err:e} > {tol:e} against the f16 reference (seed {seed})"
+    );
+    // Where rounding the operands matters clearly, the kernel must have rounded.
+    if max_rel_error(want, exact) > 4.0 * tol {
+        let off = max_rel_error(got, exact);
+        assert!(
+            off > tol,
+            "{what}: within {off:e} of the unrounded products: the operands were not rounded to f16 (seed {seed})"
+        );
+    }
+}
+
+// ---- contexts ----
+
+/// An f16 context, or `None` after checking the refusal where the adapter has no
+/// shader-f16 (SwiftShader in Chromium).
+async fn f16_context() -> Option<WgpuContext> {
+    let options = ContextOptions {
+        precision: Precision::F16,
+        ..Default::default()
+    };
+    match WgpuContext::with_options(options).await {
+        Ok(ctx) => {
+            assert!(ctx.adapter_features().contains(wgpu::Features::SHADER_F16));
+            assert_eq!(ctx.precision(), Precision::F16);
+            Some(ctx)
+        }
+        Err(e) => {
+            let plain = context().await;
+            assert!(
+                !plain
+                    .adapter_features()
+                    .contains(wgpu::Features::SHADER_F16),
+                "refused although the adapter offers shader-f16: {e}"
+            );
+            assert_eq!(e.kind(), "config", "{e}");
+            assert!(e.to_string().contains("shader-f16"), "{e}");
+            None
+        }
+    }
+}
+
+/// The f16 variants `ctx` runs: the tensor-core ones only where it has them, and
+/// then certainly when `TIDEPOOL_F16_CORE=coop` asks.
+fn variants(ctx: &WgpuContext) -> Vec<MatmulVariant> {
+    let coop = coop_supported(ctx);
+    #[cfg(not(target_arch = "wasm32"))]
+    if std::env::var("TIDEPOOL_F16_CORE").as_deref() == Ok("coop") {
+        if let Err(why) = &coop {
+            panic!("TIDEPOOL_F16_CORE=coop, but {why}");
+        }
+    }
+    MatmulVariant::F16_ALL
+        .into_iter()
+        .filter(|v| coop.is_ok() || !matches!(v, MatmulVariant::Coop { .. }))
+        .collect()
+}
+
+/// (rows, k, n): none a multiple of the 128x128 tiles or the steps of 8 and 16,
+/// reductions long enough to split (300 x 1536 -> 384), and a fresh random shape.
+fn shapes(rng: &mut Rng) -> Vec<(usize, usize, usize)> {
+    let odd = |rng: &mut Rng, hi: usize| loop {
+        let x = 1 + rng.below(hi);
+        if !x.is_power_of_two() {
+            break x;
+        }
+    };
+    let mut shapes = vec![(1, 1, 1), (7, 13, 5), (130, 67, 33), (129, 9, 257)];
+    if cfg!(not(target_arch = "wasm32")) {
+        shapes.push((300, 1536, 384));
+    }
+    shapes.push((odd(rng, 300), odd(rng, 600), odd(rng, 600)));
+    shapes
+}
+
+// ---- the tests ----
+
+gpu_test!(f16_forward_matches_reference, forward_body());
+async fn forward_body() {
+    let Some(ctx) = f16_context().await else {
+        return;
+    };
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for (rows, k, n) in shapes(&mut rng) {
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let bias = rng.vec(n, -1.0, 1.0);
+        let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+        let exact_nb = exact_ref(|r, i| inp[r * k + i], |i, j| weight[j * k + i], rows, k, n);
+        for with_bias in [false, true] {
+            let b = with_bias.then_some(&bias[..]);
+            let want = forward_ref(&inp, &weight, b, rows, k, n);
+            let exact: Vec<f32> = (0..rows * n)
+                .map(|x| exact_nb[x] + b.map_or(0.0, |b| b[x % n]))
+                .collect();
+            // Each variant, then the launcher's own choice under precision f16.
+            for variant in variants(&ctx).into_iter().map(Some).chain([None]) {
+                let out = poisoned(&ctx, &[rows * n], || {
+                    let gb = with_bias.then_some(&g_b);
+                    match variant {
+                        Some(v) => matmul_forward_variant(&ctx, v, &g_inp, &g_w, gb, rows, k, n),
+                        None => matmul_forward(&ctx, &g_inp, &g_w, gb, rows, k, n),
+                    }
+                });
+                let got = read(&ctx, &out, rows * n).await;
+                let what = format!("forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
+                check(&what, &got, &want, &exact, FWD_TOL, seed);
+            }
+        }
+    }
+}
+
+gpu_test!(f16_backward_matches_reference, backward_body());
+async fn backward_body() {
+    let Some(ctx) = f16_context().await else {
+        return;
+    };
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    // Plus a weight gradient summed over many rows in splits.
+    let many = (4099, 20, 12);
+    for (rows, k, n) in shapes(&mut rng).into_iter().chain([many]) {
+        // Gradients at the scale of a real step's (dlogits are about 1e-4 .. 1e-7),
+        // where f16 without the gradient scale would be subnormal.
+        let dout: Vec<f32> = rng
+            .vec(rows * n, -1.0, 1.0)
+            .iter()
+            .map(|x| x * 1e-5)
+            .collect();
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+        let want_dinp = dinp_ref(&dout, &weight, rows, k, n);
+        let exact_dinp = exact_ref(|r, j| dout[r * n + j], |j, i| weight[j * k + i], rows, n, k);
+        let want_dw = dweight_ref(&dout, &inp, rows, k, n);
+        let exact_dw = exact_ref(|j, r| dout[r * n + j], |r, i| inp[r * k + i], n, rows, k);
+        for variant in variants(&ctx) {
+            let what = format!("{variant:?} {rows}x{k}x{n}");
+            let dinp = poisoned(&ctx, &[rows * k], || {
+                matmul_dinp_variant(&ctx, variant, &g_dout, &g_w, rows, k, n)
+            });
+            let got = read(&ctx, &dinp, rows * k).await;
+            check(
+                &format!("dinp {what}"),
+                &got,
+                &want_dinp,
+                &exact_dinp,
+                FWD_TOL,
+                seed,
+            );
+            let dw = poisoned(&ctx, &[n * k], || {
+                matmul_dweight_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n)
+            });
+            let got = read(&ctx, &dw, n * k).await;
+            check(
+                &format!("dweight {what}"),
+                &got,
+                &want_dw,
+                &exact_dw,
+                DW_TOL,
+                seed,
+            );
+        }
+        // As the model calls it: the chooser's variants, and dbias (f32 sums of the
+        // f32 gradients: no f16 in it).
+        let (dinp, dw, db) = poisoned(&ctx, &[n, n * k, rows * k], || {
+            matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, true)
+        });
+        let what = format!("matmul_backward {rows}x{k}x{n}");
+        let got = read(&ctx, &dinp, rows * k).await;
+        check(
+            &format!("dinp {what}"),
+            &got,
+            &want_dinp,
+            &exact_dinp,
+            FWD_TOL,
+            seed,
+        );
+        let got = read(&ctx, &dw, n * k).await;
+        check(
+            &format!("dweight {what}"),
+            &got,
+            &want_dw,
+            &exact_dw,
+            DW_TOL,
+            seed,
+        );
+        let want_db: Vec<f32> = (0..n)
+            .map(|j| (0..rows).map(|r| dout[r * n + j] as f64).sum::<f64>() as f32)
+            .collect();
+        let got = read(&ctx, &db.expect("dbias"), n).await;
+        let err = max_rel_error(&got, &want_db);
+        assert!(err <= DW_TOL, "dbias {what}: {err:e} (seed {seed})");
+    }
+}
+
+/// The shaders of the tensor-core core (and the fallback), every prelude, parsed,
+/// validated with the capabilities wgpu gives a device with cooperative matrices,
+/// and written as SPIR-V, as wgpu's Vulkan backend would: the CI here has no device
+/// that runs them, so this is where a shader error shows.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn f16_kernels_compile_to_spirv() {
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+    let caps = Capabilities::SHADER_FLOAT16
+        | Capabilities::COOPERATIVE_MATRIX
+        | Capabilities::SUBGROUP
+        | Capabilities::SUBGROUP_BARRIER;
+    for kernel in tidepool::kernels::F16_KERNELS {
+        let module = naga::front::wgsl::parse_str(kernel.source)
+            .unwrap_or_else(|e| panic!("{}: {}", kernel.name, e.emit_to_string(kernel.source)));
+        let info = Validator::new(ValidationFlags::all(), caps)
+            .subgroup_stages(naga::valid::ShaderStages::COMPUTE)
+            .subgroup_operations(naga::valid::SubgroupOperationSet::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{}: {}", kernel.name, e.emit_to_string(kernel.source)));
+        let options = naga::back::spv::Options {
+            lang_version: (1, 6),
+            ..Default::default()
+        };
+        let pipeline = naga::back::spv::PipelineOptions {
+            shader_stage: naga::ShaderStage::Compute,
+            entry_point: kernel.entry.into(),
+        };
+        let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+            .unwrap_or_else(|e| panic!("{}: SPIR-V: {e}", kernel.name));
+        // OpCapability (17) CooperativeMatrixKHR (6022): the tensor-core kernels use
+        // cooperative matrices, the fallback does not.
+        let coop = words.windows(2).any(|w| w == [(2 << 16) | 17, 6022]);
+        assert_eq!(coop, kernel.name.ends_with("_coop"), "{}", kernel.name);
+    }
+}
