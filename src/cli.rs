@@ -67,6 +67,9 @@ struct BenchArgs {
     /// One JSON object a line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Matmul precisions to measure (step), comma-separated: f32, f16.
+    #[arg(long, default_value = "f32")]
+    precision: String,
 }
 
 #[derive(clap::Args)]
@@ -261,10 +264,22 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
             );
         }
         "step" => {
-            for preset in presets {
-                let cfg = TrainConfig::preset(preset)?;
+            let runs = presets
+                .iter()
+                .flat_map(|preset| args.precision.split(',').map(move |p| (*preset, p)));
+            for (preset, precision) in runs {
+                let cfg = Overrides {
+                    preset: Some(preset.into()),
+                    precision: Some(precision.into()),
+                    ..Default::default()
+                }
+                .resolve()?;
+                let label = match cfg.precision {
+                    tidepool::config::Precision::F32 => preset.to_string(),
+                    p => format!("{preset} {}", p.name()),
+                };
                 let rows =
-                    bench::step_variants(&cfg, preset, &corpus, args.warmup, args.steps).await?;
+                    bench::step_variants(&cfg, &label, &corpus, args.warmup, args.steps).await?;
                 print_rows(
                     &rows,
                     args.json,
@@ -402,6 +417,49 @@ async fn info() -> Result<(), tidepool::Error> {
         "storage buffers per stage: {}",
         limits.max_storage_buffers_per_shader_stage
     );
+    let features = ctx.adapter_features();
+    let yes = |f: wgpu::Features| if features.contains(f) { "yes" } else { "no" };
+    let info = ctx.adapter_info();
+    println!("shader-f16: {}", yes(wgpu::Features::SHADER_F16));
+    println!(
+        "subgroups: {} (sizes {} to {})",
+        yes(wgpu::Features::SUBGROUP),
+        info.subgroup_min_size,
+        info.subgroup_max_size
+    );
+    let coop = ctx.cooperative_matrices();
+    println!(
+        "cooperative matrices: {}{}",
+        yes(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+        if coop.is_empty() {
+            ""
+        } else {
+            ", M x N x K, A/B -> C:"
+        }
+    );
+    for c in coop {
+        println!(
+            "  {}x{}x{} {:?} -> {:?}{}",
+            c.m_size,
+            c.n_size,
+            c.k_size,
+            c.ab_type,
+            c.cr_type,
+            if c.saturating_accumulation {
+                " (saturating)"
+            } else {
+                ""
+            }
+        );
+    }
+    let f16 = if !features.contains(wgpu::Features::SHADER_F16) {
+        "refused (no shader-f16)".to_string()
+    } else if coop.iter().any(tidepool::kernels::is_f16_16x16) {
+        "tensor cores (cooperative matrices), where subgroups are 32 wide".to_string()
+    } else {
+        "f16 tiles, f32 arithmetic (no tensor cores)".to_string()
+    };
+    println!("--precision f16: {f16}");
     Ok(())
 }
 

@@ -674,3 +674,51 @@ async fn web_adapter_label() -> Option<String> {
         .collect();
     (!parts.is_empty()).then(|| parts.join(" "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{device_features, Precision};
+    use wgpu::Features as F;
+
+    fn adapter() -> wgpu::AdapterInfo {
+        wgpu::AdapterInfo {
+            name: "some gpu".into(),
+            vendor: 0,
+            device: 0,
+            device_type: wgpu::DeviceType::DiscreteGpu,
+            device_pci_bus_id: String::new(),
+            driver: String::new(),
+            driver_info: String::new(),
+            backend: wgpu::Backend::Vulkan,
+            subgroup_min_size: 32,
+            subgroup_max_size: 32,
+            transient_saves_memory: None,
+            limit_bucket: None,
+        }
+    }
+
+    #[test]
+    fn f16_asks_for_what_the_adapter_has_and_is_refused_without_shader_f16() {
+        let info = adapter();
+        let coop = F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        let all = F::SHADER_F16 | coop;
+        assert_eq!(
+            device_features(Precision::F32, all, &info).unwrap(),
+            F::empty()
+        );
+        assert_eq!(device_features(Precision::F16, all, &info).unwrap(), all);
+        assert_eq!(
+            device_features(Precision::F16, F::SHADER_F16 | F::SUBGROUP, &info).unwrap(),
+            F::SHADER_F16
+        );
+        for offered in [F::empty(), coop] {
+            let e = device_features(Precision::F16, offered, &info).unwrap_err();
+            assert_eq!(e.kind(), "config");
+            let text = e.to_string();
+            assert!(
+                text.contains("shader-f16") && text.contains("some gpu"),
+                "{text}"
+            );
+        }
+    }
+}

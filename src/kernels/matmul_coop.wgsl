@@ -100,11 +100,6 @@ fn main(
     let sm = (s / 2u) * 32u;
     let sn = (s % 2u) * 64u;
 
-    var c00 = coop_mat16x16<f32, C>(); var c01 = coop_mat16x16<f32, C>();
-    var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
-    var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
-    var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
-
     var ra0 = load_a(m0, k_begin, k_end, t);
     var ra1 = load_a(m0, k_begin + 8u, k_end, t);
     var rb0 = load_b(n0, k_begin, k_end, t);
@@ -112,6 +107,11 @@ fn main(
     put_a(0u, 0u, t, ra0); put_a(0u, 8u, t, ra1);
     put_b(0u, 0u, t, rb0); put_b(0u, 8u, t, rb1);
     workgroupBarrier();
+
+    var c00 = coop_mat16x16<f32, C>(); var c01 = coop_mat16x16<f32, C>();
+    var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
+    var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
 
     for (var step = 0u; step < steps; step++) {
         let cur = step % 2u;

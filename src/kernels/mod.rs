@@ -57,7 +57,7 @@ pub use embedding::{encoder_backward, encoder_forward, token_index};
 mod matmul;
 mod matmul_coop;
 
-pub use matmul_coop::{coop_supported, GRAD_SCALE, KERNELS as F16_KERNELS};
+pub use matmul_coop::{coop_supported, is_f16_16x16, GRAD_SCALE, KERNELS as F16_KERNELS};
 
 pub use matmul::{
     matmul_backward, matmul_dinp, matmul_dinp_variant, matmul_dweight, matmul_dweight_variant,
