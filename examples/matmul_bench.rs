@@ -1,5 +1,7 @@
 //! GFLOP/s of the matmul kernels (forward `A·Bᵀ`, `dinp = A·B`, `dweight = Aᵀ·B`) in
-//! every variant (`MatmulVariant`: the GPU tiles, split-K, the CPU-adapter kernel) on
+//! every variant (`MatmulVariant`: the GPU tiles, split-K, the CPU-adapter kernel, and
+//! where the adapter has shader-f16 the f16 cores of `--precision f16`: `coop` on
+//! tensor cores where it has cooperative matrices, `f16` otherwise) on
 //! square sizes and on the GPT layer shapes this crate trains, plus causal attention
 //! forward and backward. The `auto` column marks the variant the launchers pick on
 //! this adapter for that shape.
@@ -11,7 +13,9 @@
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
-//! `--variant NAME` only that matmul variant (tiled, splitk, cpu).
+//! `--variant NAME` only that matmul variant (tiled, splitk, cpu, f16, f16-splitk,
+//! coop, coop-splitk). The f16 variants run on a second context made with
+//! precision f16 (the `auto` column then marks that context's choice).
 //!
 //! Figures: BENCHMARKS.md (Matmul).
 
@@ -27,12 +31,13 @@ fn main() {
 mod bench {
     use std::time::{Duration, Instant};
 
+    use tidepool::config::Precision;
     use tidepool::kernels::{
-        attention_backward, attention_forward, matmul_dinp_variant, matmul_dweight_variant,
-        matmul_forward_variant, MatmulVariant,
+        attention_backward, attention_forward, coop_supported, matmul_dinp_variant,
+        matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
     };
     use tidepool::rng::Rng;
-    use tidepool::{PooledBuffer, WgpuContext};
+    use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
 
     struct Args {
         json: bool,
@@ -140,13 +145,42 @@ mod bench {
         if args.quick {
             shapes.extend(tiny.iter().map(|&(k, n)| (512, k, n)));
         }
-        let variants: Vec<MatmulVariant> = MatmulVariant::ALL
-            .into_iter()
-            .filter(|v| args.variant.is_empty() || v.name() == args.variant)
-            .collect();
+        let wanted = |v: &MatmulVariant| args.variant.is_empty() || v.name() == args.variant;
+        let variants: Vec<MatmulVariant> = MatmulVariant::ALL.into_iter().filter(wanted).collect();
+        // The f16 cores need a context made for them (shader-f16, cooperative matrices).
+        let options = ContextOptions {
+            precision: Precision::F16,
+            ..Default::default()
+        };
+        let ctx16 = match WgpuContext::with_options(options).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("no f16 variants: {e}");
+                None
+            }
+        };
+        let variants16: Vec<MatmulVariant> = match &ctx16 {
+            Some(c) => {
+                if let Err(why) = coop_supported(c) {
+                    println!("no coop variants: {why}");
+                }
+                MatmulVariant::F16_ALL
+                    .into_iter()
+                    .filter(|v| {
+                        coop_supported(c).is_ok() || !matches!(v, MatmulVariant::Coop { .. })
+                    })
+                    .filter(wanted)
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut runs: Vec<(&WgpuContext, &[MatmulVariant])> = vec![(&ctx, &variants)];
+        if let Some(c) = &ctx16 {
+            runs.push((c, &variants16));
+        }
 
         println!(
-            "{:<18} {:>7} {:>4} {:>6} {:>6} {:>6} {:>10} {:>10}",
+            "{:<18} {:>11} {:>4} {:>6} {:>6} {:>6} {:>10} {:>10}",
             "op", "variant", "auto", "m", "k", "n", "ms", "GFLOP/s"
         );
         let mut rows = Vec::new();
@@ -158,40 +192,43 @@ mod bench {
         };
         for &(m, k, n) in &shapes {
             // Forward out[m, n] = inp[m, k] · weight[n, k]ᵀ; backward from dout[m, n].
-            let inp = ctx.upload(&rng.vec(m * k, -1.0, 1.0));
-            let weight = ctx.upload(&rng.vec(n * k, -1.0, 1.0));
-            let dout = ctx.upload(&rng.vec(m * n, -1.0, 1.0));
+            let (inp, weight) = (rng.vec(m * k, -1.0, 1.0), rng.vec(n * k, -1.0, 1.0));
+            let dout = rng.vec(m * n, -1.0, 1.0);
             let flops = 2.0 * m as f64 * k as f64 * n as f64;
-            for &v in &variants {
-                // Each product's output shape and reduction decide the launchers' choice.
-                let cases: [Case; 3] = [
-                    ("matmul_forward", (m, n, k), &|| {
-                        matmul_forward_variant(&ctx, v, &inp, &weight, None, m, k, n)
-                    }),
-                    ("matmul_dinp", (m, k, n), &|| {
-                        matmul_dinp_variant(&ctx, v, &dout, &weight, m, k, n)
-                    }),
-                    ("matmul_dweight", (n, k, m), &|| {
-                        matmul_dweight_variant(&ctx, v, &dout, &inp, m, k, n)
-                    }),
-                ];
-                for (op, (out_m, out_n, red), launch) in cases {
-                    if !op.contains(&args.only) {
-                        continue;
+            for &(ctx, variants) in &runs {
+                let (inp, weight, dout) =
+                    (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&dout));
+                for &v in variants {
+                    // Each product's output shape and reduction decide the launchers' choice.
+                    let cases: [Case; 3] = [
+                        ("matmul_forward", (m, n, k), &|| {
+                            matmul_forward_variant(&ctx, v, &inp, &weight, None, m, k, n)
+                        }),
+                        ("matmul_dinp", (m, k, n), &|| {
+                            matmul_dinp_variant(&ctx, v, &dout, &weight, m, k, n)
+                        }),
+                        ("matmul_dweight", (n, k, m), &|| {
+                            matmul_dweight_variant(&ctx, v, &dout, &inp, m, k, n)
+                        }),
+                    ];
+                    for (op, (out_m, out_n, red), launch) in cases {
+                        if !op.contains(&args.only) {
+                            continue;
+                        }
+                        let secs = time(ctx, budget, launch).await;
+                        let row = Row {
+                            op,
+                            variant: v.name(),
+                            auto: MatmulVariant::choose(ctx, out_m, out_n, red) == v,
+                            m,
+                            k,
+                            n,
+                            secs,
+                            flops,
+                        };
+                        print_row(&row);
+                        rows.push(row);
                     }
-                    let secs = time(&ctx, budget, launch).await;
-                    let row = Row {
-                        op,
-                        variant: v.name(),
-                        auto: MatmulVariant::choose(&ctx, out_m, out_n, red) == v,
-                        m,
-                        k,
-                        n,
-                        secs,
-                        flops,
-                    };
-                    print_row(&row);
-                    rows.push(row);
                 }
             }
         }
@@ -243,11 +280,14 @@ mod bench {
             }
         }
         ctx.take_error().expect("no GPU errors");
+        if let Some(c) = &ctx16 {
+            c.take_error().expect("no GPU errors (f16 context)");
+        }
     }
 
     fn print_row(r: &Row) {
         println!(
-            "{:<18} {:>7} {:>4} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            "{:<18} {:>11} {:>4} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
             r.op,
             r.variant,
             if r.auto { "*" } else { "" },

@@ -357,9 +357,9 @@ fn f16_kernels_compile_to_spirv() {
     }
 }
 
-/// The tiny preset trained 40 steps in f32 and in f16 from the same seed: f16
-/// learns, and its loss stays within 0.02 of f32's (the rounding perturbs each step
-/// by about 1e-3 of the loss here).
+// The tiny preset trained 40 steps in f32 and in f16 from the same seed: f16
+// learns, and its loss stays within 0.02 of f32's (the rounding perturbs each step
+// by about 1e-3 of the loss here).
 gpu_test!(f16_training_follows_f32, training_body());
 async fn training_body() {
     if f16_context().await.is_none() {

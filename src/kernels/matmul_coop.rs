@@ -131,11 +131,19 @@ pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     let features = ctx.device.features();
     let needed = F::SHADER_F16 | F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
     if !features.contains(needed) {
+        let missing: Vec<&str> = [
+            (F::SHADER_F16, "shader-f16"),
+            (F::SUBGROUP, "subgroups"),
+            (F::EXPERIMENTAL_COOPERATIVE_MATRIX, "cooperative matrices"),
+        ]
+        .iter()
+        .filter(|(f, _)| !features.contains(*f))
+        .map(|&(_, name)| name)
+        .collect();
         return Err(format!(
-            "the device lacks {:?} (it has {:?} of them; the context asks for them under \
-             precision f16 where the adapter offers them)",
-            needed - features,
-            features & needed
+            "the device has no {} (a context asks for them under precision f16 where the \
+             adapter offers them)",
+            missing.join(", ")
         ));
     }
     if !ctx.cooperative_matrices().iter().any(is_f16_16x16) {
@@ -161,6 +169,7 @@ pub fn is_f16_16x16(c: &wgpu::CooperativeMatrixProperties) -> bool {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 enum Core {
     Coop,
     Fallback,
