@@ -13,8 +13,8 @@
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
-//! `--variant NAME` only that matmul variant (tiled, splitk, cpu, f16, f16-splitk,
-//! coop, coop-splitk). The f16 variants run on a second context made with
+//! `--variant NAMES` only those matmul variants, comma-separated (tiled, splitk, cpu,
+//! f16, f16-splitk, coop, coop-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
 //! precision f16 (the `auto` column then marks that context's choice).
 //!
 //! Figures: BENCHMARKS.md (Matmul).
@@ -44,6 +44,7 @@ mod bench {
         quick: bool,
         only: String,
         variant: String,
+        no_squares: bool,
     }
 
     fn args() -> Args {
@@ -52,6 +53,7 @@ mod bench {
             quick: false,
             only: String::new(),
             variant: String::new(),
+            no_squares: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -60,8 +62,9 @@ mod bench {
                 "--quick" => a.quick = true,
                 "--only" => a.only = it.next().unwrap_or_default(),
                 "--variant" => a.variant = it.next().unwrap_or_default(),
+                "--no-squares" => a.no_squares = true,
                 "-h" | "--help" => {
-                    println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAME]");
+                    println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAMES] [--no-squares]");
                     std::process::exit(0);
                 }
                 other => {
@@ -126,7 +129,9 @@ mod bench {
         let budget = Duration::from_millis(if args.quick { 300 } else { 500 });
         let mut rng = Rng::new(1);
 
-        let squares: &[usize] = if args.quick {
+        let squares: &[usize] = if args.no_squares {
+            &[]
+        } else if args.quick {
             &[256]
         } else {
             &[512, 1024, 2048, 4096]
@@ -145,7 +150,9 @@ mod bench {
         if args.quick {
             shapes.extend(tiny.iter().map(|&(k, n)| (512, k, n)));
         }
-        let wanted = |v: &MatmulVariant| args.variant.is_empty() || v.name() == args.variant;
+        let wanted = |v: &MatmulVariant| {
+            args.variant.is_empty() || args.variant.split(',').any(|n| n == v.name())
+        };
         let variants: Vec<MatmulVariant> = MatmulVariant::ALL.into_iter().filter(wanted).collect();
         // The f16 cores need a context made for them (shader-f16, cooperative matrices).
         let options = ContextOptions {

@@ -10,7 +10,11 @@ bash ../shared/gpu/pack.sh --dawn
 cargo build --release --bin tidepool --example matmul_bench
 [ -f pkg/tidepool_bg.wasm ] || wasm-pack build --release --target web --no-pack --out-dir pkg
 cp target/release/tidepool target/release/examples/matmul_bench .gpu/
-strip .gpu/tidepool .gpu/matmul_bench  # the carry limit is 64 MiB
+# tests/matmul_f16.rs as a binary (gpu-run.sh f16 runs it with the tensor cores forced)
+f16_test=$(cargo test --release --test matmul_f16 --no-run --message-format=json \
+  | sed -n 's/.*"executable":"\([^"]*matmul_f16[^"]*\)".*/\1/p' | tail -n 1)
+cp "$f16_test" .gpu/matmul_f16
+strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16  # the carry limit is 64 MiB
 rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py .gpu/  # gpu-run.sh curves

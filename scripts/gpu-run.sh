@@ -5,6 +5,15 @@
 # $OUT/results.jsonl after a {"run": NAME, "command": ...} line; stderr in $OUT/stderr.log.
 #   scripts/gpu-run.sh bench    matmul, step, pool, policies, Dawn, PyTorch (~5 min)
 #   scripts/gpu-run.sh round2   soak, PyTorch memory, step, trace replay, presets in Dawn (~7 min)
+#   scripts/gpu-run.sh f16      --precision f16 (README, Precision): F16_PARTS picks, in order,
+#                               parity: tests/matmul_f16.rs with the tensor-core core forced
+#                               (TIDEPOOL_F16_CORE=coop), bench: the matmul variants on the
+#                               GPT shapes, f32 and f16, step: bench step on shakespeare in
+#                               f32 and f16, train: shakespeare 2000 steps in f32 and f16 at
+#                               once (same seed), eval every 250 steps, every 50th step line
+#                               kept. Default all four (~9 min); in two calls:
+#                               F16_PARTS="parity bench step" (~4 min), F16_PARTS=train (~5 min,
+#                               F16_TRAIN_SECONDS caps it, default 420).
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
 #                               at once on the one GPU, each evaluating 200 fixed held-out
@@ -55,6 +64,37 @@ case "${1:-bench}" in
     run step_small ./tidepool bench step --presets tiny,small --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     for p in tiny small shakespeare; do
       run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 20 --pool
+    done
+    ;;
+  f16)
+    ./tidepool info | tee "$out/info.txt"
+    for part in ${F16_PARTS:-parity bench step train}; do
+      case $part in
+        parity)
+          run f16_parity env TIDEPOOL_F16_CORE=coop ./matmul_f16 --test-threads 1 ;;
+        bench)
+          run f16_matmul ./matmul_bench --json --no-squares --only matmul \
+            --variant tiled,splitk,f16,f16-splitk,coop,coop-splitk ;;
+        step)
+          run f16_step ./tidepool bench step --presets shakespeare --precision f32,f16 \
+            --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json ;;
+        train)
+          secs=${F16_TRAIN_SECONDS:-420}
+          echo "== f16 train: f32 and f16 at once, at most $secs s" >&2
+          t0=$SECONDS
+          for p in f32 f16; do
+            echo "{\"run\": \"f16_train_$p\"}" > "$out/train-$p.tmp"
+            timeout "$secs" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt \
+              --steps 2000 --eval-every 250 --precision $p --json 2>> "$out/stderr.log" \
+              | awk -F'"step":' '{ split($2, a, ","); if (/"final"/ || a[1] % 50 == 0) print }' \
+              >> "$out/train-$p.tmp" &
+          done
+          wait; echo "   exit after $((SECONDS - t0)) s" >&2
+          cat "$out/train-f32.tmp" "$out/train-f16.tmp" >> "$out/results.jsonl"
+          tail -n 2 "$out/train-f32.tmp" "$out/train-f16.tmp" >&2
+          rm -f "$out"/train-*.tmp ;;
+        *) echo "unknown F16_PARTS entry $part" >&2 ;;
+      esac
     done
     ;;
   train)

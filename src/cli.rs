@@ -588,6 +588,7 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
         "preset": args.preset(),
         "pool": c.pool,
         "policy": c.policy.label(),
+        "precision": c.precision.name(),
     });
     if args.json {
         writeln!(out, "{final_line}").ok();

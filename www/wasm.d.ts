@@ -38,6 +38,11 @@ export interface TrainerConfig {
   /** `false`: every GPU buffer created fresh and destroyed after its step. */
   pool?: boolean;
   policy?: SizePolicyName;
+  /**
+   * Matmul operands: `f32` (default) or `f16` (rounded to f16, summed in f32). `f16`
+   * needs the adapter's `shader-f16`; without it `create` rejects with kind `config`.
+   */
+  precision?: 'f32' | 'f16';
 }
 
 /** Why a promise of the wasm API rejected: `error.kind`. */

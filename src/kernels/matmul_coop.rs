@@ -128,23 +128,15 @@ pub(super) fn choose(ctx: &WgpuContext, split: bool) -> MatmulVariant {
 /// Whether the tensor-core core runs on `ctx`, or why not.
 pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     use wgpu::Features as F;
-    let features = ctx.device.features();
     let needed = F::SHADER_F16 | F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
-    if !features.contains(needed) {
-        let missing: Vec<&str> = [
-            (F::SHADER_F16, "shader-f16"),
-            (F::SUBGROUP, "subgroups"),
-            (F::EXPERIMENTAL_COOPERATIVE_MATRIX, "cooperative matrices"),
-        ]
-        .iter()
-        .filter(|(f, _)| !features.contains(*f))
-        .map(|&(_, name)| name)
-        .collect();
+    if !ctx.adapter_features().contains(needed) {
         return Err(format!(
-            "the device has no {} (a context asks for them under precision f16 where the \
-             adapter offers them)",
-            missing.join(", ")
+            "{} offers no cooperative matrices with shader-f16 and subgroups",
+            ctx.adapter_name()
         ));
+    }
+    if !ctx.device.features().contains(needed) {
+        return Err("the context was not made with precision f16".into());
     }
     if !ctx.cooperative_matrices().iter().any(is_f16_16x16) {
         return Err(format!(

@@ -20,13 +20,16 @@ async function train(): Promise<number> {
   const config: TrainerConfig = { preset: names[0], batch: 2, context: 8, pool: true, policy: 'exact', eval_every: 5 };
   // @ts-expect-error: unknown fields are refused by the wasm, and by the types
   const bad: TrainerConfig = { layer: 3 };
+  const half: TrainerConfig = { precision: 'f16' };
+  // @ts-expect-error: the precisions are f32 and f16
+  const bf16: TrainerConfig = { precision: 'bf16' };
   const trainer = await Trainer.create(config, 'abcabcabd'.repeat(50), 'letters');
   const model: ModelInfo = trainer.model();
   let stats: StepStats = trainer.stats();
   for (let i = 0; i < 3; i++) stats = await trainer.step();
   const held: number = await trainer.evaluate();
   const text: string = await trainer.sample('ab', 20, 0.8, 0);
-  console.log(model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad);
+  console.log(model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad, half, bf16);
   trainer.free();
   return stats.loss;
 }
