@@ -209,13 +209,13 @@ mod bench {
                     // Each product's output shape and reduction decide the launchers' choice.
                     let cases: [Case; 3] = [
                         ("matmul_forward", (m, n, k), &|| {
-                            matmul_forward_variant(&ctx, v, &inp, &weight, None, m, k, n)
+                            matmul_forward_variant(ctx, v, &inp, &weight, None, m, k, n)
                         }),
                         ("matmul_dinp", (m, k, n), &|| {
-                            matmul_dinp_variant(&ctx, v, &dout, &weight, m, k, n)
+                            matmul_dinp_variant(ctx, v, &dout, &weight, m, k, n)
                         }),
                         ("matmul_dweight", (n, k, m), &|| {
-                            matmul_dweight_variant(&ctx, v, &dout, &inp, m, k, n)
+                            matmul_dweight_variant(ctx, v, &dout, &inp, m, k, n)
                         }),
                     ];
                     for (op, (out_m, out_n, red), launch) in cases {

@@ -106,7 +106,8 @@ struct CheckpointArgs {
     save_every: u32,
     /// Continue the run in this checkpoint where it stopped: its model, settings,
     /// schedule and batches. The corpus must have its vocabulary; --steps sets the
-    /// schedule's length; --policy, --pool, --eval-every and --eval-batches apply.
+    /// schedule's length; --policy, --pool, --eval-every, --eval-batches and
+    /// --precision apply.
     #[arg(long, conflicts_with_all = ["preset", "layers", "heads", "width", "context", "batch", "lr", "warmup", "dropout", "dropout_placement", "weight_decay", "grad_clip", "seed"])]
     resume: Option<std::path::PathBuf>,
 }
@@ -505,6 +506,9 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
                 }
                 if given.pool.is_some() || args.no_pool {
                     saved.pool = cfg.pool;
+                }
+                if given.precision.is_some() {
+                    saved.precision = cfg.precision;
                 }
             })
             .await?
