@@ -398,3 +398,224 @@ async fn training_body() {
         f32_run[STEPS - 1]
     );
 }
+
+// ---- the tensor-core core's own logic, on emulated cooperative matrices ----
+//
+// No device here has cooperative matrices, but everything in matmul_coop.wgsl around
+// them (the hooks' tiles rounded into workgroup memory, the double buffers, which
+// subgroup owns which block, the output staging and write4, edges and split slices)
+// can still run: the test rewrites the cooperative operations into plain WGSL (each
+// group of 32 invocations stands for a subgroup; lane l holds elements l, l + 32, ...
+// of an accumulator) and checks the result against the reference. What this leaves
+// to the GPU run is only the operations' own semantics (row-major loads, A·B + C),
+// which the emulation spells out.
+
+#[cfg(not(target_arch = "wasm32"))]
+mod emulated {
+    use super::*;
+    use tidepool::gpu::Kernel;
+
+    const EMULATION: &str = r#"
+// An accumulator: lane l of 32 holds elements l, l + 32, ... (row i / 16, column i % 16).
+alias Emu8 = array<f32, 8>;
+
+// A loaded A or B operand stands for where it was loaded from (offset, row stride):
+// within a step nothing writes those words between the load and the product.
+fn emu_mma(lane: u32, a: vec2<u32>, b: vec2<u32>, c: Emu8) -> Emu8 {
+    var out = c;
+    for (var j = 0u; j < 8u; j++) {
+        let i = lane + 32u * j;
+        var sum = out[j];
+        for (var k = 0u; k < 16u; k++) {
+            sum += f32(As[a.x + (i / 16u) * a.y + k]) * f32(Bs[b.x + k * b.y + i % 16u]);
+        }
+        out[j] = sum;
+    }
+    return out;
+}
+
+fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
+    for (var j = 0u; j < 8u; j++) {
+        let i = lane + 32u * j;
+        Cs[at + (i / 16u) * stride + i % 16u] = m[j];
+    }
+}
+"#;
+
+    /// `source` with each cooperative operation replaced by its emulation; panics if
+    /// a pattern is missing (the core changed: update the rewrite).
+    fn emulate(source: &str) -> String {
+        let rules = [
+            ("enable wgpu_cooperative_matrix;\n", ""),
+            ("coop_mat16x16<f32, C>()", "Emu8()"),
+            ("acc: coop_mat16x16<f32, C>", "acc: Emu8"),
+            ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "vec2<u32>("),
+            ("], A_STRIDE)", ", A_STRIDE)"),
+            ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "vec2<u32>("),
+            ("], B_STRIDE)", ", B_STRIDE)"),
+            ("coopMultiplyAdd(", "emu_mma(lane, "),
+            (
+                "coopStoreT(acc, &Cs[s * 256u], 16u);",
+                "emu_store_cs(acc, s * 256u, 16u, lane);",
+            ),
+            (
+                "    @builtin(subgroup_id) s: u32,\n    @builtin(subgroup_invocation_id) lane: u32,\n    @builtin(subgroup_size) width: u32,\n) {\n",
+                ") {\n    let s = t / 32u;\n    let lane = t % 32u;\n    let width = 32u;\n",
+            ),
+        ];
+        let mut out = source.to_string();
+        for (from, to) in rules {
+            assert!(
+                out.contains(from),
+                "matmul_coop.wgsl has no {from:?} any more"
+            );
+            out = out.replace(from, to);
+        }
+        for op in [
+            "coop_mat",
+            "coopLoad",
+            "coopStore",
+            "coopMultiplyAdd",
+            "@builtin(subgroup",
+        ] {
+            assert!(!out.contains(op), "{op} left unemulated");
+        }
+        out + EMULATION
+    }
+
+    fn kernel(name: &str) -> Kernel {
+        let real = tidepool::kernels::F16_KERNELS
+            .into_iter()
+            .find(|k| k.name == name)
+            .expect("kernel");
+        Kernel {
+            name: Box::leak(format!("emulated_{name}").into_boxed_str()),
+            source: Box::leak(emulate(real.source).into_boxed_str()),
+            entry: "main",
+            unchecked: false,
+        }
+    }
+
+    #[repr(C)]
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    struct Params {
+        m: u32,
+        n: u32,
+        k: u32,
+        k_chunk: u32,
+        has_bias: u32,
+        pad: [u32; 3],
+    }
+
+    fn params(m: usize, n: usize, k: usize, k_chunk: usize, has_bias: bool) -> Params {
+        let u = |x: usize| x as u32;
+        Params {
+            m: u(m),
+            n: u(n),
+            k: u(k),
+            k_chunk: u(k_chunk),
+            has_bias: has_bias as u32,
+            pad: [0; 3],
+        }
+    }
+
+    fn grid(m: usize, n: usize, splits: usize) -> [u32; 3] {
+        [
+            n.div_ceil(128) as u32,
+            m.div_ceil(128) as u32,
+            splits as u32,
+        ]
+    }
+
+    /// The slices of a split output summed in order.
+    fn sum_splits(part: &[f32], len: usize, splits: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| (0..splits).map(|s| part[s * len + i]).sum())
+            .collect()
+    }
+
+    #[test]
+    fn coop_core_logic_on_emulated_matrices() {
+        pollster::block_on(body())
+    }
+
+    async fn body() {
+        let Some(ctx) = f16_context().await else {
+            panic!("natively the CI adapter (lavapipe) has shader-f16");
+        };
+        let (forward, dinp, dweight) = (
+            kernel("matmul_forward_coop"),
+            kernel("matmul_dinp_coop"),
+            kernel("matmul_dweight_coop"),
+        );
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        // Past one tile in m and n, k not a multiple of 16 or 8; and a random shape.
+        let extra = (1 + rng.below(200), 1 + rng.below(100), 1 + rng.below(200));
+        for (rows, k, n) in [(130, 67, 33), (37, 9, 150), extra] {
+            let inp = rng.vec(rows * k, -1.0, 1.0);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let dout: Vec<f32> = rng
+                .vec(rows * n, -1.0, 1.0)
+                .iter()
+                .map(|x| x * 1e-5)
+                .collect();
+            let (g_inp, g_w, g_b, g_dout) = (
+                ctx.upload(&inp),
+                ctx.upload(&weight),
+                ctx.upload(&bias),
+                ctx.upload(&dout),
+            );
+            let what = format!("emulated coop {rows}x{k}x{n}");
+
+            let out = poisoned(&ctx, &[rows * n], || {
+                let out = ctx.create_pooled(rows * n * 4);
+                let p = params(rows, n, k, k, true);
+                ctx.dispatch(&forward, &p, &[&g_inp, &g_w, &g_b, &out], grid(rows, n, 1));
+                out
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let want = forward_ref(&inp, &weight, Some(&bias), rows, k, n);
+            let err = max_rel_error(&got, &want);
+            assert!(err <= FWD_TOL, "forward {what}: {err:e} (seed {seed})");
+
+            // dinp in two k splits (over n), dweight in two row splits.
+            for (splits, chunk) in [(1, n), (2, n.div_ceil(2).div_ceil(8) * 8)] {
+                let splits = if chunk >= n { 1 } else { splits };
+                let part = poisoned(&ctx, &[splits * rows * k], || {
+                    let part = ctx.create_pooled(splits * rows * k * 4);
+                    let p = params(rows, k, n, chunk, false);
+                    ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &part], grid(rows, k, splits));
+                    part
+                });
+                let got = sum_splits(
+                    &read(&ctx, &part, splits * rows * k).await,
+                    rows * k,
+                    splits,
+                );
+                let err = max_rel_error(&got, &dinp_ref(&dout, &weight, rows, k, n));
+                assert!(
+                    err <= FWD_TOL,
+                    "dinp {what} splits {splits}: {err:e} (seed {seed})"
+                );
+            }
+            for (splits, chunk) in [(1, rows), (2, rows.div_ceil(2).div_ceil(8) * 8)] {
+                let splits = if chunk >= rows { 1 } else { splits };
+                let part = poisoned(&ctx, &[splits * n * k], || {
+                    let part = ctx.create_pooled(splits * n * k * 4);
+                    let p = params(n, k, rows, chunk, false);
+                    ctx.dispatch(&dweight, &p, &[&g_dout, &g_inp, &part], grid(n, k, splits));
+                    part
+                });
+                let got = sum_splits(&read(&ctx, &part, splits * n * k).await, n * k, splits);
+                let err = max_rel_error(&got, &dweight_ref(&dout, &inp, rows, k, n));
+                assert!(
+                    err <= DW_TOL,
+                    "dweight {what} splits {splits}: {err:e} (seed {seed})"
+                );
+            }
+        }
+        ctx.take_error().expect("no GPU errors");
+    }
+}
