@@ -11,9 +11,10 @@
 #                               GPT shapes, f32 and f16, step: bench step on shakespeare in
 #                               f32 and f16, train: shakespeare 2000 steps in f32 and f16 at
 #                               once (same seed), eval every 250 steps, every 50th step line
-#                               kept. Default all four (~9 min); in two calls:
-#                               F16_PARTS="parity bench step" (~4 min), F16_PARTS=train (~5 min,
-#                               F16_TRAIN_SECONDS caps it, default 420).
+#                               kept; F16_TRAIN_SECONDS caps it (default 300). All four fit one
+#                               10-minute call only just: better two calls,
+#                               F16_PARTS="parity bench step" (~4 min) and
+#                               F16_PARTS=train F16_TRAIN_SECONDS=540 (~6 min).
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
 #                               at once on the one GPU, each evaluating 200 fixed held-out
@@ -79,7 +80,7 @@ case "${1:-bench}" in
           run f16_step ./tidepool bench step --presets shakespeare --precision f32,f16 \
             --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json ;;
         train)
-          secs=${F16_TRAIN_SECONDS:-420}
+          secs=${F16_TRAIN_SECONDS:-300}
           echo "== f16 train: f32 and f16 at once, at most $secs s" >&2
           t0=$SECONDS
           for p in f32 f16; do
