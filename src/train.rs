@@ -324,6 +324,8 @@ pub struct StepStats {
     pub buffers_created_step: u64,
     /// Bind groups created during this step: 0 in steady state (they are cached).
     pub bind_groups_created_step: u64,
+    /// Compute dispatches recorded during this step (forward, backward, optimizer).
+    pub dispatches_step: u64,
     /// Command encoders created during this step (one a submit).
     pub encoders_created_step: u64,
     /// Pipelines created during this step: 0 after the first.
@@ -510,6 +512,7 @@ impl Trainer {
             buffers_created_step: counters.buffers_created - before_counters.buffers_created,
             bind_groups_created_step: counters.bind_groups_created
                 - before_counters.bind_groups_created,
+            dispatches_step: counters.dispatches - before_counters.dispatches,
             encoders_created_step: counters.encoders_created - before_counters.encoders_created,
             pipelines_created_step: counters.pipelines_created - before_counters.pipelines_created,
             bytes_held: pool.bytes_held,
