@@ -360,11 +360,13 @@ pub struct TensorsPerDispatch {
 }
 
 impl TensorsPerDispatch {
-    /// As many as `max_storage_buffers` (a shader stage's limit) allows, at most
-    /// [`MAX_TENSORS_PER_DISPATCH`]. WebGPU's default of 8 gives 7 and 3; Chromium
-    /// on SwiftShader offers 10 (9 and 4), lavapipe 32 (31 and 15).
-    pub fn for_limit(max_storage_buffers: u32) -> Self {
-        let n = max_storage_buffers as usize;
+    /// As many as a shader stage may bind (`max_storage` storage buffers, `max_buffers`
+    /// buffers of every kind, the uniform included), at most
+    /// [`MAX_TENSORS_PER_DISPATCH`]. WebGPU's default of 8 storage buffers gives 7
+    /// and 3; Chromium on SwiftShader offers 10 (9 and 4), lavapipe 32 (31 and 15).
+    /// Metal counts storage and uniform buffers against one limit (29 in wgpu).
+    pub fn for_limits(max_storage: u32, max_buffers: u32) -> Self {
+        let n = max_storage.min(max_buffers.saturating_sub(1)) as usize;
         TensorsPerDispatch {
             sumsq: n.saturating_sub(1).clamp(1, MAX_K),
             adamw: (n.saturating_sub(2) / 2).clamp(1, MAX_K),
@@ -373,7 +375,11 @@ impl TensorsPerDispatch {
 
     /// For the device of `ctx` (which asks for the adapter's own limits).
     pub fn of(ctx: &WgpuContext) -> Self {
-        Self::for_limit(ctx.limits().max_storage_buffers_per_shader_stage)
+        let l = ctx.limits();
+        Self::for_limits(
+            l.max_storage_buffers_per_shader_stage,
+            l.max_buffers_and_acceleration_structures_per_shader_stage,
+        )
     }
 }
 
@@ -662,13 +668,15 @@ mod tests {
 
     #[test]
     fn tensors_per_dispatch_follow_the_binding_limit() {
-        let per = |n| {
-            let t = TensorsPerDispatch::for_limit(n);
+        let per = |storage, all| {
+            let t = TensorsPerDispatch::for_limits(storage, all);
             (t.sumsq, t.adamw)
         };
-        assert_eq!(per(8), (7, 3));
-        assert_eq!(per(10), (9, 4));
-        assert_eq!(per(32), (31, 15));
-        assert_eq!(per(1_000_000), (MAX_K, MAX_K));
+        assert_eq!(per(8, u32::MAX), (7, 3));
+        assert_eq!(per(10, u32::MAX), (9, 4));
+        assert_eq!(per(32, u32::MAX), (31, 15));
+        assert_eq!(per(1_000_000, u32::MAX), (MAX_K, MAX_K));
+        // Metal: 29 buffers of all kinds, one of them the uniform.
+        assert_eq!(per(29, 29), (27, 13));
     }
 }
