@@ -193,6 +193,8 @@ struct Slot {
 /// AdamW's moments of every tensor, in two arenas (m and v) of one layout, kept
 /// for the trainer's life: tensor after tensor in as few buffers ("chunks") as
 /// the device's largest binding allows (one for every model the presets make).
+/// A new run's arenas come zeroed from the pool; a resumed run's are uploads of
+/// exactly their size (never recycled).
 pub struct Moments {
     slots: Vec<Slot>,
     /// Floats in each chunk.
@@ -293,9 +295,10 @@ impl Moments {
             for (slot, values) in slots.iter().zip(tensors) {
                 hosts[slot.chunk][slot.offset..slot.offset + slot.len].copy_from_slice(values);
             }
+            // Written at creation: no staging chunk of the arena's size stays behind.
             hosts
                 .iter()
-                .map(|host| ctx.upload_pooled(host))
+                .map(|host| ctx.upload(host))
                 .collect::<Vec<_>>()
         };
         Ok(Moments {
