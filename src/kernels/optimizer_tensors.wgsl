@@ -1,10 +1,10 @@
 // The optimizer over many tensors a dispatch. A template: `optimizer.rs` stamps it
 // for k tensors (1 <= k <= MAX_K) when a kernel is first needed. It prepends the
-// prelude, the bindings, `const K` (= k) and `const MAX_K`, keeps the shared part and one entry
-// point's `//#if NAME` section, and copies each block between `//#each` and
-// `//#end` k times with `#` replaced by the tensor's index 0..k-1. WGSL cannot
-// index an array of buffers, so each tensor's buffers get their own copy of the
-// loop, and a switch on the workgroup's tensor picks it.
+// prelude, the bindings, `const K` (= k) and `const MAX_K`, keeps the shared part
+// and one entry point's `//#if NAME` section, and copies each block between
+// `//#each` and `//#end` k times with `#` replaced by the tensor's index 0..k-1.
+// WGSL cannot index an array of buffers, so each tensor's buffers get their own
+// copy of the loop, and a switch on the workgroup's tensor picks it.
 //
 // Entry points:
 //   sumsq  workgroup w sums the squares of elements [j * span, (j + 1) * span) of
@@ -15,9 +15,9 @@
 //          the norm kernel (optimizer.wgsl `global_norm`) left in m[1]
 // Fixed summation orders: the same input always gives the same bits.
 
-// Per tensor of the dispatch: (first workgroup, length, offset, span), the offset
-// into the partials (sumsq) or the moment arenas (adamw), the span the elements a
-// workgroup takes. Loop bounds come from this table only, read at a dynamic index:
+// Per tensor of the dispatch: (first workgroup, length, offset, span): the offset
+// into the partials (sumsq) or the moment arenas (adamw), the span the elements
+// one workgroup takes. Loop bounds come from this table only, read at a dynamic index:
 // lavapipe re-specializes a shader for every dispatch whose loops are bounded by
 // uniform values at fixed offsets (it inlines them), which costs milliseconds a
 // dispatch for kernels this size.
