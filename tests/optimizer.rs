@@ -57,10 +57,10 @@ async fn step_body() {
     let ctx = context().await;
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    let device = TensorsPerDispatch::of(&ctx);
     let small = TensorsPerDispatch { sumsq: 3, adamw: 2 };
     let one = TensorsPerDispatch { sumsq: 1, adamw: 1 };
     for target in Target::ALL {
+        let device = TensorsPerDispatch::of(&ctx).for_target(target);
         // Counts below and above each setting's tensors a dispatch.
         for (count, per) in [
             (1, device),

@@ -384,7 +384,25 @@ impl TensorsPerDispatch {
             l.max_buffers_and_acceleration_structures_per_shader_stage,
         )
     }
+
+    /// What the `target` tuning uses of these. CPU adapters run every case of the
+    /// kernels' switch on the tensor under a lane mask, so each tensor a dispatch
+    /// costs every workgroup; AdamW (the bigger cases) takes at most
+    /// [`CPU_ADAMW_TENSORS`] there.
+    pub fn for_target(self, target: Target) -> Self {
+        match target {
+            Target::Gpu => self,
+            Target::Cpu => TensorsPerDispatch {
+                adamw: self.adamw.min(CPU_ADAMW_TENSORS),
+                ..self
+            },
+        }
+    }
 }
+
+/// AdamW's tensors a dispatch on CPU adapters: the fastest on lavapipe of 1 to 15
+/// (BENCHMARKS.md).
+pub const CPU_ADAMW_TENSORS: usize = 4;
 
 /// One parameter tensor of an optimizer step: updated in place from its gradient;
 /// `decay` applies the weight decay (matrices and embeddings, as nanoGPT).
@@ -429,8 +447,9 @@ pub fn adamw_step(
     hp: &AdamW,
     max_norm: f32,
 ) {
-    let per = TensorsPerDispatch::of(ctx);
-    adamw_step_on(ctx, Target::of(ctx), per, tensors, moments, hp, max_norm)
+    let target = Target::of(ctx);
+    let per = TensorsPerDispatch::of(ctx).for_target(target);
+    adamw_step_on(ctx, target, per, tensors, moments, hp, max_norm)
 }
 
 /// [`adamw_step`] in the variant for `target`, with `per` tensors a dispatch (at
@@ -681,5 +700,9 @@ mod tests {
         assert_eq!(per(1_000_000, u32::MAX), (MAX_K, MAX_K));
         // Metal: 29 buffers of all kinds, one of them the uniform.
         assert_eq!(per(29, 29), (27, 13));
+        let lavapipe = TensorsPerDispatch::for_limits(32, u32::MAX);
+        assert_eq!(lavapipe.for_target(Target::Gpu), lavapipe);
+        let cpu = lavapipe.for_target(Target::Cpu);
+        assert_eq!((cpu.sumsq, cpu.adamw), (31, CPU_ADAMW_TENSORS));
     }
 }
