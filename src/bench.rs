@@ -158,6 +158,8 @@ pub struct StepRow {
     pub tokens_per_s: f64,
     /// Buffers created per measured step (after warm-up).
     pub buffers_created_per_step: f64,
+    /// Compute dispatches per measured step.
+    pub dispatches_per_step: f64,
     pub final_loss: f32,
 }
 
@@ -199,11 +201,14 @@ pub async fn step_variants(
         trainers.push(Trainer::new(cfg, corpus.clone()).await?);
     }
     let mut created = Vec::new();
+    let mut dispatched = Vec::new();
     for (trainer, run) in trainers.iter_mut().zip(&runs) {
         for _ in 0..warmup {
             forced_step(trainer, run.3).await?;
         }
-        created.push(trainer.context().counters().buffers_created);
+        let counters = trainer.context().counters();
+        created.push(counters.buffers_created);
+        dispatched.push(counters.dispatches);
     }
     let mut ms = vec![Vec::new(); runs.len()];
     let mut loss = vec![0.0; runs.len()];
@@ -217,7 +222,9 @@ pub async fn step_variants(
     let mut rows = Vec::new();
     for (i, (variant, ..)) in runs.into_iter().enumerate() {
         let median_ms = median_p99(&mut ms[i]).0;
-        let made = trainers[i].context().counters().buffers_created - created[i];
+        let counters = trainers[i].context().counters();
+        let made = counters.buffers_created - created[i];
+        let dispatches = counters.dispatches - dispatched[i];
         rows.push(StepRow {
             preset: preset.into(),
             variant,
@@ -225,6 +232,7 @@ pub async fn step_variants(
             median_ms,
             tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
             buffers_created_per_step: made as f64 / steps as f64,
+            dispatches_per_step: dispatches as f64 / steps as f64,
             final_loss: loss[i],
         });
     }

@@ -23,6 +23,7 @@ use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use crate::data::{Corpus, Tokenizer};
 use crate::error::{Error, Result};
 use crate::gpu::PooledBuffer;
+use crate::kernels::Moments;
 use crate::model::{self, GptConfig, GptParams, GpuBatch, GpuOps};
 use crate::rng::Rng;
 use crate::train::{Batcher, StepStats, TrainConfig, Trainer};
@@ -442,6 +443,7 @@ impl Trainer {
 
     /// The run so far, downloaded from the GPU.
     pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        let (adam_m, adam_v) = self.moments.download(&self.ctx).await?;
         Ok(Checkpoint {
             step: self.step,
             train: self.cfg.clone(),
@@ -450,8 +452,8 @@ impl Trainer {
             sample_state: self.sample_rng.state(),
             vocab: self.corpus.tokenizer.chars().to_vec(),
             params: self.download_all(self.params.iter()).await?,
-            adam_m: self.download_all(&self.adam_m).await?,
-            adam_v: self.download_all(&self.adam_v).await?,
+            adam_m,
+            adam_v,
         })
     }
 
@@ -520,11 +522,8 @@ impl Trainer {
                 .map(|values| ctx.upload_pooled(values))
                 .collect::<Vec<_>>()
         };
-        let (params, adam_m, adam_v) = (
-            GptParams::from_flat(upload(&ckpt.params))?,
-            upload(&ckpt.adam_m),
-            upload(&ckpt.adam_v),
-        );
+        let params = GptParams::from_flat(upload(&ckpt.params))?;
+        let moments = Moments::from_values(&ctx, &ckpt.adam_m, &ckpt.adam_v)?;
         ctx.flush();
         ctx.take_error()?;
         Ok(Trainer {
@@ -542,8 +541,7 @@ impl Trainer {
             specs,
             corpus,
             params,
-            adam_m,
-            adam_v,
+            moments,
         })
     }
 

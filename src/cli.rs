@@ -290,6 +290,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                         "median ms/step",
                         "tokens/s",
                         "buffers created/step",
+                        "dispatches/step",
                         "vs pool",
                     ],
                     |r| {
@@ -299,6 +300,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                             format!("{:.2}", r.median_ms),
                             format!("{:.0}", r.tokens_per_s),
                             format!("{:.1}", r.buffers_created_per_step),
+                            format!("{:.0}", r.dispatches_per_step),
                             format!("{:.2}x", r.median_ms / rows[0].median_ms),
                         ]
                     },

@@ -6,7 +6,7 @@ use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
-use crate::kernels::{self, AdamW};
+use crate::kernels::{self, AdamW, Moments, StepTensor};
 use crate::model::{
     self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
 };
@@ -247,13 +247,22 @@ impl TrainConfig {
         min_lr + 0.5 * (self.lr - min_lr) * (1.0 + (std::f32::consts::PI * progress).cos())
     }
 
+    /// AdamW's hyperparameters at 1-based `step` for the tensor `spec`.
     pub fn adamw(&self, step: u32, spec: &ParamSpec) -> AdamW {
+        AdamW {
+            weight_decay: if spec.decay { self.weight_decay } else { 0.0 },
+            ..self.adamw_decayed(step)
+        }
+    }
+
+    /// The same for a tensor that decays (matrices and embeddings).
+    pub fn adamw_decayed(&self, step: u32) -> AdamW {
         AdamW {
             lr: self.lr_at(step),
             beta1: self.beta1,
             beta2: self.beta2,
             eps: self.eps,
-            weight_decay: if spec.decay { self.weight_decay } else { 0.0 },
+            weight_decay: self.weight_decay,
             step,
         }
     }
@@ -319,6 +328,8 @@ pub struct StepStats {
     pub buffers_created_step: u64,
     /// Bind groups created during this step: 0 in steady state (they are cached).
     pub bind_groups_created_step: u64,
+    /// Compute dispatches recorded during this step (forward, backward, optimizer).
+    pub dispatches_step: u64,
     /// Command encoders created during this step (one a submit).
     pub encoders_created_step: u64,
     /// Pipelines created during this step: 0 after the first.
@@ -369,8 +380,8 @@ pub struct Trainer {
     pub(crate) specs: Vec<ParamSpec>,
     pub(crate) corpus: Corpus,
     pub(crate) params: GptParams<PooledBuffer>,
-    pub(crate) adam_m: Vec<PooledBuffer>,
-    pub(crate) adam_v: Vec<PooledBuffer>,
+    /// AdamW's moments of every parameter tensor.
+    pub(crate) moments: Moments,
     pub(crate) batcher: Batcher,
     pub(crate) sample_rng: Rng,
     pub(crate) step: u32,
@@ -393,9 +404,8 @@ impl Trainer {
         let specs = model.params();
         let params = model.init(cfg.seed);
         let params = GptParams::from_flat(params.iter().map(|v| ctx.upload_pooled(v)).collect())?;
-        let zeros = |spec: &ParamSpec| ctx.create_zeroed(spec.len * 4);
-        let adam_m = specs.iter().map(zeros).collect();
-        let adam_v = specs.iter().map(zeros).collect();
+        let lens: Vec<usize> = specs.iter().map(|s| s.len).collect();
+        let moments = Moments::zeroed(&ctx, &lens)?;
         ctx.flush();
         ctx.take_error()?;
         Ok(Trainer {
@@ -407,8 +417,7 @@ impl Trainer {
             specs,
             corpus,
             params,
-            adam_m,
-            adam_v,
+            moments,
             step: 0,
             last: StepStats::default(),
             val_loss: None,
@@ -472,9 +481,10 @@ impl Trainer {
         let step = self.step + 1;
         let report = self.ctx.scope(|| {
             let (grads, report) = self.gradients(inputs, targets, step);
-            let norm_scale = self.update(&grads, step);
+            self.update(&grads, step);
             // report = [loss, norm, scale]
-            self.ctx.copy_buffer(&norm_scale, 0, &report, 4, 8);
+            self.ctx
+                .copy_buffer(self.moments.norm_scale(), 0, &report, 4, 8);
             report
         });
         let figures = self.ctx.download::<f32>(&report, 3).await?;
@@ -507,6 +517,7 @@ impl Trainer {
             buffers_created_step: counters.buffers_created - before_counters.buffers_created,
             bind_groups_created_step: counters.bind_groups_created
                 - before_counters.bind_groups_created,
+            dispatches_step: counters.dispatches - before_counters.dispatches,
             encoders_created_step: counters.encoders_created - before_counters.encoders_created,
             pipelines_created_step: counters.pipelines_created - before_counters.pipelines_created,
             bytes_held: pool.bytes_held,
@@ -568,28 +579,23 @@ impl Trainer {
         (grads.into_flat(), report)
     }
 
-    /// Clips by global norm and applies AdamW; returns `[norm, scale]`.
-    fn update(&self, grads: &[PooledBuffer], step: u32) -> PooledBuffer {
-        let ctx = &self.ctx;
-        let sumsq = ctx.create_pooled(grads.len() * 4);
-        for (slot, (grad, spec)) in grads.iter().zip(&self.specs).enumerate() {
-            kernels::grad_sumsq_into(ctx, grad, spec.len, &sumsq, slot);
-        }
-        let norm_scale = kernels::global_norm_scale(ctx, &sumsq, grads.len(), self.cfg.grad_clip);
-        for (i, (spec, param)) in self.specs.iter().zip(self.params.iter()).enumerate() {
-            let hp = self.cfg.adamw(step, spec);
-            kernels::adamw_update(
-                ctx,
+    /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
+    /// [`Moments::norm_scale`].
+    fn update(&self, grads: &[PooledBuffer], step: u32) {
+        let tensors: Vec<StepTensor> = self
+            .params
+            .iter()
+            .zip(grads)
+            .zip(&self.specs)
+            .map(|((param, grad), spec)| StepTensor {
                 param,
-                &grads[i],
-                &self.adam_m[i],
-                &self.adam_v[i],
-                spec.len,
-                &hp,
-                &norm_scale,
-            );
-        }
-        norm_scale
+                grad,
+                decay: spec.decay,
+            })
+            .collect();
+        // `decay` says which tensors the weight decay applies to.
+        let hp = self.cfg.adamw_decayed(step);
+        kernels::adamw_step(&self.ctx, &tensors, &self.moments, &hp, self.cfg.grad_clip);
     }
 
     /// `inputs` and `targets` must be `batch` full windows of `context` tokens (the

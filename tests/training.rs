@@ -141,6 +141,7 @@ async fn steady_state_body() {
     for _ in 0..5 {
         let s = trainer.step().await.expect("step");
         assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+        assert_eq!(s.dispatches_step, warm.dispatches_step, "step {}", s.step);
         assert!(
             s.step_hit_rate >= 0.99,
             "step {} hit rate {}",
@@ -154,7 +155,11 @@ async fn steady_state_body() {
         held.windows(2).all(|w| w[0] == w[1]),
         "bytes held moved: {held:?}"
     );
-    assert!(trainer.stats().dispatches > warm.dispatches);
+    assert!(warm.dispatches_step > 0);
+    assert_eq!(
+        trainer.stats().dispatches - warm.dispatches,
+        5 * warm.dispatches_step
+    );
     // Sampling uses fixed shapes, so after its first token it reuses too.
     let text = trainer.sample("\n", 3, 1.0, 10).await.expect("sample");
     assert_eq!(text.chars().count(), 3);

@@ -151,6 +151,10 @@ export interface StepStats {
   buffers_created: number;
   /** 0 in steady state with the pool. */
   buffers_created_step: number;
+  /** Bind groups created this step: 0 in steady state (they are cached). */
+  bind_groups_created_step: number;
+  /** Compute dispatches recorded this step (forward, backward, optimizer). */
+  dispatches_step: number;
   bytes_held: number;
   peak_bytes_held: number;
   bytes_in_use: number;

@@ -75,5 +75,6 @@ pub use attention::{
 mod optimizer;
 
 pub use optimizer::{
-    adamw_update, global_norm_scale, grad_sumsq_into, grad_sumsq_into_on, scale_in_place, AdamW,
+    adamw_step, adamw_step_on, scale_in_place, scratch_floats, AdamW, Moments, StepTensor,
+    TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
 };

@@ -1,12 +1,30 @@
-//! Optimizer pieces on the GPU: per-tensor sums of squares, the global gradient norm
-//! and clipping scale, AdamW, and scaling in place. The norm and scale never leave the
-//! GPU: `global_norm_scale` writes `[norm, scale]`, which the update kernels read.
+//! The optimizer on the GPU: gradient clipping by the global norm, then AdamW, over
+//! every parameter tensor in a few dispatches ([`adamw_step`]), plus the sums that
+//! the loss's mean shares ([`sum_into`]) and scaling in place.
+//!
+//! A step is three passes, each over many tensors a dispatch:
+//! 1. `sumsq`: partial sums of squares of every gradient into one scratch buffer,
+//!    up to [`TensorsPerDispatch::sumsq`] tensors a dispatch;
+//! 2. `global_norm`: one workgroup adds the partials in a fixed order and writes
+//!    `[norm, scale]` to the head of the first-moment arena;
+//! 3. `adamw`: up to [`TensorsPerDispatch::adamw`] tensors a dispatch, each with its
+//!    own parameter and gradient buffer, both moments in the arenas of [`Moments`].
+//!
+//! WGSL has no arrays of buffers, so a kernel for k tensors declares k bindings of
+//! each kind; `optimizer_tensors.wgsl` is its template, stamped for each k used.
+//! The norm and scale never leave the GPU.
+
+use std::fmt::Write;
+use std::sync::Mutex;
 
 use super::target::Target;
+use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 pub use crate::reference::AdamW;
 
 const SOURCE: &str = with_prelude!("optimizer.wgsl");
+const TEMPLATE: &str = include_str!("optimizer_tensors.wgsl");
+const PRELUDE: &str = include_str!("prelude.wgsl");
 
 const REDUCE_PARTIAL: Kernel = Kernel {
     name: "optimizer_reduce_partial",
@@ -32,12 +50,6 @@ const GLOBAL_NORM: Kernel = Kernel {
     entry: "global_norm",
     unchecked: false,
 };
-const ADAMW: Kernel = Kernel {
-    name: "optimizer_adamw",
-    source: SOURCE,
-    entry: "adamw",
-    unchecked: false,
-};
 const SCALE: Kernel = Kernel {
     name: "optimizer_scale",
     source: SOURCE,
@@ -58,11 +70,18 @@ struct Params {
     _pad: [u32; 2],
 }
 
-/// `AdamParams` in optimizer.wgsl.
+/// Most tensors one dispatch takes, whatever the device allows: it bounds the
+/// generated kernels (and the uniform's table) at a size that compiles quickly.
+pub const MAX_TENSORS_PER_DISPATCH: usize = 32;
+const MAX_K: usize = MAX_TENSORS_PER_DISPATCH;
+
+/// `TensorsParams` in optimizer_tensors.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct AdamParams {
-    n: u32,
+struct TensorsParams {
+    decay: u32,
+    groups: u32,
+    _pad0: [u32; 2],
     lr: f32,
     beta1: f32,
     beta2: f32,
@@ -70,6 +89,8 @@ struct AdamParams {
     weight_decay: f32,
     bc1: f32,
     bc2: f32,
+    _pad1: f32,
+    tensors: [[u32; 4]; MAX_K],
 }
 
 const WG: u32 = 256;
@@ -79,6 +100,11 @@ const MAX_PARTS: usize = 256;
 /// Largest sum that CPU adapters do in one pass of one workgroup: a dispatch and a
 /// reduction tree fewer, and at the sizes they train, no less parallel in practice.
 const CPU_ONE_PASS_MAX: usize = 1 << 16;
+/// Elements one AdamW workgroup updates: 4 a thread on GPUs (enough workgroups to
+/// fill one, fewer to map to their tensors); 16 on CPU adapters, whose cost is per
+/// workgroup more than per element.
+const ADAMW_SPAN_GPU: u32 = 4 * WG;
+const ADAMW_SPAN_CPU: u32 = 16 * WG;
 
 /// `out[slot] = mul * sum(x[i])` (or of `x[i]^2` when `square`) over `n` floats, in
 /// two passes with a fixed order. Writes only `out[slot]`. Draws one scratch buffer
@@ -137,90 +163,6 @@ fn sum_into_on(
     ctx.dispatch(&REDUCE_FINAL, &params, &[&partial, out], [1, 1, 1]);
 }
 
-/// Writes the sum of squares of `grad` (`n` floats) into `out[slot]`.
-///
-/// The one exception to "a launcher writes all of its output": `out` belongs to the
-/// caller, who makes it with one slot per gradient tensor and calls this once for
-/// every slot before [`global_norm_scale`] reads them.
-pub fn grad_sumsq_into(
-    ctx: &WgpuContext,
-    grad: &PooledBuffer,
-    n: usize,
-    out: &PooledBuffer,
-    slot: usize,
-) {
-    grad_sumsq_into_on(ctx, Target::of(ctx), grad, n, out, slot)
-}
-
-/// [`grad_sumsq_into`] in the variant for `target`.
-pub fn grad_sumsq_into_on(
-    ctx: &WgpuContext,
-    target: Target,
-    grad: &PooledBuffer,
-    n: usize,
-    out: &PooledBuffer,
-    slot: usize,
-) {
-    assert!(
-        (slot + 1) * 4 <= out.len(),
-        "slot {slot} past the end of a {}-byte buffer",
-        out.len()
-    );
-    sum_into_on(ctx, target, grad, n, true, 1.0, out, slot);
-}
-
-/// From `count` per-tensor sums of squares: `[norm, scale]` with `norm` the global
-/// gradient norm and `scale = max_norm / (norm + 1e-6)` when `max_norm > 0` and
-/// `norm > max_norm`, else 1 (as [`crate::reference::clip_scale`]).
-pub fn global_norm_scale(
-    ctx: &WgpuContext,
-    sumsq: &PooledBuffer,
-    count: usize,
-    max_norm: f32,
-) -> PooledBuffer {
-    let out = ctx.create_pooled(2 * 4);
-    let params = Params {
-        n: count as u32,
-        max_norm,
-        ..Default::default()
-    };
-    ctx.dispatch(&GLOBAL_NORM, &params, &[sumsq, &out], [1, 1, 1]);
-    out
-}
-
-/// One AdamW step on `param`, `m`, `v` (`n` floats each, updated in place) with the
-/// gradient `grad` times `norm_scale[1]` (the clipping scale from
-/// [`global_norm_scale`]). Bias corrections come from `hp.step` (1-based).
-#[allow(clippy::too_many_arguments)]
-pub fn adamw_update(
-    ctx: &WgpuContext,
-    param: &PooledBuffer,
-    grad: &PooledBuffer,
-    m: &PooledBuffer,
-    v: &PooledBuffer,
-    n: usize,
-    hp: &AdamW,
-    norm_scale: &PooledBuffer,
-) {
-    let (bc1, bc2) = hp.bias_corrections();
-    let params = AdamParams {
-        n: n as u32,
-        lr: hp.lr,
-        beta1: hp.beta1,
-        beta2: hp.beta2,
-        eps: hp.eps,
-        weight_decay: hp.weight_decay,
-        bc1,
-        bc2,
-    };
-    ctx.dispatch(
-        &ADAMW,
-        &params,
-        &[param, grad, m, v, norm_scale],
-        grid_1d(n as u32, WG),
-    );
-}
-
 /// `x *= norm_scale[1]` over `n` floats, in place.
 pub fn scale_in_place(ctx: &WgpuContext, x: &PooledBuffer, n: usize, norm_scale: &PooledBuffer) {
     let params = Params {
@@ -228,4 +170,539 @@ pub fn scale_in_place(ctx: &WgpuContext, x: &PooledBuffer, n: usize, norm_scale:
         ..Default::default()
     };
     ctx.dispatch(&SCALE, &params, &[x, norm_scale], grid_1d(n as u32, WG));
+}
+
+// ---- the moments' arenas ----------------------------------------------------------
+
+/// Floats at the head of every arena chunk. The first moments' chunks hold the
+/// step's `[norm, scale]` there (AdamW reads the scale through a binding it has
+/// anyway, which leaves one more binding for tensors where WebGPU allows 8 or 10);
+/// the second moments' heads stay zero, so that both arenas share one layout.
+const HEADER: usize = 4;
+/// Tensors start at multiples of 4 floats (16 bytes) in the arenas.
+const ALIGN: usize = 4;
+
+/// Where one tensor's moments are: the chunk, the offset in floats, the length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    chunk: usize,
+    offset: usize,
+    len: usize,
+}
+
+/// AdamW's moments of every tensor, in two arenas (m and v) of one layout, kept
+/// for the trainer's life: tensor after tensor in as few buffers ("chunks") as
+/// the device's largest binding allows (one for every model the presets make).
+/// A new run's arenas come zeroed from the pool; a resumed run's are uploads of
+/// exactly their size (never recycled).
+pub struct Moments {
+    slots: Vec<Slot>,
+    /// Floats in each chunk.
+    chunk_lens: Vec<usize>,
+    m: Vec<PooledBuffer>,
+    v: Vec<PooledBuffer>,
+}
+
+/// Packs tensors of `lens` floats, in order, into chunks of at most
+/// `max_chunk_bytes`.
+fn layout(lens: &[usize], max_chunk_bytes: u64) -> Result<(Vec<Slot>, Vec<usize>)> {
+    let max = max_chunk_bytes / 4;
+    let (header, align) = (HEADER as u64, ALIGN as u64);
+    let mut slots = Vec::with_capacity(lens.len());
+    let mut chunk_lens = Vec::new();
+    // End of the last tensor in the chunk being filled, and where the next may start.
+    let (mut end, mut next) = (header, header);
+    for (i, &len) in lens.iter().enumerate() {
+        let len64 = len as u64;
+        if header + len64 > max {
+            return Err(Error::TooLarge(format!(
+                "parameter tensor {i} has {len} floats; its AdamW moments need {} bytes \
+                 with the arena's {}-byte header, and this device binds at most {} bytes \
+                 at once: lower width or vocabulary",
+                (header + len64) * 4,
+                header * 4,
+                max_chunk_bytes
+            )));
+        }
+        if next + len64 > max {
+            chunk_lens.push(end as usize);
+            next = header;
+        }
+        slots.push(Slot {
+            chunk: chunk_lens.len(),
+            offset: next as usize,
+            len,
+        });
+        end = next + len64;
+        next = end.next_multiple_of(align);
+    }
+    chunk_lens.push(end as usize);
+    Ok((slots, chunk_lens))
+}
+
+impl Moments {
+    /// Zero moments for tensors of `lens` floats.
+    pub fn zeroed(ctx: &WgpuContext, lens: &[usize]) -> Result<Moments> {
+        Moments::zeroed_in_chunks(ctx, lens, ctx.max_binding_size())
+    }
+
+    /// [`Moments::zeroed`] in chunks of at most `max_chunk_bytes` (tests use small
+    /// ones to cover models that need several).
+    pub fn zeroed_in_chunks(
+        ctx: &WgpuContext,
+        lens: &[usize],
+        max_chunk_bytes: u64,
+    ) -> Result<Moments> {
+        let (slots, chunk_lens) = layout(lens, max_chunk_bytes)?;
+        let zeros = || {
+            chunk_lens
+                .iter()
+                .map(|&n| ctx.create_zeroed(n * 4))
+                .collect()
+        };
+        Ok(Moments {
+            m: zeros(),
+            v: zeros(),
+            slots,
+            chunk_lens,
+        })
+    }
+
+    /// Moments with the given values (`m[i]` and `v[i]` of one length per tensor),
+    /// as a checkpoint holds them.
+    pub fn from_values(ctx: &WgpuContext, m: &[Vec<f32>], v: &[Vec<f32>]) -> Result<Moments> {
+        Moments::from_values_in_chunks(ctx, m, v, ctx.max_binding_size())
+    }
+
+    /// [`Moments::from_values`] in chunks of at most `max_chunk_bytes`.
+    pub fn from_values_in_chunks(
+        ctx: &WgpuContext,
+        m: &[Vec<f32>],
+        v: &[Vec<f32>],
+        max_chunk_bytes: u64,
+    ) -> Result<Moments> {
+        let lens: Vec<usize> = m.iter().map(Vec::len).collect();
+        if v.len() != m.len() || v.iter().zip(&lens).any(|(v, &n)| v.len() != n) {
+            return Err(Error::Config(
+                "AdamW's first and second moments must have one tensor of the same \
+                 length for each parameter"
+                    .into(),
+            ));
+        }
+        let (slots, chunk_lens) = layout(&lens, max_chunk_bytes)?;
+        let upload = |tensors: &[Vec<f32>]| {
+            let mut hosts: Vec<Vec<f32>> = chunk_lens.iter().map(|&n| vec![0.0; n]).collect();
+            for (slot, values) in slots.iter().zip(tensors) {
+                hosts[slot.chunk][slot.offset..slot.offset + slot.len].copy_from_slice(values);
+            }
+            // Written at creation: no staging chunk of the arena's size stays behind.
+            hosts
+                .iter()
+                .map(|host| ctx.upload(host))
+                .collect::<Vec<_>>()
+        };
+        Ok(Moments {
+            m: upload(m),
+            v: upload(v),
+            slots,
+            chunk_lens,
+        })
+    }
+
+    /// Every tensor's `(m, v)`, downloaded (one read a chunk and arena).
+    pub async fn download(&self, ctx: &WgpuContext) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+        let mut out = Vec::with_capacity(2);
+        for arena in [&self.m, &self.v] {
+            let mut chunks = Vec::with_capacity(arena.len());
+            for (buffer, &n) in arena.iter().zip(&self.chunk_lens) {
+                chunks.push(ctx.download::<f32>(buffer, n).await?);
+            }
+            let tensors = self
+                .slots
+                .iter()
+                .map(|s| chunks[s.chunk][s.offset..s.offset + s.len].to_vec())
+                .collect::<Vec<_>>();
+            out.push(tensors);
+        }
+        let v = out.pop().expect("two arenas");
+        let m = out.pop().expect("two arenas");
+        Ok((m, v))
+    }
+
+    /// Tensors whose moments these are.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Buffers each arena is split into (1 unless the model passes the largest
+    /// binding).
+    pub fn chunks(&self) -> usize {
+        self.chunk_lens.len()
+    }
+
+    /// The buffer whose first two floats are `[norm, scale]` of the latest
+    /// [`adamw_step`]: the global gradient norm and the clipping scale.
+    pub fn norm_scale(&self) -> &PooledBuffer {
+        &self.m[0]
+    }
+}
+
+// ---- the step ----------------------------------------------------------------------
+
+/// How many tensors one dispatch of each multi-tensor kernel takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorsPerDispatch {
+    /// `sumsq` binds one storage buffer a tensor and the partials.
+    pub sumsq: usize,
+    /// `adamw` binds two a tensor (parameter, gradient) and the two moment chunks.
+    pub adamw: usize,
+}
+
+impl TensorsPerDispatch {
+    /// As many as a shader stage may bind (`max_storage` storage buffers, `max_buffers`
+    /// buffers of every kind, the uniform included), at most
+    /// [`MAX_TENSORS_PER_DISPATCH`]. WebGPU's default of 8 storage buffers gives 7
+    /// and 3; Chromium on SwiftShader offers 10 (9 and 4), lavapipe 32 (31 and 15).
+    /// Metal counts storage and uniform buffers against one limit (29 in wgpu).
+    pub fn for_limits(max_storage: u32, max_buffers: u32) -> Self {
+        let n = max_storage.min(max_buffers.saturating_sub(1)) as usize;
+        TensorsPerDispatch {
+            sumsq: n.saturating_sub(1).clamp(1, MAX_K),
+            adamw: (n.saturating_sub(2) / 2).clamp(1, MAX_K),
+        }
+    }
+
+    /// For the device of `ctx` (which asks for the adapter's own limits).
+    pub fn of(ctx: &WgpuContext) -> Self {
+        let l = ctx.limits();
+        Self::for_limits(
+            l.max_storage_buffers_per_shader_stage,
+            l.max_buffers_and_acceleration_structures_per_shader_stage,
+        )
+    }
+
+    /// What the `target` tuning uses of these. CPU adapters run every case of the
+    /// kernels' switch on the tensor under a lane mask, so each tensor a dispatch
+    /// costs every workgroup; AdamW (the bigger cases) takes at most
+    /// [`CPU_ADAMW_TENSORS`] there.
+    pub fn for_target(self, target: Target) -> Self {
+        match target {
+            Target::Gpu => self,
+            Target::Cpu => TensorsPerDispatch {
+                adamw: self.adamw.min(CPU_ADAMW_TENSORS),
+                ..self
+            },
+        }
+    }
+}
+
+/// AdamW's tensors a dispatch on CPU adapters: the fastest on lavapipe of 1 to 15
+/// (BENCHMARKS.md).
+pub const CPU_ADAMW_TENSORS: usize = 4;
+
+/// One parameter tensor of an optimizer step: updated in place from its gradient;
+/// `decay` applies the weight decay (matrices and embeddings, as nanoGPT).
+#[derive(Clone, Copy)]
+pub struct StepTensor<'a> {
+    pub param: &'a PooledBuffer,
+    pub grad: &'a PooledBuffer,
+    pub decay: bool,
+}
+
+/// Workgroups and elements a workgroup of the `sumsq` pass for a tensor of `len`.
+fn sumsq_parts(target: Target, len: usize) -> (usize, usize) {
+    let parts = match target {
+        Target::Gpu => len.div_ceil(4 * WG as usize).clamp(1, MAX_PARTS),
+        Target::Cpu => len.div_ceil(CPU_ONE_PASS_MAX).max(1),
+    };
+    let span = len
+        .div_ceil(parts)
+        .next_multiple_of(WG as usize)
+        .max(WG as usize);
+    (parts, span)
+}
+
+/// Floats of the scratch buffer [`adamw_step_on`] draws from the pool for tensors
+/// of `lens` floats: the partial sums of squares.
+pub fn scratch_floats(target: Target, lens: &[usize]) -> usize {
+    lens.iter()
+        .map(|&n| sumsq_parts(target, n).0)
+        .sum::<usize>()
+}
+
+/// Clips the gradients to the global norm `max_norm` (0: no clipping) and applies
+/// AdamW to every tensor, `tensors[i]` with the moments of `moments`' tensor `i`.
+/// Weight decay is `hp.weight_decay` where `decay` is set, else 0. Afterwards
+/// [`Moments::norm_scale`] holds `[norm, scale]`. The CPU specification is
+/// [`crate::reference::clip_scale`] over the sums of
+/// [`crate::reference::grad_sumsq`], then [`crate::reference::adamw_update`].
+pub fn adamw_step(
+    ctx: &WgpuContext,
+    tensors: &[StepTensor],
+    moments: &Moments,
+    hp: &AdamW,
+    max_norm: f32,
+) {
+    let target = Target::of(ctx);
+    let per = TensorsPerDispatch::of(ctx).for_target(target);
+    adamw_step_on(ctx, target, per, tensors, moments, hp, max_norm)
+}
+
+/// [`adamw_step`] in the variant for `target`, with `per` tensors a dispatch (at
+/// most what the device binds).
+pub fn adamw_step_on(
+    ctx: &WgpuContext,
+    target: Target,
+    per: TensorsPerDispatch,
+    tensors: &[StepTensor],
+    moments: &Moments,
+    hp: &AdamW,
+    max_norm: f32,
+) {
+    assert_eq!(tensors.len(), moments.len(), "one moment slot a tensor");
+    assert!((1..=MAX_K).contains(&per.sumsq) && (1..=MAX_K).contains(&per.adamw));
+    for (i, (t, slot)) in tensors.iter().zip(&moments.slots).enumerate() {
+        assert!(
+            t.param.len() >= slot.len * 4 && t.grad.len() >= slot.len * 4,
+            "tensor {i}: {} floats, buffers of {} and {} bytes",
+            slot.len,
+            t.param.len(),
+            t.grad.len()
+        );
+    }
+    let u = |x: usize| u32::try_from(x).expect("the plan keeps tensors under 2^32 floats");
+
+    // 1. Partial sums of squares of all gradients, tensor after tensor.
+    let lens: Vec<usize> = moments.slots.iter().map(|s| s.len).collect();
+    let partials = ctx.create_pooled(scratch_floats(target, &lens).max(1) * 4);
+    let mut part_offset = 0;
+    for (group, lens) in tensors.chunks(per.sumsq).zip(lens.chunks(per.sumsq)) {
+        let mut params = bytemuck::Zeroable::zeroed();
+        let TensorsParams {
+            groups,
+            tensors: table,
+            ..
+        } = &mut params;
+        for (entry, &len) in table.iter_mut().zip(lens) {
+            let (parts, span) = sumsq_parts(target, len);
+            *entry = [*groups, u(len), u(part_offset), u(span)];
+            *groups += u(parts);
+            part_offset += parts;
+        }
+        let mut buffers: Vec<&wgpu::Buffer> = group.iter().map(|t| &**t.grad).collect();
+        buffers.push(&partials);
+        let kernel = tensors_kernel(Pass::Sumsq, group.len());
+        ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
+    }
+
+    // 2. The norm and the clipping scale, into the head of every m chunk.
+    let params = Params {
+        n: u(part_offset),
+        max_norm,
+        ..Default::default()
+    };
+    for chunk in &moments.m {
+        ctx.dispatch(&GLOBAL_NORM, &params, &[&partials, chunk], [1, 1, 1]);
+    }
+
+    // 3. AdamW over runs of tensors in one chunk.
+    let span = match target {
+        Target::Gpu => ADAMW_SPAN_GPU,
+        Target::Cpu => ADAMW_SPAN_CPU,
+    };
+    let (bc1, bc2) = hp.bias_corrections();
+    let mut start = 0;
+    while start < tensors.len() {
+        let chunk = moments.slots[start].chunk;
+        let mut end = start + 1;
+        while end < tensors.len() && end - start < per.adamw && moments.slots[end].chunk == chunk {
+            end += 1;
+        }
+        let mut params = TensorsParams {
+            lr: hp.lr,
+            beta1: hp.beta1,
+            beta2: hp.beta2,
+            eps: hp.eps,
+            weight_decay: hp.weight_decay,
+            bc1,
+            bc2,
+            ..bytemuck::Zeroable::zeroed()
+        };
+        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(2 * (end - start) + 2);
+        for (i, (t, slot)) in tensors[start..end]
+            .iter()
+            .zip(&moments.slots[start..end])
+            .enumerate()
+        {
+            params.tensors[i] = [params.groups, u(slot.len), u(slot.offset), span];
+            params.groups += u(slot.len).div_ceil(span);
+            params.decay |= (t.decay as u32) << i;
+            buffers.extend([&**t.param, &**t.grad]);
+        }
+        buffers.extend([&*moments.m[chunk], &*moments.v[chunk]]);
+        let kernel = tensors_kernel(Pass::Adamw, end - start);
+        ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
+        start = end;
+    }
+}
+
+// ---- the generated kernels ---------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    Sumsq,
+    Adamw,
+}
+
+impl Pass {
+    fn name(self) -> &'static str {
+        match self {
+            Pass::Sumsq => "sumsq",
+            Pass::Adamw => "adamw",
+        }
+    }
+}
+
+/// The kernel of `pass` for `k` tensors, generated on first use.
+fn tensors_kernel(pass: Pass, k: usize) -> Kernel {
+    assert!((1..=MAX_K).contains(&k), "{k} tensors a dispatch");
+    // Each (pass, k) is generated once and leaked: `Kernel` and the pipeline cache
+    // hold `&'static str`s, and k <= MAX_K bounds the whole set at 2 * MAX_K small
+    // sources a process (a model uses two or three).
+    static MADE: Mutex<Vec<(Pass, usize, Kernel)>> = Mutex::new(Vec::new());
+    let mut made = crate::gpu::lock(&MADE);
+    if let Some((.., kernel)) = made.iter().find(|(p, n, _)| (*p, *n) == (pass, k)) {
+        return *kernel;
+    }
+    let kernel = Kernel {
+        name: Box::leak(format!("optimizer_{}_{k}", pass.name()).into_boxed_str()),
+        source: Box::leak(tensors_source(pass, k).into_boxed_str()),
+        entry: pass.name(),
+        unchecked: false,
+    };
+    made.push((pass, k, kernel));
+    kernel
+}
+
+/// WGSL of `pass` for `k` tensors: the prelude, the bindings, and the template's
+/// shared part and `pass`'s section with each `//#each` block copied `k` times.
+fn tensors_source(pass: Pass, k: usize) -> String {
+    let mut out = String::from(PRELUDE);
+    let mut bind = |binding: usize, access: &str, name: String| {
+        writeln!(
+            out,
+            "@group(0) @binding({binding}) var<storage, {access}> {name}: array<f32>;"
+        )
+        .expect("writing to a String");
+    };
+    match pass {
+        Pass::Sumsq => {
+            for i in 0..k {
+                bind(1 + i, "read", format!("grad{i}"));
+            }
+            bind(1 + k, "read_write", "partials".into());
+        }
+        Pass::Adamw => {
+            for i in 0..k {
+                bind(1 + 2 * i, "read_write", format!("param{i}"));
+                bind(2 + 2 * i, "read", format!("grad{i}"));
+            }
+            bind(1 + 2 * k, "read_write", "m".into());
+            bind(2 + 2 * k, "read_write", "v".into());
+        }
+    }
+    writeln!(out, "const K: u32 = {k}u;\nconst MAX_K: u32 = {MAX_K}u;")
+        .expect("writing to a String");
+    let mut skipping = false;
+    let mut block: Option<Vec<&str>> = None;
+    for line in TEMPLATE.lines() {
+        match line.trim() {
+            t if t.starts_with("//#if ") => skipping = t["//#if ".len()..] != *pass.name(),
+            "//#endif" => skipping = false,
+            _ if skipping => {}
+            "//#each" => block = Some(Vec::new()),
+            "//#end" => {
+                let lines = block.take().expect("//#end closes an //#each");
+                for i in 0..k {
+                    for l in &lines {
+                        out.push_str(&l.replace('#', &i.to_string()));
+                        out.push('\n');
+                    }
+                }
+            }
+            _ => match &mut block {
+                Some(lines) => lines.push(line),
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            },
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_packs_tensors_into_chunks_of_the_binding_size() {
+        // 16 floats a chunk at most: the header and up to 12 floats of tensors.
+        let (slots, chunks) = layout(&[3, 5, 9, 12, 1], 64).unwrap();
+        let at = |chunk, offset, len| Slot { chunk, offset, len };
+        assert_eq!(
+            slots,
+            [
+                at(0, 4, 3),
+                at(0, 8, 5),
+                at(1, 4, 9),
+                at(2, 4, 12),
+                at(3, 4, 1)
+            ]
+        );
+        assert_eq!(chunks, [13, 13, 16, 5]);
+        assert!(layout(&[13], 64).is_err(), "13 floats + header > 16");
+        let (slots, chunks) = layout(&[], 64).unwrap();
+        assert!(slots.is_empty());
+        assert_eq!(chunks, [HEADER]);
+    }
+
+    #[test]
+    fn generated_kernels_bind_k_tensors() {
+        let src = tensors_source(Pass::Adamw, 3);
+        assert!(src.contains("@binding(5) var<storage, read_write> param2"));
+        assert!(src.contains("@binding(8) var<storage, read_write> v"));
+        assert!(src.contains("case 2u: { adamw_2("));
+        assert!(!src.contains("case 3u") && !src.contains("fn sumsq"));
+        assert!(
+            !src.contains("_#") && !src.contains("#["),
+            "placeholders replaced"
+        );
+        let src = tensors_source(Pass::Sumsq, 2);
+        assert!(src.contains("@binding(3) var<storage, read_write> partials"));
+        assert!(!src.contains("fn adamw"));
+    }
+
+    #[test]
+    fn tensors_per_dispatch_follow_the_binding_limit() {
+        let per = |storage, all| {
+            let t = TensorsPerDispatch::for_limits(storage, all);
+            (t.sumsq, t.adamw)
+        };
+        assert_eq!(per(8, u32::MAX), (7, 3));
+        assert_eq!(per(10, u32::MAX), (9, 4));
+        assert_eq!(per(32, u32::MAX), (31, 15));
+        assert_eq!(per(1_000_000, u32::MAX), (MAX_K, MAX_K));
+        // Metal: 29 buffers of all kinds, one of them the uniform.
+        assert_eq!(per(29, 29), (27, 13));
+        let lavapipe = TensorsPerDispatch::for_limits(32, u32::MAX);
+        assert_eq!(lavapipe.for_target(Target::Gpu), lavapipe);
+        let cpu = lavapipe.for_target(Target::Cpu);
+        assert_eq!((cpu.sumsq, cpu.adamw), (31, CPU_ADAMW_TENSORS));
+    }
 }

@@ -1,20 +1,20 @@
-// Optimizer pieces: gradient norms, clipping, AdamW. Entry points:
+// Sums (the loss's mean shares them), the global gradient norm and clipping scale,
+// scaling in place. AdamW and the sums of squares it clips by are in
+// optimizer_tensors.wgsl. Entry points:
 //   reduce_partial  sum (or sum of squares) of x: workgroup g sums elements
 //                   g*256 + lid + k*(groups*256) and writes partial[g]
 //   reduce_final    one workgroup sums the partials in order, out[slot] = sum * mul
 //   reduce_one      both in one workgroup, straight from x (CPU adapters, small n)
-//   global_norm     one workgroup: norm = sqrt(sum of the per-tensor sums of squares),
-//                   scale = max_norm / (norm + 1e-6) if 0 < max_norm < norm, else 1
-//   adamw           one thread an element: AdamW on param, m, v in place, the gradient
-//                   times the clipping scale norm_scale[1]
+//   global_norm     one workgroup: norm = sqrt(sum of the partial sums of squares
+//                   that optimizer_tensors.wgsl's sumsq wrote), scale = max_norm /
+//                   (norm + 1e-6) if 0 < max_norm < norm, else 1; writes [norm, scale]
+//                   to the head of a first-moment arena chunk
 //   scale           x *= norm_scale[1]
 // Fixed summation orders: the same input always gives the same bits.
 // Entry points share bindings; each uses exactly those its launcher passes.
 
-// Uniform parameters are at most 32 bytes on some devices (lavapipe's uniform offset
-// alignment), so AdamW's hyperparameters get their own struct at binding 0.
 struct Params {
-    n: u32,        // elements (global_norm: tensors)
+    n: u32,        // elements (global_norm: partial sums)
     parts: u32,    // reduce_*: partial sums
     slot: u32,     // reduce_final: element of `out` to write
     square: u32,   // reduce_partial: 1 sums squares
@@ -24,19 +24,7 @@ struct Params {
     _pad1: u32,
 }
 
-struct AdamParams {
-    n: u32,
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
-    weight_decay: f32,
-    bc1: f32, // 1 - beta1^step
-    bc2: f32, // 1 - beta2^step
-}
-
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(0) var<uniform> hp: AdamParams;
 // reduce_partial: x, partial
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> partial: array<f32>;
@@ -44,15 +32,9 @@ struct AdamParams {
 // reduce_final: partials, out
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
-// global_norm: sumsq, norm_scale_out
+// global_norm: partial sums of squares, the arena chunk whose head gets [norm, scale]
 @group(0) @binding(1) var<storage, read> sumsq: array<f32>;
 @group(0) @binding(2) var<storage, read_write> norm_scale_out: array<f32>;
-// adamw: param, grad, m, v, norm_scale
-@group(0) @binding(1) var<storage, read_write> param: array<f32>;
-@group(0) @binding(2) var<storage, read> grad: array<f32>;
-@group(0) @binding(3) var<storage, read_write> m: array<f32>;
-@group(0) @binding(4) var<storage, read_write> v: array<f32>;
-@group(0) @binding(5) var<storage, read> norm_scale: array<f32>;
 // scale: x_io, norm_scale
 @group(0) @binding(1) var<storage, read_write> x_io: array<f32>;
 @group(0) @binding(2) var<storage, read> s_norm_scale: array<f32>;
@@ -115,23 +97,6 @@ fn global_norm(@builtin(local_invocation_index) lid: u32) {
         norm_scale_out[0] = norm;
         norm_scale_out[1] = select(1.0, p.max_norm / (norm + 1e-6), clip);
     }
-}
-
-@compute @workgroup_size(WG)
-fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = linear(gid, nwg);
-    if (i >= hp.n) {
-        return;
-    }
-    let g = grad[i] * norm_scale[1];
-    let mi = hp.beta1 * m[i] + (1.0 - hp.beta1) * g;
-    let vi = hp.beta2 * v[i] + (1.0 - hp.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    let m_hat = mi / hp.bc1;
-    let v_hat = vi / hp.bc2;
-    let w = param[i];
-    param[i] = w - hp.lr * (m_hat / (sqrt(v_hat) + hp.eps) + hp.weight_decay * w);
 }
 
 @compute @workgroup_size(WG)

@@ -1,0 +1,142 @@
+// The optimizer over many tensors a dispatch. A template: `optimizer.rs` stamps it
+// for k tensors (1 <= k <= MAX_K) when a kernel is first needed. It prepends the
+// prelude, the bindings, `const K` (= k) and `const MAX_K`, keeps the shared part
+// and one entry point's `//#if NAME` section, and copies each block between
+// `//#each` and `//#end` k times with `#` replaced by the tensor's index 0..k-1.
+// WGSL cannot index an array of buffers, so each tensor's buffers get their own
+// copy of the loop, and a switch on the workgroup's tensor picks it.
+//
+// Entry points:
+//   sumsq  workgroup w sums the squares of elements [j * span, (j + 1) * span) of
+//          its tensor (j: w's index among the tensor's workgroups) and writes
+//          partials[offset + j]
+//   adamw  workgroup w updates elements [j * span, (j + 1) * span) of its tensor:
+//          AdamW on param, m, v with the gradient times the clipping scale, which
+//          the norm kernel (optimizer.wgsl `global_norm`) left in m[1]
+// Fixed summation orders: the same input always gives the same bits.
+
+// Per tensor of the dispatch: (first workgroup, length, offset, span): the offset
+// into the partials (sumsq) or the moment arenas (adamw), the span the elements
+// one workgroup takes. Loop bounds come from this table only, read at a dynamic index:
+// lavapipe re-specializes a shader for every dispatch whose loops are bounded by
+// uniform values at fixed offsets (it inlines them), which costs milliseconds a
+// dispatch for kernels this size.
+struct TensorsParams {
+    decay: u32,  // adamw: bit i set: tensor i decays
+    groups: u32, // workgroups in this dispatch
+    _pad0: u32,
+    _pad1: u32,
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    weight_decay: f32,
+    bc1: f32, // 1 - beta1^step
+    bc2: f32, // 1 - beta2^step
+    _pad2: f32,
+    tensors: array<vec4<u32>, MAX_K>,
+}
+
+@group(0) @binding(0) var<uniform> p: TensorsParams;
+
+const WG: u32 = 256u;
+
+// The dispatch's index of the tensor that workgroup `group` works on: the last
+// whose first workgroup is at most `group`.
+fn tensor_of(group: u32) -> u32 {
+    var t = 0u;
+    for (var i = 1u; i < K; i++) {
+        if (p.tensors[i].x <= group) {
+            t = i;
+        }
+    }
+    return t;
+}
+
+// Workgroups past 65535 go to y, as `grid_1d` does with threads.
+fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.x + wid.y * nwg.x;
+}
+
+//#if sumsq
+//#each
+fn sumsq_#(j: u32, e: vec4<u32>, lid: u32) -> f32 {
+    let end = min((j + 1u) * e.w, e.y);
+    var s = 0.0;
+    for (var i = j * e.w + lid; i < end; i += WG) {
+        let x = grad#[i];
+        s += x * x;
+    }
+    return s;
+}
+//#end
+
+@compute @workgroup_size(WG)
+fn sumsq(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let group = group_index(wid, nwg);
+    if (group >= p.groups) {
+        return;
+    }
+    let t = tensor_of(group);
+    let e = p.tensors[t];
+    let j = group - e.x;
+    var s = 0.0;
+    switch t {
+        //#each
+        case #u: { s = sumsq_#(j, e, lid); }
+        //#end
+        default: {}
+    }
+    let total = block_sum(s, lid);
+    if (lid == 0u) {
+        partials[e.z + j] = total;
+    }
+}
+//#endif
+
+//#if adamw
+//#each
+fn adamw_#(j: u32, e: vec4<u32>, decay: f32, scale: f32, lid: u32) {
+    let end = min((j + 1u) * e.w, e.y);
+    for (var i = j * e.w + lid; i < end; i += WG) {
+        let g = grad#[i] * scale;
+        let a = e.z + i;
+        let mi = p.beta1 * m[a] + (1.0 - p.beta1) * g;
+        let vi = p.beta2 * v[a] + (1.0 - p.beta2) * g * g;
+        m[a] = mi;
+        v[a] = vi;
+        let m_hat = mi / p.bc1;
+        let v_hat = vi / p.bc2;
+        let w = param#[i];
+        param#[i] = w - p.lr * (m_hat / (sqrt(v_hat) + p.eps) + decay * w);
+    }
+}
+//#end
+
+@compute @workgroup_size(WG)
+fn adamw(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let group = group_index(wid, nwg);
+    if (group >= p.groups) {
+        return;
+    }
+    let t = tensor_of(group);
+    let e = p.tensors[t];
+    let j = group - e.x;
+    let decay = select(0.0, p.weight_decay, ((p.decay >> t) & 1u) != 0u);
+    let scale = m[1];
+    switch t {
+        //#each
+        case #u: { adamw_#(j, e, decay, scale, lid); }
+        //#end
+        default: {}
+    }
+}
+//#endif

@@ -1,0 +1,255 @@
+//! The optimizer kernels against their CPU reference (`tidepool::reference`): the
+//! multi-tensor step (sums of squares, global norm and clipping scale, AdamW) in
+//! both kernel tunings, with many and few tensors a dispatch and moments in one or
+//! several arena chunks; and scaling in place. Natively and in headless Chromium.
+
+mod common;
+
+use common::{assert_close, context, poisoned, read};
+use tidepool::kernels::{self, AdamW, Moments, StepTensor, Target, TensorsPerDispatch};
+use tidepool::reference as cpu;
+use tidepool::rng::{fresh_seed, Rng};
+use tidepool::WgpuContext;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+fn normals(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.normal() * scale).collect()
+}
+
+/// Largest tensor drawn: past one GPU sum-of-squares part (1024 floats) and, natively,
+/// past one CPU-adapter part (65536) and the 256 parts of the GPU tuning.
+#[cfg(not(target_arch = "wasm32"))]
+const MAX_LEN: usize = 300_000;
+#[cfg(target_arch = "wasm32")]
+const MAX_LEN: usize = 70_000;
+
+/// `count` tensor lengths, none a multiple of the workgroup (256): every other one
+/// drawn from sizes around the kernels' parts and spans, the rest odd and spread up
+/// to `MAX_LEN / 4`.
+fn lengths(rng: &mut Rng, count: usize) -> Vec<usize> {
+    let edges = [1, 7, 1023, 4097, 65_537, MAX_LEN - 1];
+    (0..count)
+        .map(|i| {
+            if i % 2 == 0 {
+                edges[rng.below(edges.len())]
+            } else {
+                1 + rng.below(MAX_LEN / 8) * 2
+            }
+        })
+        .collect()
+}
+
+/// What one case runs on the GPU and on the host.
+struct Case {
+    params: Vec<Vec<f32>>,
+    m: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    decay: Vec<bool>,
+}
+
+gpu_test!(adamw_step_matches_reference, step_body());
+/// Tolerances, relative to the largest value of each tensor: 1e-5 for the norm and
+/// the scale (f32 sums in a fixed tree against f64), 1e-5 for parameters and moments
+/// after each of three steps (elementwise f32 against f64, one sqrt and divide each).
+async fn step_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    let small = TensorsPerDispatch { sumsq: 3, adamw: 2 };
+    let one = TensorsPerDispatch { sumsq: 1, adamw: 1 };
+    for target in Target::ALL {
+        let device = TensorsPerDispatch::of(&ctx).for_target(target);
+        // Counts below and above each setting's tensors a dispatch.
+        for (count, per) in [
+            (1, device),
+            (5, small),
+            (3, one),
+            (device.adamw + 3, device),
+        ] {
+            // Several arena chunks where one tensor's moments fill most of a chunk.
+            for chunked in [false, true] {
+                let what = format!("{target:?}, {count} tensors, {per:?}, chunked {chunked}");
+                run_case(&ctx, &mut rng, target, count, per, chunked, &what, seed).await;
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_case(
+    ctx: &WgpuContext,
+    rng: &mut Rng,
+    target: Target,
+    count: usize,
+    per: TensorsPerDispatch,
+    chunked: bool,
+    what: &str,
+    seed: u64,
+) {
+    let lens = lengths(rng, count);
+    let mut case = Case {
+        params: lens.iter().map(|&n| normals(rng, n, 0.5)).collect(),
+        // Moments as a resumed run has them: v positive.
+        m: lens.iter().map(|&n| normals(rng, n, 0.01)).collect(),
+        v: lens
+            .iter()
+            .map(|&n| normals(rng, n, 0.01).iter().map(|x| x * x).collect())
+            .collect(),
+        decay: lens.iter().map(|_| rng.below(2) == 1).collect(),
+    };
+    let max_chunk = if chunked {
+        // The largest tensor and the 4-float header fill a chunk: no other tensor
+        // shares it.
+        (lens.iter().max().unwrap() + 4) as u64 * 4
+    } else {
+        ctx.max_binding_size()
+    };
+    let moments = Moments::from_values_in_chunks(ctx, &case.m, &case.v, max_chunk).unwrap();
+    assert!(!chunked || count == 1 || moments.chunks() > 1, "{what}");
+    let params: Vec<_> = case.params.iter().map(|p| ctx.upload(p)).collect();
+    for step in 1..=3u32 {
+        let grads: Vec<Vec<f32>> = lens.iter().map(|&n| normals(rng, n, 0.1)).collect();
+        let gpu_grads: Vec<_> = grads.iter().map(|g| ctx.upload(g)).collect();
+        let total: f64 = grads.iter().map(|g| cpu::grad_sumsq(g)).sum();
+        let norm = total.sqrt() as f32;
+        // Off, above the norm (no clip), below it (clip).
+        let max_norm = [0.0, norm * 2.0, norm * 0.25][step as usize - 1];
+        let hp = AdamW {
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            step,
+        };
+        let tensors: Vec<StepTensor> = params
+            .iter()
+            .zip(&gpu_grads)
+            .zip(&case.decay)
+            .map(|((param, grad), &decay)| StepTensor { param, grad, decay })
+            .collect();
+        let before = ctx.counters().dispatches;
+        let scratch = kernels::scratch_floats(target, &lens);
+        ctx.scope(|| {
+            poisoned(ctx, &[scratch], || {
+                kernels::adamw_step_on(ctx, target, per, &tensors, &moments, &hp, max_norm)
+            })
+        });
+        let dispatches = ctx.counters().dispatches - before;
+        let passes = count.div_ceil(per.sumsq) + count.div_ceil(per.adamw);
+        if moments.chunks() == 1 {
+            assert_eq!(dispatches as usize, passes + 1, "dispatches, {what}");
+        } else {
+            // One norm a chunk; an AdamW dispatch never spans two chunks.
+            let most = passes + 2 * moments.chunks() - 1;
+            assert!(
+                dispatches as usize <= most,
+                "dispatches {dispatches}, {what}"
+            );
+        }
+
+        let (want_norm, scale) = cpu::clip_scale(total, max_norm);
+        let Case {
+            params: host,
+            m,
+            v,
+            decay,
+        } = &mut case;
+        for ((((param, grad), m), v), &decay) in
+            host.iter_mut().zip(&grads).zip(m).zip(v).zip(&*decay)
+        {
+            let hp = AdamW {
+                weight_decay: if decay { hp.weight_decay } else { 0.0 },
+                ..hp
+            };
+            cpu::adamw_update(param, grad, m, v, &hp, scale);
+        }
+        let what = format!("{what}, step {step}, max_norm {max_norm}");
+        let got = ctx
+            .download::<f32>(moments.norm_scale(), 2)
+            .await
+            .expect("download");
+        assert_close(
+            &format!("norm, {what}"),
+            &got[..1],
+            &[want_norm],
+            1e-5,
+            seed,
+        );
+        assert_close(&format!("scale, {what}"), &got[1..], &[scale], 1e-5, seed);
+        if step == 3 {
+            assert!(got[1] < 0.3, "clipped: {what}");
+        } else {
+            assert_eq!(got[1], 1.0, "not clipped: {what}");
+        }
+        let (m, v) = moments.download(ctx).await.expect("download");
+        for i in 0..count {
+            let n = lens[i];
+            let tensor = format!("tensor {i} of {n}, {what}");
+            let got = read(ctx, &params[i], n).await;
+            assert_close(
+                &format!("param, {tensor}"),
+                &got,
+                &case.params[i],
+                1e-5,
+                seed,
+            );
+            assert_close(&format!("m, {tensor}"), &m[i], &case.m[i], 1e-5, seed);
+            assert_close(&format!("v, {tensor}"), &v[i], &case.v[i], 1e-5, seed);
+        }
+    }
+}
+
+gpu_test!(moments_round_trip_through_their_arenas, moments_body());
+/// Exact: uploads and downloads copy bits. New moments are zero.
+async fn moments_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    let lens = lengths(&mut rng, 7);
+    let chunk = (lens.iter().max().unwrap() + 4) as u64 * 4;
+    let zero = Moments::zeroed_in_chunks(&ctx, &lens, chunk).unwrap();
+    assert!(zero.chunks() > 1);
+    let (m, v) = zero.download(&ctx).await.unwrap();
+    for (i, &n) in lens.iter().enumerate() {
+        assert_eq!((m[i].len(), v[i].len()), (n, n));
+        assert!(m[i].iter().chain(&v[i]).all(|&x| x == 0.0), "tensor {i}");
+    }
+    let m: Vec<Vec<f32>> = lens.iter().map(|&n| normals(&mut rng, n, 1.0)).collect();
+    let v: Vec<Vec<f32>> = lens.iter().map(|&n| normals(&mut rng, n, 1.0)).collect();
+    for max_chunk in [ctx.max_binding_size(), chunk] {
+        let moments = Moments::from_values_in_chunks(&ctx, &m, &v, max_chunk).unwrap();
+        assert_eq!(moments.len(), lens.len());
+        assert_eq!(
+            moments.download(&ctx).await.unwrap(),
+            (m.clone(), v.clone())
+        );
+    }
+    // Refused: mismatched tensors, and one too large for a chunk.
+    assert!(Moments::from_values(&ctx, &m, &v[1..]).is_err());
+    let err = Moments::zeroed_in_chunks(&ctx, &[1000], 1000 * 4)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("binds at most 4000 bytes"),
+        "{err}"
+    );
+}
+
+gpu_test!(scale_in_place_matches_reference, scale_body());
+/// Exact: one f32 multiply, as the reference.
+async fn scale_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for &n in &[1usize, 130, 70_001] {
+        let mut x = normals(&mut rng, n, 1.0);
+        let gx = ctx.upload(&x);
+        let ns = ctx.upload(&[9.0f32, 0.37]);
+        poisoned(&ctx, &[], || kernels::scale_in_place(&ctx, &gx, n, &ns));
+        cpu::scale_in_place(&mut x, 0.37);
+        assert_eq!(read(&ctx, &gx, n).await, x, "n {n}, seed {seed}");
+    }
+}
