@@ -166,7 +166,28 @@ pub struct BufferPoolConfig {
     /// Free buffers not reused for this many ticks (the context ticks once a submit)
     /// are destroyed by [`BufferPool::evict_idle`]. `None`: never by age. Default `None`.
     pub max_idle_ticks: Option<u64>,
+    /// How much larger than its own class a free buffer may be and still serve a
+    /// request whose class is empty ([`BufferPool::take`]): the smallest non-empty
+    /// class up to `fit_ratio` times its own is used before a buffer is created.
+    /// 1: only its own class (the seed's rule, and what [`BufferPool::acquire`]
+    /// always does). Default [`DEFAULT_FIT_RATIO`].
+    pub fit_ratio: u32,
 }
+
+/// Default [`BufferPoolConfig::fit_ratio`]. A training step frees buffers whose
+/// classes the rest of the step never asks for again (forward activations of one
+/// shape die in the backward, which asks for gradients of others), and creates new
+/// ones beside them: with exact-class reuse 13-30% of what a pool holds at its peak
+/// sat idle in other classes on the replays of the tiny, small and shakespeare
+/// (batch 4) traces. Serving such a miss from a free buffer up to 4x its class cut
+/// the replayed pool to 1.04-1.12x the lower bound, against 1.14-1.30x for pow2/8
+/// alone; 2x left most of the gap and 8x took big buffers that later big requests
+/// needed (`tidepool trace replay` prints every row; BENCHMARKS.md has the tables).
+pub const DEFAULT_FIT_RATIO: u32 = 4;
+
+/// Largest [`BufferPoolConfig::fit_ratio`] accepted: past it a tiny request could pin
+/// a buffer of any size.
+pub const MAX_FIT_RATIO: u32 = 1024;
 
 impl Default for BufferPoolConfig {
     fn default() -> Self {
@@ -177,6 +198,7 @@ impl Default for BufferPoolConfig {
             max_bytes: 8 << 30,
             policy: SizePolicy::PowerOfTwo,
             max_idle_ticks: None,
+            fit_ratio: DEFAULT_FIT_RATIO,
         }
     }
 }
@@ -187,6 +209,12 @@ impl BufferPoolConfig {
         if self.max_buffer_size < SIZE_ALIGNMENT {
             return Err(format!(
                 "max_buffer_size must be at least {SIZE_ALIGNMENT} bytes"
+            ));
+        }
+        if !(1..=MAX_FIT_RATIO).contains(&self.fit_ratio) {
+            return Err(format!(
+                "fit_ratio must be from 1 to {MAX_FIT_RATIO}, got {}",
+                self.fit_ratio
             ));
         }
         if let SizePolicy::Subdivided { subdivisions } = self.policy {
@@ -221,13 +249,17 @@ pub struct BufferPoolStats {
     pub peak_bytes_held: u64,
     /// Acquires served from a bucket.
     pub hits: u64,
+    /// Of the hits, those served by [`BufferPool::take`] from a larger class than
+    /// the request's own (see [`BufferPoolConfig::fit_ratio`]).
+    pub fit_hits: u64,
     /// Acquires that found their bucket empty (the caller creates a buffer).
     pub misses: u64,
     /// Acquires above `max_buffer_size` (never pooled; not counted in `misses`).
     pub oversize_requests: u64,
     /// Sum of the sizes asked for by hits and misses.
     pub bytes_requested: u64,
-    /// Sum of their size classes: `bytes_allocated / bytes_requested` is what rounding costs.
+    /// Sum of the sizes handed out (or to create) for them: `bytes_allocated /
+    /// bytes_requested` is what rounding and fitting cost.
     pub bytes_allocated: u64,
     /// Releases kept for reuse.
     pub releases_accepted: u64,
@@ -381,25 +413,49 @@ impl<B: Poolable> BufferPool<B> {
     /// Takes a free buffer of at least `min_size` bytes (exactly `size_class(min_size)`),
     /// or `None` when that bucket is empty or the size is above `max_buffer_size`.
     pub fn acquire(&self, min_size: usize) -> Option<B> {
+        self.take_within(min_size, 1).ok().map(|(buffer, _)| buffer)
+    }
+
+    /// [`BufferPool::acquire`] that, when the request's class is empty, takes the
+    /// smallest free buffer of a larger class up to `fit_ratio` times its own
+    /// ([`BufferPoolConfig::fit_ratio`]), and says what it handed out:
+    /// `Ok((buffer, its size))`, or `Err(size to create)` (the request's class, or
+    /// the request itself above `max_buffer_size`). Release the buffer with the
+    /// size it came with.
+    pub fn take(&self, min_size: usize) -> Result<(B, usize), usize> {
+        self.take_within(min_size, self.config.fit_ratio)
+    }
+
+    fn take_within(&self, min_size: usize, fit_ratio: u32) -> Result<(B, usize), usize> {
         let class = self.size_class(min_size);
         let mut inner = self.lock();
         if class > self.config.max_buffer_size {
             inner.stats.oversize_requests += 1;
-            return None;
+            return Err(class);
         }
         inner.stats.bytes_requested += min_size as u64;
-        inner.stats.bytes_allocated += class as u64;
-        let free = inner.buckets.get_mut(&class).and_then(Vec::pop);
-        match free {
-            Some(free) => {
-                inner.stats.hits += 1;
-                inner.stats.total_pooled -= 1;
-                inner.stats.bytes_held -= class as u64;
-                Some(free.buffer)
+        let limit = class
+            .saturating_mul(fit_ratio.max(1) as usize)
+            .min(self.config.max_buffer_size);
+        // Buckets emptied by earlier takes stay in the map; skip them.
+        let found = inner
+            .buckets
+            .range_mut(class..=limit)
+            .find_map(|(&size, list)| list.pop().map(|free| (size, free)));
+        match found {
+            Some((size, free)) => {
+                let stats = &mut inner.stats;
+                stats.hits += 1;
+                stats.fit_hits += u64::from(size != class);
+                stats.bytes_allocated += size as u64;
+                stats.total_pooled -= 1;
+                stats.bytes_held -= size as u64;
+                Ok((free.buffer, size))
             }
             None => {
+                inner.stats.bytes_allocated += class as u64;
                 inner.stats.misses += 1;
-                None
+                Err(class)
             }
         }
     }
