@@ -230,8 +230,13 @@ pub fn object_plan(tensors: &[Tensor]) -> (Vec<usize>, Vec<u64>) {
     for i in order {
         let t = &tensors[i];
         let size = aligned(t);
-        // Buffers are planned largest tensor first, so every one is large enough.
-        let fits = |o: usize| members[o].iter().all(|&j| !tensors[j].overlaps(t));
+        // Buffers are planned largest tensor first, so every one is large enough;
+        // a buffer of an unpoolable tensor is its alone.
+        let fits = |o: usize| {
+            members[o]
+                .iter()
+                .all(|&j| tensors[j].poolable && !tensors[j].overlaps(t))
+        };
         let best = t
             .poolable
             .then(|| {

@@ -245,6 +245,7 @@ async fn policies_body() {
         let ctx = WgpuContext::with_options(ContextOptions {
             pool: BufferPoolConfig {
                 policy,
+                fit_ratio: 1,
                 ..Default::default()
             },
             ..Default::default()
@@ -255,11 +256,38 @@ async fn policies_body() {
         assert_eq!(buffer.size(), want, "{policy:?}");
         drop(buffer);
         let again = ctx.create_pooled(1190);
-        // Exact classes only serve their own size.
+        // Exact classes only serve their own size (without a fit ratio).
         let hits = ctx.pool_stats().hits;
         assert_eq!(hits, u64::from(policy != SizePolicy::Exact), "{policy:?}");
         drop(again);
     }
+    // With the default fit ratio an exact pool serves 1190 bytes from the free 1200,
+    // and counts the 1200 in use.
+    let ctx = WgpuContext::with_options(ContextOptions {
+        pool: BufferPoolConfig {
+            policy: SizePolicy::Exact,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    drop(ctx.create_pooled(1200));
+    let in_use = ctx.counters().bytes_in_use;
+    let again = ctx.create_pooled(1190);
+    assert_eq!(again.size(), 1200);
+    assert_eq!(ctx.pool_stats().fit_hits, 1);
+    assert_eq!(ctx.counters().bytes_in_use - in_use, 1200);
+    // And it comes back under its own size.
+    drop(again);
+    assert_eq!(
+        ctx.pool_stats()
+            .buckets
+            .iter()
+            .find(|b| b.size == 1200)
+            .map(|b| b.count),
+        Some(1)
+    );
 }
 
 gpu_test!(idle_buffers_are_evicted_after_submits, idle_eviction_body());
