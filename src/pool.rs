@@ -11,6 +11,15 @@
 //! ([`SizePolicy::PowerOfTwo`]); finer policies trade fewer wasted bytes for more
 //! buckets (see [`SizePolicy`]).
 //!
+//! [`BufferPool::acquire`] serves a request from its own class only (the seed's
+//! rule). [`BufferPool::take`], which the context uses, also serves a request whose
+//! class is empty from the smallest free buffer of a larger class, up to
+//! [`BufferPoolConfig::fit_ratio`] times its own, before the caller creates one:
+//! buffers freed by tensors of one shape then serve tensors of another, instead of
+//! sitting idle while new buffers are created beside them. Kernels may be handed
+//! buffers larger than they asked for under any policy (they never read a buffer's
+//! length), and bind groups bind whole buffers, so fitting changes nothing for them.
+//!
 //! Every operation takes one `Mutex`, so the pool is `Send + Sync` whenever its
 //! buffer type is, and safe to share between threads natively.
 
@@ -174,15 +183,15 @@ pub struct BufferPoolConfig {
     pub fit_ratio: u32,
 }
 
-/// Default [`BufferPoolConfig::fit_ratio`]. A training step frees buffers whose
-/// classes the rest of the step never asks for again (forward activations of one
-/// shape die in the backward, which asks for gradients of others), and creates new
-/// ones beside them: with exact-class reuse 13-30% of what a pool holds at its peak
-/// sat idle in other classes on the replays of the tiny, small and shakespeare
-/// (batch 4) traces. Serving such a miss from a free buffer up to 4x its class cut
-/// the replayed pool to 1.04-1.12x the lower bound, against 1.14-1.30x for pow2/8
-/// alone; 2x left most of the gap and 8x took big buffers that later big requests
-/// needed (`tidepool trace replay` prints every row; BENCHMARKS.md has the tables).
+/// Default [`BufferPoolConfig::fit_ratio`], chosen on the replays of traced steps
+/// of several shapes (`tidepool trace replay`, which compares fit 2, 4 and 8; the
+/// tables are in BENCHMARKS.md). Why fit at all: a training step frees buffers
+/// whose classes the rest of the step never asks for again (activations of one
+/// shape die in the backward, which asks for gradients of others) while it creates
+/// new ones beside them, so with exact-class reuse a large part of what the pool
+/// holds at its peak sits idle. Why 4: ratio 2 reaches too few of those idle
+/// buffers (the hidden MLP activations are 4x the residual stream), and 8 lets small
+/// requests pin big buffers that a later big request then has to create again.
 pub const DEFAULT_FIT_RATIO: u32 = 4;
 
 /// Largest [`BufferPoolConfig::fit_ratio`] accepted: past it a tiny request could pin
