@@ -14,7 +14,8 @@
 //! [`BufferPool::acquire`] serves a request from its own class only (the seed's
 //! rule). [`BufferPool::take`], which the context uses, also serves a request whose
 //! class is empty from the smallest free buffer of a larger class, up to
-//! [`BufferPoolConfig::fit_ratio`] times its own, before the caller creates one:
+//! [`BufferPoolConfig::fit_ratio`] times its own (classes of [`FIT_MIN_BYTES`] and
+//! up), before the caller creates one:
 //! buffers freed by tensors of one shape then serve tensors of another, instead of
 //! sitting idle while new buffers are created beside them. Kernels may be handed
 //! buffers larger than they asked for under any policy (they never read a buffer's
@@ -177,9 +178,10 @@ pub struct BufferPoolConfig {
     pub max_idle_ticks: Option<u64>,
     /// How much larger than its own class a free buffer may be and still serve a
     /// request whose class is empty ([`BufferPool::take`]): the smallest non-empty
-    /// class up to `fit_ratio` times its own is used before a buffer is created.
-    /// 1: only its own class (the seed's rule, and what [`BufferPool::acquire`]
-    /// always does). Default [`DEFAULT_FIT_RATIO`].
+    /// class up to `fit_ratio` times its own is used before a buffer is created
+    /// (for classes of at least [`FIT_MIN_BYTES`]). 1: only its own class (the
+    /// seed's rule, and what [`BufferPool::acquire`] always does). Default
+    /// [`DEFAULT_FIT_RATIO`].
     pub fit_ratio: u32,
 }
 
@@ -193,6 +195,14 @@ pub struct BufferPoolConfig {
 /// buffers (the hidden MLP activations are 4x the residual stream), and 8 lets small
 /// requests pin big buffers that a later big request then has to create again.
 pub const DEFAULT_FIT_RATIO: u32 = 4;
+
+/// Requests whose class is below this many bytes are only served from their own
+/// class, whatever the fit ratio. Small buffers are a sliver of what a step holds,
+/// so fitting them saves next to nothing, but with many small classes close
+/// together they pass buffers down a chain of classes (a 1 KiB request takes a free
+/// 4 KiB, the next 4 KiB request a free 6 KiB, ...), shifting a little each step:
+/// the pool then takes several steps longer to reach a step that creates nothing.
+pub const FIT_MIN_BYTES: usize = 16 << 10;
 
 /// Largest [`BufferPoolConfig::fit_ratio`] accepted: past it a tiny request could pin
 /// a buffer of any size.
@@ -425,9 +435,10 @@ impl<B: Poolable> BufferPool<B> {
         self.take_within(min_size, 1).ok().map(|(buffer, _)| buffer)
     }
 
-    /// [`BufferPool::acquire`] that, when the request's class is empty, takes the
-    /// smallest free buffer of a larger class up to `fit_ratio` times its own
-    /// ([`BufferPoolConfig::fit_ratio`]), and says what it handed out:
+    /// [`BufferPool::acquire`] that, when the request's class (of at least
+    /// [`FIT_MIN_BYTES`]) is empty, takes the smallest free buffer of a larger class
+    /// up to `fit_ratio` times its own ([`BufferPoolConfig::fit_ratio`]), and says
+    /// what it handed out:
     /// `Ok((buffer, its size))`, or `Err(size to create)` (the request's class, or
     /// the request itself above `max_buffer_size`). Release the buffer with the
     /// size it came with.
@@ -443,6 +454,7 @@ impl<B: Poolable> BufferPool<B> {
             return Err(class);
         }
         inner.stats.bytes_requested += min_size as u64;
+        let fit_ratio = if class < FIT_MIN_BYTES { 1 } else { fit_ratio };
         let limit = class
             .saturating_mul(fit_ratio.max(1) as usize)
             .min(self.config.max_buffer_size);

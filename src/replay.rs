@@ -13,8 +13,9 @@
 //!   back. Its peak is the most bytes created at once (in use + held free), which is
 //!   what a warm pool holds in a steady step.
 //! - **A size policy with a fit ratio** (`pow2/8 fit4`): the same pool, where a birth
-//!   whose class is empty takes the smallest free buffer up to that many times its
-//!   class before creating one ([`crate::pool::BufferPool::take`]). Which buffer a
+//!   whose class (of at least [`crate::pool::FIT_MIN_BYTES`]) is empty takes the
+//!   smallest free buffer up to that many times its class before creating one
+//!   ([`crate::pool::BufferPool::take`]). Which buffer a
 //!   birth gets then depends on what earlier steps left free, so the step is
 //!   replayed again on the warm pool until a pass creates nothing; the peak counts
 //!   every pass.
@@ -175,6 +176,11 @@ pub fn replay_pool(
         for &(_, birth, i) in &events {
             let (class, pooled) = class_of(&tensors[i]);
             if birth {
+                let fit = if class < crate::pool::FIT_MIN_BYTES as u64 {
+                    1
+                } else {
+                    fit
+                };
                 let limit = class.saturating_mul(fit).min(max_buffer_size);
                 let slot = if pooled {
                     free.range_mut(class..=limit).find(|(_, n)| **n > 0)

@@ -261,8 +261,8 @@ async fn policies_body() {
         assert_eq!(hits, u64::from(policy != SizePolicy::Exact), "{policy:?}");
         drop(again);
     }
-    // With the default fit ratio an exact pool serves 1190 bytes from the free 1200,
-    // and counts the 1200 in use.
+    // With the default fit ratio an exact pool serves 119,000 bytes from a free 120,000,
+    // and counts the 120,000 in use.
     let ctx = WgpuContext::with_options(ContextOptions {
         pool: BufferPoolConfig {
             policy: SizePolicy::Exact,
@@ -272,19 +272,19 @@ async fn policies_body() {
     })
     .await
     .expect("context");
-    drop(ctx.create_pooled(1200));
+    drop(ctx.create_pooled(120_000));
     let in_use = ctx.counters().bytes_in_use;
-    let again = ctx.create_pooled(1190);
-    assert_eq!(again.size(), 1200);
+    let again = ctx.create_pooled(119_000);
+    assert_eq!(again.size(), 120_000);
     assert_eq!(ctx.pool_stats().fit_hits, 1);
-    assert_eq!(ctx.counters().bytes_in_use - in_use, 1200);
+    assert_eq!(ctx.counters().bytes_in_use - in_use, 120_000);
     // And it comes back under its own size.
     drop(again);
     assert_eq!(
         ctx.pool_stats()
             .buckets
             .iter()
-            .find(|b| b.size == 1200)
+            .find(|b| b.size == 120_000)
             .map(|b| b.count),
         Some(1)
     );

@@ -404,7 +404,8 @@ proptest! {
                     Ok((b, size)) => {
                         prop_assert_eq!(b.size, size);
                         let class = p.size_class(n);
-                        prop_assert!(size >= class && size <= class * fit_ratio as usize,
+                        let fit = if class < tidepool::pool::FIT_MIN_BYTES { 1 } else { fit_ratio as usize };
+                        prop_assert!(size >= class && size <= class * fit,
                             "got {} for {} (class {}, fit {})", size, n, class, fit_ratio);
                         prop_assert_eq!(p.size_class(size), size, "a class, so it can come back");
                         prop_assert!(!b.destroyed.load(Ordering::SeqCst), "handed out a destroyed buffer");
@@ -441,58 +442,78 @@ proptest! {
 
 #[test]
 fn take_serves_an_empty_class_from_the_smallest_larger_buffer_within_the_ratio() {
+    const K: usize = 64 << 10; // a class above FIT_MIN_BYTES
     let p = pool(BufferPoolConfig {
         fit_ratio: 4,
         ..Default::default()
     });
-    assert!(p.release(Fake::new(8192), 8192));
-    // 1000 -> class 1024: 8192 is past 4 x 1024, so the caller creates a 1024.
-    assert_eq!(p.take(1000).err(), Some(1024));
-    assert!(p.release(Fake::new(4096), 4096));
-    assert!(p.release(Fake::new(2048), 2048));
-    // The smallest free class within 4 x 1024 serves it.
-    let (b, size) = p.take(1000).expect("a fit");
-    assert_eq!((b.size, size), (2048, 2048));
+    assert!(p.release(Fake::new(8 * K), 8 * K));
+    // K - 100 -> class K: 8K is past 4 x K, so the caller creates a K.
+    assert_eq!(p.take(K - 100).err(), Some(K));
+    assert!(p.release(Fake::new(4 * K), 4 * K));
+    assert!(p.release(Fake::new(2 * K), 2 * K));
+    // The smallest free class within 4 x K serves it.
+    let (b, size) = p.take(K - 100).expect("a fit");
+    assert_eq!((b.size, size), (2 * K, 2 * K));
     let s = p.stats();
     assert_eq!((s.hits, s.fit_hits, s.misses), (1, 1, 1));
     // Counted as the bytes handed out, not the class asked for.
-    assert_eq!(s.bytes_allocated, 1024 + 2048);
-    assert_eq!(s.bytes_requested, 2000);
+    assert_eq!(s.bytes_allocated, (K + 2 * K) as u64);
+    assert_eq!(s.bytes_requested, 2 * (K as u64 - 100));
     // Its own class comes first when it has a buffer.
-    assert!(p.release(Fake::new(1024), 1024));
-    assert_eq!(p.take(1000).map(|(_, size)| size), Ok(1024));
-    // The seed's acquire keeps to its own class: 4096 and 8192 are free, 1024 is not.
-    assert!(p.acquire(1000).is_none());
+    assert!(p.release(Fake::new(K), K));
+    assert_eq!(p.take(K - 100).map(|(_, size)| size), Ok(K));
+    // The seed's acquire keeps to its own class: 4K and 8K are free, K is not.
+    assert!(p.acquire(K - 100).is_none());
     // The fitted buffer goes back under its own size.
     assert!(p.release(b, size));
-    assert_eq!(
+    let count = |size| {
         p.stats()
             .buckets
             .iter()
-            .find(|b| b.size == 2048)
-            .map(|b| b.count),
-        Some(1)
-    );
+            .find(|b| b.size == size)
+            .map(|b| b.count)
+    };
+    assert_eq!(count(2 * K), Some(1));
     // fit_ratio 1 is the seed's rule.
     let seed = pool(BufferPoolConfig {
         fit_ratio: 1,
         ..Default::default()
     });
-    assert!(seed.release(Fake::new(2048), 2048));
-    assert_eq!(seed.take(1000).err(), Some(1024));
+    assert!(seed.release(Fake::new(2 * K), 2 * K));
+    assert_eq!(seed.take(K - 100).err(), Some(K));
+}
+
+#[test]
+fn small_classes_are_only_served_from_their_own() {
+    use tidepool::pool::FIT_MIN_BYTES;
+    let p = pool(BufferPoolConfig {
+        fit_ratio: 1024,
+        ..Default::default()
+    });
+    let small = FIT_MIN_BYTES / 2;
+    assert!(p.release(Fake::new(FIT_MIN_BYTES), FIT_MIN_BYTES));
+    assert!(p.release(Fake::new(4 * FIT_MIN_BYTES), 4 * FIT_MIN_BYTES));
+    // Below FIT_MIN_BYTES: its own class or a new buffer.
+    assert_eq!(p.take(small).err(), Some(small));
+    // From FIT_MIN_BYTES up: its own class first, then a larger one.
+    assert_eq!(p.take(FIT_MIN_BYTES).map(|(_, s)| s), Ok(FIT_MIN_BYTES));
+    assert_eq!(p.take(FIT_MIN_BYTES).map(|(_, s)| s), Ok(4 * FIT_MIN_BYTES));
 }
 
 #[test]
 fn take_never_fits_past_the_largest_pooled_size() {
+    let max = 1 << 20;
     let p = pool(BufferPoolConfig {
-        max_buffer_size: 4096,
+        max_buffer_size: max,
         fit_ratio: 8,
         ..Default::default()
     });
-    assert!(p.release(Fake::new(4096), 4096));
-    assert_eq!(p.take(1024).map(|(_, s)| s), Ok(4096));
+    assert!(p.release(Fake::new(max), max));
+    assert_eq!(p.take(max / 4).map(|(_, s)| s), Ok(max));
     // Oversize requests are never served from the pool: the caller creates them.
-    assert_eq!(p.take(5000).err(), Some(5000));
+    assert!(p.release(Fake::new(max), max));
+    assert_eq!(p.take(max + 4).err(), Some(max + 4));
     assert_eq!(p.stats().oversize_requests, 1);
 }
 

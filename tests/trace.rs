@@ -165,12 +165,13 @@ fn replay_of_a_hand_built_step() {
     let offsets = replay::offset_plan(&tensors);
     assert_eq!(offsets, vec![3072, 0, 3072]);
     assert_eq!(replay::plan_peak(&tensors, &offsets), 4096);
-    // exact with fit 4: C's class (900) is empty, A's free 1000 is within 4x: the
-    // lower bound. With fit 1 it is plain exact.
+    // exact with fit 4: C's class (900) is empty and A's free 1000 is within 4x,
+    // but classes below FIT_MIN_BYTES only take their own: plain exact.
+    assert!(1000 < tidepool::pool::FIT_MIN_BYTES);
     let fit = replay::replay_pool(&tensors, SizePolicy::Exact, 4, max);
     assert_eq!(
         (fit.peak_bytes, fit.buffers_created, fit.hits),
-        (4000, 2, 1)
+        (4900, 3, 0)
     );
     assert_eq!(fit.allocator, "exact fit4");
     let fit1 = replay::replay_pool(&tensors, SizePolicy::Exact, 1, max);
@@ -186,30 +187,34 @@ fn replay_of_a_hand_built_step() {
 #[test]
 fn a_fitting_pool_serves_from_a_larger_free_buffer() {
     use EventKind::*;
-    // A (100) and B (400) live together and die; then C (120) and D (100) live
-    // together.
+    // A (100 kB) and B (400 kB) live together and die; then C (120 kB) and D
+    // (100 kB) live together.
+    let k = 1000;
     let step = StepTrace {
         events: vec![
-            event(0, Miss, 1, 100),
-            event(1, Miss, 2, 400),
-            event(2, Release, 1, 100),
-            event(3, Release, 2, 400),
-            event(4, Hit, 2, 120),
-            event(5, Hit, 1, 100),
-            event(6, Release, 2, 120),
-            event(7, Release, 1, 100),
+            event(0, Miss, 1, 100 * k),
+            event(1, Miss, 2, 400 * k),
+            event(2, Release, 1, 100 * k),
+            event(3, Release, 2, 400 * k),
+            event(4, Hit, 2, 120 * k),
+            event(5, Hit, 1, 100 * k),
+            event(6, Release, 2, 120 * k),
+            event(7, Release, 1, 100 * k),
         ],
         ..Default::default()
     };
     let t = replay::tensors(&step);
-    assert_eq!(replay::lower_bound(&t), 500);
-    // Exact: 100, 400, then 120 (no 120 free: a new one), 100 reused: 620.
+    assert_eq!(replay::lower_bound(&t), 500 * k);
+    // Exact: 100, 400, then 120 (none free: a new one), 100 reused: 620 kB.
     let exact = replay::replay_pool(&t, SizePolicy::Exact, 1, 1 << 30);
-    assert_eq!((exact.peak_bytes, exact.buffers_created), (620, 3));
-    // Fit 4: the 120 takes the free 400 (smallest within 480), the 100 its own: 500,
-    // and a second pass on the warm pool creates nothing more.
+    assert_eq!((exact.peak_bytes, exact.buffers_created), (620 * k, 3));
+    // Fit 4: the 120 takes the free 400 (the smallest within 480), the 100 its own:
+    // 500 kB, and a second pass on the warm pool creates nothing more.
     let fit = replay::replay_pool(&t, SizePolicy::Exact, 4, 1 << 30);
-    assert_eq!((fit.peak_bytes, fit.buffers_created, fit.hits), (500, 2, 2));
+    assert_eq!(
+        (fit.peak_bytes, fit.buffers_created, fit.hits),
+        (500 * k, 2, 2)
+    );
 }
 
 #[test]
