@@ -167,7 +167,7 @@ fn replay_of_a_hand_built_step() {
     assert_eq!(replay::plan_peak(&tensors, &offsets), 4096);
     // exact with fit 4: C's class (900) is empty and A's free 1000 is within 4x,
     // but classes below FIT_MIN_BYTES only take their own: plain exact.
-    assert!(1000 < tidepool::pool::FIT_MIN_BYTES);
+    const { assert!(1000 < tidepool::pool::FIT_MIN_BYTES) };
     let fit = replay::replay_pool(&tensors, SizePolicy::Exact, 4, max);
     assert_eq!(
         (fit.peak_bytes, fit.buffers_created, fit.hits),
