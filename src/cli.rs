@@ -587,6 +587,9 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
         "hit_rate": s.hit_rate,
         "buffers_created": s.buffers_created,
         "peak_bytes_held": s.peak_bytes_held,
+        // In use + held free at once, weights and optimizer state included: the
+        // figure to set beside PyTorch's max_memory_reserved.
+        "peak_bytes_reserved": s.context.peak_bytes_reserved,
         "peak_bytes_in_use": s.peak_bytes_in_use,
         "peak_bytes_requested": s.peak_bytes_requested,
         "adapter": trainer.context().adapter_name(),

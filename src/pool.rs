@@ -11,6 +11,16 @@
 //! ([`SizePolicy::PowerOfTwo`]); finer policies trade fewer wasted bytes for more
 //! buckets (see [`SizePolicy`]).
 //!
+//! [`BufferPool::acquire`] serves a request from its own class only (the seed's
+//! rule). [`BufferPool::take`], which the context uses, also serves a request whose
+//! class is empty from the smallest free buffer of a larger class, up to
+//! [`BufferPoolConfig::fit_ratio`] times its own (classes of [`FIT_MIN_BYTES`] and
+//! up), before the caller creates one:
+//! buffers freed by tensors of one shape then serve tensors of another, instead of
+//! sitting idle while new buffers are created beside them. Kernels may be handed
+//! buffers larger than they asked for under any policy (they never read a buffer's
+//! length), and bind groups bind whole buffers, so fitting changes nothing for them.
+//!
 //! Every operation takes one `Mutex`, so the pool is `Send + Sync` whenever its
 //! buffer type is, and safe to share between threads natively.
 
@@ -166,7 +176,37 @@ pub struct BufferPoolConfig {
     /// Free buffers not reused for this many ticks (the context ticks once a submit)
     /// are destroyed by [`BufferPool::evict_idle`]. `None`: never by age. Default `None`.
     pub max_idle_ticks: Option<u64>,
+    /// How much larger than its own class a free buffer may be and still serve a
+    /// request whose class is empty ([`BufferPool::take`]): the smallest non-empty
+    /// class up to `fit_ratio` times its own is used before a buffer is created
+    /// (for classes of at least [`FIT_MIN_BYTES`]). 1: only its own class (the
+    /// seed's rule, and what [`BufferPool::acquire`] always does). Default
+    /// [`DEFAULT_FIT_RATIO`].
+    pub fit_ratio: u32,
 }
+
+/// Default [`BufferPoolConfig::fit_ratio`], chosen on the replays of traced steps
+/// of several shapes (`tidepool trace replay`, which compares fit 2, 4 and 8; the
+/// tables are in BENCHMARKS.md). Why fit at all: a training step frees buffers
+/// whose classes the rest of the step never asks for again (activations of one
+/// shape die in the backward, which asks for gradients of others) while it creates
+/// new ones beside them, so with exact-class reuse a large part of what the pool
+/// holds at its peak sits idle. Why 4: ratio 2 reaches too few of those idle
+/// buffers (the hidden MLP activations are 4x the residual stream), and 8 lets small
+/// requests pin big buffers that a later big request then has to create again.
+pub const DEFAULT_FIT_RATIO: u32 = 4;
+
+/// Requests whose class is below this many bytes are only served from their own
+/// class, whatever the fit ratio. Small buffers are a sliver of what a step holds,
+/// so fitting them saves next to nothing, but with many small classes close
+/// together they pass buffers down a chain of classes (a 1 KiB request takes a free
+/// 4 KiB, the next 4 KiB request a free 6 KiB, ...), shifting a little each step:
+/// the pool then takes several steps longer to reach a step that creates nothing.
+pub const FIT_MIN_BYTES: usize = 16 << 10;
+
+/// Largest [`BufferPoolConfig::fit_ratio`] accepted: past it a tiny request could pin
+/// a buffer of any size.
+pub const MAX_FIT_RATIO: u32 = 1024;
 
 impl Default for BufferPoolConfig {
     fn default() -> Self {
@@ -177,6 +217,7 @@ impl Default for BufferPoolConfig {
             max_bytes: 8 << 30,
             policy: SizePolicy::PowerOfTwo,
             max_idle_ticks: None,
+            fit_ratio: DEFAULT_FIT_RATIO,
         }
     }
 }
@@ -187,6 +228,12 @@ impl BufferPoolConfig {
         if self.max_buffer_size < SIZE_ALIGNMENT {
             return Err(format!(
                 "max_buffer_size must be at least {SIZE_ALIGNMENT} bytes"
+            ));
+        }
+        if !(1..=MAX_FIT_RATIO).contains(&self.fit_ratio) {
+            return Err(format!(
+                "fit_ratio must be from 1 to {MAX_FIT_RATIO}, got {}",
+                self.fit_ratio
             ));
         }
         if let SizePolicy::Subdivided { subdivisions } = self.policy {
@@ -221,13 +268,17 @@ pub struct BufferPoolStats {
     pub peak_bytes_held: u64,
     /// Acquires served from a bucket.
     pub hits: u64,
+    /// Of the hits, those served by [`BufferPool::take`] from a larger class than
+    /// the request's own (see [`BufferPoolConfig::fit_ratio`]).
+    pub fit_hits: u64,
     /// Acquires that found their bucket empty (the caller creates a buffer).
     pub misses: u64,
     /// Acquires above `max_buffer_size` (never pooled; not counted in `misses`).
     pub oversize_requests: u64,
     /// Sum of the sizes asked for by hits and misses.
     pub bytes_requested: u64,
-    /// Sum of their size classes: `bytes_allocated / bytes_requested` is what rounding costs.
+    /// Sum of the sizes handed out (or to create) for them: `bytes_allocated /
+    /// bytes_requested` is what rounding and fitting cost.
     pub bytes_allocated: u64,
     /// Releases kept for reuse.
     pub releases_accepted: u64,
@@ -381,25 +432,51 @@ impl<B: Poolable> BufferPool<B> {
     /// Takes a free buffer of at least `min_size` bytes (exactly `size_class(min_size)`),
     /// or `None` when that bucket is empty or the size is above `max_buffer_size`.
     pub fn acquire(&self, min_size: usize) -> Option<B> {
+        self.take_within(min_size, 1).ok().map(|(buffer, _)| buffer)
+    }
+
+    /// [`BufferPool::acquire`] that, when the request's class (of at least
+    /// [`FIT_MIN_BYTES`]) is empty, takes the smallest free buffer of a larger class
+    /// up to `fit_ratio` times its own ([`BufferPoolConfig::fit_ratio`]), and says
+    /// what it handed out:
+    /// `Ok((buffer, its size))`, or `Err(size to create)` (the request's class, or
+    /// the request itself above `max_buffer_size`). Release the buffer with the
+    /// size it came with.
+    pub fn take(&self, min_size: usize) -> Result<(B, usize), usize> {
+        self.take_within(min_size, self.config.fit_ratio)
+    }
+
+    fn take_within(&self, min_size: usize, fit_ratio: u32) -> Result<(B, usize), usize> {
         let class = self.size_class(min_size);
         let mut inner = self.lock();
         if class > self.config.max_buffer_size {
             inner.stats.oversize_requests += 1;
-            return None;
+            return Err(class);
         }
         inner.stats.bytes_requested += min_size as u64;
-        inner.stats.bytes_allocated += class as u64;
-        let free = inner.buckets.get_mut(&class).and_then(Vec::pop);
-        match free {
-            Some(free) => {
-                inner.stats.hits += 1;
-                inner.stats.total_pooled -= 1;
-                inner.stats.bytes_held -= class as u64;
-                Some(free.buffer)
+        let fit_ratio = if class < FIT_MIN_BYTES { 1 } else { fit_ratio };
+        let limit = class
+            .saturating_mul(fit_ratio.max(1) as usize)
+            .min(self.config.max_buffer_size);
+        // Buckets emptied by earlier takes stay in the map; skip them.
+        let found = inner
+            .buckets
+            .range_mut(class..=limit)
+            .find_map(|(&size, list)| list.pop().map(|free| (size, free)));
+        match found {
+            Some((size, free)) => {
+                let stats = &mut inner.stats;
+                stats.hits += 1;
+                stats.fit_hits += u64::from(size != class);
+                stats.bytes_allocated += size as u64;
+                stats.total_pooled -= 1;
+                stats.bytes_held -= size as u64;
+                Ok((free.buffer, size))
             }
             None => {
+                inner.stats.bytes_allocated += class as u64;
                 inner.stats.misses += 1;
-                None
+                Err(class)
             }
         }
     }

@@ -12,6 +12,18 @@
 //!   empty: births take a free buffer of their class or create one, deaths give it
 //!   back. Its peak is the most bytes created at once (in use + held free), which is
 //!   what a warm pool holds in a steady step.
+//! - **A size policy with a fit ratio** (`pow2/8 fit4`): the same pool, where a birth
+//!   whose class (of at least [`crate::pool::FIT_MIN_BYTES`]) is empty takes the
+//!   smallest free buffer up to that many times its class before creating one
+//!   ([`crate::pool::BufferPool::take`]). Which buffer a
+//!   birth gets then depends on what earlier steps left free, so the step is
+//!   replayed again on the warm pool until a pass creates nothing; the peak counts
+//!   every pass.
+//! - **Object plan**: whole buffers planned for the step ahead, the best a pool of
+//!   whole buffers could do knowing the step (greedy by size for shared objects,
+//!   Pisarchyk and Lee 2020): largest tensor first, each into the smallest buffer
+//!   already planned that is large enough and holds no tensor live at the same
+//!   time, else into a new buffer of its size.
 //! - **Offset plan**: every tensor of the step placed at a fixed offset in one arena,
 //!   known ahead (a training step repeats exactly), by greedy-by-size (Pisarchyk and
 //!   Lee 2020, as TFLite's GPU delegate plans tensors): largest first, each in the
@@ -19,7 +31,7 @@
 //!   else on top. Offsets are multiples of [`OFFSET_ALIGNMENT`] (WebGPU's default
 //!   `minStorageBufferOffsetAlignment`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::pool::SizePolicy;
 use crate::trace::{EventKind, StepTrace};
@@ -110,6 +122,33 @@ pub struct ReplayRow {
 /// Replays `tensors` through a pool with `policy` and no caps, from empty
 /// (tensors live at the start are created at the start).
 pub fn replay_policy(tensors: &[Tensor], policy: SizePolicy, max_buffer_size: u64) -> ReplayRow {
+    replay_pool(tensors, policy, 1, max_buffer_size)
+}
+
+/// Most passes [`replay_pool`] makes over a step waiting for one that creates
+/// nothing (a fitting pool settles in two or three).
+pub const MAX_PASSES: u32 = 8;
+
+/// The row label of a pool: its policy, and its fit ratio when above 1.
+pub fn pool_label(policy: SizePolicy, fit_ratio: u32) -> String {
+    if fit_ratio > 1 {
+        format!("{} fit{fit_ratio}", policy.label())
+    } else {
+        policy.label()
+    }
+}
+
+/// Replays `tensors` through a pool with `policy`, `fit_ratio` (see
+/// [`crate::pool::BufferPoolConfig::fit_ratio`]) and no caps, from empty, pass after
+/// pass on the warm pool until one creates nothing (at most [`MAX_PASSES`]).
+/// `peak_bytes` is the most bytes reserved over all passes, `buffers_created` all
+/// the buffers made, `hits` those of the first pass.
+pub fn replay_pool(
+    tensors: &[Tensor],
+    policy: SizePolicy,
+    fit_ratio: u32,
+    max_buffer_size: u64,
+) -> ReplayRow {
     // (position, is birth, tensor): deaths first at one position.
     let mut events: Vec<(u32, bool, usize)> = Vec::with_capacity(tensors.len() * 2);
     for (i, t) in tensors.iter().enumerate() {
@@ -125,37 +164,102 @@ pub fn replay_policy(tensors: &[Tensor], policy: SizePolicy, max_buffer_size: u6
             (t.size.div_ceil(4) * 4, false)
         }
     };
-    let mut free: HashMap<u64, u64> = HashMap::new();
+    let fit = u64::from(fit_ratio.max(1));
+    // size -> free buffers of that size.
+    let mut free: BTreeMap<u64, u64> = BTreeMap::new();
     let (mut in_use, mut held, mut peak) = (0u64, 0u64, 0u64);
     let (mut created, mut hits) = (0u64, 0u64);
-    for (_, birth, i) in events {
-        let (class, pooled) = class_of(&tensors[i]);
-        if birth {
-            let slot = free.entry(class).or_default();
-            if pooled && *slot > 0 {
-                *slot -= 1;
-                held -= class;
-                hits += 1;
+    // The size each live tensor was handed.
+    let mut given = vec![0u64; tensors.len()];
+    for pass in 0..MAX_PASSES {
+        let created_before = created;
+        for &(_, birth, i) in &events {
+            let (class, pooled) = class_of(&tensors[i]);
+            if birth {
+                let fit = if class < crate::pool::FIT_MIN_BYTES as u64 {
+                    1
+                } else {
+                    fit
+                };
+                let limit = class.saturating_mul(fit).min(max_buffer_size);
+                let slot = if pooled {
+                    free.range_mut(class..=limit).find(|(_, n)| **n > 0)
+                } else {
+                    None
+                };
+                let size = match slot {
+                    Some((&size, n)) => {
+                        *n -= 1;
+                        held -= size;
+                        hits += u64::from(pass == 0);
+                        size
+                    }
+                    None => {
+                        created += 1;
+                        class
+                    }
+                };
+                given[i] = size;
+                in_use += size;
+                peak = peak.max(in_use + held);
             } else {
-                created += 1;
+                in_use -= given[i];
+                if pooled {
+                    *free.entry(given[i]).or_default() += 1;
+                    held += given[i];
+                }
             }
-            in_use += class;
-            peak = peak.max(in_use + held);
-        } else {
-            in_use -= class;
-            if pooled {
-                *free.entry(class).or_default() += 1;
-                held += class;
-            }
+        }
+        if pass > 0 && created == created_before {
+            break;
         }
     }
     ReplayRow {
-        allocator: policy.label(),
+        allocator: pool_label(policy, fit_ratio),
         peak_bytes: peak,
         ratio: 0.0,
         buffers_created: created,
         hits,
     }
+}
+
+/// Whole buffers planned for the step ahead (see the module docs): the buffer each
+/// tensor gets, and each buffer's size (4-byte aligned). Unpoolable tensors get a
+/// buffer of their own.
+pub fn object_plan(tensors: &[Tensor]) -> (Vec<usize>, Vec<u64>) {
+    let aligned = |t: &Tensor| t.size.max(1).div_ceil(4) * 4;
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(aligned(&tensors[i])), tensors[i].start, i));
+    let mut object = vec![0usize; tensors.len()];
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for i in order {
+        let t = &tensors[i];
+        let size = aligned(t);
+        // Buffers are planned largest tensor first, so every one is large enough;
+        // a buffer of an unpoolable tensor is its alone.
+        let fits = |o: usize| {
+            members[o]
+                .iter()
+                .all(|&j| tensors[j].poolable && !tensors[j].overlaps(t))
+        };
+        let best = t
+            .poolable
+            .then(|| {
+                (0..sizes.len())
+                    .filter(|&o| fits(o))
+                    .min_by_key(|&o| (sizes[o], o))
+            })
+            .flatten();
+        let o = best.unwrap_or_else(|| {
+            sizes.push(size);
+            members.push(Vec::new());
+            sizes.len() - 1
+        });
+        members[o].push(i);
+        object[i] = o;
+    }
+    (object, sizes)
 }
 
 /// Offsets of `tensors` in one arena, greedy by size; see the module docs.
@@ -209,6 +313,21 @@ pub fn policies() -> Vec<SizePolicy> {
     out
 }
 
+/// The pools with a fit ratio every replay compares: the default
+/// ([`crate::pool::DEFAULT_FIT_RATIO`] over pow2/8), half and twice its ratio, and
+/// the default ratio over the coarsest and the finest rounding.
+pub fn fitting_pools() -> Vec<(SizePolicy, u32)> {
+    let eighths = SizePolicy::Subdivided { subdivisions: 8 };
+    let fit = crate::pool::DEFAULT_FIT_RATIO;
+    vec![
+        (eighths, fit / 2),
+        (eighths, fit),
+        (eighths, fit * 2),
+        (SizePolicy::PowerOfTwo, fit),
+        (SizePolicy::Exact, fit),
+    ]
+}
+
 /// The replay of one step: the lower bound, each policy and the offset plan.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct StepReplay {
@@ -241,6 +360,20 @@ pub fn replay_step(step: &StepTrace, max_buffer_size: u64) -> StepReplay {
         row.ratio = ratio(row.peak_bytes);
         rows.push(row);
     }
+    for (policy, fit_ratio) in fitting_pools() {
+        let mut row = replay_pool(&tensors, policy, fit_ratio, max_buffer_size);
+        row.ratio = ratio(row.peak_bytes);
+        rows.push(row);
+    }
+    let (_, sizes) = object_plan(&tensors);
+    let peak = sizes.iter().sum();
+    rows.push(ReplayRow {
+        allocator: "object plan".into(),
+        peak_bytes: peak,
+        ratio: ratio(peak),
+        buffers_created: sizes.len() as u64,
+        hits: 0,
+    });
     let offsets = offset_plan(&tensors);
     let peak = plan_peak(&tensors, &offsets);
     rows.push(ReplayRow {

@@ -127,7 +127,15 @@ pub struct Trace {
     pub policy: String,
     /// The pool's largest pooled class, bytes.
     pub max_buffer_size: u64,
+    /// The pool's `fit_ratio` (a free buffer up to this many times a request's
+    /// class may serve it). Absent in files written before it existed: 1.
+    #[serde(default = "one")]
+    pub fit_ratio: u32,
     pub steps: Vec<StepTrace>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Trace {
@@ -138,6 +146,7 @@ impl Trace {
             adapter: adapter.into(),
             policy: policy.into(),
             max_buffer_size,
+            fit_ratio: 1,
             steps: Vec::new(),
         }
     }

@@ -245,6 +245,7 @@ async fn policies_body() {
         let ctx = WgpuContext::with_options(ContextOptions {
             pool: BufferPoolConfig {
                 policy,
+                fit_ratio: 1,
                 ..Default::default()
             },
             ..Default::default()
@@ -255,11 +256,38 @@ async fn policies_body() {
         assert_eq!(buffer.size(), want, "{policy:?}");
         drop(buffer);
         let again = ctx.create_pooled(1190);
-        // Exact classes only serve their own size.
+        // Exact classes only serve their own size (without a fit ratio).
         let hits = ctx.pool_stats().hits;
         assert_eq!(hits, u64::from(policy != SizePolicy::Exact), "{policy:?}");
         drop(again);
     }
+    // With the default fit ratio an exact pool serves 119,000 bytes from a free 120,000,
+    // and counts the 120,000 in use.
+    let ctx = WgpuContext::with_options(ContextOptions {
+        pool: BufferPoolConfig {
+            policy: SizePolicy::Exact,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    drop(ctx.create_pooled(120_000));
+    let in_use = ctx.counters().bytes_in_use;
+    let again = ctx.create_pooled(119_000);
+    assert_eq!(again.size(), 120_000);
+    assert_eq!(ctx.pool_stats().fit_hits, 1);
+    assert_eq!(ctx.counters().bytes_in_use - in_use, 120_000);
+    // And it comes back under its own size.
+    drop(again);
+    assert_eq!(
+        ctx.pool_stats()
+            .buckets
+            .iter()
+            .find(|b| b.size == 120_000)
+            .map(|b| b.count),
+        Some(1)
+    );
 }
 
 gpu_test!(idle_buffers_are_evicted_after_submits, idle_eviction_body());

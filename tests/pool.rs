@@ -73,6 +73,7 @@ fn seed_defaults_are_documented_values() {
     assert_eq!(c.max_buffer_size, 1 << 30);
     assert_eq!(c.max_bytes, 8 << 30);
     assert_eq!(c.policy, SizePolicy::PowerOfTwo);
+    assert_eq!(c.fit_ratio, tidepool::pool::DEFAULT_FIT_RATIO);
     let p = BufferPool::with_defaults();
     assert_eq!(p.config(), &c);
 }
@@ -312,6 +313,7 @@ fn reuse_is_lifo_within_a_bucket() {
 #[derive(Clone, Debug)]
 enum Op {
     Acquire(usize),
+    Take(usize),
     Release(usize), // index into the held list
     Tick,
     Evict,
@@ -321,6 +323,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (1usize..70_000).prop_map(Op::Acquire),
+        4 => (1usize..70_000).prop_map(Op::Take),
         6 => any::<usize>().prop_map(Op::Release),
         1 => Just(Op::Tick),
         1 => Just(Op::Evict),
@@ -368,6 +371,7 @@ proptest! {
         per_bucket in 1usize..6,
         total in 1usize..20,
         budget in 1u64..400_000,
+        fit_ratio in 1u32..9,
     ) {
         let p = pool(BufferPoolConfig {
             max_buffers_per_bucket: per_bucket,
@@ -376,6 +380,7 @@ proptest! {
             max_bytes: budget,
             policy,
             max_idle_ticks: Some(3),
+            fit_ratio,
         });
         let mut held: Vec<(Fake, usize)> = Vec::new();
         let mut pooled_ids = HashSet::new();
@@ -392,6 +397,25 @@ proptest! {
                     None => {
                         if p.size_class(n) <= 65_536 {
                             held.push((fresh(&p, n), n));
+                        }
+                    }
+                },
+                Op::Take(n) => match p.take(n) {
+                    Ok((b, size)) => {
+                        prop_assert_eq!(b.size, size);
+                        let class = p.size_class(n);
+                        let fit = if class < tidepool::pool::FIT_MIN_BYTES { 1 } else { fit_ratio as usize };
+                        prop_assert!(size >= class && size <= class * fit,
+                            "got {} for {} (class {}, fit {})", size, n, class, fit_ratio);
+                        prop_assert_eq!(p.size_class(size), size, "a class, so it can come back");
+                        prop_assert!(!b.destroyed.load(Ordering::SeqCst), "handed out a destroyed buffer");
+                        prop_assert!(pooled_ids.remove(&b.id));
+                        held.push((b, n));
+                    }
+                    Err(size) => {
+                        prop_assert_eq!(size, p.size_class(n));
+                        if size <= 65_536 {
+                            held.push((Fake::new(size), n));
                         }
                     }
                 },
@@ -414,6 +438,83 @@ proptest! {
             check_invariants(&p, &s);
         }
     }
+}
+
+#[test]
+fn take_serves_an_empty_class_from_the_smallest_larger_buffer_within_the_ratio() {
+    const K: usize = 64 << 10; // a class above FIT_MIN_BYTES
+    let p = pool(BufferPoolConfig {
+        fit_ratio: 4,
+        ..Default::default()
+    });
+    assert!(p.release(Fake::new(8 * K), 8 * K));
+    // K - 100 -> class K: 8K is past 4 x K, so the caller creates a K.
+    assert_eq!(p.take(K - 100).err(), Some(K));
+    assert!(p.release(Fake::new(4 * K), 4 * K));
+    assert!(p.release(Fake::new(2 * K), 2 * K));
+    // The smallest free class within 4 x K serves it.
+    let (b, size) = p.take(K - 100).expect("a fit");
+    assert_eq!((b.size, size), (2 * K, 2 * K));
+    let s = p.stats();
+    assert_eq!((s.hits, s.fit_hits, s.misses), (1, 1, 1));
+    // Counted as the bytes handed out, not the class asked for.
+    assert_eq!(s.bytes_allocated, (K + 2 * K) as u64);
+    assert_eq!(s.bytes_requested, 2 * (K as u64 - 100));
+    // Its own class comes first when it has a buffer.
+    assert!(p.release(Fake::new(K), K));
+    assert_eq!(p.take(K - 100).map(|(_, size)| size), Ok(K));
+    // The seed's acquire keeps to its own class: 4K and 8K are free, K is not.
+    assert!(p.acquire(K - 100).is_none());
+    // The fitted buffer goes back under its own size.
+    assert!(p.release(b, size));
+    let count = |size| {
+        p.stats()
+            .buckets
+            .iter()
+            .find(|b| b.size == size)
+            .map(|b| b.count)
+    };
+    assert_eq!(count(2 * K), Some(1));
+    // fit_ratio 1 is the seed's rule.
+    let seed = pool(BufferPoolConfig {
+        fit_ratio: 1,
+        ..Default::default()
+    });
+    assert!(seed.release(Fake::new(2 * K), 2 * K));
+    assert_eq!(seed.take(K - 100).err(), Some(K));
+}
+
+#[test]
+fn small_classes_are_only_served_from_their_own() {
+    use tidepool::pool::FIT_MIN_BYTES;
+    let p = pool(BufferPoolConfig {
+        fit_ratio: 1024,
+        ..Default::default()
+    });
+    let small = FIT_MIN_BYTES / 2;
+    assert!(p.release(Fake::new(FIT_MIN_BYTES), FIT_MIN_BYTES));
+    assert!(p.release(Fake::new(4 * FIT_MIN_BYTES), 4 * FIT_MIN_BYTES));
+    // Below FIT_MIN_BYTES: its own class or a new buffer.
+    assert_eq!(p.take(small).err(), Some(small));
+    // From FIT_MIN_BYTES up: its own class first, then a larger one.
+    assert_eq!(p.take(FIT_MIN_BYTES).map(|(_, s)| s), Ok(FIT_MIN_BYTES));
+    assert_eq!(p.take(FIT_MIN_BYTES).map(|(_, s)| s), Ok(4 * FIT_MIN_BYTES));
+}
+
+#[test]
+fn take_never_fits_past_the_largest_pooled_size() {
+    let max = 1 << 20;
+    let p = pool(BufferPoolConfig {
+        max_buffer_size: max,
+        fit_ratio: 8,
+        ..Default::default()
+    });
+    assert!(p.release(Fake::new(max), max));
+    assert_eq!(p.take(max / 4).map(|(_, s)| s), Ok(max));
+    // Oversize requests are never served from the pool: the caller creates them.
+    assert!(p.release(Fake::new(max), max));
+    assert_eq!(p.take(max + 4).err(), Some(max + 4));
+    assert_eq!(p.stats().oversize_requests, 1);
 }
 
 #[test]
@@ -477,6 +578,17 @@ fn invalid_config_is_a_clear_error() {
         ..Default::default()
     };
     assert!(bad.validate().unwrap_err().contains("power of two"));
+    for fit_ratio in [0, 1025] {
+        let bad = BufferPoolConfig {
+            fit_ratio,
+            ..Default::default()
+        };
+        let err = bad.validate().unwrap_err();
+        assert!(
+            err.contains("fit_ratio") && err.contains(&fit_ratio.to_string()),
+            "{err}"
+        );
+    }
 }
 
 // ---- the memory manager's hooks: offer, held destroys, settle ----

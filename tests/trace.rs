@@ -165,6 +165,56 @@ fn replay_of_a_hand_built_step() {
     let offsets = replay::offset_plan(&tensors);
     assert_eq!(offsets, vec![3072, 0, 3072]);
     assert_eq!(replay::plan_peak(&tensors, &offsets), 4096);
+    // exact with fit 4: C's class (900) is empty and A's free 1000 is within 4x,
+    // but classes below FIT_MIN_BYTES only take their own: plain exact.
+    const { assert!(1000 < tidepool::pool::FIT_MIN_BYTES) };
+    let fit = replay::replay_pool(&tensors, SizePolicy::Exact, 4, max);
+    assert_eq!(
+        (fit.peak_bytes, fit.buffers_created, fit.hits),
+        (4900, 3, 0)
+    );
+    assert_eq!(fit.allocator, "exact fit4");
+    let fit1 = replay::replay_pool(&tensors, SizePolicy::Exact, 1, max);
+    assert_eq!((fit1.peak_bytes, fit1.allocator.as_str()), (4900, "exact"));
+    // Object plan: B alone (3000); A and C share one buffer of A's size (1000).
+    let (object, sizes) = replay::object_plan(&tensors);
+    assert_eq!(sizes, vec![3000, 1000]);
+    assert_eq!(object, vec![1, 0, 1]);
+}
+
+/// A fitting pool on a step where a request's own class is empty while a larger
+/// free buffer is within the ratio.
+#[test]
+fn a_fitting_pool_serves_from_a_larger_free_buffer() {
+    use EventKind::*;
+    // A (100 kB) and B (400 kB) live together and die; then C (120 kB) and D
+    // (100 kB) live together.
+    let k = 1000;
+    let step = StepTrace {
+        events: vec![
+            event(0, Miss, 1, 100 * k),
+            event(1, Miss, 2, 400 * k),
+            event(2, Release, 1, 100 * k),
+            event(3, Release, 2, 400 * k),
+            event(4, Hit, 2, 120 * k),
+            event(5, Hit, 1, 100 * k),
+            event(6, Release, 2, 120 * k),
+            event(7, Release, 1, 100 * k),
+        ],
+        ..Default::default()
+    };
+    let t = replay::tensors(&step);
+    assert_eq!(replay::lower_bound(&t), 500 * k);
+    // Exact: 100, 400, then 120 (none free: a new one), 100 reused: 620 kB.
+    let exact = replay::replay_pool(&t, SizePolicy::Exact, 1, 1 << 30);
+    assert_eq!((exact.peak_bytes, exact.buffers_created), (620 * k, 3));
+    // Fit 4: the 120 takes the free 400 (the smallest within 480), the 100 its own:
+    // 500 kB, and a second pass on the warm pool creates nothing more.
+    let fit = replay::replay_pool(&t, SizePolicy::Exact, 4, 1 << 30);
+    assert_eq!(
+        (fit.peak_bytes, fit.buffers_created, fit.hits),
+        (500 * k, 2, 2)
+    );
 }
 
 #[test]
@@ -211,6 +261,66 @@ mod properties {
         )
     }
 
+    struct Fake;
+    impl tidepool::pool::Poolable for Fake {
+        fn destroy(&self) {}
+    }
+
+    /// `t` run through a real `BufferPool` (no caps, `take` with `fit`) pass after
+    /// pass until one creates nothing, as the replay does: (peak bytes reserved,
+    /// buffers created).
+    fn through_the_pool(t: &[Tensor], policy: SizePolicy, fit: u32) -> (u64, u64) {
+        use tidepool::pool::{BufferPool, BufferPoolConfig};
+        let pool = BufferPool::<Fake>::with_config(BufferPoolConfig {
+            max_buffers_per_bucket: usize::MAX,
+            max_total_buffers: usize::MAX,
+            max_bytes: u64::MAX,
+            policy,
+            fit_ratio: fit,
+            ..Default::default()
+        });
+        let mut events: Vec<(u32, bool, usize)> = Vec::new();
+        for (i, x) in t.iter().enumerate() {
+            events.push((x.start, true, i));
+            events.push((x.end, false, i));
+        }
+        events.sort();
+        let (mut in_use, mut peak, mut created) = (0u64, 0u64, 0u64);
+        let mut given = vec![None; t.len()];
+        for pass in 0..replay::MAX_PASSES {
+            let before = created;
+            for &(_, birth, i) in &events {
+                let n = t[i].size as usize;
+                if birth {
+                    let size = match t[i].poolable.then(|| pool.take(n)) {
+                        Some(Ok((Fake, size))) => size,
+                        Some(Err(size)) => {
+                            created += 1;
+                            size
+                        }
+                        None => {
+                            created += 1;
+                            n.div_ceil(4) * 4
+                        }
+                    };
+                    given[i] = Some(size);
+                    in_use += size as u64;
+                    peak = peak.max(in_use + pool.bytes_held());
+                } else {
+                    let size = given[i].take().expect("born before it dies");
+                    in_use -= size as u64;
+                    if t[i].poolable {
+                        assert!(pool.release(Fake, size));
+                    }
+                }
+            }
+            if pass > 0 && created == before {
+                break;
+            }
+        }
+        (peak, created)
+    }
+
     proptest! {
         #[test]
         fn the_offset_plan_never_overlaps_two_live_tensors(t in tensors()) {
@@ -231,6 +341,37 @@ mod properties {
         }
 
         #[test]
+        fn the_object_plan_never_shares_a_buffer_between_live_tensors(t in tensors()) {
+            let (object, sizes) = replay::object_plan(&t);
+            for i in 0..t.len() {
+                prop_assert!(sizes[object[i]] >= t[i].size, "{:?} in {}", t[i], sizes[object[i]]);
+                for j in 0..i {
+                    let live_together = t[i].start < t[j].end && t[j].start < t[i].end;
+                    let shared = object[i] == object[j];
+                    prop_assert!(!(live_together && shared), "{:?} {:?} share {}", t[i], t[j], object[i]);
+                    prop_assert!(!shared || (t[i].poolable && t[j].poolable), "unpoolable tensors own their buffer");
+                }
+            }
+        }
+
+        /// The replay of a fitting pool is what `BufferPool::take` does with the
+        /// same requests.
+        #[test]
+        fn a_fitting_replay_is_what_the_pool_does(
+            t in tensors(),
+            fit in 1u32..9,
+            policy in prop_oneof![
+                Just(SizePolicy::PowerOfTwo),
+                Just(SizePolicy::Subdivided { subdivisions: 8 }),
+                Just(SizePolicy::Exact),
+            ],
+        ) {
+            let row = replay::replay_pool(&t, policy, fit, 1 << 30);
+            let (peak, created) = through_the_pool(&t, policy, fit);
+            prop_assert_eq!((row.peak_bytes, row.buffers_created), (peak, created));
+        }
+
+        #[test]
         fn the_lower_bound_is_below_every_allocator(t in tensors()) {
             let lower = replay::lower_bound(&t);
             let offsets = replay::offset_plan(&t);
@@ -239,6 +380,12 @@ mod properties {
                 let row = replay::replay_policy(&t, policy, 1 << 30);
                 prop_assert!(row.peak_bytes >= lower, "{}: {} < {}", row.allocator, row.peak_bytes, lower);
             }
+            for (policy, fit) in replay::fitting_pools() {
+                let row = replay::replay_pool(&t, policy, fit, 1 << 30);
+                prop_assert!(row.peak_bytes >= lower, "{}: {} < {}", row.allocator, row.peak_bytes, lower);
+            }
+            let (_, sizes) = replay::object_plan(&t);
+            prop_assert!(sizes.iter().sum::<u64>() >= lower);
             // And it is reached: some position has exactly `lower` bytes live.
             let live_at = |p: u32| t.iter().filter(|x| x.start <= p && p < x.end).map(|x| x.size).sum::<u64>();
             prop_assert!(t.iter().any(|x| live_at(x.start) == lower));

@@ -104,6 +104,8 @@ export interface PoolStats {
   bytes_held: number;
   peak_bytes_held: number;
   hits: number;
+  /** Of the hits, those served from a larger class than the request's own (the pool's fit ratio). */
+  fit_hits: number;
   misses: number;
   oversize_requests: number;
   bytes_requested: number;

@@ -324,11 +324,13 @@ impl WgpuContext {
     /// An empty trace file for this context's adapter and pool.
     pub fn new_trace(&self) -> Trace {
         let config = self.pool().config();
-        Trace::new(
+        let mut trace = Trace::new(
             self.adapter_name(),
             &config.policy.label(),
             config.max_buffer_size as u64,
-        )
+        );
+        trace.fit_ratio = config.fit_ratio;
+        trace
     }
 
     /// Keeps an error for the next [`WgpuContext::take_error`].

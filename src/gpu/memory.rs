@@ -268,15 +268,19 @@ impl MemoryManager {
 
     // ---- pooled storage --------------------------------------------------------
 
-    /// A storage buffer for a request of `size` bytes (at least 1) and its size
-    /// class: from the pool when its bucket has one, else newly created. The caller
-    /// wraps it in a `PooledBuffer`, which counts it in use.
+    /// A storage buffer for a request of `size` bytes (at least 1) and its size:
+    /// from the pool when it has a free one of the request's class, or of a larger
+    /// class within the pool's `fit_ratio` ([`BufferPool::take`]), else newly created
+    /// at the request's class. The caller wraps it in a `PooledBuffer`, which counts
+    /// its whole size in use (a fitted buffer counts as the larger size it is).
     pub fn storage(&self, size: usize) -> (wgpu::Buffer, usize) {
-        let class = self.pool.size_class(size);
-        let reused = if self.pooling {
-            self.pool.acquire(size)
+        let (reused, class) = if self.pooling {
+            match self.pool.take(size) {
+                Ok((buffer, class)) => (Some(buffer), class),
+                Err(class) => (None, class),
+            }
         } else {
-            None
+            (None, self.pool.size_class(size))
         };
         let created = reused.is_none();
         let buffer = reused.unwrap_or_else(|| self.create(class as u64, Purpose::Storage));

@@ -102,6 +102,7 @@ describe('the memory timeline', { timeout: 600_000 }, () => {
     const want = expected[0].rows;
     assert.ok(want.some((r) => r.allocator === 'lower bound') && want.some((r) => r.allocator === 'offset plan'), 'bound and plan rows');
     assert.ok(want.some((r) => r.allocator === 'exact') && want.some((r) => r.allocator.startsWith('pow2')), 'policy rows');
+    assert.ok(want.some((r) => r.allocator === 'pow2/8 fit4') && want.some((r) => r.allocator === 'object plan'), 'fitting pool and object plan rows');
     assert.deepEqual(
       rows,
       want.map((r) => ({ allocator: r.allocator, peak: r.peak_bytes, ratio: r.ratio.toFixed(3) })),
