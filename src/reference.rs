@@ -379,6 +379,49 @@ pub fn matmul_backward(
     (dinp, dweight, dbias)
 }
 
+// ---- fused ops: compositions of the ops above ----
+//
+// The kernels fuse elementwise ops into their neighbours; these compositions of the
+// plain references are what the fused kernels must compute.
+
+/// [`matmul_forward`] of `act(inp)`: GELU ([`gelu_forward`]) when `gelu_inp`, else
+/// `inp` itself.
+pub fn matmul_forward_act(
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+) -> Vec<f32> {
+    if !gelu_inp {
+        return matmul_forward(inp, weight, bias, rows, k, n);
+    }
+    matmul_forward(&gelu_forward(inp), weight, bias, rows, k, n)
+}
+
+/// Gradients of [`matmul_forward_act`]: [`matmul_backward`] at `act(inp)`, and with
+/// `gelu_inp` the input gradient taken through the GELU ([`gelu_backward`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward_act(
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    rows: usize,
+    k: usize,
+    n: usize,
+    with_bias: bool,
+    gelu_inp: bool,
+) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    if !gelu_inp {
+        return matmul_backward(dout, inp, weight, rows, k, n, with_bias);
+    }
+    let (dact, dweight, dbias) =
+        matmul_backward(dout, &gelu_forward(inp), weight, rows, k, n, with_bias);
+    (gelu_backward(inp, &dact), dweight, dbias)
+}
+
 // ---- attention ----
 
 /// Causal multi-head self-attention as in GPT-2 (llm.c's layout). `qkv` is

@@ -276,16 +276,16 @@ mod gelu {
     const SIZES: &[usize] = &[1, 7, 130, 1000, 70_001];
 
     gpu_test!(gelu_matches_reference, gelu_body());
-    /// Tolerance 1e-5: elementwise, f32 tanh (a few ulp, worse on some drivers) on
-    /// inputs of magnitude up to ~12.
+    /// The pass the CPU-adapter matmuls read GELU from. Tolerance 1e-5: elementwise,
+    /// f32 exp (a few ulp, worse on some drivers) on inputs of magnitude up to ~12.
+    /// Its gradient and the other matmuls' GELU on load: `fused_matmul` below.
     async fn gelu_body() {
         let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for &n in SIZES {
             let x = normals(&mut rng, n, 3.0);
-            let dout = normals(&mut rng, n, 1.0);
-            let (gx, gd) = (ctx.upload(&x), ctx.upload(&dout));
+            let gx = ctx.upload(&x);
             let out = poisoned(&ctx, &[n], || kernels::gelu_forward(&ctx, &gx, n));
             let got = read(&ctx, &out, n).await;
             assert_close(
@@ -295,39 +295,6 @@ mod gelu {
                 1e-5,
                 seed,
             );
-            let dx = poisoned(&ctx, &[n], || kernels::gelu_backward(&ctx, &gx, &gd, n));
-            let got = read(&ctx, &dx, n).await;
-            let want = cpu::gelu_backward(&x, &dout);
-            assert_close(&format!("gelu backward n {n}"), &got, &want, 1e-5, seed);
-        }
-    }
-
-    gpu_test!(gelu_is_finite_and_right_at_extremes, extremes_body());
-    /// Large |x| (where tanh through exp overflows) checked element by element,
-    /// relative to max(|want|, 1).
-    async fn extremes_body() {
-        let ctx = context().await;
-        let x: Vec<f32> = [
-            0.0, 1e-6, 5.0, 9.0, 10.5, 30.0, 100.0, 1e4, 1e13, 1e20, 3e38,
-        ]
-        .iter()
-        .flat_map(|&v: &f32| [v, -v])
-        .collect();
-        let n = x.len();
-        let dout = vec![1.0f32; n];
-        let (gx, gd) = (ctx.upload(&x), ctx.upload(&dout));
-        let out = kernels::gelu_forward(&ctx, &gx, n);
-        let dx = kernels::gelu_backward(&ctx, &gx, &gd, n);
-        let (got_out, got_dx) = (read(&ctx, &out, n).await, read(&ctx, &dx, n).await);
-        let (want_out, want_dx) = (cpu::gelu_forward(&x), cpu::gelu_backward(&x, &dout));
-        for i in 0..n {
-            for (what, g, w) in [
-                ("forward", got_out[i], want_out[i]),
-                ("backward", got_dx[i], want_dx[i]),
-            ] {
-                let err = (g - w).abs() / w.abs().max(1.0);
-                assert!(err <= 1e-5, "gelu {what} at {}: got {g}, want {w}", x[i]);
-            }
         }
     }
 }
@@ -733,6 +700,201 @@ mod matmul {
                         let db2 = db2.expect("dbias");
                         assert_eq!(read(&ctx, &db2, n).await, got_db, "dbias {what} rerun");
                     }
+                }
+            }
+        }
+    }
+}
+
+// ---- matmuls with fused elementwise ops ----
+
+mod fused_matmul {
+    use super::support::{assert_close, context, normals, poisoned, read};
+    use crate::gpu_test;
+    use tidepool::kernels::{
+        matmul_backward_fused, matmul_dinp_fused_variant, matmul_dweight_fused_variant,
+        matmul_forward_fused_variant, ForwardFusion, MatmulVariant,
+    };
+    use tidepool::reference;
+    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::WgpuContext;
+
+    // The plain matmuls' tolerances (see `matmul`): the fused GELU and its gradient
+    // add an elementwise f32 error of a few ulp to each operand or output.
+    const FWD_TOL: f32 = 1e-5;
+    const DW_TOL: f32 = 2e-5;
+
+    /// (rows, k, n): none a multiple of any tile or of 8, reductions long enough to
+    /// split (k or n >= 256) in the split-K variant, the MLP projection's shape at
+    /// width 48, and a fresh random non-power-of-two shape each run.
+    fn shapes(rng: &mut Rng) -> Vec<(usize, usize, usize)> {
+        let odd = |rng: &mut Rng, hi: usize| loop {
+            let x = 1 + rng.below(hi);
+            if !x.is_power_of_two() {
+                break x;
+            }
+        };
+        let mut shapes = vec![
+            (1, 1, 1),
+            (7, 13, 5),
+            (130, 67, 33),
+            (129, 9, 257),
+            (66, 192, 48),
+        ];
+        if cfg!(not(target_arch = "wasm32")) {
+            shapes.push((300, 1536, 384));
+        }
+        shapes.push((odd(rng, 300), odd(rng, 600), odd(rng, 600)));
+        shapes
+    }
+
+    /// Pre-activation inputs spread over GELU's curve (|x| up to ~10).
+    fn pre_gelu(rng: &mut Rng, n: usize) -> Vec<f32> {
+        normals(rng, n, 2.5)
+    }
+
+    /// Buffers to poison for a launch that writes `out` floats, after a transient
+    /// GELU of `act` floats in the variant that makes one.
+    fn outputs(variant: MatmulVariant, out: usize, act: usize) -> Vec<usize> {
+        match variant {
+            MatmulVariant::Cpu => vec![out, act],
+            _ => vec![out],
+        }
+    }
+
+    gpu_test!(matmul_gelu_forward_matches_reference, gelu_forward_body());
+    /// `inp` through GELU as it is loaded (the MLP's c_proj), every variant, with and
+    /// without bias.
+    async fn gelu_forward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, k, n) in shapes(&mut rng) {
+            let inp = pre_gelu(&mut rng, rows * k);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+            for variant in MatmulVariant::ALL {
+                for with_bias in [false, true] {
+                    let fusion = ForwardFusion { gelu_inp: true };
+                    let out = poisoned(&ctx, &outputs(variant, rows * n, rows * k), || {
+                        let bias = with_bias.then_some(&g_b);
+                        matmul_forward_fused_variant(
+                            &ctx, variant, &g_inp, &g_w, bias, rows, k, n, fusion,
+                        )
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let b = with_bias.then_some(&bias[..]);
+                    let want = reference::matmul_forward_act(&inp, &weight, b, rows, k, n, true);
+                    let what = format!("gelu forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
+                    assert_close(&what, &got, &want, FWD_TOL, seed);
+                }
+            }
+        }
+    }
+
+    gpu_test!(matmul_gelu_backward_matches_reference, gelu_backward_body());
+    /// dinp times gelu'(inp) in the epilogue (after the split sum in split-K), dweight
+    /// of GELU(inp) on load, each variant, then `matmul_backward_fused` as the model
+    /// calls it.
+    async fn gelu_backward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, k, n) in shapes(&mut rng) {
+            let dout = rng.vec(rows * n, -1.0, 1.0);
+            let inp = pre_gelu(&mut rng, rows * k);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+            let (want_dinp, want_dw, want_db) =
+                reference::matmul_backward_act(&dout, &inp, &weight, rows, k, n, true, true);
+            for variant in MatmulVariant::ALL {
+                let what = format!("{variant:?} {rows}x{k}x{n}");
+                let dinp = poisoned(&ctx, &[rows * k], || {
+                    let gelu_of = Some(&g_inp);
+                    matmul_dinp_fused_variant(&ctx, variant, &g_dout, &g_w, rows, k, n, gelu_of)
+                });
+                let got = read(&ctx, &dinp, rows * k).await;
+                assert_close(
+                    &format!("gelu dinp {what}"),
+                    &got,
+                    &want_dinp,
+                    FWD_TOL,
+                    seed,
+                );
+                let dw = poisoned(&ctx, &outputs(variant, n * k, rows * k), || {
+                    matmul_dweight_fused_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n, true)
+                });
+                let got = read(&ctx, &dw, n * k).await;
+                assert_close(
+                    &format!("gelu dweight {what}"),
+                    &got,
+                    &want_dw,
+                    DW_TOL,
+                    seed,
+                );
+            }
+            let (dinp, dw, db) =
+                matmul_backward_fused(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, true, true);
+            let what = format!("matmul_backward_fused {rows}x{k}x{n}");
+            let got = read(&ctx, &dinp, rows * k).await;
+            assert_close(&format!("dinp, {what}"), &got, &want_dinp, FWD_TOL, seed);
+            let got = read(&ctx, &dw, n * k).await;
+            assert_close(&format!("dweight, {what}"), &got, &want_dw, DW_TOL, seed);
+            let got = read(&ctx, &db.expect("with bias"), n).await;
+            let want = want_db.expect("reference dbias");
+            assert_close(&format!("dbias, {what}"), &got, &want, DW_TOL, seed);
+        }
+    }
+
+    /// GELU and its slope at `x` through a fused 1-wide product by 1.0 (exact): the
+    /// forward of [rows, 1] x [1, 1] and the dinp of a [rows, 1] gradient of ones.
+    async fn gelu_through_matmul(
+        ctx: &WgpuContext,
+        variant: MatmulVariant,
+        x: &[f32],
+    ) -> (Vec<f32>, Vec<f32>) {
+        let rows = x.len();
+        let (gx, one, ones) = (
+            ctx.upload(x),
+            ctx.upload(&[1.0f32]),
+            ctx.upload(&vec![1.0f32; rows]),
+        );
+        let fusion = ForwardFusion { gelu_inp: true };
+        let out = matmul_forward_fused_variant(ctx, variant, &gx, &one, None, rows, 1, 1, fusion);
+        let dx = matmul_dinp_fused_variant(ctx, variant, &ones, &one, rows, 1, 1, Some(&gx));
+        (read(ctx, &out, rows).await, read(ctx, &dx, rows).await)
+    }
+
+    gpu_test!(gelu_is_finite_and_right_at_extremes, extremes_body());
+    /// Large |x| (where tanh through exp overflows) checked element by element,
+    /// relative to max(|want|, 1), in every variant.
+    async fn extremes_body() {
+        let ctx = context().await;
+        let x: Vec<f32> = [
+            0.0, 1e-6, 5.0, 9.0, 10.5, 30.0, 100.0, 1e4, 1e13, 1e20, 3e38,
+        ]
+        .iter()
+        .flat_map(|&v: &f32| [v, -v])
+        .collect();
+        let ones = vec![1.0f32; x.len()];
+        let (want_out, want_dx) = (
+            reference::gelu_forward(&x),
+            reference::gelu_backward(&x, &ones),
+        );
+        for variant in MatmulVariant::ALL {
+            let (got_out, got_dx) = gelu_through_matmul(&ctx, variant, &x).await;
+            for i in 0..x.len() {
+                for (what, g, w) in [
+                    ("forward", got_out[i], want_out[i]),
+                    ("backward", got_dx[i], want_dx[i]),
+                ] {
+                    let err = (g - w).abs() / w.abs().max(1.0);
+                    assert!(
+                        err <= 1e-5,
+                        "{variant:?} gelu {what} at {}: got {g}, want {w}",
+                        x[i]
+                    );
                 }
             }
         }

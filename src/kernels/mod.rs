@@ -28,13 +28,13 @@ mod target;
 
 pub use target::{force, Target};
 
-// ---- elementwise: residual add, GELU, dropout ----
+// ---- elementwise: residual add, GELU (for the CPU-adapter matmuls), dropout ----
 mod dropout;
 mod gelu;
 mod residual;
 
 pub use dropout::dropout;
-pub use gelu::{gelu_backward, gelu_forward};
+pub use gelu::gelu_forward;
 pub use residual::residual_forward;
 
 // ---- row reductions: layernorm, cross-entropy ----
@@ -57,8 +57,10 @@ pub use embedding::{encoder_backward, encoder_forward, token_index};
 mod matmul;
 
 pub use matmul::{
-    matmul_backward, matmul_dinp, matmul_dinp_variant, matmul_dweight, matmul_dweight_variant,
-    matmul_forward, matmul_forward_variant, MatmulVariant,
+    matmul_backward, matmul_backward_fused, matmul_dinp, matmul_dinp_fused_variant,
+    matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant, matmul_dweight_variant,
+    matmul_forward, matmul_forward_fused, matmul_forward_fused_variant, matmul_forward_variant,
+    ForwardFusion, MatmulVariant,
 };
 
 // ---- attention ----

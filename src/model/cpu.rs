@@ -58,8 +58,17 @@ impl Ops for CpuOps {
     ) -> (T, T, T) {
         r::layernorm_backward(dout, x, w, mean, rstd, rows, c)
     }
-    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
-        r::matmul_forward(x, w, bias.map(|b| b.as_slice()), rows, k, n)
+    fn matmul_forward(
+        &self,
+        x: &T,
+        w: &T,
+        bias: Option<&T>,
+        rows: usize,
+        k: usize,
+        n: usize,
+        gelu_inp: bool,
+    ) -> T {
+        r::matmul_forward_act(x, w, bias.map(|b| b.as_slice()), rows, k, n, gelu_inp)
     }
     fn matmul_backward(
         &self,
@@ -70,8 +79,9 @@ impl Ops for CpuOps {
         k: usize,
         n: usize,
         with_bias: bool,
+        gelu_inp: bool,
     ) -> (T, T, Option<T>) {
-        r::matmul_backward(dout, x, w, rows, k, n, with_bias)
+        r::matmul_backward_act(dout, x, w, rows, k, n, with_bias, gelu_inp)
     }
     fn attention_forward(
         &self,
@@ -97,12 +107,6 @@ impl Ops for CpuOps {
         dropout: Option<AttnDropout>,
     ) -> T {
         r::attention_backward(dout, qkv, att, b, t, c, nh, dropout)
-    }
-    fn gelu_forward(&self, x: &T, _n: usize) -> T {
-        r::gelu_forward(x)
-    }
-    fn gelu_backward(&self, x: &T, dout: &T, _n: usize) -> T {
-        r::gelu_backward(x, dout)
     }
     fn add(&self, a: &T, b: &T, _n: usize) -> T {
         r::residual_forward(a, b)

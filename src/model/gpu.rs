@@ -102,8 +102,18 @@ impl Ops for GpuOps<'_> {
     ) -> (T, T, T) {
         kernels::layernorm_backward(self.0, dout, x, w, mean, rstd, rows, c)
     }
-    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
-        kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
+    fn matmul_forward(
+        &self,
+        x: &T,
+        w: &T,
+        bias: Option<&T>,
+        rows: usize,
+        k: usize,
+        n: usize,
+        gelu_inp: bool,
+    ) -> T {
+        let fusion = kernels::ForwardFusion { gelu_inp };
+        kernels::matmul_forward_fused(self.0, x, w, bias, rows, k, n, fusion)
     }
     fn matmul_backward(
         &self,
@@ -114,8 +124,9 @@ impl Ops for GpuOps<'_> {
         k: usize,
         n: usize,
         with_bias: bool,
+        gelu_inp: bool,
     ) -> (T, T, Option<T>) {
-        kernels::matmul_backward(self.0, dout, x, w, rows, k, n, with_bias)
+        kernels::matmul_backward_fused(self.0, dout, x, w, rows, k, n, with_bias, gelu_inp)
     }
     fn attention_forward(
         &self,
@@ -141,12 +152,6 @@ impl Ops for GpuOps<'_> {
         dropout: Option<AttnDropout>,
     ) -> T {
         kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh, dropout)
-    }
-    fn gelu_forward(&self, x: &T, n: usize) -> T {
-        kernels::gelu_forward(self.0, x, n)
-    }
-    fn gelu_backward(&self, x: &T, dout: &T, n: usize) -> T {
-        kernels::gelu_backward(self.0, x, dout, n)
     }
     fn add(&self, a: &T, b: &T, n: usize) -> T {
         kernels::residual_forward(self.0, a, b, n)

@@ -367,6 +367,8 @@ pub trait Ops {
         rows: usize,
         c: usize,
     ) -> (Self::T, Self::T, Self::T);
+    /// With `gelu_inp`, the product of GELU(`x`) (applied as `x` is read).
+    #[allow(clippy::too_many_arguments)]
     fn matmul_forward(
         &self,
         x: &Self::T,
@@ -375,7 +377,10 @@ pub trait Ops {
         rows: usize,
         k: usize,
         n: usize,
+        gelu_inp: bool,
     ) -> Self::T;
+    /// With `gelu_inp`, of the forward with `gelu_inp`: the input gradient is the
+    /// GELU input's.
     #[allow(clippy::too_many_arguments)]
     fn matmul_backward(
         &self,
@@ -386,6 +391,7 @@ pub trait Ops {
         k: usize,
         n: usize,
         with_bias: bool,
+        gelu_inp: bool,
     ) -> (Self::T, Self::T, Option<Self::T>);
     /// With `dropout`, on the attention probabilities (the backward recomputes it).
     fn attention_forward(
@@ -410,8 +416,6 @@ pub trait Ops {
         nh: usize,
         dropout: Option<AttnDropout>,
     ) -> Self::T;
-    fn gelu_forward(&self, x: &Self::T, n: usize) -> Self::T;
-    fn gelu_backward(&self, x: &Self::T, dout: &Self::T, n: usize) -> Self::T;
     fn add(&self, a: &Self::T, b: &Self::T, n: usize) -> Self::T;
     fn crossentropy_forward(
         &self,
@@ -524,8 +528,8 @@ struct BlockActs<T> {
     ln2: T,
     ln2_mean: T,
     ln2_rstd: T,
+    /// The MLP's hidden layer before GELU (its output is recomputed where read).
     fch: T,
-    fch_gelu: T,
     /// Residual stream after the MLP: the next block's input.
     x_out: T,
 }
@@ -568,7 +572,15 @@ pub fn forward<O: Ops>(
         let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
         let (ln1, ln1_mean, ln1_rstd) =
             ops.layernorm_forward(x, &p.ln_1_weight, &p.ln_1_bias, rows, c);
-        let qkv = ops.matmul_forward(&ln1, &p.c_attn_weight, Some(&p.c_attn_bias), rows, c, 3 * c);
+        let qkv = ops.matmul_forward(
+            &ln1,
+            &p.c_attn_weight,
+            Some(&p.c_attn_bias),
+            rows,
+            c,
+            3 * c,
+            false,
+        );
         let att_drop = dropout.and_then(|d| d.attention(l));
         let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh, att_drop);
         let attproj = ops.matmul_forward(
@@ -578,21 +590,30 @@ pub fn forward<O: Ops>(
             rows,
             c,
             c,
+            false,
         );
         let attproj = dropped(ops, dropout, attproj, rows * c, attn_site(l));
         let x_mid = ops.add(x, &attproj, rows * c);
         drop(attproj);
         let (ln2, ln2_mean, ln2_rstd) =
             ops.layernorm_forward(&x_mid, &p.ln_2_weight, &p.ln_2_bias, rows, c);
-        let fch = ops.matmul_forward(&ln2, &p.c_fc_weight, Some(&p.c_fc_bias), rows, c, 4 * c);
-        let fch_gelu = ops.gelu_forward(&fch, rows * 4 * c);
+        let fch = ops.matmul_forward(
+            &ln2,
+            &p.c_fc_weight,
+            Some(&p.c_fc_bias),
+            rows,
+            c,
+            4 * c,
+            false,
+        );
         let fcproj = ops.matmul_forward(
-            &fch_gelu,
+            &fch,
             &p.mlp_proj_weight,
             Some(&p.mlp_proj_bias),
             rows,
             4 * c,
             c,
+            true,
         );
         let fcproj = dropped(ops, dropout, fcproj, rows * c, mlp_site(l));
         let x_out = ops.add(&x_mid, &fcproj, rows * c);
@@ -609,7 +630,6 @@ pub fn forward<O: Ops>(
             ln2_mean,
             ln2_rstd,
             fch,
-            fch_gelu,
             x_out,
         });
     }
@@ -617,7 +637,7 @@ pub fn forward<O: Ops>(
     let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
     let (lnf, lnf_mean, lnf_rstd) =
         ops.layernorm_forward(x, &params.ln_f_weight, &params.ln_f_bias, rows, c);
-    let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v);
+    let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v, false);
     let (losses, probs) = ops.crossentropy_forward(&logits, batch, rows, v);
     let loss = ops.mean(&losses, rows);
     Activations {
@@ -664,7 +684,8 @@ pub fn backward<O: Ops>(
 
     let dlogits = ops.crossentropy_backward(&probs, batch, rows, v, 1.0 / rows as f32);
     drop(probs);
-    let (dlnf, head_dwte, _) = ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false);
+    let (dlnf, head_dwte, _) =
+        ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false, false);
     drop((dlogits, lnf));
     let x_last = blocks.last().map_or(&x0, |blk| &blk.x_out);
     let (mut dx, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
@@ -686,22 +707,22 @@ pub fn backward<O: Ops>(
         let x_in = blocks.last().map_or(&x0, |blk| &blk.x_out);
 
         // x_out = x_mid + drop(fcproj(gelu(fc(ln2(x_mid))))): dx flows to both terms,
-        // through the branch's dropout mask into the branch.
+        // through the branch's dropout mask into the branch (and through the GELU
+        // that fcproj applied as it read fch).
         let dfcproj = masked(ops, dropout, &dx, rows * c, mlp_site(l));
-        let (dfch_gelu, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
+        let (dfch, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
             dfcproj.as_ref().unwrap_or(&dx),
-            &a.fch_gelu,
+            &a.fch,
             &p.mlp_proj_weight,
             rows,
             4 * c,
             c,
             true,
+            true,
         );
         drop(dfcproj);
-        let dfch = ops.gelu_backward(&a.fch, &dfch_gelu, rows * 4 * c);
-        drop(dfch_gelu);
         let (dln2, c_fc_weight, c_fc_bias) =
-            ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true);
+            ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true, false);
         drop(dfch);
         let (dx_mid_ln, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
             &dln2,
@@ -726,6 +747,7 @@ pub fn backward<O: Ops>(
             c,
             c,
             true,
+            false,
         );
         drop(dattproj);
         let att_drop = dropout.and_then(|d| d.attention(l));
@@ -733,7 +755,7 @@ pub fn backward<O: Ops>(
             ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh, att_drop);
         drop(datty);
         let (dln1, c_attn_weight, c_attn_bias) =
-            ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true);
+            ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true, false);
         drop(dqkv);
         let (dx_in_ln, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
             &dln1,
