@@ -422,6 +422,33 @@ pub fn matmul_backward_act(
     (gelu_backward(inp, &dact), dweight, dbias)
 }
 
+/// `resid + dropout(matmul_forward_act(...))`: the end of a residual branch, its
+/// last `Linear` with the branch's dropout ([`dropout`] with `dropout`'s mask, if
+/// any) and the residual add ([`residual_forward`]).
+#[allow(clippy::too_many_arguments)]
+pub fn residual_branch_forward(
+    resid: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+    dropout_mask: Option<DropoutMask>,
+) -> Vec<f32> {
+    let branch = matmul_forward_act(inp, weight, Some(bias), rows, k, n, gelu_inp);
+    residual_forward(resid, &dropped(&branch, dropout_mask))
+}
+
+/// `x` through `mask`, or `x` itself.
+fn dropped(x: &[f32], mask: Option<DropoutMask>) -> Vec<f32> {
+    match mask {
+        Some(m) => dropout(x, m.p, m.seed),
+        None => x.to_vec(),
+    }
+}
+
 // ---- attention ----
 
 /// Causal multi-head self-attention as in GPT-2 (llm.c's layout). `qkv` is
@@ -587,6 +614,14 @@ pub fn dropout(x: &[f32], p: f32, seed: u32) -> Vec<f32> {
             }
         })
         .collect()
+}
+
+/// The mask of one dropout site: drop probability `p` and the site's mask seed
+/// ([`dropout_seed`]), as [`dropout`] takes them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutMask {
+    pub p: f32,
+    pub seed: u32,
 }
 
 /// Whether element `i` survives dropout with mask seed `seed`: the one keep rule of

@@ -715,7 +715,7 @@ mod fused_matmul {
         matmul_backward_fused, matmul_dinp_fused_variant, matmul_dweight_fused_variant,
         matmul_forward_fused_variant, ForwardFusion, MatmulVariant,
     };
-    use tidepool::reference;
+    use tidepool::reference::{self, DropoutMask};
     use tidepool::rng::{fresh_seed, Rng};
     use tidepool::WgpuContext;
 
@@ -754,10 +754,10 @@ mod fused_matmul {
     }
 
     /// Buffers to poison for a launch that writes `out` floats, after a transient
-    /// GELU of `act` floats in the variant that makes one.
+    /// GELU of `act` floats (0: none) in the variant that makes one.
     fn outputs(variant: MatmulVariant, out: usize, act: usize) -> Vec<usize> {
         match variant {
-            MatmulVariant::Cpu => vec![out, act],
+            MatmulVariant::Cpu if act > 0 => vec![out, act],
             _ => vec![out],
         }
     }
@@ -776,7 +776,10 @@ mod fused_matmul {
             let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
             for variant in MatmulVariant::ALL {
                 for with_bias in [false, true] {
-                    let fusion = ForwardFusion { gelu_inp: true };
+                    let fusion = ForwardFusion {
+                        gelu_inp: true,
+                        ..Default::default()
+                    };
                     let out = poisoned(&ctx, &outputs(variant, rows * n, rows * k), || {
                         let bias = with_bias.then_some(&g_b);
                         matmul_forward_fused_variant(
@@ -847,6 +850,102 @@ mod fused_matmul {
         }
     }
 
+    gpu_test!(residual_branch_forward_matches_reference, branch_body());
+    /// `resid + dropout(act(inp) · wᵀ + bias)` (both branch ends of a block), every
+    /// variant, with and without GELU on load and dropout; split-K applies the
+    /// epilogue after its sum.
+    async fn branch_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, k, n) in shapes(&mut rng) {
+            let inp = pre_gelu(&mut rng, rows * k);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let resid = rng.vec(rows * n, -3.0, 3.0);
+            let g = |x: &[f32]| ctx.upload(x);
+            let (g_inp, g_w, g_b, g_r) = (g(&inp), g(&weight), g(&bias), g(&resid));
+            for variant in MatmulVariant::ALL {
+                for (gelu_inp, p) in [(false, 0.0), (true, 0.0), (false, 0.3), (true, 0.15)] {
+                    let mask = (p > 0.0).then(|| DropoutMask {
+                        p,
+                        seed: rng.next_u64() as u32,
+                    });
+                    let fusion = ForwardFusion {
+                        gelu_inp,
+                        dropout: mask,
+                        residual: Some(&g_r),
+                    };
+                    let act = if gelu_inp { rows * k } else { 0 };
+                    let out = poisoned(&ctx, &outputs(variant, rows * n, act), || {
+                        let b = Some(&g_b);
+                        matmul_forward_fused_variant(
+                            &ctx, variant, &g_inp, &g_w, b, rows, k, n, fusion,
+                        )
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let want = reference::residual_branch_forward(
+                        &resid, &inp, &weight, &bias, rows, k, n, gelu_inp, mask,
+                    );
+                    let what =
+                        format!("branch {variant:?} {rows}x{k}x{n} gelu {gelu_inp} {mask:?}");
+                    assert_close(&what, &got, &want, FWD_TOL, seed);
+                }
+            }
+        }
+    }
+
+    gpu_test!(residual_branch_dropout_mask_is_exact, exact_mask_body());
+    /// With a weight that picks one input column per output (one-hot rows: every sum
+    /// is exact, split or not), `resid + dropout(x + bias)` must equal the reference
+    /// bit for bit: the same mask elements, the same f32 rounding, in every variant.
+    async fn exact_mask_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let (rows, k, n) = (301, 300, 67);
+        let inp = normals(&mut rng, rows * k, 1.0);
+        let mut weight = vec![0.0f32; n * k];
+        for j in 0..n {
+            weight[j * k + (j * 7 + 3) % k] = 1.0;
+        }
+        let bias = normals(&mut rng, n, 1.0);
+        let resid = normals(&mut rng, rows * n, 1.0);
+        let g = |x: &[f32]| ctx.upload(x);
+        let (g_inp, g_w, g_b, g_r) = (g(&inp), g(&weight), g(&bias), g(&resid));
+        for variant in MatmulVariant::ALL {
+            for p in [0.1f32, 0.5] {
+                let mask = Some(DropoutMask {
+                    p,
+                    seed: rng.next_u64() as u32,
+                });
+                let fusion = ForwardFusion {
+                    gelu_inp: false,
+                    dropout: mask,
+                    residual: Some(&g_r),
+                };
+                let out = poisoned(&ctx, &[rows * n], || {
+                    matmul_forward_fused_variant(
+                        &ctx,
+                        variant,
+                        &g_inp,
+                        &g_w,
+                        Some(&g_b),
+                        rows,
+                        k,
+                        n,
+                        fusion,
+                    )
+                });
+                let got = read(&ctx, &out, rows * n).await;
+                let want = reference::residual_branch_forward(
+                    &resid, &inp, &weight, &bias, rows, k, n, false, mask,
+                );
+                assert_eq!(got, want, "{variant:?} p {p} (seed {seed})");
+            }
+        }
+    }
+
     /// GELU and its slope at `x` through a fused 1-wide product by 1.0 (exact): the
     /// forward of [rows, 1] x [1, 1] and the dinp of a [rows, 1] gradient of ones.
     async fn gelu_through_matmul(
@@ -860,7 +959,10 @@ mod fused_matmul {
             ctx.upload(&[1.0f32]),
             ctx.upload(&vec![1.0f32; rows]),
         );
-        let fusion = ForwardFusion { gelu_inp: true };
+        let fusion = ForwardFusion {
+            gelu_inp: true,
+            ..Default::default()
+        };
         let out = matmul_forward_fused_variant(ctx, variant, &gx, &one, None, rows, 1, 1, fusion);
         let dx = matmul_dinp_fused_variant(ctx, variant, &ones, &one, rows, 1, 1, Some(&gx));
         (read(ctx, &out, rows).await, read(ctx, &dx, rows).await)

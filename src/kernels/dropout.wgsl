@@ -8,7 +8,7 @@ struct Params { n: u32, seed: u32, threshold: u32, scale: f32 }
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
-// `mix` comes from hash.wgsl, joined in front.
+// `kept` comes from hash.wgsl, joined in front.
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -16,7 +16,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i >= p.n) {
         return;
     }
-    // 24 bits of the hash against the drop probability scaled to 2^24.
-    let keep = (mix(p.seed ^ mix(i)) >> 8u) >= p.threshold;
-    out[i] = select(0.0, x[i] * p.scale, keep);
+    out[i] = select(0.0, x[i] * p.scale, kept(p.seed, i, p.threshold));
 }

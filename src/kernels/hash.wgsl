@@ -11,3 +11,9 @@ fn mix(v: u32) -> u32 {
     return h;
 }
 
+
+// Whether element i of the dropout mask seeded `seed` is kept: 24 bits of its hash
+// against the drop probability scaled to 2^24 (reference::kept).
+fn kept(seed: u32, i: u32, threshold: u32) -> bool {
+    return (mix(seed ^ mix(i)) >> 8u) >= threshold;
+}

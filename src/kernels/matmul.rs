@@ -5,6 +5,7 @@
 
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::reference::{dropout_mask_params, DropoutMask};
 
 /// Output tile of one workgroup of the tiled variant (square) and its step along
 /// the reduction.
@@ -144,11 +145,12 @@ enum Layout {
     Dweight,
 }
 
-/// A GEMM prelude with what its fusions call joined in front (GELU and the flags of
-/// `matmul_fuse.wgsl`): every core is joined after one of these.
+/// A GEMM prelude with what its fusions call joined in front (the dropout hash, GELU,
+/// and the flags of `matmul_fuse.wgsl`): every core is joined after one of these.
 macro_rules! gemm_prelude {
     ($prelude:literal) => {
         concat!(
+            include_str!("hash.wgsl"),
             include_str!("gelu.wgsl"),
             include_str!("matmul_fuse.wgsl"),
             include_str!($prelude)
@@ -203,6 +205,8 @@ const COLSUM: Kernel = Kernel {
 mod fuse {
     pub const BIAS: u32 = 1;
     pub const GELU_INP: u32 = 2;
+    pub const RESIDUAL: u32 = 4;
+    pub const DROPOUT: u32 = 8;
     pub const GELU_GRAD: u32 = 16;
 }
 
@@ -271,12 +275,35 @@ fn split(len: usize, want: usize, align: usize, min: usize) -> (usize, usize) {
     (chunk, len.div_ceil(chunk))
 }
 
-/// Elementwise work fused into a forward GEMM's loads and stores (none by default).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ForwardFusion {
+/// Elementwise work fused into a forward GEMM's loads and stores (none by default):
+/// `out = resid + dropout(act(inp) · weightᵀ + bias)`.
+#[derive(Clone, Copy, Default)]
+pub struct ForwardFusion<'a> {
     /// `inp` goes through GELU as it is loaded: the MLP's c_proj reads c_fc's
     /// pre-GELU output, so GELU's output is never written.
     pub gelu_inp: bool,
+    /// Inverted dropout on the product plus bias, element `r * n + j` of the mask
+    /// (the same as `reference::dropout` of that output).
+    pub dropout: Option<DropoutMask>,
+    /// Added last (`[rows, n]`): a residual branch's end, so neither the branch's
+    /// output nor its dropped copy is written.
+    pub residual: Option<&'a PooledBuffer>,
+}
+
+impl ForwardFusion<'_> {
+    /// The epilogue's flags, dropout parameters in `params`.
+    fn epilogue(&self, bias: bool, params: &mut (u32, u32, f32)) -> u32 {
+        let mut flags = if bias { fuse::BIAS } else { 0 };
+        if let Some(mask) = self.dropout {
+            let (threshold, scale) = dropout_mask_params(mask.p);
+            *params = (mask.seed, threshold, scale);
+            flags |= fuse::DROPOUT;
+        }
+        if self.residual.is_some() {
+            flags |= fuse::RESIDUAL;
+        }
+        flags
+    }
 }
 
 /// `out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j]`, PyTorch `Linear` layout:
@@ -349,28 +376,52 @@ pub fn matmul_forward_fused_variant(
     if let Some(bias) = bias {
         check_len(bias, n, "matmul_forward bias");
     }
+    if let Some(resid) = fusion.residual {
+        check_len(resid, rows * n, "matmul_forward residual");
+    }
     let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, fusion.gelu_inp);
     let inp = act.as_ref().unwrap_or(inp);
-    let epilogue = if bias.is_some() { fuse::BIAS } else { 0 };
+    let mut mask = (0, 0, 1.0);
+    let epilogue = fusion.epilogue(bias.is_some(), &mut mask);
+    let (seed, threshold, scale) = mask;
     let out = ctx.create_pooled(rows * n * 4);
     let (chunk, splits) = variant.k_splits(rows, n, k);
     let kernel = variant.kernel(Layout::Forward);
     let groups = variant.grid(rows, n, splits);
     // Bindings a launch does not use still need a buffer; the shader never reads it.
     let bias_or_any = bias.unwrap_or(inp);
+    let resid_or_any = fusion.residual.unwrap_or(inp);
     if splits == 1 {
-        let params = GemmParams::new(rows, n, k, chunk, prologue | epilogue);
-        ctx.dispatch(kernel, &params, &[inp, weight, bias_or_any, &out], groups);
+        let params = GemmParams {
+            seed,
+            threshold,
+            scale,
+            ..GemmParams::new(rows, n, k, chunk, prologue | epilogue)
+        };
+        let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &out, resid_or_any];
+        ctx.dispatch(kernel, &params, &buffers, groups);
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
-        ctx.dispatch(kernel, &params, &[inp, weight, bias_or_any, &part], groups);
-        let mut reduce = ReduceParams::new(rows * n, splits, epilogue);
-        reduce.row_chunk = u32_of(n, "n");
+        let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &part, resid_or_any];
+        ctx.dispatch(kernel, &params, &buffers, groups);
+        let reduce = ReduceParams {
+            row_chunk: u32_of(n, "n"),
+            seed,
+            threshold,
+            scale,
+            ..ReduceParams::new(rows * n, splits, epilogue)
+        };
         if epilogue == 0 {
             sum_splits(ctx, &part, &out, rows * n, splits);
         } else {
-            sum_splits_fused(ctx, &reduce, &part, &out, [bias_or_any, &part]);
+            sum_splits_fused(
+                ctx,
+                &reduce,
+                &part,
+                &out,
+                [bias_or_any, &part, resid_or_any],
+            );
         }
     }
     out
@@ -486,7 +537,7 @@ pub fn matmul_dinp_fused_variant(
             sum_splits(ctx, &part, &dinp, rows * k, splits);
         } else {
             let reduce = ReduceParams::new(rows * k, splits, epilogue);
-            sum_splits_fused(ctx, &reduce, &part, &dinp, [&part, aux]);
+            sum_splits_fused(ctx, &reduce, &part, &dinp, [&part, aux, &part]);
         }
     }
     dinp
@@ -625,14 +676,19 @@ fn sum_splits(
 }
 
 /// The sum of split-K partials, then the epilogue of `params.flags`, reading
-/// `inputs` (bias, aux: each bound to `part` where unused).
+/// `inputs` (bias, aux, resid: each bound to `part` where unused).
 fn sum_splits_fused(
     ctx: &WgpuContext,
     params: &ReduceParams,
     part: &PooledBuffer,
     out: &PooledBuffer,
-    [bias, aux]: [&PooledBuffer; 2],
+    [bias, aux, resid]: [&PooledBuffer; 3],
 ) {
     let groups = grid_1d(params.len, 256);
-    ctx.dispatch(&SUM_SPLITS_FUSED, params, &[part, out, bias, aux], groups);
+    ctx.dispatch(
+        &SUM_SPLITS_FUSED,
+        params,
+        &[part, out, bias, aux, resid],
+        groups,
+    );
 }

@@ -1,5 +1,7 @@
 // Forward, A·Bᵀ: out[r, j] = sum_i act(inp[r, i]) * weight[j, i] + bias[j], act =
-// GELU with FUSE_GELU_INP (the MLP's c_proj reads c_fc's pre-GELU output), else none.
+// GELU with FUSE_GELU_INP (the MLP's c_proj reads c_fc's pre-GELU output), else none;
+// with FUSE_DROPOUT and FUSE_RESIDUAL, out = resid + dropout(that): a residual
+// branch's end (matmul_fuse.wgsl).
 // GEMM m = rows, n = n, k = k; both operands are read along k.
 struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
 
@@ -9,6 +11,8 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 // Bound to `inp` again when there is no bias.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Bound to `inp` again without FUSE_RESIDUAL.
+@group(0) @binding(5) var<storage, read> resid: array<f32>;
 
 fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     let r = m0 + t / 2u;
@@ -55,16 +59,17 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 
 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }
-    var w = v;
-    if (fused(p.flags, FUSE_BIAS)) {
-        for (var i = 0u; i < 4u; i++) {
-            if (j + i < p.n) { w[i] += bias[j + i]; }
-        }
-    }
-    // Split-K: split z writes its own slice of `out` ([splits, m, n]).
+    // Split-K: split z writes its own slice of `out` ([splits, m, n]), without the
+    // epilogue (matmul_reduce.wgsl applies it to the sum).
     let base = (z * p.m + r) * p.n + j;
     for (var i = 0u; i < 4u; i++) {
-        if (j + i < p.n) { out[base + i] = w[i]; }
+        if (j + i < p.n) {
+            let at = r * p.n + j + i;
+            var w = v[i];
+            if (fused(p.flags, FUSE_BIAS)) { w += bias[j + i]; }
+            if (fused(p.flags, FUSE_DROPOUT)) { w = dropout_at(w, at, p.seed, p.threshold, p.scale); }
+            if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at] + w; }
+            out[base + i] = w;
+        }
     }
 }
-

@@ -2,7 +2,7 @@
 //! reference trainer.
 
 use super::Ops;
-use crate::reference::{self as r, AttnDropout};
+use crate::reference::{self as r, AttnDropout, DropoutMask};
 
 /// The CPU backend: [`crate::reference`] behind [`Ops`].
 pub struct CpuOps;
@@ -58,17 +58,22 @@ impl Ops for CpuOps {
     ) -> (T, T, T) {
         r::layernorm_backward(dout, x, w, mean, rstd, rows, c)
     }
-    fn matmul_forward(
+    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
+        r::matmul_forward(x, w, bias.map(|b| b.as_slice()), rows, k, n)
+    }
+    fn residual_branch_forward(
         &self,
+        resid: &T,
         x: &T,
         w: &T,
-        bias: Option<&T>,
+        bias: &T,
         rows: usize,
         k: usize,
         n: usize,
         gelu_inp: bool,
+        dropout: Option<DropoutMask>,
     ) -> T {
-        r::matmul_forward_act(x, w, bias.map(|b| b.as_slice()), rows, k, n, gelu_inp)
+        r::residual_branch_forward(resid, x, w, bias, rows, k, n, gelu_inp, dropout)
     }
     fn matmul_backward(
         &self,

@@ -3,7 +3,7 @@
 use super::Ops;
 use crate::gpu::{PooledBuffer, WgpuContext};
 use crate::kernels;
-use crate::reference::AttnDropout;
+use crate::reference::{AttnDropout, DropoutMask};
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers.
 pub struct GpuOps<'a>(pub &'a WgpuContext);
@@ -102,18 +102,27 @@ impl Ops for GpuOps<'_> {
     ) -> (T, T, T) {
         kernels::layernorm_backward(self.0, dout, x, w, mean, rstd, rows, c)
     }
-    fn matmul_forward(
+    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
+        kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
+    }
+    fn residual_branch_forward(
         &self,
+        resid: &T,
         x: &T,
         w: &T,
-        bias: Option<&T>,
+        bias: &T,
         rows: usize,
         k: usize,
         n: usize,
         gelu_inp: bool,
+        dropout: Option<DropoutMask>,
     ) -> T {
-        let fusion = kernels::ForwardFusion { gelu_inp };
-        kernels::matmul_forward_fused(self.0, x, w, bias, rows, k, n, fusion)
+        let fusion = kernels::ForwardFusion {
+            gelu_inp,
+            dropout,
+            residual: Some(resid),
+        };
+        kernels::matmul_forward_fused(self.0, x, w, Some(bias), rows, k, n, fusion)
     }
     fn matmul_backward(
         &self,

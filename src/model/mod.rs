@@ -16,7 +16,7 @@ pub use cpu::{CpuBatch, CpuOps};
 pub use gpu::{GpuBatch, GpuOps};
 
 use crate::error::{Error, Result};
-use crate::reference::AttnDropout;
+use crate::reference::{AttnDropout, DropoutMask};
 use crate::rng::Rng;
 
 /// Shape of a GPT.
@@ -367,8 +367,6 @@ pub trait Ops {
         rows: usize,
         c: usize,
     ) -> (Self::T, Self::T, Self::T);
-    /// With `gelu_inp`, the product of GELU(`x`) (applied as `x` is read).
-    #[allow(clippy::too_many_arguments)]
     fn matmul_forward(
         &self,
         x: &Self::T,
@@ -377,10 +375,24 @@ pub trait Ops {
         rows: usize,
         k: usize,
         n: usize,
-        gelu_inp: bool,
     ) -> Self::T;
-    /// With `gelu_inp`, of the forward with `gelu_inp`: the input gradient is the
-    /// GELU input's.
+    /// `resid + dropout(act(x) · wᵀ + bias)`, act GELU with `gelu_inp`: a residual
+    /// branch's last `Linear`, its dropout and the residual add in one op.
+    #[allow(clippy::too_many_arguments)]
+    fn residual_branch_forward(
+        &self,
+        resid: &Self::T,
+        x: &Self::T,
+        w: &Self::T,
+        bias: &Self::T,
+        rows: usize,
+        k: usize,
+        n: usize,
+        gelu_inp: bool,
+        dropout: Option<DropoutMask>,
+    ) -> Self::T;
+    /// With `gelu_inp`, of a product of GELU(`x`) (as [`Ops::residual_branch_forward`]
+    /// takes it): the input gradient is the GELU input's.
     #[allow(clippy::too_many_arguments)]
     fn matmul_backward(
         &self,
@@ -470,8 +482,16 @@ impl Dropout {
 
     /// Site 0 is the embedding; a block's attention and MLP outputs follow.
     fn apply<O: Ops>(&self, ops: &O, x: &O::T, n: usize, site: u32) -> O::T {
-        let seed = crate::reference::dropout_seed(self.seed, self.step, site);
-        ops.dropout(x, n, self.p, seed)
+        let mask = self.mask(site);
+        ops.dropout(x, n, mask.p, mask.seed)
+    }
+
+    /// The mask of `site`.
+    fn mask(&self, site: u32) -> DropoutMask {
+        DropoutMask {
+            p: self.p,
+            seed: crate::reference::dropout_seed(self.seed, self.step, site),
+        }
     }
 
     /// The attention-probability mask of layer `l`, with nanoGPT's placement.
@@ -502,6 +522,11 @@ fn masked<O: Ops>(
     dropout.map(|d| d.apply(ops, g, n, site))
 }
 
+/// The mask of `site`, when there is dropout.
+fn site_mask(dropout: Option<&Dropout>, site: u32) -> Option<DropoutMask> {
+    dropout.map(|d| d.mask(site))
+}
+
 fn attn_site(l: usize) -> u32 {
     1 + 2 * l as u32
 }
@@ -523,7 +548,8 @@ struct BlockActs<T> {
     qkv: T,
     atty: T,
     att_saved: T,
-    /// Residual stream after attention.
+    /// Residual stream after attention (the attention branch's output and its dropped
+    /// copy are never written: see [`Ops::residual_branch_forward`]).
     x_mid: T,
     ln2: T,
     ln2_mean: T,
@@ -572,52 +598,34 @@ pub fn forward<O: Ops>(
         let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
         let (ln1, ln1_mean, ln1_rstd) =
             ops.layernorm_forward(x, &p.ln_1_weight, &p.ln_1_bias, rows, c);
-        let qkv = ops.matmul_forward(
-            &ln1,
-            &p.c_attn_weight,
-            Some(&p.c_attn_bias),
-            rows,
-            c,
-            3 * c,
-            false,
-        );
+        let qkv = ops.matmul_forward(&ln1, &p.c_attn_weight, Some(&p.c_attn_bias), rows, c, 3 * c);
         let att_drop = dropout.and_then(|d| d.attention(l));
         let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh, att_drop);
-        let attproj = ops.matmul_forward(
+        let x_mid = ops.residual_branch_forward(
+            x,
             &atty,
             &p.attn_proj_weight,
-            Some(&p.attn_proj_bias),
+            &p.attn_proj_bias,
             rows,
             c,
             c,
             false,
+            site_mask(dropout, attn_site(l)),
         );
-        let attproj = dropped(ops, dropout, attproj, rows * c, attn_site(l));
-        let x_mid = ops.add(x, &attproj, rows * c);
-        drop(attproj);
         let (ln2, ln2_mean, ln2_rstd) =
             ops.layernorm_forward(&x_mid, &p.ln_2_weight, &p.ln_2_bias, rows, c);
-        let fch = ops.matmul_forward(
-            &ln2,
-            &p.c_fc_weight,
-            Some(&p.c_fc_bias),
-            rows,
-            c,
-            4 * c,
-            false,
-        );
-        let fcproj = ops.matmul_forward(
+        let fch = ops.matmul_forward(&ln2, &p.c_fc_weight, Some(&p.c_fc_bias), rows, c, 4 * c);
+        let x_out = ops.residual_branch_forward(
+            &x_mid,
             &fch,
             &p.mlp_proj_weight,
-            Some(&p.mlp_proj_bias),
+            &p.mlp_proj_bias,
             rows,
             4 * c,
             c,
             true,
+            site_mask(dropout, mlp_site(l)),
         );
-        let fcproj = dropped(ops, dropout, fcproj, rows * c, mlp_site(l));
-        let x_out = ops.add(&x_mid, &fcproj, rows * c);
-        drop(fcproj);
         blocks.push(BlockActs {
             ln1,
             ln1_mean,
@@ -637,7 +645,7 @@ pub fn forward<O: Ops>(
     let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
     let (lnf, lnf_mean, lnf_rstd) =
         ops.layernorm_forward(x, &params.ln_f_weight, &params.ln_f_bias, rows, c);
-    let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v, false);
+    let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v);
     let (losses, probs) = ops.crossentropy_forward(&logits, batch, rows, v);
     let loss = ops.mean(&losses, rows);
     Activations {
