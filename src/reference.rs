@@ -441,6 +441,31 @@ pub fn residual_branch_forward(
     residual_forward(resid, &dropped(&branch, dropout_mask))
 }
 
+/// [`layernorm_backward`] of a layernorm whose input was also the residual stream:
+/// `dinp = resid + ` the layernorm's input gradient ([`residual_forward`]), and with
+/// `mask` that sum through the dropout mask as well. Returns (dinp, masked, dweight,
+/// dbias).
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward_residual(
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    rows: usize,
+    c: usize,
+    resid: Option<&[f32]>,
+    mask: Option<DropoutMask>,
+) -> (Vec<f32>, Option<Vec<f32>>, Vec<f32>, Vec<f32>) {
+    let (dln, dweight, dbias) = layernorm_backward(dout, inp, weight, mean, rstd, rows, c);
+    let dinp = match resid {
+        Some(resid) => residual_forward(resid, &dln),
+        None => dln,
+    };
+    let masked = mask.map(|_| dropped(&dinp, mask));
+    (dinp, masked, dweight, dbias)
+}
+
 /// `x` through `mask`, or `x` itself.
 fn dropped(x: &[f32], mask: Option<DropoutMask>) -> Vec<f32> {
     match mask {

@@ -180,7 +180,7 @@ mod layernorm {
     use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels::{self, Target};
-    use tidepool::reference as cpu;
+    use tidepool::reference::{self as cpu, DropoutMask};
     use tidepool::rng::{fresh_seed, Rng};
 
     /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
@@ -261,6 +261,68 @@ mod layernorm {
                 assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
                 let got = read(&ctx, &db, c).await;
                 assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+            }
+        }
+    }
+
+    gpu_test!(
+        layernorm_backward_with_residual_matches_reference,
+        residual_body()
+    );
+    /// The fused backward: dinp = resid + the layernorm's input gradient (same
+    /// tolerance as dinp), and with a mask that sum through it, which must be
+    /// exactly the reference dropout of the GPU's own dinp (same mask bits, one
+    /// f32 multiply).
+    async fn residual_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let mut shapes: Vec<_> = shapes().into_iter().filter(|&(r, _)| r < 1000).collect();
+        shapes.push((1 + rng.below(299) | 1, 4 + rng.below(300) | 1));
+        for (rows, c) in shapes {
+            for target in Target::ALL {
+                for (with_resid, p) in [(true, 0.0f32), (true, 0.2), (false, 0.5)] {
+                    let (inp, w, _) = inputs(&mut rng, rows, c);
+                    let dout = normals(&mut rng, rows * c, 1.0);
+                    let resid = normals(&mut rng, rows * c, 1.0);
+                    let mask = (p > 0.0).then(|| DropoutMask {
+                        p,
+                        seed: rng.next_u64() as u32,
+                    });
+                    let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                    let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                    let (gm, gr, gres) = (ctx.upload(&mean), ctx.upload(&rstd), ctx.upload(&resid));
+                    let chunks = rows.div_ceil(64);
+                    let mut lens = vec![rows * c, 2 * chunks * c, c, c];
+                    if mask.is_some() {
+                        lens.insert(0, rows * c);
+                    }
+                    let r = with_resid.then_some(&gres);
+                    let (dinp, masked, dw, db) = poisoned(&ctx, &lens, || {
+                        kernels::layernorm_backward_fused_on(
+                            &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c, r, mask,
+                        )
+                    });
+                    let want_resid = with_resid.then_some(&resid[..]);
+                    let (want_dinp, _, want_dw, want_db) = cpu::layernorm_backward_residual(
+                        &dout, &inp, &w, &mean, &rstd, rows, c, want_resid, mask,
+                    );
+                    let what = format!(
+                        "{target:?} kernels, rows {rows} c {c} resid {with_resid} {mask:?}"
+                    );
+                    let got = read(&ctx, &dinp, rows * c).await;
+                    assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+                    assert_eq!(masked.is_some(), mask.is_some(), "{what}");
+                    if let (Some(masked), Some(m)) = (masked, mask) {
+                        let got_masked = read(&ctx, &masked, rows * c).await;
+                        let want = cpu::dropout(&got, m.p, m.seed);
+                        assert_eq!(got_masked, want, "masked, {what} (seed {seed})");
+                    }
+                    let got = read(&ctx, &dw, c).await;
+                    assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+                    let got = read(&ctx, &db, c).await;
+                    assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+                }
             }
         }
     }

@@ -45,7 +45,8 @@ pub use crossentropy::{
     crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean,
 };
 pub use layernorm::{
-    layernorm_backward, layernorm_backward_on, layernorm_forward, layernorm_forward_on,
+    layernorm_backward, layernorm_backward_fused, layernorm_backward_fused_on,
+    layernorm_backward_on, layernorm_forward, layernorm_forward_on,
 };
 
 // ---- embedding ----

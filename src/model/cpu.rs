@@ -55,8 +55,11 @@ impl Ops for CpuOps {
         rstd: &T,
         rows: usize,
         c: usize,
-    ) -> (T, T, T) {
-        r::layernorm_backward(dout, x, w, mean, rstd, rows, c)
+        resid: Option<&T>,
+        dropout: Option<DropoutMask>,
+    ) -> (T, Option<T>, T, T) {
+        let resid = resid.map(|r| r.as_slice());
+        r::layernorm_backward_residual(dout, x, w, mean, rstd, rows, c, resid, dropout)
     }
     fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
         r::matmul_forward(x, w, bias.map(|b| b.as_slice()), rows, k, n)
@@ -112,9 +115,6 @@ impl Ops for CpuOps {
         dropout: Option<AttnDropout>,
     ) -> T {
         r::attention_backward(dout, qkv, att, b, t, c, nh, dropout)
-    }
-    fn add(&self, a: &T, b: &T, _n: usize) -> T {
-        r::residual_forward(a, b)
     }
     fn crossentropy_forward(&self, logits: &T, batch: &CpuBatch, rows: usize, v: usize) -> (T, T) {
         r::crossentropy_forward(logits, &batch.targets, rows, v)

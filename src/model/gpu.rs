@@ -99,8 +99,10 @@ impl Ops for GpuOps<'_> {
         rstd: &T,
         rows: usize,
         c: usize,
-    ) -> (T, T, T) {
-        kernels::layernorm_backward(self.0, dout, x, w, mean, rstd, rows, c)
+        resid: Option<&T>,
+        dropout: Option<DropoutMask>,
+    ) -> (T, Option<T>, T, T) {
+        kernels::layernorm_backward_fused(self.0, dout, x, w, mean, rstd, rows, c, resid, dropout)
     }
     fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
         kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
@@ -161,9 +163,6 @@ impl Ops for GpuOps<'_> {
         dropout: Option<AttnDropout>,
     ) -> T {
         kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh, dropout)
-    }
-    fn add(&self, a: &T, b: &T, n: usize) -> T {
-        kernels::residual_forward(self.0, a, b, n)
     }
     fn crossentropy_forward(&self, logits: &T, batch: &GpuBatch, rows: usize, v: usize) -> (T, T) {
         kernels::crossentropy_forward(self.0, logits, &batch.targets, rows, v)

@@ -356,6 +356,11 @@ pub trait Ops {
         rows: usize,
         c: usize,
     ) -> (Self::T, Self::T, Self::T);
+    /// Returns (dx, masked, dweight, dbias). With `resid` (the residual stream's
+    /// gradient, when `x` was the stream), `dx = resid + ` the layernorm's input
+    /// gradient; with `dropout`, `masked` is `dx` through that mask (the gradient of
+    /// the residual branch, or the embedding, whose dropped output was added into
+    /// `x`).
     #[allow(clippy::too_many_arguments)]
     fn layernorm_backward(
         &self,
@@ -366,7 +371,9 @@ pub trait Ops {
         rstd: &Self::T,
         rows: usize,
         c: usize,
-    ) -> (Self::T, Self::T, Self::T);
+        resid: Option<&Self::T>,
+        dropout: Option<DropoutMask>,
+    ) -> (Self::T, Option<Self::T>, Self::T, Self::T);
     fn matmul_forward(
         &self,
         x: &Self::T,
@@ -428,7 +435,6 @@ pub trait Ops {
         nh: usize,
         dropout: Option<AttnDropout>,
     ) -> Self::T;
-    fn add(&self, a: &Self::T, b: &Self::T, n: usize) -> Self::T;
     fn crossentropy_forward(
         &self,
         logits: &Self::T,
@@ -509,17 +515,6 @@ fn dropped<O: Ops>(ops: &O, dropout: Option<&Dropout>, x: O::T, n: usize, site: 
         Some(d) => d.apply(ops, &x, n, site),
         None => x,
     }
-}
-
-/// The gradient through dropout at `site` (the same mask), when there is dropout.
-fn masked<O: Ops>(
-    ops: &O,
-    dropout: Option<&Dropout>,
-    g: &O::T,
-    n: usize,
-    site: u32,
-) -> Option<O::T> {
-    dropout.map(|d| d.apply(ops, g, n, site))
 }
 
 /// The mask of `site`, when there is dropout.
@@ -695,8 +690,13 @@ pub fn backward<O: Ops>(
     let (dlnf, head_dwte, _) =
         ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false, false);
     drop((dlogits, lnf));
+    // Each layernorm backward also adds the residual stream's gradient (`dx`), and
+    // writes it through the mask of the dropout whose output was added into its
+    // input (`dbranch`): the block's MLP branch, its attention branch, the block
+    // below's MLP branch, and under the first block the embedding.
+    let below = |l: usize| if l == 0 { 0 } else { mlp_site(l - 1) };
     let x_last = blocks.last().map_or(&x0, |blk| &blk.x_out);
-    let (mut dx, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
+    let (mut dx, mut dbranch, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
         &dlnf,
         x_last,
         &params.ln_f_weight,
@@ -704,6 +704,8 @@ pub fn backward<O: Ops>(
         &lnf_rstd,
         rows,
         c,
+        None,
+        site_mask(dropout, below(cfg.layers)),
     );
     drop((dlnf, lnf_mean, lnf_rstd));
 
@@ -717,9 +719,8 @@ pub fn backward<O: Ops>(
         // x_out = x_mid + drop(fcproj(gelu(fc(ln2(x_mid))))): dx flows to both terms,
         // through the branch's dropout mask into the branch (and through the GELU
         // that fcproj applied as it read fch).
-        let dfcproj = masked(ops, dropout, &dx, rows * c, mlp_site(l));
         let (dfch, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
-            dfcproj.as_ref().unwrap_or(&dx),
+            dbranch.as_ref().unwrap_or(&dx),
             &a.fch,
             &p.mlp_proj_weight,
             rows,
@@ -728,11 +729,11 @@ pub fn backward<O: Ops>(
             true,
             true,
         );
-        drop(dfcproj);
+        drop(dbranch);
         let (dln2, c_fc_weight, c_fc_bias) =
             ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true, false);
         drop(dfch);
-        let (dx_mid_ln, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
+        let (dx_mid, dattproj, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
             &dln2,
             &a.x_mid,
             &p.ln_2_weight,
@@ -740,13 +741,12 @@ pub fn backward<O: Ops>(
             &a.ln2_rstd,
             rows,
             c,
+            Some(&dx),
+            site_mask(dropout, attn_site(l)),
         );
-        drop(dln2);
-        let dx_mid = ops.add(&dx, &dx_mid_ln, rows * c);
-        drop(dx_mid_ln);
+        drop((dln2, dx));
 
         // x_mid = x_in + drop(attproj(attention(qkv(ln1(x_in))))).
-        let dattproj = masked(ops, dropout, &dx_mid, rows * c, attn_site(l));
         let (datty, attn_proj_weight, attn_proj_bias) = ops.matmul_backward(
             dattproj.as_ref().unwrap_or(&dx_mid),
             &a.atty,
@@ -765,7 +765,7 @@ pub fn backward<O: Ops>(
         let (dln1, c_attn_weight, c_attn_bias) =
             ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true, false);
         drop(dqkv);
-        let (dx_in_ln, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
+        let (dx_in, dbelow, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
             &dln1,
             x_in,
             &p.ln_1_weight,
@@ -773,9 +773,11 @@ pub fn backward<O: Ops>(
             &a.ln1_rstd,
             rows,
             c,
+            Some(&dx_mid),
+            site_mask(dropout, below(l)),
         );
-        drop(dln1);
-        dx = ops.add(&dx_mid, &dx_in_ln, rows * c);
+        drop((dln1, dx_mid));
+        (dx, dbranch) = (dx_in, dbelow);
         let bias = |g: Option<O::T>| g.expect("with bias");
         dblocks.push(BlockParams {
             ln_1_weight,
@@ -795,8 +797,8 @@ pub fn backward<O: Ops>(
     }
     dblocks.reverse();
     ops.set_layer(None);
-    let dembedded = masked(ops, dropout, &dx, rows * c, 0);
-    let dx = dembedded.unwrap_or(dx);
+    // The gradient of x0 = dropout(embedded), through the embedding's mask.
+    let dx = dbranch.unwrap_or(dx);
     let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
     GptParams {
         wte,
