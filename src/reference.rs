@@ -466,6 +466,19 @@ pub fn layernorm_backward_residual(
     (dinp, masked, dweight, dbias)
 }
 
+/// [`encoder_forward`] through the embedding's dropout `mask`, if any.
+pub fn encoder_forward_dropout(
+    tokens: &[u32],
+    wte: &[f32],
+    wpe: &[f32],
+    b: usize,
+    t: usize,
+    c: usize,
+    mask: Option<DropoutMask>,
+) -> Vec<f32> {
+    dropped(&encoder_forward(tokens, wte, wpe, b, t, c), mask)
+}
+
 /// `x` through `mask`, or `x` itself.
 fn dropped(x: &[f32], mask: Option<DropoutMask>) -> Vec<f32> {
     match mask {
@@ -606,7 +619,7 @@ pub fn attention_backward(
 
 // ---- dropout ----
 
-/// murmur3's 32-bit finaliser (the same integer arithmetic as `dropout.wgsl`).
+/// murmur3's 32-bit finaliser (the same integer arithmetic as `hash.wgsl`).
 fn mix(v: u32) -> u32 {
     let mut h = v;
     h ^= h >> 16;

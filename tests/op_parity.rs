@@ -45,7 +45,7 @@ mod embedding {
     use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels;
-    use tidepool::reference as cpu;
+    use tidepool::reference::{self as cpu, DropoutMask};
     use tidepool::rng::{fresh_seed, Rng};
 
     /// (b, t, c, v), and natively the training shape of the shakespeare preset's
@@ -75,6 +75,33 @@ mod embedding {
             // One f32 add, as the reference: bit-identical.
             let want = cpu::encoder_forward(&toks, &wte, &wpe, b, t, c);
             assert_eq!(got, want, "b {b} t {t} c {c} v {v}, seed {seed}");
+        }
+    }
+
+    gpu_test!(encoder_forward_dropout_is_exact, forward_dropout_body());
+    /// Through the embedding's dropout mask: one f32 add and one multiply on both
+    /// sides and the same mask bits, so bit-identical to the reference composition.
+    async fn forward_dropout_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (b, t, c, v) in shapes() {
+            for p in [0.0f32, 0.1, 0.5] {
+                let toks = tokens(&mut rng, b * t, v);
+                let wte = normals(&mut rng, v * c, 1.0);
+                let wpe = normals(&mut rng, t * c, 1.0);
+                let mask = (p > 0.0).then(|| DropoutMask {
+                    p,
+                    seed: rng.next_u64() as u32,
+                });
+                let (gt, gwte, gwpe) = (ctx.upload(&toks), ctx.upload(&wte), ctx.upload(&wpe));
+                let out = poisoned(&ctx, &[b * t * c], || {
+                    kernels::encoder_forward_dropout(&ctx, &gt, &gwte, &gwpe, b, t, c, mask)
+                });
+                let got = read(&ctx, &out, b * t * c).await;
+                let want = cpu::encoder_forward_dropout(&toks, &wte, &wpe, b, t, c, mask);
+                assert_eq!(got, want, "b {b} t {t} c {c} v {v} {mask:?}, seed {seed}");
+            }
         }
     }
 
@@ -1205,36 +1232,15 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
 
 // ---- dropout ----
 
+// The masks' GPU side is checked where each is applied, bit for bit against
+// `reference::dropout`: embedding (`encoder_forward_dropout_is_exact`), residual
+// branches (`residual_branch_dropout_mask_is_exact`), layernorm backward
+// (`layernorm_backward_with_residual_matches_reference`) and attention.
+#[cfg(not(target_arch = "wasm32"))]
 mod dropout {
-    use crate::common::{context, poisoned, read};
-    use crate::gpu_test;
-    use tidepool::kernels;
     use tidepool::reference;
-    use tidepool::rng::{fresh_seed, Rng};
-
-    gpu_test!(dropout_matches_reference_bit_for_bit, dropout_body());
-    /// Exact: the mask is integer arithmetic on (seed, index) on both sides and kept
-    /// values are one f32 multiply, so GPU and CPU agree bit for bit.
-    async fn dropout_body() {
-        let ctx = context().await;
-        let seed = fresh_seed();
-        let mut rng = Rng::new(seed);
-        for (n, p) in [(1usize, 0.5f32), (130, 0.1), (70_001, 0.2), (4097, 0.0)] {
-            let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
-            let mask_seed = rng.next_u64() as u32;
-            let gx = ctx.upload(&x);
-            let out = poisoned(&ctx, &[n], || kernels::dropout(&ctx, &gx, n, p, mask_seed));
-            let got = read(&ctx, &out, n).await;
-            let want = reference::dropout(&x, p, mask_seed);
-            assert_eq!(got, want, "n {n} p {p} seed {seed}");
-            if p == 0.0 {
-                assert_eq!(want, x, "p = 0 is the identity");
-            }
-        }
-    }
 
     #[test]
-    #[cfg(not(target_arch = "wasm32"))]
     fn dropout_mask_has_the_right_rate_and_depends_on_the_seed() {
         let x = vec![1.0f32; 200_000];
         for p in [0.1f32, 0.2, 0.5] {

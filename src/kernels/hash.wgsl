@@ -1,6 +1,6 @@
-// The integer hash behind every dropout mask (joined in front of dropout.wgsl and the
-// attention kernels): murmur3's 32-bit finaliser, every input bit affects every
-// output bit. reference::dropout computes the same in Rust.
+// The integer hash behind every dropout mask (joined in front of the kernels that
+// apply one: embedding, matmul epilogues, layernorm backward, attention): murmur3's
+// 32-bit finaliser, every input bit affects every output bit. reference::dropout computes the same in Rust.
 fn mix(v: u32) -> u32 {
     var h = v;
     h ^= h >> 16u;

@@ -28,12 +28,12 @@ mod target;
 
 pub use target::{force, Target};
 
-// ---- elementwise: residual add, GELU (for the CPU-adapter matmuls), dropout ----
-mod dropout;
+// ---- elementwise: residual add, GELU (for the CPU-adapter matmuls) ----
+// Dropout has no kernel of its own: the mask (hash.wgsl) is applied inside the
+// embedding, matmul-epilogue, layernorm-backward and attention kernels.
 mod gelu;
 mod residual;
 
-pub use dropout::dropout;
 pub use gelu::gelu_forward;
 pub use residual::residual_forward;
 
@@ -52,7 +52,7 @@ pub use layernorm::{
 // ---- embedding ----
 mod embedding;
 
-pub use embedding::{encoder_backward, encoder_forward, token_index};
+pub use embedding::{encoder_backward, encoder_forward, encoder_forward_dropout, token_index};
 
 // ---- matmul ----
 mod matmul;

@@ -26,8 +26,9 @@ impl Ops for CpuOps {
         b: usize,
         t: usize,
         c: usize,
+        dropout: Option<DropoutMask>,
     ) -> T {
-        r::encoder_forward(&batch.tokens, wte, wpe, b, t, c)
+        r::encoder_forward_dropout(&batch.tokens, wte, wpe, b, t, c, dropout)
     }
     fn encoder_backward(
         &self,
@@ -131,8 +132,5 @@ impl Ops for CpuOps {
     }
     fn mean(&self, x: &T, _n: usize) -> T {
         vec![r::mean(x)]
-    }
-    fn dropout(&self, x: &T, _n: usize, p: f32, seed: u32) -> T {
-        r::dropout(x, p, seed)
     }
 }

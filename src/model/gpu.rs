@@ -62,8 +62,9 @@ impl Ops for GpuOps<'_> {
         b: usize,
         t: usize,
         c: usize,
+        dropout: Option<DropoutMask>,
     ) -> T {
-        kernels::encoder_forward(self.0, &batch.tokens, wte, wpe, b, t, c)
+        kernels::encoder_forward_dropout(self.0, &batch.tokens, wte, wpe, b, t, c, dropout)
     }
     fn encoder_backward(
         &self,
@@ -179,8 +180,5 @@ impl Ops for GpuOps<'_> {
     }
     fn mean(&self, x: &T, n: usize) -> T {
         kernels::mean(self.0, x, n)
-    }
-    fn dropout(&self, x: &T, n: usize, p: f32, seed: u32) -> T {
-        kernels::dropout(self.0, x, n, p, seed)
     }
 }

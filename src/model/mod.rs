@@ -328,6 +328,8 @@ pub trait Ops {
     /// The block the coming ops belong to (`None`: outside the blocks), for the
     /// allocation trace. Nothing to do by default.
     fn set_layer(&self, _layer: Option<usize>) {}
+    /// With `dropout`, the embedding through that mask.
+    #[allow(clippy::too_many_arguments)]
     fn encoder_forward(
         &self,
         batch: &Self::Batch,
@@ -336,6 +338,7 @@ pub trait Ops {
         b: usize,
         t: usize,
         c: usize,
+        dropout: Option<DropoutMask>,
     ) -> Self::T;
     #[allow(clippy::too_many_arguments)]
     fn encoder_backward(
@@ -451,7 +454,6 @@ pub trait Ops {
         scale: f32,
     ) -> Self::T;
     fn mean(&self, x: &Self::T, n: usize) -> Self::T;
-    fn dropout(&self, x: &Self::T, n: usize, p: f32, seed: u32) -> Self::T;
 }
 
 /// Where dropout applies during training.
@@ -486,13 +488,8 @@ impl Dropout {
         })
     }
 
-    /// Site 0 is the embedding; a block's attention and MLP outputs follow.
-    fn apply<O: Ops>(&self, ops: &O, x: &O::T, n: usize, site: u32) -> O::T {
-        let mask = self.mask(site);
-        ops.dropout(x, n, mask.p, mask.seed)
-    }
-
-    /// The mask of `site`.
+    /// The mask of `site`: site 0 is the embedding; a block's attention and MLP
+    /// outputs follow.
     fn mask(&self, site: u32) -> DropoutMask {
         DropoutMask {
             p: self.p,
@@ -506,14 +503,6 @@ impl Dropout {
             p: self.p,
             seed: crate::reference::dropout_seed(self.seed, self.step, attn_probs_site(l)),
         })
-    }
-}
-
-/// `x` after dropout at `site`, or `x` itself without dropout.
-fn dropped<O: Ops>(ops: &O, dropout: Option<&Dropout>, x: O::T, n: usize, site: u32) -> O::T {
-    match dropout {
-        Some(d) => d.apply(ops, &x, n, site),
-        None => x,
     }
 }
 
@@ -585,8 +574,15 @@ pub fn forward<O: Ops>(
     dropout: Option<&Dropout>,
 ) -> Activations<O::T> {
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
-    let embedded = ops.encoder_forward(batch, &params.wte, &params.wpe, b, t, c);
-    let x0 = dropped(ops, dropout, embedded, rows * c, 0);
+    let x0 = ops.encoder_forward(
+        batch,
+        &params.wte,
+        &params.wpe,
+        b,
+        t,
+        c,
+        site_mask(dropout, 0),
+    );
     let mut blocks: Vec<BlockActs<O::T>> = Vec::with_capacity(cfg.layers);
     for (l, p) in params.blocks.iter().enumerate() {
         ops.set_layer(Some(l));
