@@ -379,6 +379,114 @@ pub fn matmul_backward(
     (dinp, dweight, dbias)
 }
 
+// ---- fused ops: compositions of the ops above ----
+//
+// The kernels fuse elementwise ops into their neighbours; these compositions of the
+// plain references are what the fused kernels must compute.
+
+/// [`matmul_forward`] of `act(inp)`: GELU ([`gelu_forward`]) when `gelu_inp`, else
+/// `inp` itself.
+pub fn matmul_forward_act(
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+) -> Vec<f32> {
+    if !gelu_inp {
+        return matmul_forward(inp, weight, bias, rows, k, n);
+    }
+    matmul_forward(&gelu_forward(inp), weight, bias, rows, k, n)
+}
+
+/// Gradients of [`matmul_forward_act`]: [`matmul_backward`] at `act(inp)`, and with
+/// `gelu_inp` the input gradient taken through the GELU ([`gelu_backward`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward_act(
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    rows: usize,
+    k: usize,
+    n: usize,
+    with_bias: bool,
+    gelu_inp: bool,
+) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
+    if !gelu_inp {
+        return matmul_backward(dout, inp, weight, rows, k, n, with_bias);
+    }
+    let (dact, dweight, dbias) =
+        matmul_backward(dout, &gelu_forward(inp), weight, rows, k, n, with_bias);
+    (gelu_backward(inp, &dact), dweight, dbias)
+}
+
+/// `resid + dropout(matmul_forward_act(...))`: the end of a residual branch, its
+/// last `Linear` with the branch's dropout ([`dropout`] with `dropout`'s mask, if
+/// any) and the residual add ([`residual_forward`]).
+#[allow(clippy::too_many_arguments)]
+pub fn residual_branch_forward(
+    resid: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+    dropout_mask: Option<DropoutMask>,
+) -> Vec<f32> {
+    let branch = matmul_forward_act(inp, weight, Some(bias), rows, k, n, gelu_inp);
+    residual_forward(resid, &dropped(&branch, dropout_mask))
+}
+
+/// [`layernorm_backward`] of a layernorm whose input was also the residual stream:
+/// `dinp = resid + ` the layernorm's input gradient ([`residual_forward`]), and with
+/// `mask` that sum through the dropout mask as well. Returns (dinp, masked, dweight,
+/// dbias).
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward_residual(
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    rows: usize,
+    c: usize,
+    resid: Option<&[f32]>,
+    mask: Option<DropoutMask>,
+) -> (Vec<f32>, Option<Vec<f32>>, Vec<f32>, Vec<f32>) {
+    let (dln, dweight, dbias) = layernorm_backward(dout, inp, weight, mean, rstd, rows, c);
+    let dinp = match resid {
+        Some(resid) => residual_forward(resid, &dln),
+        None => dln,
+    };
+    let masked = mask.map(|_| dropped(&dinp, mask));
+    (dinp, masked, dweight, dbias)
+}
+
+/// [`encoder_forward`] through the embedding's dropout `mask`, if any.
+pub fn encoder_forward_dropout(
+    tokens: &[u32],
+    wte: &[f32],
+    wpe: &[f32],
+    b: usize,
+    t: usize,
+    c: usize,
+    mask: Option<DropoutMask>,
+) -> Vec<f32> {
+    dropped(&encoder_forward(tokens, wte, wpe, b, t, c), mask)
+}
+
+/// `x` through `mask`, or `x` itself.
+fn dropped(x: &[f32], mask: Option<DropoutMask>) -> Vec<f32> {
+    match mask {
+        Some(m) => dropout(x, m.p, m.seed),
+        None => x.to_vec(),
+    }
+}
+
 // ---- attention ----
 
 /// Causal multi-head self-attention as in GPT-2 (llm.c's layout). `qkv` is
@@ -511,7 +619,7 @@ pub fn attention_backward(
 
 // ---- dropout ----
 
-/// murmur3's 32-bit finaliser (the same integer arithmetic as `dropout.wgsl`).
+/// murmur3's 32-bit finaliser (the same integer arithmetic as `hash.wgsl`).
 fn mix(v: u32) -> u32 {
     let mut h = v;
     h ^= h >> 16;
@@ -544,6 +652,14 @@ pub fn dropout(x: &[f32], p: f32, seed: u32) -> Vec<f32> {
             }
         })
         .collect()
+}
+
+/// The mask of one dropout site: drop probability `p` and the site's mask seed
+/// ([`dropout_seed`]), as [`dropout`] takes them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DropoutMask {
+    pub p: f32,
+    pub seed: u32,
 }
 
 /// Whether element `i` survives dropout with mask seed `seed`: the one keep rule of

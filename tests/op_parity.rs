@@ -45,7 +45,7 @@ mod embedding {
     use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels;
-    use tidepool::reference as cpu;
+    use tidepool::reference::{self as cpu, DropoutMask};
     use tidepool::rng::{fresh_seed, Rng};
 
     /// (b, t, c, v), and natively the training shape of the shakespeare preset's
@@ -75,6 +75,33 @@ mod embedding {
             // One f32 add, as the reference: bit-identical.
             let want = cpu::encoder_forward(&toks, &wte, &wpe, b, t, c);
             assert_eq!(got, want, "b {b} t {t} c {c} v {v}, seed {seed}");
+        }
+    }
+
+    gpu_test!(encoder_forward_dropout_is_exact, forward_dropout_body());
+    /// Through the embedding's dropout mask: one f32 add and one multiply on both
+    /// sides and the same mask bits, so bit-identical to the reference composition.
+    async fn forward_dropout_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (b, t, c, v) in shapes() {
+            for p in [0.0f32, 0.1, 0.5] {
+                let toks = tokens(&mut rng, b * t, v);
+                let wte = normals(&mut rng, v * c, 1.0);
+                let wpe = normals(&mut rng, t * c, 1.0);
+                let mask = (p > 0.0).then(|| DropoutMask {
+                    p,
+                    seed: rng.next_u64() as u32,
+                });
+                let (gt, gwte, gwpe) = (ctx.upload(&toks), ctx.upload(&wte), ctx.upload(&wpe));
+                let out = poisoned(&ctx, &[b * t * c], || {
+                    kernels::encoder_forward_dropout(&ctx, &gt, &gwte, &gwpe, b, t, c, mask)
+                });
+                let got = read(&ctx, &out, b * t * c).await;
+                let want = cpu::encoder_forward_dropout(&toks, &wte, &wpe, b, t, c, mask);
+                assert_eq!(got, want, "b {b} t {t} c {c} v {v} {mask:?}, seed {seed}");
+            }
         }
     }
 
@@ -180,7 +207,7 @@ mod layernorm {
     use super::support::*;
     use crate::gpu_test;
     use tidepool::kernels::{self, Target};
-    use tidepool::reference as cpu;
+    use tidepool::reference::{self as cpu, DropoutMask};
     use tidepool::rng::{fresh_seed, Rng};
 
     /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
@@ -264,6 +291,68 @@ mod layernorm {
             }
         }
     }
+
+    gpu_test!(
+        layernorm_backward_with_residual_matches_reference,
+        residual_body()
+    );
+    /// The fused backward: dinp = resid + the layernorm's input gradient (same
+    /// tolerance as dinp), and with a mask that sum through it, which must be
+    /// exactly the reference dropout of the GPU's own dinp (same mask bits, one
+    /// f32 multiply).
+    async fn residual_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let mut shapes: Vec<_> = shapes().into_iter().filter(|&(r, _)| r < 1000).collect();
+        shapes.push((1 + rng.below(299) | 1, 4 + rng.below(300) | 1));
+        for (rows, c) in shapes {
+            for target in Target::ALL {
+                for (with_resid, p) in [(true, 0.0f32), (true, 0.2), (false, 0.5)] {
+                    let (inp, w, _) = inputs(&mut rng, rows, c);
+                    let dout = normals(&mut rng, rows * c, 1.0);
+                    let resid = normals(&mut rng, rows * c, 1.0);
+                    let mask = (p > 0.0).then(|| DropoutMask {
+                        p,
+                        seed: rng.next_u64() as u32,
+                    });
+                    let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                    let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                    let (gm, gr, gres) = (ctx.upload(&mean), ctx.upload(&rstd), ctx.upload(&resid));
+                    let chunks = rows.div_ceil(64);
+                    let mut lens = vec![rows * c, 2 * chunks * c, c, c];
+                    if mask.is_some() {
+                        lens.insert(0, rows * c);
+                    }
+                    let r = with_resid.then_some(&gres);
+                    let (dinp, masked, dw, db) = poisoned(&ctx, &lens, || {
+                        kernels::layernorm_backward_fused_on(
+                            &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c, r, mask,
+                        )
+                    });
+                    let want_resid = with_resid.then_some(&resid[..]);
+                    let (want_dinp, _, want_dw, want_db) = cpu::layernorm_backward_residual(
+                        &dout, &inp, &w, &mean, &rstd, rows, c, want_resid, mask,
+                    );
+                    let what = format!(
+                        "{target:?} kernels, rows {rows} c {c} resid {with_resid} {mask:?}"
+                    );
+                    let got = read(&ctx, &dinp, rows * c).await;
+                    assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+                    assert_eq!(masked.is_some(), mask.is_some(), "{what}");
+                    if let (Some(masked), Some(m)) = (masked, mask) {
+                        let got_masked = read(&ctx, &masked, rows * c).await;
+                        let want = cpu::dropout(&got, m.p, m.seed);
+                        assert_eq!(got_masked, want, "masked, {what} (seed {seed})");
+                    }
+                    let got = read(&ctx, &dw, c).await;
+                    assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+                    let got = read(&ctx, &db, c).await;
+                    assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+                }
+            }
+        }
+    }
 }
 
 mod gelu {
@@ -276,16 +365,16 @@ mod gelu {
     const SIZES: &[usize] = &[1, 7, 130, 1000, 70_001];
 
     gpu_test!(gelu_matches_reference, gelu_body());
-    /// Tolerance 1e-5: elementwise, f32 tanh (a few ulp, worse on some drivers) on
-    /// inputs of magnitude up to ~12.
+    /// The pass the CPU-adapter matmuls read GELU from. Tolerance 1e-5: elementwise,
+    /// f32 exp (a few ulp, worse on some drivers) on inputs of magnitude up to ~12.
+    /// Its gradient and the other matmuls' GELU on load: `fused_matmul` below.
     async fn gelu_body() {
         let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for &n in SIZES {
             let x = normals(&mut rng, n, 3.0);
-            let dout = normals(&mut rng, n, 1.0);
-            let (gx, gd) = (ctx.upload(&x), ctx.upload(&dout));
+            let gx = ctx.upload(&x);
             let out = poisoned(&ctx, &[n], || kernels::gelu_forward(&ctx, &gx, n));
             let got = read(&ctx, &out, n).await;
             assert_close(
@@ -295,39 +384,6 @@ mod gelu {
                 1e-5,
                 seed,
             );
-            let dx = poisoned(&ctx, &[n], || kernels::gelu_backward(&ctx, &gx, &gd, n));
-            let got = read(&ctx, &dx, n).await;
-            let want = cpu::gelu_backward(&x, &dout);
-            assert_close(&format!("gelu backward n {n}"), &got, &want, 1e-5, seed);
-        }
-    }
-
-    gpu_test!(gelu_is_finite_and_right_at_extremes, extremes_body());
-    /// Large |x| (where tanh through exp overflows) checked element by element,
-    /// relative to max(|want|, 1).
-    async fn extremes_body() {
-        let ctx = context().await;
-        let x: Vec<f32> = [
-            0.0, 1e-6, 5.0, 9.0, 10.5, 30.0, 100.0, 1e4, 1e13, 1e20, 3e38,
-        ]
-        .iter()
-        .flat_map(|&v: &f32| [v, -v])
-        .collect();
-        let n = x.len();
-        let dout = vec![1.0f32; n];
-        let (gx, gd) = (ctx.upload(&x), ctx.upload(&dout));
-        let out = kernels::gelu_forward(&ctx, &gx, n);
-        let dx = kernels::gelu_backward(&ctx, &gx, &gd, n);
-        let (got_out, got_dx) = (read(&ctx, &out, n).await, read(&ctx, &dx, n).await);
-        let (want_out, want_dx) = (cpu::gelu_forward(&x), cpu::gelu_backward(&x, &dout));
-        for i in 0..n {
-            for (what, g, w) in [
-                ("forward", got_out[i], want_out[i]),
-                ("backward", got_dx[i], want_dx[i]),
-            ] {
-                let err = (g - w).abs() / w.abs().max(1.0);
-                assert!(err <= 1e-5, "gelu {what} at {}: got {g}, want {w}", x[i]);
-            }
         }
     }
 }
@@ -608,6 +664,303 @@ mod matmul {
     }
 }
 
+// ---- matmuls with fused elementwise ops ----
+
+mod fused_matmul {
+    use super::support::{assert_close, context, normals, poisoned, read};
+    use crate::gpu_test;
+    use tidepool::kernels::{
+        matmul_backward_fused, matmul_dinp_fused_variant, matmul_dweight_fused_variant,
+        matmul_forward_fused_variant, ForwardFusion, MatmulVariant,
+    };
+    use tidepool::reference::{self, DropoutMask};
+    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::WgpuContext;
+
+    // The plain matmuls' tolerances (see `matmul`): the fused GELU and its gradient
+    // add an elementwise f32 error of a few ulp to each operand or output.
+    const FWD_TOL: f32 = 1e-5;
+    const DW_TOL: f32 = 2e-5;
+
+    /// (rows, k, n): none a multiple of any tile or of 8, reductions long enough to
+    /// split (k or n >= 256) in the split-K variant, the MLP projection's shape at
+    /// width 48, and a fresh random non-power-of-two shape each run.
+    fn shapes(rng: &mut Rng) -> Vec<(usize, usize, usize)> {
+        let odd = |rng: &mut Rng, hi: usize| loop {
+            let x = 1 + rng.below(hi);
+            if !x.is_power_of_two() {
+                break x;
+            }
+        };
+        let mut shapes = vec![
+            (1, 1, 1),
+            (7, 13, 5),
+            (130, 67, 33),
+            (129, 9, 257),
+            (66, 192, 48),
+        ];
+        if cfg!(not(target_arch = "wasm32")) {
+            shapes.push((300, 1536, 384));
+        }
+        shapes.push((odd(rng, 300), odd(rng, 600), odd(rng, 600)));
+        shapes
+    }
+
+    /// Pre-activation inputs spread over GELU's curve (|x| up to ~10).
+    fn pre_gelu(rng: &mut Rng, n: usize) -> Vec<f32> {
+        normals(rng, n, 2.5)
+    }
+
+    /// Buffers to poison for a launch that writes `out` floats, after a transient
+    /// GELU of `act` floats (0: none) in the variant that makes one.
+    fn outputs(variant: MatmulVariant, out: usize, act: usize) -> Vec<usize> {
+        match variant {
+            MatmulVariant::Cpu if act > 0 => vec![out, act],
+            _ => vec![out],
+        }
+    }
+
+    gpu_test!(matmul_gelu_forward_matches_reference, gelu_forward_body());
+    /// `inp` through GELU as it is loaded (the MLP's c_proj), every variant, with and
+    /// without bias.
+    async fn gelu_forward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, k, n) in shapes(&mut rng) {
+            let inp = pre_gelu(&mut rng, rows * k);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+            for variant in MatmulVariant::ALL {
+                for with_bias in [false, true] {
+                    let fusion = ForwardFusion {
+                        gelu_inp: true,
+                        ..Default::default()
+                    };
+                    let out = poisoned(&ctx, &outputs(variant, rows * n, rows * k), || {
+                        let bias = with_bias.then_some(&g_b);
+                        matmul_forward_fused_variant(
+                            &ctx, variant, &g_inp, &g_w, bias, rows, k, n, fusion,
+                        )
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let b = with_bias.then_some(&bias[..]);
+                    let want = reference::matmul_forward_act(&inp, &weight, b, rows, k, n, true);
+                    let what = format!("gelu forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
+                    assert_close(&what, &got, &want, FWD_TOL, seed);
+                }
+            }
+        }
+    }
+
+    gpu_test!(matmul_gelu_backward_matches_reference, gelu_backward_body());
+    /// dinp times gelu'(inp) in the epilogue (after the split sum in split-K), dweight
+    /// of GELU(inp) on load, each variant, then `matmul_backward_fused` as the model
+    /// calls it.
+    async fn gelu_backward_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, k, n) in shapes(&mut rng) {
+            let dout = rng.vec(rows * n, -1.0, 1.0);
+            let inp = pre_gelu(&mut rng, rows * k);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+            let (want_dinp, want_dw, want_db) =
+                reference::matmul_backward_act(&dout, &inp, &weight, rows, k, n, true, true);
+            for variant in MatmulVariant::ALL {
+                let what = format!("{variant:?} {rows}x{k}x{n}");
+                let dinp = poisoned(&ctx, &[rows * k], || {
+                    let gelu_of = Some(&g_inp);
+                    matmul_dinp_fused_variant(&ctx, variant, &g_dout, &g_w, rows, k, n, gelu_of)
+                });
+                let got = read(&ctx, &dinp, rows * k).await;
+                assert_close(
+                    &format!("gelu dinp {what}"),
+                    &got,
+                    &want_dinp,
+                    FWD_TOL,
+                    seed,
+                );
+                let dw = poisoned(&ctx, &outputs(variant, n * k, rows * k), || {
+                    matmul_dweight_fused_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n, true)
+                });
+                let got = read(&ctx, &dw, n * k).await;
+                assert_close(
+                    &format!("gelu dweight {what}"),
+                    &got,
+                    &want_dw,
+                    DW_TOL,
+                    seed,
+                );
+            }
+            let (dinp, dw, db) =
+                matmul_backward_fused(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, true, true);
+            let what = format!("matmul_backward_fused {rows}x{k}x{n}");
+            let got = read(&ctx, &dinp, rows * k).await;
+            assert_close(&format!("dinp, {what}"), &got, &want_dinp, FWD_TOL, seed);
+            let got = read(&ctx, &dw, n * k).await;
+            assert_close(&format!("dweight, {what}"), &got, &want_dw, DW_TOL, seed);
+            let got = read(&ctx, &db.expect("with bias"), n).await;
+            let want = want_db.expect("reference dbias");
+            assert_close(&format!("dbias, {what}"), &got, &want, DW_TOL, seed);
+        }
+    }
+
+    gpu_test!(residual_branch_forward_matches_reference, branch_body());
+    /// `resid + dropout(act(inp) · wᵀ + bias)` (both branch ends of a block), every
+    /// variant, with and without GELU on load and dropout; split-K applies the
+    /// epilogue after its sum.
+    async fn branch_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        for (rows, k, n) in shapes(&mut rng) {
+            let inp = pre_gelu(&mut rng, rows * k);
+            let weight = rng.vec(n * k, -1.0, 1.0);
+            let bias = rng.vec(n, -1.0, 1.0);
+            let resid = rng.vec(rows * n, -3.0, 3.0);
+            let g = |x: &[f32]| ctx.upload(x);
+            let (g_inp, g_w, g_b, g_r) = (g(&inp), g(&weight), g(&bias), g(&resid));
+            for variant in MatmulVariant::ALL {
+                for (gelu_inp, p) in [(false, 0.0), (true, 0.0), (false, 0.3), (true, 0.15)] {
+                    let mask = (p > 0.0).then(|| DropoutMask {
+                        p,
+                        seed: rng.next_u64() as u32,
+                    });
+                    let fusion = ForwardFusion {
+                        gelu_inp,
+                        dropout: mask,
+                        residual: Some(&g_r),
+                    };
+                    let act = if gelu_inp { rows * k } else { 0 };
+                    let out = poisoned(&ctx, &outputs(variant, rows * n, act), || {
+                        let b = Some(&g_b);
+                        matmul_forward_fused_variant(
+                            &ctx, variant, &g_inp, &g_w, b, rows, k, n, fusion,
+                        )
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let want = reference::residual_branch_forward(
+                        &resid, &inp, &weight, &bias, rows, k, n, gelu_inp, mask,
+                    );
+                    let what =
+                        format!("branch {variant:?} {rows}x{k}x{n} gelu {gelu_inp} {mask:?}");
+                    assert_close(&what, &got, &want, FWD_TOL, seed);
+                }
+            }
+        }
+    }
+
+    gpu_test!(residual_branch_dropout_mask_is_exact, exact_mask_body());
+    /// With a weight that picks one input column per output (one-hot rows: every sum
+    /// is exact, split or not), `resid + dropout(x + bias)` must equal the reference
+    /// bit for bit: the same mask elements, the same f32 rounding, in every variant.
+    async fn exact_mask_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let (rows, k, n) = (301, 300, 67);
+        let inp = normals(&mut rng, rows * k, 1.0);
+        let mut weight = vec![0.0f32; n * k];
+        for j in 0..n {
+            weight[j * k + (j * 7 + 3) % k] = 1.0;
+        }
+        let bias = normals(&mut rng, n, 1.0);
+        let resid = normals(&mut rng, rows * n, 1.0);
+        let g = |x: &[f32]| ctx.upload(x);
+        let (g_inp, g_w, g_b, g_r) = (g(&inp), g(&weight), g(&bias), g(&resid));
+        for variant in MatmulVariant::ALL {
+            for p in [0.1f32, 0.5] {
+                let mask = Some(DropoutMask {
+                    p,
+                    seed: rng.next_u64() as u32,
+                });
+                let fusion = ForwardFusion {
+                    gelu_inp: false,
+                    dropout: mask,
+                    residual: Some(&g_r),
+                };
+                let out = poisoned(&ctx, &[rows * n], || {
+                    matmul_forward_fused_variant(
+                        &ctx,
+                        variant,
+                        &g_inp,
+                        &g_w,
+                        Some(&g_b),
+                        rows,
+                        k,
+                        n,
+                        fusion,
+                    )
+                });
+                let got = read(&ctx, &out, rows * n).await;
+                let want = reference::residual_branch_forward(
+                    &resid, &inp, &weight, &bias, rows, k, n, false, mask,
+                );
+                assert_eq!(got, want, "{variant:?} p {p} (seed {seed})");
+            }
+        }
+    }
+
+    /// GELU and its slope at `x` through a fused 1-wide product by 1.0 (exact): the
+    /// forward of [rows, 1] x [1, 1] and the dinp of a [rows, 1] gradient of ones.
+    async fn gelu_through_matmul(
+        ctx: &WgpuContext,
+        variant: MatmulVariant,
+        x: &[f32],
+    ) -> (Vec<f32>, Vec<f32>) {
+        let rows = x.len();
+        let (gx, one, ones) = (
+            ctx.upload(x),
+            ctx.upload(&[1.0f32]),
+            ctx.upload(&vec![1.0f32; rows]),
+        );
+        let fusion = ForwardFusion {
+            gelu_inp: true,
+            ..Default::default()
+        };
+        let out = matmul_forward_fused_variant(ctx, variant, &gx, &one, None, rows, 1, 1, fusion);
+        let dx = matmul_dinp_fused_variant(ctx, variant, &ones, &one, rows, 1, 1, Some(&gx));
+        (read(ctx, &out, rows).await, read(ctx, &dx, rows).await)
+    }
+
+    gpu_test!(gelu_is_finite_and_right_at_extremes, extremes_body());
+    /// Large |x| (where tanh through exp overflows) checked element by element,
+    /// relative to max(|want|, 1), in every variant.
+    async fn extremes_body() {
+        let ctx = context().await;
+        let x: Vec<f32> = [
+            0.0, 1e-6, 5.0, 9.0, 10.5, 30.0, 100.0, 1e4, 1e13, 1e20, 3e38,
+        ]
+        .iter()
+        .flat_map(|&v: &f32| [v, -v])
+        .collect();
+        let ones = vec![1.0f32; x.len()];
+        let (want_out, want_dx) = (
+            reference::gelu_forward(&x),
+            reference::gelu_backward(&x, &ones),
+        );
+        for variant in MatmulVariant::ALL {
+            let (got_out, got_dx) = gelu_through_matmul(&ctx, variant, &x).await;
+            for i in 0..x.len() {
+                for (what, g, w) in [
+                    ("forward", got_out[i], want_out[i]),
+                    ("backward", got_dx[i], want_dx[i]),
+                ] {
+                    let err = (g - w).abs() / w.abs().max(1.0);
+                    assert!(
+                        err <= 1e-5,
+                        "{variant:?} gelu {what} at {}: got {g}, want {w}",
+                        x[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
 // ---- attention ----
 //
 // Tolerances are max |got - want| over max |want| (`common::assert_close`); the
@@ -748,36 +1101,15 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
 
 // ---- dropout ----
 
+// The masks' GPU side is checked where each is applied, bit for bit against
+// `reference::dropout`: embedding (`encoder_forward_dropout_is_exact`), residual
+// branches (`residual_branch_dropout_mask_is_exact`), layernorm backward
+// (`layernorm_backward_with_residual_matches_reference`) and attention.
+#[cfg(not(target_arch = "wasm32"))]
 mod dropout {
-    use crate::common::{context, poisoned, read};
-    use crate::gpu_test;
-    use tidepool::kernels;
     use tidepool::reference;
-    use tidepool::rng::{fresh_seed, Rng};
-
-    gpu_test!(dropout_matches_reference_bit_for_bit, dropout_body());
-    /// Exact: the mask is integer arithmetic on (seed, index) on both sides and kept
-    /// values are one f32 multiply, so GPU and CPU agree bit for bit.
-    async fn dropout_body() {
-        let ctx = context().await;
-        let seed = fresh_seed();
-        let mut rng = Rng::new(seed);
-        for (n, p) in [(1usize, 0.5f32), (130, 0.1), (70_001, 0.2), (4097, 0.0)] {
-            let x: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
-            let mask_seed = rng.next_u64() as u32;
-            let gx = ctx.upload(&x);
-            let out = poisoned(&ctx, &[n], || kernels::dropout(&ctx, &gx, n, p, mask_seed));
-            let got = read(&ctx, &out, n).await;
-            let want = reference::dropout(&x, p, mask_seed);
-            assert_eq!(got, want, "n {n} p {p} seed {seed}");
-            if p == 0.0 {
-                assert_eq!(want, x, "p = 0 is the identity");
-            }
-        }
-    }
 
     #[test]
-    #[cfg(not(target_arch = "wasm32"))]
     fn dropout_mask_has_the_right_rate_and_depends_on_the_seed() {
         let x = vec![1.0f32; 200_000];
         for p in [0.1f32, 0.2, 0.5] {

@@ -1,7 +1,7 @@
 // Attention-probability dropout (nanoGPT's attn_dropout), joined in front of the four
 // attention kernels after hash.wgsl: probability [b, h, i, j] is element
 // (bh * t + i) * t + j (wrapping u32) of the mask seeded `p.seed`, by the rule of
-// dropout.wgsl and reference::attention_forward. Returns the factor the probability is
+// hash.wgsl's `kept` and reference::attention_forward. Returns the factor the probability is
 // multiplied by: 0 if dropped, else keep_scale (1 without dropout). Each kernel's
 // uniform `p` has `t`, `seed`, `threshold` and `keep_scale`.
 fn keep(bh: u32, i: u32, j: u32) -> f32 {

@@ -1,8 +1,13 @@
 //! Token + position embedding (llm.c's encoder), forward and backward.
 
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::reference::{dropout_mask_params, DropoutMask};
 
-const SOURCE: &str = with_prelude!("embedding.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("prelude.wgsl"),
+    include_str!("hash.wgsl"),
+    include_str!("embedding.wgsl")
+);
 
 const FORWARD: Kernel = Kernel {
     name: "encoder_forward",
@@ -36,6 +41,26 @@ struct Params {
     t: u32,
     c: u32,
     v: u32,
+    /// The forward's dropout mask (threshold 0 and scale 1: none).
+    seed: u32,
+    threshold: u32,
+    scale: f32,
+    _pad: u32,
+}
+
+impl Params {
+    fn new(b: usize, t: usize, c: usize, v: usize) -> Self {
+        Params {
+            b: b as u32,
+            t: t as u32,
+            c: c as u32,
+            v: v as u32,
+            seed: 0,
+            threshold: 0,
+            scale: 1.0,
+            _pad: 0,
+        }
+    }
 }
 
 const WG: u32 = 256;
@@ -51,14 +76,29 @@ pub fn encoder_forward(
     t: usize,
     c: usize,
 ) -> PooledBuffer {
+    encoder_forward_dropout(ctx, tokens, wte, wpe, b, t, c, None)
+}
+
+/// [`encoder_forward`] through the embedding's dropout `mask` (element `r * c + i`
+/// of it), when there is one: the training forward's first op.
+#[allow(clippy::too_many_arguments)]
+pub fn encoder_forward_dropout(
+    ctx: &WgpuContext,
+    tokens: &PooledBuffer,
+    wte: &PooledBuffer,
+    wpe: &PooledBuffer,
+    b: usize,
+    t: usize,
+    c: usize,
+    mask: Option<DropoutMask>,
+) -> PooledBuffer {
     let n = b * t * c;
     let out = ctx.create_pooled(n * 4);
-    let params = Params {
-        b: b as u32,
-        t: t as u32,
-        c: c as u32,
-        v: 0,
-    };
+    let mut params = Params::new(b, t, c, 0);
+    if let Some(m) = mask {
+        let (threshold, scale) = dropout_mask_params(m.p);
+        (params.seed, params.threshold, params.scale) = (m.seed, threshold, scale);
+    }
     ctx.dispatch(
         &FORWARD,
         &params,
@@ -109,12 +149,7 @@ pub fn encoder_backward(
     v: usize,
     extra_dwte: Option<&PooledBuffer>,
 ) -> (PooledBuffer, PooledBuffer) {
-    let params = Params {
-        b: b as u32,
-        t: t as u32,
-        c: c as u32,
-        v: v as u32,
-    };
+    let params = Params::new(b, t, c, v);
     let dwte = ctx.create_pooled(v * c * 4);
     let grid = grid_1d((v * c) as u32, WG);
     match extra_dwte {

@@ -1,5 +1,6 @@
 // Token + position embedding, forward and backward. Entry points:
-//   forward      out[r, i] = wte[tokens[r], i] + wpe[r % t, i]      (one thread an element)
+//   forward      out[r, i] = wte[tokens[r], i] + wpe[r % t, i]      (one thread an element),
+//                through the embedding's dropout mask (threshold 0, scale 1: none)
 //   dwte         dwte[k, i] = sum of dout[r, i] over the rows r holding token k
 //   dwte_extra   the same plus extra[k, i] (the tied output head's gradient)
 //   dwpe         dwpe[s, i] = sum over the batch of dout[b*t + s, i]
@@ -8,7 +9,7 @@
 // sums its terms in a fixed order (deterministic, nothing lost when a token repeats).
 // Entry points share bindings; each uses exactly those its launcher passes.
 
-struct Params { b: u32, t: u32, c: u32, v: u32 }
+struct Params { b: u32, t: u32, c: u32, v: u32, seed: u32, threshold: u32, scale: f32, _pad: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 
@@ -37,7 +38,8 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     let row = idx / p.c;
     let i = idx % p.c;
     let pos = row % p.t;
-    out[idx] = wte[tokens[row] * p.c + i] + wpe[pos * p.c + i];
+    let x = wte[tokens[row] * p.c + i] + wpe[pos * p.c + i];
+    out[idx] = select(0.0, x * p.scale, kept(p.seed, idx, p.threshold));
 }
 
 // Sum of dout over the rows holding token idx / c, channel idx % c.

@@ -1,19 +1,20 @@
-//! GELU, tanh approximation, forward and backward.
+//! GELU, tanh approximation, in a pass of its own: only where a matmul core would
+//! recompute a fused GELU prologue too often (the CPU-adapter core reloads each
+//! input element for every 8 output columns). Everywhere else the matmuls apply
+//! `gelu.wgsl` as they load, and its gradient in their epilogue.
 
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = with_prelude!("gelu.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("prelude.wgsl"),
+    include_str!("gelu.wgsl"),
+    include_str!("gelu_pass.wgsl")
+);
 
 const FORWARD: Kernel = Kernel {
     name: "gelu_forward",
     source: SOURCE,
     entry: "forward",
-    unchecked: false,
-};
-const BACKWARD: Kernel = Kernel {
-    name: "gelu_backward",
-    source: SOURCE,
-    entry: "backward",
     unchecked: false,
 };
 
@@ -33,20 +34,4 @@ pub fn gelu_forward(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuff
     };
     ctx.dispatch(&FORWARD, &params, &[x, &out], grid_1d(n as u32, 256));
     out
-}
-
-/// `dout` times the derivative of [`gelu_forward`] at `x` (`n` floats each).
-pub fn gelu_backward(
-    ctx: &WgpuContext,
-    x: &PooledBuffer,
-    dout: &PooledBuffer,
-    n: usize,
-) -> PooledBuffer {
-    let dx = ctx.create_pooled(n * 4);
-    let params = Params {
-        n: n as u32,
-        _pad: [0; 3],
-    };
-    ctx.dispatch(&BACKWARD, &params, &[x, dout, &dx], grid_1d(n as u32, 256));
-    dx
 }

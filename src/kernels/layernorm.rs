@@ -2,8 +2,13 @@
 
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::reference::{dropout_mask_params, DropoutMask};
 
-const SOURCE: &str = with_prelude!("layernorm.wgsl");
+const SOURCE: &str = concat!(
+    include_str!("prelude.wgsl"),
+    include_str!("hash.wgsl"),
+    include_str!("layernorm.wgsl")
+);
 
 const FORWARD: Kernel = Kernel {
     name: "layernorm_forward",
@@ -49,6 +54,29 @@ struct Params {
     c: u32,
     chunks: u32,
     chunk_rows: u32,
+    /// backward_dinp's fusions: bit 0 the residual gradient, bit 1 the mask.
+    flags: u32,
+    seed: u32,
+    threshold: u32,
+    scale: f32,
+}
+
+const RESID: u32 = 1;
+const MASK: u32 = 2;
+
+impl Params {
+    fn new(rows: usize, c: usize, chunks: usize, chunk_rows: usize) -> Self {
+        Params {
+            rows: rows as u32,
+            c: c as u32,
+            chunks: chunks as u32,
+            chunk_rows: chunk_rows as u32,
+            flags: 0,
+            seed: 0,
+            threshold: 0,
+            scale: 1.0,
+        }
+    }
 }
 
 /// Rows a thread of the dweight/dbias first pass sums: at 16384 x 384 that is 256
@@ -92,12 +120,7 @@ pub fn layernorm_forward_on(
     let out = ctx.create_pooled(rows * c * 4);
     let mean = ctx.create_pooled(rows * 4);
     let rstd = ctx.create_pooled(rows * 4);
-    let params = Params {
-        rows: rows as u32,
-        c: c as u32,
-        chunks: 0,
-        chunk_rows: 0,
-    };
+    let params = Params::new(rows, c, 0, 0);
     let kernel = match target {
         Target::Gpu => &FORWARD,
         Target::Cpu => &FORWARD_ROWS,
@@ -142,25 +165,99 @@ pub fn layernorm_backward_on(
     rows: usize,
     c: usize,
 ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
+    let (dinp, _, dweight, dbias) = layernorm_backward_fused_on(
+        ctx, target, dout, inp, weight, mean, rstd, rows, c, None, None,
+    );
+    (dinp, dweight, dbias)
+}
+
+/// [`layernorm_backward`] where the input was also the residual stream: `dinp` is
+/// `resid + ` the layernorm's input gradient (`resid`: the stream's gradient from
+/// above), and with `mask` also returned through that dropout mask (the gradient of
+/// the residual branch whose output the input was). Returns (dinp, masked, dweight,
+/// dbias).
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward_fused(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    mean: &PooledBuffer,
+    rstd: &PooledBuffer,
+    rows: usize,
+    c: usize,
+    resid: Option<&PooledBuffer>,
+    mask: Option<DropoutMask>,
+) -> (
+    PooledBuffer,
+    Option<PooledBuffer>,
+    PooledBuffer,
+    PooledBuffer,
+) {
+    let target = Target::of(ctx);
+    layernorm_backward_fused_on(
+        ctx, target, dout, inp, weight, mean, rstd, rows, c, resid, mask,
+    )
+}
+
+/// [`layernorm_backward_fused`] in the variant for `target`.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward_fused_on(
+    ctx: &WgpuContext,
+    target: Target,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    mean: &PooledBuffer,
+    rstd: &PooledBuffer,
+    rows: usize,
+    c: usize,
+    resid: Option<&PooledBuffer>,
+    mask: Option<DropoutMask>,
+) -> (
+    PooledBuffer,
+    Option<PooledBuffer>,
+    PooledBuffer,
+    PooledBuffer,
+) {
     let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
-    let params = Params {
-        rows: rows as u32,
-        c: c as u32,
-        chunks: chunks as u32,
-        chunk_rows: CHUNK_ROWS as u32,
-    };
+    let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
+    if let Some(resid) = resid {
+        assert!(
+            resid.size() >= (rows * c * 4) as u64,
+            "layernorm_backward resid"
+        );
+        params.flags |= RESID;
+    }
+    if let Some(m) = mask {
+        let (threshold, scale) = dropout_mask_params(m.p);
+        (params.seed, params.threshold, params.scale) = (m.seed, threshold, scale);
+        params.flags |= MASK;
+    }
     let dinp = ctx.create_pooled(rows * c * 4);
+    let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
+    let partial = ctx.create_pooled(2 * chunks * c * 4);
     let kernel = match target {
         Target::Gpu => &BACKWARD_DINP,
         Target::Cpu => &BACKWARD_DINP_ROWS,
     };
+    let resid_or_any = resid.unwrap_or(dout);
+    let masked_or_any = masked.as_ref().unwrap_or(&partial);
     ctx.dispatch(
         kernel,
         &params,
-        &[dout, inp, weight, mean, rstd, &dinp],
+        &[
+            dout,
+            inp,
+            weight,
+            mean,
+            rstd,
+            &dinp,
+            resid_or_any,
+            masked_or_any,
+        ],
         row_grid(target, rows),
     );
-    let partial = ctx.create_pooled(2 * chunks * c * 4);
     ctx.dispatch(
         &BACKWARD_PARTIAL,
         &params,
@@ -175,5 +272,5 @@ pub fn layernorm_backward_on(
         &[&partial, &dweight, &dbias],
         grid_1d(c as u32, WG),
     );
-    (dinp, dweight, dbias)
+    (dinp, masked, dweight, dbias)
 }

@@ -2,7 +2,10 @@
 //   forward        one workgroup a row: mean, then variance around it (two passes,
 //                  steadier than E[x^2] - mean^2), then the normalized, scaled row
 //   backward_dinp  one workgroup a row: dinp = rstd * (g - mean(g) - n * mean(g * n))
-//                  with n the normalized input and g = weight * dout
+//                  with n the normalized input and g = weight * dout; with RESID,
+//                  plus the residual stream's gradient (dinp = resid + that), and
+//                  with MASK also that sum through a dropout mask into `masked` (the
+//                  gradient of the residual branch that produced the input)
 //   forward_rows, backward_dinp_rows  the same with one thread a row (CPU adapters:
 //                  no barriers)
 //   backward_partial  dweight/dbias, first pass: one thread per (chunk of CHUNK rows,
@@ -11,7 +14,14 @@
 // Every output element has one writer, so the row reduction needs no atomics.
 // Entry points share bindings; each uses exactly those its launcher passes.
 
-struct Params { rows: u32, c: u32, chunks: u32, chunk_rows: u32 }
+struct Params {
+    rows: u32, c: u32, chunks: u32, chunk_rows: u32,
+    // backward_dinp: bits RESID, MASK; the mask's seed, threshold and scale.
+    flags: u32, seed: u32, threshold: u32, scale: f32,
+}
+
+const RESID: u32 = 1u;
+const MASK: u32 = 2u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 
@@ -30,6 +40,10 @@ struct Params { rows: u32, c: u32, chunks: u32, chunk_rows: u32 }
 @group(0) @binding(4) var<storage, read> b_mean: array<f32>;
 @group(0) @binding(5) var<storage, read> b_rstd: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dinp: array<f32>;
+// Bound to `dout` without RESID, and to the scratch `partial` (written only by the
+// next pass) without MASK.
+@group(0) @binding(7) var<storage, read> d_resid: array<f32>;
+@group(0) @binding(8) var<storage, read_write> d_masked: array<f32>;
 
 // backward_partial: dout, inp, mean, rstd, partial
 @group(0) @binding(3) var<storage, read> p_mean: array<f32>;
@@ -76,6 +90,16 @@ fn forward(
     }
 }
 
+// dinp's element `at`, plus the residual gradient and its masked copy when asked.
+fn store_dinp(at: u32, v: f32) {
+    var d = v;
+    if ((p.flags & RESID) != 0u) { d = d_resid[at] + d; }
+    dinp[at] = d;
+    if ((p.flags & MASK) != 0u) {
+        d_masked[at] = select(0.0, d * p.scale, kept(p.seed, at, p.threshold));
+    }
+}
+
 @compute @workgroup_size(WG)
 fn backward_dinp(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -102,7 +126,7 @@ fn backward_dinp(
     for (var i = lid; i < p.c; i += WG) {
         let g = b_weight[i] * dout[base + i];
         let n = (b_inp[base + i] - m) * rs;
-        dinp[base + i] = rs * (g - g_mean - n * gn_mean);
+        store_dinp(base + i, rs * (g - g_mean - n * gn_mean));
     }
 }
 
@@ -154,7 +178,7 @@ fn backward_dinp_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
     for (var i = 0u; i < p.c; i++) {
         let g = b_weight[i] * dout[base + i];
         let n = (b_inp[base + i] - m) * rs;
-        dinp[base + i] = rs * (g - g_mean - n * gn_mean);
+        store_dinp(base + i, rs * (g - g_mean - n * gn_mean));
     }
 }
 

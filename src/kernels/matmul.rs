@@ -7,6 +7,7 @@ use super::matmul_coop;
 use super::target::Target;
 use crate::config::Precision;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::reference::{dropout_mask_params, DropoutMask};
 
 /// Output tile of one workgroup of the tiled variant (square) and its step along
 /// the reduction.
@@ -122,6 +123,14 @@ impl MatmulVariant {
         })
     }
 
+    /// Whether the core applies a GELU prologue as it loads. The CPU core reloads each
+    /// element of A for every 8 output columns (and of B for every 8 rows), so there a
+    /// GELU on load would cost several times the product: it reads GELU's output from
+    /// a transient buffer instead (made just before, dropped just after).
+    fn gelu_on_load(self) -> bool {
+        self != MatmulVariant::Cpu
+    }
+
     /// Workgroups to aim for when the reduction is split.
     fn target_workgroups(self) -> usize {
         match self {
@@ -173,16 +182,32 @@ pub(super) enum Layout {
     Dweight,
 }
 
+/// A GEMM prelude with what its fusions call joined in front (the dropout hash, GELU,
+/// and the flags of `matmul_fuse.wgsl`): every core is joined after one of these.
+macro_rules! gemm_prelude {
+    ($prelude:literal) => {
+        concat!(
+            include_str!("hash.wgsl"),
+            include_str!("gelu.wgsl"),
+            include_str!("matmul_fuse.wgsl"),
+            include_str!($prelude)
+        )
+    };
+}
+
 macro_rules! gemm_kernel {
     ($name:literal, $prelude:literal, $core:literal) => {
         Kernel {
             name: $name,
-            source: concat!(include_str!($prelude), include_str!($core)),
+            source: concat!(gemm_prelude!($prelude), include_str!($core)),
             entry: "main",
             unchecked: UNCHECKED,
         }
     };
 }
+
+/// `matmul_reduce.wgsl` with the fusions' helpers (its fused sum applies epilogues).
+const REDUCE_SOURCE: &str = gemm_prelude!("matmul_reduce.wgsl");
 
 /// Every index in these shaders is guarded (or clamped), and each launcher checks
 /// its buffers (`check_len`), so they run without wgpu's per-access bounds checks.
@@ -196,22 +221,31 @@ const DINP_CPU: Kernel = gemm_kernel!("matmul_dinp_cpu", "matmul_nn.wgsl", "matm
 const DWEIGHT_CPU: Kernel = gemm_kernel!("matmul_dweight_cpu", "matmul_tn.wgsl", "matmul_cpu.wgsl");
 const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
-    source: include_str!("matmul_reduce.wgsl"),
+    source: REDUCE_SOURCE,
     entry: "sum_splits",
     unchecked: UNCHECKED,
 };
-const SUM_SPLITS_BIAS: Kernel = Kernel {
-    name: "matmul_sum_splits_bias",
-    source: include_str!("matmul_reduce.wgsl"),
-    entry: "sum_splits_bias",
+const SUM_SPLITS_FUSED: Kernel = Kernel {
+    name: "matmul_sum_splits_fused",
+    source: REDUCE_SOURCE,
+    entry: "sum_splits_fused",
     unchecked: UNCHECKED,
 };
 const COLSUM: Kernel = Kernel {
     name: "matmul_colsum",
-    source: include_str!("matmul_reduce.wgsl"),
+    source: REDUCE_SOURCE,
     entry: "colsum_part",
     unchecked: UNCHECKED,
 };
+
+/// Bits of `flags` in the GEMM and reduce uniforms (`matmul_fuse.wgsl`).
+mod fuse {
+    pub const BIAS: u32 = 1;
+    pub const GELU_INP: u32 = 2;
+    pub const RESIDUAL: u32 = 4;
+    pub const DROPOUT: u32 = 8;
+    pub const GELU_GRAD: u32 = 16;
+}
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -220,8 +254,11 @@ struct GemmParams {
     n: u32,
     k: u32,
     k_chunk: u32,
-    has_bias: u32,
-    _pad: [u32; 3],
+    flags: u32,
+    /// The dropout mask of a fused residual branch (`fuse::DROPOUT`).
+    seed: u32,
+    threshold: u32,
+    scale: f32,
 }
 
 #[repr(C)]
@@ -231,6 +268,25 @@ struct ReduceParams {
     splits: u32,
     rows: u32,
     row_chunk: u32,
+    flags: u32,
+    seed: u32,
+    threshold: u32,
+    scale: f32,
+}
+
+impl GemmParams {
+    fn new(m: usize, n: usize, k: usize, chunk: usize, flags: u32) -> Self {
+        GemmParams {
+            m: u32_of(m, "m"),
+            n: u32_of(n, "n"),
+            k: u32_of(k, "k"),
+            k_chunk: u32_of(chunk, "chunk"),
+            flags,
+            seed: 0,
+            threshold: 0,
+            scale: 1.0,
+        }
+    }
 }
 
 fn u32_of(x: usize, what: &str) -> u32 {
@@ -256,6 +312,37 @@ fn split(len: usize, want: usize, align: usize, min: usize) -> (usize, usize) {
     (chunk, len.div_ceil(chunk))
 }
 
+/// Elementwise work fused into a forward GEMM's loads and stores (none by default):
+/// `out = resid + dropout(act(inp) · weightᵀ + bias)`.
+#[derive(Clone, Copy, Default)]
+pub struct ForwardFusion<'a> {
+    /// `inp` goes through GELU as it is loaded: the MLP's c_proj reads c_fc's
+    /// pre-GELU output, so GELU's output is never written.
+    pub gelu_inp: bool,
+    /// Inverted dropout on the product plus bias, element `r * n + j` of the mask
+    /// (the same as `reference::dropout` of that output).
+    pub dropout: Option<DropoutMask>,
+    /// Added last (`[rows, n]`): a residual branch's end, so neither the branch's
+    /// output nor its dropped copy is written.
+    pub residual: Option<&'a PooledBuffer>,
+}
+
+impl ForwardFusion<'_> {
+    /// The epilogue's flags, dropout parameters in `params`.
+    fn epilogue(&self, bias: bool, params: &mut (u32, u32, f32)) -> u32 {
+        let mut flags = if bias { fuse::BIAS } else { 0 };
+        if let Some(mask) = self.dropout {
+            let (threshold, scale) = dropout_mask_params(mask.p);
+            *params = (mask.seed, threshold, scale);
+            flags |= fuse::DROPOUT;
+        }
+        if self.residual.is_some() {
+            flags |= fuse::RESIDUAL;
+        }
+        flags
+    }
+}
+
 /// `out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j]`, PyTorch `Linear` layout:
 /// `inp` `[rows, k]`, `weight` `[n, k]`, `bias` `[n]`; returns `out` `[rows, n]`.
 pub fn matmul_forward(
@@ -267,8 +354,23 @@ pub fn matmul_forward(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    matmul_forward_fused(ctx, inp, weight, bias, rows, k, n, ForwardFusion::default())
+}
+
+/// [`matmul_forward`] with `fusion` (see [`ForwardFusion`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_forward_fused(
+    ctx: &WgpuContext,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    bias: Option<&PooledBuffer>,
+    rows: usize,
+    k: usize,
+    n: usize,
+    fusion: ForwardFusion,
+) -> PooledBuffer {
     let variant = MatmulVariant::choose(ctx, rows, n, k);
-    matmul_forward_variant(ctx, variant, inp, weight, bias, rows, k, n)
+    matmul_forward_fused_variant(ctx, variant, inp, weight, bias, rows, k, n, fusion)
 }
 
 /// [`matmul_forward`] computed by `variant`.
@@ -283,6 +385,25 @@ pub fn matmul_forward_variant(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    let plain = ForwardFusion::default();
+    matmul_forward_fused_variant(ctx, variant, inp, weight, bias, rows, k, n, plain)
+}
+
+/// [`matmul_forward_fused`] computed by `variant`. Split over k, the partials are
+/// plain products (the prologue applies per loaded element, so in every split) and
+/// the epilogue runs once, on their sum, in the reduce pass.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_forward_fused_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    bias: Option<&PooledBuffer>,
+    rows: usize,
+    k: usize,
+    n: usize,
+    fusion: ForwardFusion,
+) -> PooledBuffer {
     assert!(
         rows > 0 && k > 0 && n > 0,
         "matmul_forward of an empty matrix"
@@ -292,29 +413,52 @@ pub fn matmul_forward_variant(
     if let Some(bias) = bias {
         check_len(bias, n, "matmul_forward bias");
     }
+    if let Some(resid) = fusion.residual {
+        check_len(resid, rows * n, "matmul_forward residual");
+    }
+    let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, fusion.gelu_inp);
+    let inp = act.as_ref().unwrap_or(inp);
+    let mut mask = (0, 0, 1.0);
+    let epilogue = fusion.epilogue(bias.is_some(), &mut mask);
+    let (seed, threshold, scale) = mask;
     let out = ctx.create_pooled(rows * n * 4);
     let (chunk, splits) = variant.k_splits(rows, n, k);
-    let params = GemmParams {
-        m: u32_of(rows, "rows"),
-        n: u32_of(n, "n"),
-        k: u32_of(k, "k"),
-        k_chunk: u32_of(chunk, "chunk"),
-        // Split, the bias is added with the partials.
-        has_bias: (bias.is_some() && splits == 1) as u32,
-        _pad: [0; 3],
-    };
     let kernel = variant.kernel(Layout::Forward);
     let groups = variant.grid(rows, n, splits);
-    // Without a bias the binding still needs a buffer; the shader never reads it.
-    let bias_or_any = bias.unwrap_or(weight);
+    // Bindings a launch does not use still need a buffer; the shader never reads it.
+    let bias_or_any = bias.unwrap_or(inp);
+    let resid_or_any = fusion.residual.unwrap_or(inp);
     if splits == 1 {
-        ctx.dispatch(kernel, &params, &[inp, weight, bias_or_any, &out], groups);
+        let params = GemmParams {
+            seed,
+            threshold,
+            scale,
+            ..GemmParams::new(rows, n, k, chunk, prologue | epilogue)
+        };
+        let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &out, resid_or_any];
+        ctx.dispatch(kernel, &params, &buffers, groups);
     } else {
+        let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
-        ctx.dispatch(kernel, &params, &[inp, weight, bias_or_any, &part], groups);
-        match bias {
-            Some(bias) => sum_splits_bias(ctx, &part, bias, &out, rows * n, n, splits),
-            None => sum_splits(ctx, &part, &out, rows * n, splits),
+        let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &part, resid_or_any];
+        ctx.dispatch(kernel, &params, &buffers, groups);
+        let reduce = ReduceParams {
+            row_chunk: u32_of(n, "n"),
+            seed,
+            threshold,
+            scale,
+            ..ReduceParams::new(rows * n, splits, epilogue)
+        };
+        if epilogue == 0 {
+            sum_splits(ctx, &part, &out, rows * n, splits);
+        } else {
+            sum_splits_fused(
+                ctx,
+                &reduce,
+                &part,
+                &out,
+                [bias_or_any, &part, resid_or_any],
+            );
         }
     }
     out
@@ -335,8 +479,29 @@ pub fn matmul_backward(
     n: usize,
     with_bias: bool,
 ) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
-    let dinp = matmul_dinp(ctx, dout, weight, rows, k, n);
-    let dweight = matmul_dweight(ctx, dout, inp, rows, k, n);
+    matmul_backward_fused(ctx, dout, inp, weight, rows, k, n, with_bias, false)
+}
+
+/// [`matmul_backward`] of a forward that fused `gelu_inp` ([`ForwardFusion`]):
+/// `dweight` reads GELU of `inp` as it loads it, and `dinp` is the gradient of the
+/// GELU's input (times gelu'(inp) in its epilogue).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward_fused(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    with_bias: bool,
+    gelu_inp: bool,
+) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
+    let gelu_of = gelu_inp.then_some(inp);
+    let variant = MatmulVariant::choose(ctx, rows, k, n);
+    let dinp = matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, gelu_of);
+    let variant = MatmulVariant::choose(ctx, n, k, rows);
+    let dweight = matmul_dweight_fused_variant(ctx, variant, dout, inp, rows, k, n, gelu_inp);
     let dbias = with_bias.then(|| matmul_dbias(ctx, dout, rows, n));
     (dinp, dweight, dbias)
 }
@@ -365,27 +530,52 @@ pub fn matmul_dinp_variant(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, None)
+}
+
+/// [`matmul_dinp_variant`] times `gelu'(gelu_of)` elementwise when `gelu_of`
+/// (`[rows, k]`) is given: the epilogue of [`matmul_backward_fused`]. Split over n,
+/// the epilogue runs once, on the partials' sum.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_dinp_fused_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_of: Option<&PooledBuffer>,
+) -> PooledBuffer {
     assert!(rows > 0 && k > 0 && n > 0, "matmul_dinp of an empty matrix");
     check_len(dout, rows * n, "matmul_dinp dout");
     check_len(weight, n * k, "matmul_dinp weight");
+    if let Some(x) = gelu_of {
+        check_len(x, rows * k, "matmul_dinp gelu input");
+    }
+    let epilogue = if gelu_of.is_some() {
+        fuse::GELU_GRAD
+    } else {
+        0
+    };
+    let aux = gelu_of.unwrap_or(dout);
     let dinp = ctx.create_pooled(rows * k * 4);
     let (chunk, splits) = variant.k_splits(rows, k, n);
-    let params = GemmParams {
-        m: u32_of(rows, "rows"),
-        n: u32_of(k, "k"),
-        k: u32_of(n, "n"),
-        k_chunk: u32_of(chunk, "chunk"),
-        has_bias: 0,
-        _pad: [0; 3],
-    };
     let kernel = variant.kernel(Layout::Dinp);
     let groups = variant.grid(rows, k, splits);
     if splits == 1 {
-        ctx.dispatch(kernel, &params, &[dout, weight, &dinp], groups);
+        let params = GemmParams::new(rows, k, n, chunk, epilogue);
+        ctx.dispatch(kernel, &params, &[dout, weight, &dinp, aux], groups);
     } else {
+        let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
-        ctx.dispatch(kernel, &params, &[dout, weight, &part], groups);
-        sum_splits(ctx, &part, &dinp, rows * k, splits);
+        ctx.dispatch(kernel, &params, &[dout, weight, &part, aux], groups);
+        if epilogue == 0 {
+            sum_splits(ctx, &part, &dinp, rows * k, splits);
+        } else {
+            let reduce = ReduceParams::new(rows * k, splits, epilogue);
+            sum_splits_fused(ctx, &reduce, &part, &dinp, [&part, aux, &part]);
+        }
     }
     dinp
 }
@@ -414,6 +604,22 @@ pub fn matmul_dweight_variant(
     k: usize,
     n: usize,
 ) -> PooledBuffer {
+    matmul_dweight_fused_variant(ctx, variant, dout, inp, rows, k, n, false)
+}
+
+/// [`matmul_dweight_variant`] of GELU of `inp` when `gelu_inp`, applied as `inp` is
+/// loaded (the forward's prologue again).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_dweight_fused_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+) -> PooledBuffer {
     assert!(
         rows > 0 && k > 0 && n > 0,
         "matmul_dweight of an empty matrix"
@@ -425,14 +631,9 @@ pub fn matmul_dweight_variant(
     let groups = (gx * gy) as usize;
     let want = variant.target_workgroups().div_ceil(groups);
     let (chunk, splits) = split(rows, want, BK, MIN_SPLIT);
-    let params = GemmParams {
-        m: u32_of(n, "n"),
-        n: u32_of(k, "k"),
-        k: u32_of(rows, "rows"),
-        k_chunk: u32_of(chunk, "chunk"),
-        has_bias: 0,
-        _pad: [0; 3],
-    };
+    let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, gelu_inp);
+    let inp = act.as_ref().unwrap_or(inp);
+    let params = GemmParams::new(n, k, rows, chunk, prologue);
     let kernel = variant.kernel(Layout::Dweight);
     let groups = variant.grid(n, k, splits);
     if splits == 1 {
@@ -445,6 +646,22 @@ pub fn matmul_dweight_variant(
     dweight
 }
 
+/// How `variant` reads GELU of `inp` (`len` floats) when `gelu`: a prologue flag, or
+/// (see [`MatmulVariant::gelu_on_load`]) a transient buffer holding it.
+fn gelu_operand(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    inp: &PooledBuffer,
+    len: usize,
+    gelu: bool,
+) -> (Option<PooledBuffer>, u32) {
+    match (gelu, variant.gelu_on_load()) {
+        (false, _) => (None, 0),
+        (true, true) => (None, fuse::GELU_INP),
+        (true, false) => (Some(super::gelu::gelu_forward(ctx, inp, len)), 0),
+    }
+}
+
 /// `dbias[j] = sum_r dout[r, j]`.
 fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -> PooledBuffer {
     check_len(dout, rows * n, "matmul_dbias dout");
@@ -452,10 +669,9 @@ fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -
     let col_groups = n.div_ceil(64);
     let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1, MIN_SPLIT);
     let params = ReduceParams {
-        len: u32_of(n, "n"),
-        splits: u32_of(splits, "splits"),
         rows: u32_of(rows, "rows"),
         row_chunk: u32_of(chunk, "chunk"),
+        ..ReduceParams::new(n, splits, 0)
     };
     let groups = [col_groups as u32, splits as u32, 1];
     if splits == 1 {
@@ -468,6 +684,22 @@ fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -
     dbias
 }
 
+impl ReduceParams {
+    /// A sum of `splits` partials of `len` floats, with the epilogue `flags`.
+    fn new(len: usize, splits: usize, flags: u32) -> Self {
+        ReduceParams {
+            len: u32_of(len, "len"),
+            splits: u32_of(splits, "splits"),
+            rows: 0,
+            row_chunk: 0,
+            flags,
+            seed: 0,
+            threshold: 0,
+            scale: 1.0,
+        }
+    }
+}
+
 /// `out[i] = sum_s part[s * len + i]`.
 fn sum_splits(
     ctx: &WgpuContext,
@@ -476,32 +708,24 @@ fn sum_splits(
     len: usize,
     splits: usize,
 ) {
-    let params = ReduceParams {
-        len: u32_of(len, "len"),
-        splits: splits as u32,
-        rows: 0,
-        row_chunk: 0,
-    };
+    let params = ReduceParams::new(len, splits, 0);
     ctx.dispatch(&SUM_SPLITS, &params, &[part, out], grid_1d(len as u32, 256));
 }
 
-/// `out[i] = sum_s part[s * len + i] + bias[i % n]`: split-K partials of a forward
-/// with its bias.
-fn sum_splits_bias(
+/// The sum of split-K partials, then the epilogue of `params.flags`, reading
+/// `inputs` (bias, aux, resid: each bound to `part` where unused).
+fn sum_splits_fused(
     ctx: &WgpuContext,
+    params: &ReduceParams,
     part: &PooledBuffer,
-    bias: &PooledBuffer,
     out: &PooledBuffer,
-    len: usize,
-    n: usize,
-    splits: usize,
+    [bias, aux, resid]: [&PooledBuffer; 3],
 ) {
-    let params = ReduceParams {
-        len: u32_of(len, "len"),
-        splits: splits as u32,
-        rows: 0,
-        row_chunk: u32_of(n, "n"),
-    };
-    let groups = grid_1d(len as u32, 256);
-    ctx.dispatch(&SUM_SPLITS_BIAS, &params, &[part, out, bias], groups);
+    let groups = grid_1d(params.len, 256);
+    ctx.dispatch(
+        &SUM_SPLITS_FUSED,
+        params,
+        &[part, out, bias, aux, resid],
+        groups,
+    );
 }

@@ -1,11 +1,15 @@
-// dinp = dout · weight, A·B: dinp[r, i] = sum_j dout[r, j] * weight[j, i].
+// dinp = dout · weight, A·B: dinp[r, i] = sum_j dout[r, j] * weight[j, i], times
+// gelu'(aux[r, i]) with FUSE_GELU_GRAD (aux: the pre-GELU input of a forward that
+// fused GELU_INP, so dinp is the gradient before the GELU).
 // GEMM m = rows, n = k (dinp's columns), k = n (dout's columns).
-struct Params { m: u32, n: u32, k: u32, k_chunk: u32, has_bias: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dinp: array<f32>;
+// Bound to `dout` again without FUSE_GELU_GRAD.
+@group(0) @binding(4) var<storage, read> aux: array<f32>;
 
 // dout rows, read along the reduction.
 fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
@@ -47,10 +51,16 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 
 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }
-    // Split-K: split z writes its own slice of `dinp` ([splits, m, n]).
+    // Split-K: split z writes its own slice of `dinp` ([splits, m, n]), without the
+    // epilogue (matmul_reduce.wgsl applies it to the sum).
     let base = (z * p.m + r) * p.n + i;
+    let grad = fused(p.flags, FUSE_GELU_GRAD);
     for (var c = 0u; c < 4u; c++) {
-        if (i + c < p.n) { dinp[base + c] = v[c]; }
+        if (i + c < p.n) {
+            var w = v[c];
+            if (grad) { w *= gelu_grad(aux[r * p.n + i + c]); }
+            dinp[base + c] = w;
+        }
     }
 }
 

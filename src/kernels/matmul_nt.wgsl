@@ -1,13 +1,18 @@
-// Forward, A·Bᵀ: out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j].
+// Forward, A·Bᵀ: out[r, j] = sum_i act(inp[r, i]) * weight[j, i] + bias[j], act =
+// GELU with FUSE_GELU_INP (the MLP's c_proj reads c_fc's pre-GELU output), else none;
+// with FUSE_DROPOUT and FUSE_RESIDUAL, out = resid + dropout(that): a residual
+// branch's end (matmul_fuse.wgsl).
 // GEMM m = rows, n = n, k = k; both operands are read along k.
-struct Params { m: u32, n: u32, k: u32, k_chunk: u32, has_bias: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> inp: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
-// Bound to `weight` again when there is no bias (has_bias = 0).
+// Bound to `inp` again when there is no bias.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Bound to `inp` again without FUSE_RESIDUAL.
+@group(0) @binding(5) var<storage, read> resid: array<f32>;
 
 fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     let r = m0 + t / 2u;
@@ -20,6 +25,8 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
         if (k + 2u < k_end) { v.z = inp[base + 2u]; }
         if (k + 3u < k_end) { v.w = inp[base + 3u]; }
     }
+    // Padding stays 0: gelu(0) = 0.
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
     return v;
 }
 
@@ -43,21 +50,26 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 const B_ALONG_K: bool = true;
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
-fn a_at(m: u32, k: u32) -> f32 { return inp[m * p.k + k]; }
+fn a_at(m: u32, k: u32) -> f32 {
+    let v = inp[m * p.k + k];
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu(v); }
+    return v;
+}
 fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 
 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
     if (r >= p.m) { return; }
-    var w = v;
-    if (p.has_bias != 0u) {
-        for (var i = 0u; i < 4u; i++) {
-            if (j + i < p.n) { w[i] += bias[j + i]; }
-        }
-    }
-    // Split-K: split z writes its own slice of `out` ([splits, m, n]).
+    // Split-K: split z writes its own slice of `out` ([splits, m, n]), without the
+    // epilogue (matmul_reduce.wgsl applies it to the sum).
     let base = (z * p.m + r) * p.n + j;
     for (var i = 0u; i < 4u; i++) {
-        if (j + i < p.n) { out[base + i] = w[i]; }
+        if (j + i < p.n) {
+            let at = r * p.n + j + i;
+            var w = v[i];
+            if (fused(p.flags, FUSE_BIAS)) { w += bias[j + i]; }
+            if (fused(p.flags, FUSE_DROPOUT)) { w = dropout_at(w, at, p.seed, p.threshold, p.scale); }
+            if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at] + w; }
+            out[base + i] = w;
+        }
     }
 }
-

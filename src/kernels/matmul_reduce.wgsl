@@ -2,16 +2,21 @@
 //
 // `sum_splits`: out[i] = sum over s of part[s * len + i], s in order, so the result
 // is the same on every run (no atomics, one writer an element).
-// `sum_splits_bias`: the same plus bias[i % n], n = row_chunk (split-K forward).
+// `sum_splits_fused`: the same, then the epilogue a split-K GEMM leaves out of its
+// partials (matmul_fuse.wgsl's flags): the forward's + bias[i % n] (n = row_chunk),
+// dropout at i and + resid[i]; dinp's times gelu'(aux[i]).
 // `colsum_part`: dbias partials. Workgroup (x, y) sums rows y*row_chunk .. of 64
 // columns of dout with 4 lanes of rows each, then adds the lanes in a fixed order
 // into part[y, col].
-struct Params { len: u32, splits: u32, rows: u32, row_chunk: u32 }
+struct Params { len: u32, splits: u32, rows: u32, row_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
+// sum_splits_fused: bound to `part` again where its flag is off.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> aux: array<f32>;
+@group(0) @binding(5) var<storage, read> resid: array<f32>;
 
 @compute @workgroup_size(256)
 fn sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -27,7 +32,7 @@ fn sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
 }
 
 @compute @workgroup_size(256)
-fn sum_splits_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn sum_splits_fused(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i >= p.len) {
         return;
@@ -36,7 +41,11 @@ fn sum_splits_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     for (var s = 0u; s < p.splits; s++) {
         acc += part[s * p.len + i];
     }
-    out[i] = acc + bias[i % p.row_chunk];
+    if (fused(p.flags, FUSE_BIAS)) { acc += bias[i % p.row_chunk]; }
+    if (fused(p.flags, FUSE_DROPOUT)) { acc = dropout_at(acc, i, p.seed, p.threshold, p.scale); }
+    if (fused(p.flags, FUSE_RESIDUAL)) { acc = resid[i] + acc; }
+    if (fused(p.flags, FUSE_GELU_GRAD)) { acc *= gelu_grad(aux[i]); }
+    out[i] = acc;
 }
 
 var<workgroup> lanes: array<f32, 256>;

@@ -1,8 +1,9 @@
 // dweight = doutᵀ · inp, Aᵀ·B: dweight[j, i] = sum_r dout[r, j] * inp[r, i], split
 // over r: split z sums rows z*k_chunk .. and writes its own slice of `part`
 // ([splits, n, k]); matmul_reduce.wgsl adds the slices in a fixed order.
+// With FUSE_GELU_INP, inp goes through GELU as it is loaded (as in the forward).
 // GEMM m = n (dweight's rows), n = k, k = rows.
-struct Params { m: u32, n: u32, k: u32, k_chunk: u32, has_bias: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
@@ -37,6 +38,8 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
         if (i + 2u < p.n) { v.z = inp[base + 2u]; }
         if (i + 3u < p.n) { v.w = inp[base + 3u]; }
     }
+    // Padding stays 0: gelu(0) = 0.
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
     return v;
 }
 
@@ -44,7 +47,11 @@ const B_ALONG_K: bool = false;
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
 fn a_at(m: u32, k: u32) -> f32 { return dout[k * p.m + m]; }
-fn b_at(k: u32, n: u32) -> f32 { return inp[k * p.n + n]; }
+fn b_at(k: u32, n: u32) -> f32 {
+    let v = inp[k * p.n + n];
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu(v); }
+    return v;
+}
 
 fn write4(z: u32, j: u32, i: u32, v: vec4<f32>) {
     if (j >= p.m) { return; }

@@ -28,13 +28,13 @@ mod target;
 
 pub use target::{force, Target};
 
-// ---- elementwise: residual add, GELU, dropout ----
-mod dropout;
+// ---- elementwise: residual add, GELU (for the CPU-adapter matmuls) ----
+// Dropout has no kernel of its own: the mask (hash.wgsl) is applied inside the
+// embedding, matmul-epilogue, layernorm-backward and attention kernels.
 mod gelu;
 mod residual;
 
-pub use dropout::dropout;
-pub use gelu::{gelu_backward, gelu_forward};
+pub use gelu::gelu_forward;
 pub use residual::residual_forward;
 
 // ---- row reductions: layernorm, cross-entropy ----
@@ -45,13 +45,14 @@ pub use crossentropy::{
     crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean,
 };
 pub use layernorm::{
-    layernorm_backward, layernorm_backward_on, layernorm_forward, layernorm_forward_on,
+    layernorm_backward, layernorm_backward_fused, layernorm_backward_fused_on,
+    layernorm_backward_on, layernorm_forward, layernorm_forward_on,
 };
 
 // ---- embedding ----
 mod embedding;
 
-pub use embedding::{encoder_backward, encoder_forward, token_index};
+pub use embedding::{encoder_backward, encoder_forward, encoder_forward_dropout, token_index};
 
 // ---- matmul ----
 mod matmul;
@@ -60,8 +61,10 @@ mod matmul_coop;
 pub use matmul_coop::{coop_supported, is_f16_16x16, GRAD_SCALE, KERNELS as F16_KERNELS};
 
 pub use matmul::{
-    matmul_backward, matmul_dinp, matmul_dinp_variant, matmul_dweight, matmul_dweight_variant,
-    matmul_forward, matmul_forward_variant, MatmulVariant,
+    matmul_backward, matmul_backward_fused, matmul_dinp, matmul_dinp_fused_variant,
+    matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant, matmul_dweight_variant,
+    matmul_forward, matmul_forward_fused, matmul_forward_fused_variant, matmul_forward_variant,
+    ForwardFusion, MatmulVariant,
 };
 
 // ---- attention ----

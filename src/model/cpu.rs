@@ -2,7 +2,7 @@
 //! reference trainer.
 
 use super::Ops;
-use crate::reference::{self as r, AttnDropout};
+use crate::reference::{self as r, AttnDropout, DropoutMask};
 
 /// The CPU backend: [`crate::reference`] behind [`Ops`].
 pub struct CpuOps;
@@ -26,8 +26,9 @@ impl Ops for CpuOps {
         b: usize,
         t: usize,
         c: usize,
+        dropout: Option<DropoutMask>,
     ) -> T {
-        r::encoder_forward(&batch.tokens, wte, wpe, b, t, c)
+        r::encoder_forward_dropout(&batch.tokens, wte, wpe, b, t, c, dropout)
     }
     fn encoder_backward(
         &self,
@@ -55,11 +56,28 @@ impl Ops for CpuOps {
         rstd: &T,
         rows: usize,
         c: usize,
-    ) -> (T, T, T) {
-        r::layernorm_backward(dout, x, w, mean, rstd, rows, c)
+        resid: Option<&T>,
+        dropout: Option<DropoutMask>,
+    ) -> (T, Option<T>, T, T) {
+        let resid = resid.map(|r| r.as_slice());
+        r::layernorm_backward_residual(dout, x, w, mean, rstd, rows, c, resid, dropout)
     }
     fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
         r::matmul_forward(x, w, bias.map(|b| b.as_slice()), rows, k, n)
+    }
+    fn residual_branch_forward(
+        &self,
+        resid: &T,
+        x: &T,
+        w: &T,
+        bias: &T,
+        rows: usize,
+        k: usize,
+        n: usize,
+        gelu_inp: bool,
+        dropout: Option<DropoutMask>,
+    ) -> T {
+        r::residual_branch_forward(resid, x, w, bias, rows, k, n, gelu_inp, dropout)
     }
     fn matmul_backward(
         &self,
@@ -70,8 +88,9 @@ impl Ops for CpuOps {
         k: usize,
         n: usize,
         with_bias: bool,
+        gelu_inp: bool,
     ) -> (T, T, Option<T>) {
-        r::matmul_backward(dout, x, w, rows, k, n, with_bias)
+        r::matmul_backward_act(dout, x, w, rows, k, n, with_bias, gelu_inp)
     }
     fn attention_forward(
         &self,
@@ -98,15 +117,6 @@ impl Ops for CpuOps {
     ) -> T {
         r::attention_backward(dout, qkv, att, b, t, c, nh, dropout)
     }
-    fn gelu_forward(&self, x: &T, _n: usize) -> T {
-        r::gelu_forward(x)
-    }
-    fn gelu_backward(&self, x: &T, dout: &T, _n: usize) -> T {
-        r::gelu_backward(x, dout)
-    }
-    fn add(&self, a: &T, b: &T, _n: usize) -> T {
-        r::residual_forward(a, b)
-    }
     fn crossentropy_forward(&self, logits: &T, batch: &CpuBatch, rows: usize, v: usize) -> (T, T) {
         r::crossentropy_forward(logits, &batch.targets, rows, v)
     }
@@ -122,8 +132,5 @@ impl Ops for CpuOps {
     }
     fn mean(&self, x: &T, _n: usize) -> T {
         vec![r::mean(x)]
-    }
-    fn dropout(&self, x: &T, _n: usize, p: f32, seed: u32) -> T {
-        r::dropout(x, p, seed)
     }
 }

@@ -3,7 +3,7 @@
 use super::Ops;
 use crate::gpu::{PooledBuffer, WgpuContext};
 use crate::kernels;
-use crate::reference::AttnDropout;
+use crate::reference::{AttnDropout, DropoutMask};
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers.
 pub struct GpuOps<'a>(pub &'a WgpuContext);
@@ -62,8 +62,9 @@ impl Ops for GpuOps<'_> {
         b: usize,
         t: usize,
         c: usize,
+        dropout: Option<DropoutMask>,
     ) -> T {
-        kernels::encoder_forward(self.0, &batch.tokens, wte, wpe, b, t, c)
+        kernels::encoder_forward_dropout(self.0, &batch.tokens, wte, wpe, b, t, c, dropout)
     }
     fn encoder_backward(
         &self,
@@ -99,11 +100,32 @@ impl Ops for GpuOps<'_> {
         rstd: &T,
         rows: usize,
         c: usize,
-    ) -> (T, T, T) {
-        kernels::layernorm_backward(self.0, dout, x, w, mean, rstd, rows, c)
+        resid: Option<&T>,
+        dropout: Option<DropoutMask>,
+    ) -> (T, Option<T>, T, T) {
+        kernels::layernorm_backward_fused(self.0, dout, x, w, mean, rstd, rows, c, resid, dropout)
     }
     fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
         kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
+    }
+    fn residual_branch_forward(
+        &self,
+        resid: &T,
+        x: &T,
+        w: &T,
+        bias: &T,
+        rows: usize,
+        k: usize,
+        n: usize,
+        gelu_inp: bool,
+        dropout: Option<DropoutMask>,
+    ) -> T {
+        let fusion = kernels::ForwardFusion {
+            gelu_inp,
+            dropout,
+            residual: Some(resid),
+        };
+        kernels::matmul_forward_fused(self.0, x, w, Some(bias), rows, k, n, fusion)
     }
     fn matmul_backward(
         &self,
@@ -114,8 +136,9 @@ impl Ops for GpuOps<'_> {
         k: usize,
         n: usize,
         with_bias: bool,
+        gelu_inp: bool,
     ) -> (T, T, Option<T>) {
-        kernels::matmul_backward(self.0, dout, x, w, rows, k, n, with_bias)
+        kernels::matmul_backward_fused(self.0, dout, x, w, rows, k, n, with_bias, gelu_inp)
     }
     fn attention_forward(
         &self,
@@ -142,15 +165,6 @@ impl Ops for GpuOps<'_> {
     ) -> T {
         kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh, dropout)
     }
-    fn gelu_forward(&self, x: &T, n: usize) -> T {
-        kernels::gelu_forward(self.0, x, n)
-    }
-    fn gelu_backward(&self, x: &T, dout: &T, n: usize) -> T {
-        kernels::gelu_backward(self.0, x, dout, n)
-    }
-    fn add(&self, a: &T, b: &T, n: usize) -> T {
-        kernels::residual_forward(self.0, a, b, n)
-    }
     fn crossentropy_forward(&self, logits: &T, batch: &GpuBatch, rows: usize, v: usize) -> (T, T) {
         kernels::crossentropy_forward(self.0, logits, &batch.targets, rows, v)
     }
@@ -166,8 +180,5 @@ impl Ops for GpuOps<'_> {
     }
     fn mean(&self, x: &T, n: usize) -> T {
         kernels::mean(self.0, x, n)
-    }
-    fn dropout(&self, x: &T, n: usize, p: f32, seed: u32) -> T {
-        kernels::dropout(self.0, x, n, p, seed)
     }
 }

@@ -16,7 +16,7 @@ pub use cpu::{CpuBatch, CpuOps};
 pub use gpu::{GpuBatch, GpuOps};
 
 use crate::error::{Error, Result};
-use crate::reference::AttnDropout;
+use crate::reference::{AttnDropout, DropoutMask};
 use crate::rng::Rng;
 
 /// Shape of a GPT.
@@ -328,6 +328,8 @@ pub trait Ops {
     /// The block the coming ops belong to (`None`: outside the blocks), for the
     /// allocation trace. Nothing to do by default.
     fn set_layer(&self, _layer: Option<usize>) {}
+    /// With `dropout`, the embedding through that mask.
+    #[allow(clippy::too_many_arguments)]
     fn encoder_forward(
         &self,
         batch: &Self::Batch,
@@ -336,6 +338,7 @@ pub trait Ops {
         b: usize,
         t: usize,
         c: usize,
+        dropout: Option<DropoutMask>,
     ) -> Self::T;
     #[allow(clippy::too_many_arguments)]
     fn encoder_backward(
@@ -356,6 +359,11 @@ pub trait Ops {
         rows: usize,
         c: usize,
     ) -> (Self::T, Self::T, Self::T);
+    /// Returns (dx, masked, dweight, dbias). With `resid` (the residual stream's
+    /// gradient, when `x` was the stream), `dx = resid + ` the layernorm's input
+    /// gradient; with `dropout`, `masked` is `dx` through that mask (the gradient of
+    /// the residual branch, or the embedding, whose dropped output was added into
+    /// `x`).
     #[allow(clippy::too_many_arguments)]
     fn layernorm_backward(
         &self,
@@ -366,7 +374,9 @@ pub trait Ops {
         rstd: &Self::T,
         rows: usize,
         c: usize,
-    ) -> (Self::T, Self::T, Self::T);
+        resid: Option<&Self::T>,
+        dropout: Option<DropoutMask>,
+    ) -> (Self::T, Option<Self::T>, Self::T, Self::T);
     fn matmul_forward(
         &self,
         x: &Self::T,
@@ -376,6 +386,23 @@ pub trait Ops {
         k: usize,
         n: usize,
     ) -> Self::T;
+    /// `resid + dropout(act(x) · wᵀ + bias)`, act GELU with `gelu_inp`: a residual
+    /// branch's last `Linear`, its dropout and the residual add in one op.
+    #[allow(clippy::too_many_arguments)]
+    fn residual_branch_forward(
+        &self,
+        resid: &Self::T,
+        x: &Self::T,
+        w: &Self::T,
+        bias: &Self::T,
+        rows: usize,
+        k: usize,
+        n: usize,
+        gelu_inp: bool,
+        dropout: Option<DropoutMask>,
+    ) -> Self::T;
+    /// With `gelu_inp`, of a product of GELU(`x`) (as [`Ops::residual_branch_forward`]
+    /// takes it): the input gradient is the GELU input's.
     #[allow(clippy::too_many_arguments)]
     fn matmul_backward(
         &self,
@@ -386,6 +413,7 @@ pub trait Ops {
         k: usize,
         n: usize,
         with_bias: bool,
+        gelu_inp: bool,
     ) -> (Self::T, Self::T, Option<Self::T>);
     /// With `dropout`, on the attention probabilities (the backward recomputes it).
     fn attention_forward(
@@ -410,9 +438,6 @@ pub trait Ops {
         nh: usize,
         dropout: Option<AttnDropout>,
     ) -> Self::T;
-    fn gelu_forward(&self, x: &Self::T, n: usize) -> Self::T;
-    fn gelu_backward(&self, x: &Self::T, dout: &Self::T, n: usize) -> Self::T;
-    fn add(&self, a: &Self::T, b: &Self::T, n: usize) -> Self::T;
     fn crossentropy_forward(
         &self,
         logits: &Self::T,
@@ -429,7 +454,6 @@ pub trait Ops {
         scale: f32,
     ) -> Self::T;
     fn mean(&self, x: &Self::T, n: usize) -> Self::T;
-    fn dropout(&self, x: &Self::T, n: usize, p: f32, seed: u32) -> Self::T;
 }
 
 /// Where dropout applies during training.
@@ -464,10 +488,13 @@ impl Dropout {
         })
     }
 
-    /// Site 0 is the embedding; a block's attention and MLP outputs follow.
-    fn apply<O: Ops>(&self, ops: &O, x: &O::T, n: usize, site: u32) -> O::T {
-        let seed = crate::reference::dropout_seed(self.seed, self.step, site);
-        ops.dropout(x, n, self.p, seed)
+    /// The mask of `site`: site 0 is the embedding; a block's attention and MLP
+    /// outputs follow.
+    fn mask(&self, site: u32) -> DropoutMask {
+        DropoutMask {
+            p: self.p,
+            seed: crate::reference::dropout_seed(self.seed, self.step, site),
+        }
     }
 
     /// The attention-probability mask of layer `l`, with nanoGPT's placement.
@@ -479,23 +506,9 @@ impl Dropout {
     }
 }
 
-/// `x` after dropout at `site`, or `x` itself without dropout.
-fn dropped<O: Ops>(ops: &O, dropout: Option<&Dropout>, x: O::T, n: usize, site: u32) -> O::T {
-    match dropout {
-        Some(d) => d.apply(ops, &x, n, site),
-        None => x,
-    }
-}
-
-/// The gradient through dropout at `site` (the same mask), when there is dropout.
-fn masked<O: Ops>(
-    ops: &O,
-    dropout: Option<&Dropout>,
-    g: &O::T,
-    n: usize,
-    site: u32,
-) -> Option<O::T> {
-    dropout.map(|d| d.apply(ops, g, n, site))
+/// The mask of `site`, when there is dropout.
+fn site_mask(dropout: Option<&Dropout>, site: u32) -> Option<DropoutMask> {
+    dropout.map(|d| d.mask(site))
 }
 
 fn attn_site(l: usize) -> u32 {
@@ -519,13 +532,14 @@ struct BlockActs<T> {
     qkv: T,
     atty: T,
     att_saved: T,
-    /// Residual stream after attention.
+    /// Residual stream after attention (the attention branch's output and its dropped
+    /// copy are never written: see [`Ops::residual_branch_forward`]).
     x_mid: T,
     ln2: T,
     ln2_mean: T,
     ln2_rstd: T,
+    /// The MLP's hidden layer before GELU (its output is recomputed where read).
     fch: T,
-    fch_gelu: T,
     /// Residual stream after the MLP: the next block's input.
     x_out: T,
 }
@@ -560,8 +574,15 @@ pub fn forward<O: Ops>(
     dropout: Option<&Dropout>,
 ) -> Activations<O::T> {
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
-    let embedded = ops.encoder_forward(batch, &params.wte, &params.wpe, b, t, c);
-    let x0 = dropped(ops, dropout, embedded, rows * c, 0);
+    let x0 = ops.encoder_forward(
+        batch,
+        &params.wte,
+        &params.wpe,
+        b,
+        t,
+        c,
+        site_mask(dropout, 0),
+    );
     let mut blocks: Vec<BlockActs<O::T>> = Vec::with_capacity(cfg.layers);
     for (l, p) in params.blocks.iter().enumerate() {
         ops.set_layer(Some(l));
@@ -571,32 +592,31 @@ pub fn forward<O: Ops>(
         let qkv = ops.matmul_forward(&ln1, &p.c_attn_weight, Some(&p.c_attn_bias), rows, c, 3 * c);
         let att_drop = dropout.and_then(|d| d.attention(l));
         let (atty, att_saved) = ops.attention_forward(&qkv, b, t, c, nh, att_drop);
-        let attproj = ops.matmul_forward(
+        let x_mid = ops.residual_branch_forward(
+            x,
             &atty,
             &p.attn_proj_weight,
-            Some(&p.attn_proj_bias),
+            &p.attn_proj_bias,
             rows,
             c,
             c,
+            false,
+            site_mask(dropout, attn_site(l)),
         );
-        let attproj = dropped(ops, dropout, attproj, rows * c, attn_site(l));
-        let x_mid = ops.add(x, &attproj, rows * c);
-        drop(attproj);
         let (ln2, ln2_mean, ln2_rstd) =
             ops.layernorm_forward(&x_mid, &p.ln_2_weight, &p.ln_2_bias, rows, c);
         let fch = ops.matmul_forward(&ln2, &p.c_fc_weight, Some(&p.c_fc_bias), rows, c, 4 * c);
-        let fch_gelu = ops.gelu_forward(&fch, rows * 4 * c);
-        let fcproj = ops.matmul_forward(
-            &fch_gelu,
+        let x_out = ops.residual_branch_forward(
+            &x_mid,
+            &fch,
             &p.mlp_proj_weight,
-            Some(&p.mlp_proj_bias),
+            &p.mlp_proj_bias,
             rows,
             4 * c,
             c,
+            true,
+            site_mask(dropout, mlp_site(l)),
         );
-        let fcproj = dropped(ops, dropout, fcproj, rows * c, mlp_site(l));
-        let x_out = ops.add(&x_mid, &fcproj, rows * c);
-        drop(fcproj);
         blocks.push(BlockActs {
             ln1,
             ln1_mean,
@@ -609,7 +629,6 @@ pub fn forward<O: Ops>(
             ln2_mean,
             ln2_rstd,
             fch,
-            fch_gelu,
             x_out,
         });
     }
@@ -664,10 +683,16 @@ pub fn backward<O: Ops>(
 
     let dlogits = ops.crossentropy_backward(&probs, batch, rows, v, 1.0 / rows as f32);
     drop(probs);
-    let (dlnf, head_dwte, _) = ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false);
+    let (dlnf, head_dwte, _) =
+        ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false, false);
     drop((dlogits, lnf));
+    // Each layernorm backward also adds the residual stream's gradient (`dx`), and
+    // writes it through the mask of the dropout whose output was added into its
+    // input (`dbranch`): the block's MLP branch, its attention branch, the block
+    // below's MLP branch, and under the first block the embedding.
+    let below = |l: usize| if l == 0 { 0 } else { mlp_site(l - 1) };
     let x_last = blocks.last().map_or(&x0, |blk| &blk.x_out);
-    let (mut dx, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
+    let (mut dx, mut dbranch, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
         &dlnf,
         x_last,
         &params.ln_f_weight,
@@ -675,6 +700,8 @@ pub fn backward<O: Ops>(
         &lnf_rstd,
         rows,
         c,
+        None,
+        site_mask(dropout, below(cfg.layers)),
     );
     drop((dlnf, lnf_mean, lnf_rstd));
 
@@ -686,24 +713,23 @@ pub fn backward<O: Ops>(
         let x_in = blocks.last().map_or(&x0, |blk| &blk.x_out);
 
         // x_out = x_mid + drop(fcproj(gelu(fc(ln2(x_mid))))): dx flows to both terms,
-        // through the branch's dropout mask into the branch.
-        let dfcproj = masked(ops, dropout, &dx, rows * c, mlp_site(l));
-        let (dfch_gelu, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
-            dfcproj.as_ref().unwrap_or(&dx),
-            &a.fch_gelu,
+        // through the branch's dropout mask into the branch (and through the GELU
+        // that fcproj applied as it read fch).
+        let (dfch, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
+            dbranch.as_ref().unwrap_or(&dx),
+            &a.fch,
             &p.mlp_proj_weight,
             rows,
             4 * c,
             c,
             true,
+            true,
         );
-        drop(dfcproj);
-        let dfch = ops.gelu_backward(&a.fch, &dfch_gelu, rows * 4 * c);
-        drop(dfch_gelu);
+        drop(dbranch);
         let (dln2, c_fc_weight, c_fc_bias) =
-            ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true);
+            ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true, false);
         drop(dfch);
-        let (dx_mid_ln, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
+        let (dx_mid, dattproj, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
             &dln2,
             &a.x_mid,
             &p.ln_2_weight,
@@ -711,13 +737,12 @@ pub fn backward<O: Ops>(
             &a.ln2_rstd,
             rows,
             c,
+            Some(&dx),
+            site_mask(dropout, attn_site(l)),
         );
-        drop(dln2);
-        let dx_mid = ops.add(&dx, &dx_mid_ln, rows * c);
-        drop(dx_mid_ln);
+        drop((dln2, dx));
 
         // x_mid = x_in + drop(attproj(attention(qkv(ln1(x_in))))).
-        let dattproj = masked(ops, dropout, &dx_mid, rows * c, attn_site(l));
         let (datty, attn_proj_weight, attn_proj_bias) = ops.matmul_backward(
             dattproj.as_ref().unwrap_or(&dx_mid),
             &a.atty,
@@ -726,6 +751,7 @@ pub fn backward<O: Ops>(
             c,
             c,
             true,
+            false,
         );
         drop(dattproj);
         let att_drop = dropout.and_then(|d| d.attention(l));
@@ -733,9 +759,9 @@ pub fn backward<O: Ops>(
             ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh, att_drop);
         drop(datty);
         let (dln1, c_attn_weight, c_attn_bias) =
-            ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true);
+            ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true, false);
         drop(dqkv);
-        let (dx_in_ln, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
+        let (dx_in, dbelow, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
             &dln1,
             x_in,
             &p.ln_1_weight,
@@ -743,9 +769,11 @@ pub fn backward<O: Ops>(
             &a.ln1_rstd,
             rows,
             c,
+            Some(&dx_mid),
+            site_mask(dropout, below(l)),
         );
-        drop(dln1);
-        dx = ops.add(&dx_mid, &dx_in_ln, rows * c);
+        drop((dln1, dx_mid));
+        (dx, dbranch) = (dx_in, dbelow);
         let bias = |g: Option<O::T>| g.expect("with bias");
         dblocks.push(BlockParams {
             ln_1_weight,
@@ -765,8 +793,8 @@ pub fn backward<O: Ops>(
     }
     dblocks.reverse();
     ops.set_layer(None);
-    let dembedded = masked(ops, dropout, &dx, rows * c, 0);
-    let dx = dembedded.unwrap_or(dx);
+    // The gradient of x0 = dropout(embedded), through the embedding's mask.
+    let dx = dbranch.unwrap_or(dx);
     let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
     GptParams {
         wte,
