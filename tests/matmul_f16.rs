@@ -496,6 +496,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         }
     }
 
+    /// `Params` of the GEMM preludes (matmul_nt/_nn/_tn.wgsl); no fusion but the bias.
     #[repr(C)]
     #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
     struct Params {
@@ -503,9 +504,14 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         n: u32,
         k: u32,
         k_chunk: u32,
-        has_bias: u32,
-        pad: [u32; 3],
+        flags: u32,
+        seed: u32,
+        threshold: u32,
+        scale: f32,
     }
+
+    /// `FUSE_BIAS` in matmul_fuse.wgsl.
+    const FUSE_BIAS: u32 = 1;
 
     fn params(m: usize, n: usize, k: usize, k_chunk: usize, has_bias: bool) -> Params {
         let u = |x: usize| x as u32;
@@ -514,8 +520,10 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             n: u(n),
             k: u(k),
             k_chunk: u(k_chunk),
-            has_bias: has_bias as u32,
-            pad: [0; 3],
+            flags: if has_bias { FUSE_BIAS } else { 0 },
+            seed: 0,
+            threshold: 0,
+            scale: 1.0,
         }
     }
 
@@ -572,7 +580,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let out = poisoned(&ctx, &[rows * n], || {
                 let out = ctx.create_pooled(rows * n * 4);
                 let p = params(rows, n, k, k, true);
-                ctx.dispatch(&forward, &p, &[&g_inp, &g_w, &g_b, &out], grid(rows, n, 1));
+                ctx.dispatch(&forward, &p, &[&g_inp, &g_w, &g_b, &out, &g_inp], grid(rows, n, 1));
                 out
             });
             let got = read(&ctx, &out, rows * n).await;
@@ -586,7 +594,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let part = poisoned(&ctx, &[splits * rows * k], || {
                     let part = ctx.create_pooled(splits * rows * k * 4);
                     let p = params(rows, k, n, chunk, false);
-                    ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &part], grid(rows, k, splits));
+                    ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &part, &g_dout], grid(rows, k, splits));
                     part
                 });
                 let got = sum_splits(

@@ -194,6 +194,7 @@ macro_rules! gemm_prelude {
         )
     };
 }
+pub(super) use gemm_prelude;
 
 macro_rules! gemm_kernel {
     ($name:literal, $prelude:literal, $core:literal) => {

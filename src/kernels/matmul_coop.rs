@@ -13,7 +13,7 @@
 //! core (and panic where the device cannot run it: a test run there must not pass
 //! on the fallback), `fallback` the other one.
 
-use super::matmul::{Layout, MatmulVariant};
+use super::matmul::{gemm_prelude, Layout, MatmulVariant};
 use crate::gpu::{Kernel, WgpuContext};
 
 /// The gradient operand (A) of the backward GEMMs is multiplied by this power of two
@@ -30,7 +30,7 @@ macro_rules! half_kernel {
                 "const A_SCALE: f32 = ",
                 $scale,
                 ";\n",
-                include_str!($prelude),
+                gemm_prelude!($prelude),
                 include_str!($core)
             ),
             entry: "main",
