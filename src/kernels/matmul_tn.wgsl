@@ -46,12 +46,11 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 const B_ALONG_K: bool = false;
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
+// No GELU prologue here: that core gets GELU's output in a buffer instead
+// (`gelu_on_load` in matmul.rs): even an untaken branch in its inner loop slowed
+// lavapipe's tiny step (BENCHMARKS figures in the commit).
 fn a_at(m: u32, k: u32) -> f32 { return dout[k * p.m + m]; }
-fn b_at(k: u32, n: u32) -> f32 {
-    let v = inp[k * p.n + n];
-    if (fused(p.flags, FUSE_GELU_INP)) { return gelu(v); }
-    return v;
-}
+fn b_at(k: u32, n: u32) -> f32 { return inp[k * p.n + n]; }
 
 fn write4(z: u32, j: u32, i: u32, v: vec4<f32>) {
     if (j >= p.m) { return; }
