@@ -14,7 +14,13 @@ cp target/release/tidepool target/release/examples/matmul_bench .gpu/
 f16_test=$(cargo test --release --test matmul_f16 --no-run --message-format=json \
   | sed -n 's/.*"executable":"\([^"]*matmul_f16[^"]*\)".*/\1/p' | tail -n 1)
 cp "$f16_test" .gpu/matmul_f16
-strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16  # the carry limit is 64 MiB
+strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16
+# The previous build for before/after rows (gpu-run.sh round3), when given.
+if [ -n "${PREV_TIDEPOOL:-}" ]; then cp "$PREV_TIDEPOOL" .gpu/tidepool-prev && strip .gpu/tidepool-prev; fi
+# The carry limit is 64 MiB: all but tidepool travel xz-packed (gpu-run.sh unpacks them).
+for b in matmul_bench matmul_f16 tidepool-prev; do
+  if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
+done
 rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py .gpu/  # gpu-run.sh curves

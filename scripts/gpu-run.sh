@@ -15,6 +15,11 @@
 #                               10-minute call only just: better two calls,
 #                               F16_PARTS="parity bench step" (~4 min) and
 #                               F16_PARTS=train F16_TRAIN_SECONDS=540 (~6 min).
+#   scripts/gpu-run.sh round3   this round's figures (~5 min): PyTorch fp32/tf32/bf16 with
+#                               memory, shakespeare f32 and f16 steps beside the previous
+#                               build's (tidepool-prev, when carried), memory and replay,
+#                               the presets natively and through Dawn, tensor-core variants
+#   scripts/gpu-run.sh f16      parity, matmul variants, f32/f16 steps and 2000-step curves
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
 #                               at once on the one GPU, each evaluating 200 fixed held-out
@@ -27,6 +32,12 @@
 set -u
 source .gpu/prelude.sh
 cd .gpu
+# Binaries packed as NAME.bin.xz (the carry limit is 64 MiB; the machine has no xz).
+for f in *.bin.xz; do
+  [ -e "$f" ] || continue
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$f" "${f%.bin.xz}"
+  chmod +x "${f%.bin.xz}"
+done
 out=${OUT:-out}
 mkdir -p "$out"
 run() {
@@ -97,6 +108,25 @@ case "${1:-bench}" in
         *) echo "unknown F16_PARTS entry $part" >&2 ;;
       esac
     done
+    ;;
+  round3)
+    ./tidepool info | tee "$out/info.txt"
+    run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa bf16_sdpa
+    run step ./tidepool bench step --presets shakespeare --precision f32,f16 --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    if [ -x ./tidepool-prev ]; then
+      run step_prev ./tidepool-prev bench step --presets shakespeare --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    fi
+    run memory ./tidepool train --preset shakespeare --steps 3 --corpus tinyshakespeare.txt --trace trace.json --json
+    run replay ./tidepool trace replay trace.json --json
+    run step_small ./tidepool bench step --presets tiny,small --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    if [ -x ./tidepool-prev ]; then
+      run step_small_prev ./tidepool-prev bench step --presets tiny,small --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    fi
+    for p in tiny small shakespeare; do
+      run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 20 --pool
+    done
+    [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk,coop,coop-splitk}
+    [ -x ./matmul_f16 ] && run f16_parity env TIDEPOOL_F16_CORE=${F16_CORE:-coop} ./matmul_f16 --test-threads 1
     ;;
   train)
     run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}
