@@ -14,7 +14,7 @@
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
 //! `--variant NAMES` only those matmul variants, comma-separated (tiled, splitk, cpu,
-//! f16, f16-splitk, coop, coop-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
+//! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
 //! precision f16 (the `auto` column then marks that context's choice).
 //!
 //! Figures: BENCHMARKS.md (Matmul).
@@ -174,7 +174,7 @@ mod bench {
                 MatmulVariant::F16_ALL
                     .into_iter()
                     .filter(|v| {
-                        coop_supported(c).is_ok() || !matches!(v, MatmulVariant::Coop { .. })
+                        coop_supported(c).is_ok() || !v.is_coop()
                     })
                     .filter(wanted)
                     .collect()
