@@ -33,8 +33,8 @@ mod bench {
 
     use tidepool::config::Precision;
     use tidepool::kernels::{
-        attention_backward, attention_forward, coop_supported, matmul_dinp_variant,
-        matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
+        attention_backward, attention_forward, coop2_supported, coop_supported,
+        matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -170,12 +170,12 @@ mod bench {
             Some(c) => {
                 if let Err(why) = coop_supported(c) {
                     println!("no coop variants: {why}");
+                } else if let Err(why) = coop2_supported(c) {
+                    println!("no coop2 variants: {why}");
                 }
                 MatmulVariant::F16_ALL
                     .into_iter()
-                    .filter(|v| {
-                        coop_supported(c).is_ok() || !v.is_coop()
-                    })
+                    .filter(|v| v.runs_on(c).is_ok())
                     .filter(wanted)
                     .collect()
             }

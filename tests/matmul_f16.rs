@@ -16,7 +16,7 @@ use common::{context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
 use tidepool::kernels::{
-    coop_supported, matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
+    matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
     matmul_forward_variant, MatmulVariant, GRAD_SCALE,
 };
 use tidepool::rng::{fresh_seed, Rng};
@@ -160,18 +160,22 @@ async fn f16_context() -> Option<WgpuContext> {
 }
 
 /// The f16 variants `ctx` runs: the tensor-core ones only where it has them, and
-/// then certainly when `TIDEPOOL_F16_CORE=coop` asks.
+/// then certainly when `TIDEPOOL_F16_CORE=coop` (or `coop2`) asks.
 fn variants(ctx: &WgpuContext) -> Vec<MatmulVariant> {
-    let coop = coop_supported(ctx);
     #[cfg(not(target_arch = "wasm32"))]
-    if let Ok(core @ ("coop" | "coop2")) = std::env::var("TIDEPOOL_F16_CORE").as_deref() {
-        if let Err(why) = &coop {
-            panic!("TIDEPOOL_F16_CORE={core}, but {why}");
+    for (core, variant) in [
+        ("coop", MatmulVariant::Coop { split: false }),
+        ("coop2", MatmulVariant::Coop2 { split: false }),
+    ] {
+        if std::env::var("TIDEPOOL_F16_CORE").as_deref() == Ok(core) {
+            if let Err(why) = variant.runs_on(ctx) {
+                panic!("TIDEPOOL_F16_CORE={core}, but {why}");
+            }
         }
     }
     MatmulVariant::F16_ALL
         .into_iter()
-        .filter(|v| coop.is_ok() || !v.is_coop())
+        .filter(|v| v.runs_on(ctx).is_ok())
         .collect()
 }
 
@@ -491,10 +495,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ];
         let mut out = source.to_string();
         for &(from, to) in common.iter().chain(core) {
-            assert!(
-                out.contains(from),
-                "the core has no {from:?} any more"
-            );
+            assert!(out.contains(from), "the core has no {from:?} any more");
             out = out.replace(from, to);
         }
         for op in [
@@ -621,7 +622,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let out = poisoned(&ctx, &[rows * n], || {
                 let out = ctx.create_pooled(rows * n * 4);
                 let p = params(rows, n, k, k, FUSE_BIAS);
-                ctx.dispatch(&forward, &p, &[&g_inp, &g_w, &g_b, &out, &g_inp], grid(rows, n, 1));
+                ctx.dispatch(
+                    &forward,
+                    &p,
+                    &[&g_inp, &g_w, &g_b, &out, &g_inp],
+                    grid(rows, n, 1),
+                );
                 out
             });
             let got = read(&ctx, &out, rows * n).await;
@@ -638,13 +644,21 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let out = poisoned(&ctx, &[rows * n], || {
                 let out = ctx.create_pooled(rows * n * 4);
                 let p = params(rows, n, k, k, FUSE_BIAS | FUSE_GELU_INP);
-                ctx.dispatch(&forward, &p, &[&g_inp, &g_w, &g_b, &out, &g_inp], grid(rows, n, 1));
+                ctx.dispatch(
+                    &forward,
+                    &p,
+                    &[&g_inp, &g_w, &g_b, &out, &g_inp],
+                    grid(rows, n, 1),
+                );
                 out
             });
             let got = read(&ctx, &out, rows * n).await;
             let want = forward_ref(&act, &weight, Some(&bias), rows, k, n);
             let err = max_rel_error(&got, &want);
-            assert!(err <= GELU_TOL, "forward gelu {what}: {err:e} (seed {seed})");
+            assert!(
+                err <= GELU_TOL,
+                "forward gelu {what}: {err:e} (seed {seed})"
+            );
             let part = poisoned(&ctx, &[n * k], || {
                 let part = ctx.create_pooled(n * k * 4);
                 let p = params(n, k, rows, rows, FUSE_GELU_INP);
@@ -653,7 +667,10 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             });
             let got = read(&ctx, &part, n * k).await;
             let err = max_rel_error(&got, &dweight_ref(&dout, &act, rows, k, n));
-            assert!(err <= GELU_TOL, "dweight gelu {what}: {err:e} (seed {seed})");
+            assert!(
+                err <= GELU_TOL,
+                "dweight gelu {what}: {err:e} (seed {seed})"
+            );
 
             // dinp in two k splits (over n), dweight in two row splits.
             for (splits, chunk) in [(1, n), (2, n.div_ceil(2).div_ceil(8) * 8)] {
@@ -661,7 +678,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let part = poisoned(&ctx, &[splits * rows * k], || {
                     let part = ctx.create_pooled(splits * rows * k * 4);
                     let p = params(rows, k, n, chunk, 0);
-                    ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &part, &g_dout], grid(rows, k, splits));
+                    ctx.dispatch(
+                        &dinp,
+                        &p,
+                        &[&g_dout, &g_w, &part, &g_dout],
+                        grid(rows, k, splits),
+                    );
                     part
                 });
                 let got = sum_splits(

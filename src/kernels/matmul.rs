@@ -69,9 +69,23 @@ impl MatmulVariant {
         MatmulVariant::Coop2 { split: true },
     ];
 
-    /// Whether this variant runs on tensor cores (needs [`coop_supported`](super::coop_supported)).
+    /// Whether this variant runs on tensor cores.
     pub fn is_coop(self) -> bool {
-        matches!(self, MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. })
+        matches!(
+            self,
+            MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. }
+        )
+    }
+
+    /// Whether a context made for this variant's precision runs it, or why not: the
+    /// tensor-core variants need what [`matmul_coop::coop_supported`] and
+    /// [`matmul_coop::coop2_supported`] check.
+    pub fn runs_on(self, ctx: &WgpuContext) -> Result<(), String> {
+        match self {
+            MatmulVariant::Coop { .. } => matmul_coop::coop_supported(ctx),
+            MatmulVariant::Coop2 { .. } => matmul_coop::coop2_supported(ctx),
+            _ => Ok(()),
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -159,11 +173,11 @@ impl MatmulVariant {
             (MatmulVariant::Cpu, Layout::Dinp) => &DINP_CPU,
             (MatmulVariant::Cpu, Layout::Dweight) => &DWEIGHT_CPU,
             (
-                MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. } | MatmulVariant::F16 { .. },
+                MatmulVariant::Coop { .. }
+                | MatmulVariant::Coop2 { .. }
+                | MatmulVariant::F16 { .. },
                 _,
-            ) => {
-                matmul_coop::kernel(self, layout)
-            }
+            ) => matmul_coop::kernel(self, layout),
         }
     }
 

@@ -145,15 +145,21 @@ pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel 
 /// The f16 variant for a GEMM whose f32 variant would split k or not.
 pub(super) fn choose(ctx: &WgpuContext, split: bool) -> MatmulVariant {
     let core = match forced() {
-        Some(core @ (Core::Coop | Core::Coop2)) => {
+        Some(Core::Coop) => {
             if let Err(why) = coop_supported(ctx) {
-                panic!("TIDEPOOL_F16_CORE={}, but {why}", core.name());
+                panic!("TIDEPOOL_F16_CORE=coop, but {why}");
             }
-            core
+            Core::Coop
+        }
+        Some(Core::Coop2) => {
+            if let Err(why) = coop2_supported(ctx) {
+                panic!("TIDEPOOL_F16_CORE=coop2, but {why}");
+            }
+            Core::Coop2
         }
         Some(Core::Fallback) => Core::Fallback,
         None if coop_supported(ctx).is_err() => Core::Fallback,
-        None if DEFAULT_COOP2 => Core::Coop2,
+        None if DEFAULT_COOP2 && coop2_supported(ctx).is_ok() => Core::Coop2,
         None => Core::Coop,
     };
     match core {
@@ -192,6 +198,22 @@ pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of workgroup memory matmul_coop2.wgsl declares.
+const COOP2_WORKGROUP_BYTES: u32 = 49152;
+
+/// Whether matmul_coop2.wgsl runs on `ctx` (as matmul_coop.wgsl, with 48 KiB of
+/// workgroup memory), or why not.
+pub fn coop2_supported(ctx: &WgpuContext) -> Result<(), String> {
+    coop_supported(ctx)?;
+    let have = ctx.limits().max_compute_workgroup_storage_size;
+    if have < COOP2_WORKGROUP_BYTES {
+        return Err(format!(
+            "matmul_coop2.wgsl needs {COOP2_WORKGROUP_BYTES} bytes of workgroup memory; this device has {have}"
+        ));
+    }
+    Ok(())
+}
+
 /// The configuration matmul_coop.wgsl uses.
 pub fn is_f16_16x16(c: &wgpu::CooperativeMatrixProperties) -> bool {
     use wgpu::CooperativeScalarType::{F16, F32};
@@ -204,16 +226,6 @@ enum Core {
     Coop,
     Coop2,
     Fallback,
-}
-
-impl Core {
-    fn name(self) -> &'static str {
-        match self {
-            Core::Coop => "coop",
-            Core::Coop2 => "coop2",
-            Core::Fallback => "fallback",
-        }
-    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
