@@ -14,7 +14,7 @@
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
 //! `--variant NAMES` only those matmul variants, comma-separated (tiled, splitk, cpu,
-//! f16, f16-splitk, coop, coop-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
+//! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
 //! precision f16 (the `auto` column then marks that context's choice).
 //!
 //! Figures: BENCHMARKS.md (Matmul).
@@ -33,8 +33,8 @@ mod bench {
 
     use tidepool::config::Precision;
     use tidepool::kernels::{
-        attention_backward, attention_forward, coop_supported, matmul_dinp_variant,
-        matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
+        attention_backward, attention_forward, coop2_supported, coop_supported,
+        matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -170,12 +170,12 @@ mod bench {
             Some(c) => {
                 if let Err(why) = coop_supported(c) {
                     println!("no coop variants: {why}");
+                } else if let Err(why) = coop2_supported(c) {
+                    println!("no coop2 variants: {why}");
                 }
                 MatmulVariant::F16_ALL
                     .into_iter()
-                    .filter(|v| {
-                        coop_supported(c).is_ok() || !matches!(v, MatmulVariant::Coop { .. })
-                    })
+                    .filter(|v| v.runs_on(c).is_ok())
                     .filter(wanted)
                     .collect()
             }

@@ -16,7 +16,7 @@ use common::{context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
 use tidepool::kernels::{
-    coop_supported, matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
+    matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
     matmul_forward_variant, MatmulVariant, GRAD_SCALE,
 };
 use tidepool::rng::{fresh_seed, Rng};
@@ -160,18 +160,22 @@ async fn f16_context() -> Option<WgpuContext> {
 }
 
 /// The f16 variants `ctx` runs: the tensor-core ones only where it has them, and
-/// then certainly when `TIDEPOOL_F16_CORE=coop` asks.
+/// then certainly when `TIDEPOOL_F16_CORE=coop` (or `coop2`) asks.
 fn variants(ctx: &WgpuContext) -> Vec<MatmulVariant> {
-    let coop = coop_supported(ctx);
     #[cfg(not(target_arch = "wasm32"))]
-    if std::env::var("TIDEPOOL_F16_CORE").as_deref() == Ok("coop") {
-        if let Err(why) = &coop {
-            panic!("TIDEPOOL_F16_CORE=coop, but {why}");
+    for (core, variant) in [
+        ("coop", MatmulVariant::Coop { split: false }),
+        ("coop2", MatmulVariant::Coop2 { split: false }),
+    ] {
+        if std::env::var("TIDEPOOL_F16_CORE").as_deref() == Ok(core) {
+            if let Err(why) = variant.runs_on(ctx) {
+                panic!("TIDEPOOL_F16_CORE={core}, but {why}");
+            }
         }
     }
     MatmulVariant::F16_ALL
         .into_iter()
-        .filter(|v| coop.is_ok() || !matches!(v, MatmulVariant::Coop { .. }))
+        .filter(|v| v.runs_on(ctx).is_ok())
         .collect()
 }
 
@@ -353,7 +357,7 @@ fn f16_kernels_compile_to_spirv() {
         // OpCapability (17) CooperativeMatrixKHR (6022): the tensor-core kernels use
         // cooperative matrices, the fallback does not.
         let coop = words.windows(2).any(|w| w == [(2 << 16) | 17, 6022]);
-        assert_eq!(coop, kernel.name.ends_with("_coop"), "{}", kernel.name);
+        assert_eq!(coop, kernel.name.contains("_coop"), "{}", kernel.name);
     }
 }
 
@@ -419,15 +423,20 @@ mod emulated {
 // An accumulator: lane l of 32 holds elements l, l + 32, ... (row i / 16, column i % 16).
 alias Emu8 = array<f32, 8>;
 
-// A loaded A or B operand stands for where it was loaded from (offset, row stride):
-// within a step nothing writes those words between the load and the product.
-fn emu_mma(lane: u32, a: vec2<u32>, b: vec2<u32>, c: Emu8) -> Emu8 {
+// A loaded A or B operand stands for where it was loaded from (offset, then the
+// strides of its rows and of its columns): within a step nothing writes those words
+// between the load and the product.
+fn emu_rm(at: u32, stride: u32) -> vec3<u32> { return vec3<u32>(at, stride, 1u); }
+fn emu_cm(at: u32, stride: u32) -> vec3<u32> { return vec3<u32>(at, 1u, stride); }
+
+fn emu_mma(lane: u32, a: vec3<u32>, b: vec3<u32>, c: Emu8) -> Emu8 {
     var out = c;
     for (var j = 0u; j < 8u; j++) {
         let i = lane + 32u * j;
         var sum = out[j];
         for (var k = 0u; k < 16u; k++) {
-            sum += f32(As[a.x + (i / 16u) * a.y + k]) * f32(Bs[b.x + k * b.y + i % 16u]);
+            sum += f32(As[a.x + (i / 16u) * a.y + k * a.z])
+                * f32(Bs[b.x + k * b.y + (i % 16u) * b.z]);
         }
         out[j] = sum;
     }
@@ -442,33 +451,51 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
 }
 "#;
 
-    /// `source` with each cooperative operation replaced by its emulation; panics if
-    /// a pattern is missing (the core changed: update the rewrite).
-    fn emulate(source: &str) -> String {
-        let rules = [
+    /// The rewrite of matmul_coop.wgsl's own cooperative operations.
+    const COOP_RULES: &[(&str, &str)] = &[
+        ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
+        ("], A_STRIDE)", ", A_STRIDE)"),
+        ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "emu_rm("),
+        ("], B_STRIDE)", ", B_STRIDE)"),
+        (
+            "coopStoreT(acc, &Cs[s * 256u], 16u);",
+            "emu_store_cs(acc, s * 256u, 16u, lane);",
+        ),
+    ];
+
+    /// The same for matmul_coop2.wgsl (row- and column-major fragments).
+    const COOP2_RULES: &[(&str, &str)] = &[
+        ("-> coop_mat16x16<f16, A>", "-> vec3<u32>"),
+        ("-> coop_mat16x16<f16, B>", "-> vec3<u32>"),
+        ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
+        ("coopLoad<coop_mat16x16<f16, A>>(&As[", "emu_cm("),
+        ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "emu_rm("),
+        ("coopLoad<coop_mat16x16<f16, B>>(&Bs[", "emu_cm("),
+        ("], LD_K)", ", LD_K)"),
+        ("], LD_MN)", ", LD_MN)"),
+        (
+            "coopStoreT(acc, &Cs[s * 256u], 16u);",
+            "emu_store_cs(acc, s * 256u, 16u, lane);",
+        ),
+    ];
+
+    /// `source` with each cooperative operation replaced by its emulation (`core`:
+    /// the core's own rules); panics if a pattern is missing (the core changed:
+    /// update the rewrite).
+    fn emulate(source: &str, core: &[(&str, &str)]) -> String {
+        let common = [
             ("enable wgpu_cooperative_matrix;\n", ""),
             ("coop_mat16x16<f32, C>()", "Emu8()"),
             ("acc: coop_mat16x16<f32, C>", "acc: Emu8"),
-            ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "vec2<u32>("),
-            ("], A_STRIDE)", ", A_STRIDE)"),
-            ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "vec2<u32>("),
-            ("], B_STRIDE)", ", B_STRIDE)"),
             ("coopMultiplyAdd(", "emu_mma(lane, "),
-            (
-                "coopStoreT(acc, &Cs[s * 256u], 16u);",
-                "emu_store_cs(acc, s * 256u, 16u, lane);",
-            ),
             (
                 "    @builtin(subgroup_id) s: u32,\n    @builtin(subgroup_invocation_id) lane: u32,\n    @builtin(subgroup_size) width: u32,\n) {\n",
                 ") {\n    let s = t / 32u;\n    let lane = t % 32u;\n    let width = 32u;\n",
             ),
         ];
         let mut out = source.to_string();
-        for (from, to) in rules {
-            assert!(
-                out.contains(from),
-                "matmul_coop.wgsl has no {from:?} any more"
-            );
+        for &(from, to) in common.iter().chain(core) {
+            assert!(out.contains(from), "the core has no {from:?} any more");
             out = out.replace(from, to);
         }
         for op in [
@@ -483,14 +510,14 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         out + EMULATION
     }
 
-    fn kernel(name: &str) -> Kernel {
+    fn kernel(name: &str, rules: &[(&str, &str)]) -> Kernel {
         let real = tidepool::kernels::F16_KERNELS
             .into_iter()
             .find(|k| k.name == name)
             .expect("kernel");
         Kernel {
             name: Box::leak(format!("emulated_{name}").into_boxed_str()),
-            source: Box::leak(emulate(real.source).into_boxed_str()),
+            source: Box::leak(emulate(real.source, rules).into_boxed_str()),
             entry: "main",
             unchecked: false,
         }
@@ -510,17 +537,18 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         scale: f32,
     }
 
-    /// `FUSE_BIAS` in matmul_fuse.wgsl.
+    /// `FUSE_BIAS` and `FUSE_GELU_INP` in matmul_fuse.wgsl.
     const FUSE_BIAS: u32 = 1;
+    const FUSE_GELU_INP: u32 = 2;
 
-    fn params(m: usize, n: usize, k: usize, k_chunk: usize, has_bias: bool) -> Params {
+    fn params(m: usize, n: usize, k: usize, k_chunk: usize, flags: u32) -> Params {
         let u = |x: usize| x as u32;
         Params {
             m: u(m),
             n: u(n),
             k: u(k),
             k_chunk: u(k_chunk),
-            flags: if has_bias { FUSE_BIAS } else { 0 },
+            flags,
             seed: 0,
             threshold: 0,
             scale: 1.0,
@@ -544,23 +572,37 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
 
     #[test]
     fn coop_core_logic_on_emulated_matrices() {
-        pollster::block_on(body())
+        pollster::block_on(body("coop", COOP_RULES))
     }
 
-    async fn body() {
+    #[test]
+    fn coop2_core_logic_on_emulated_matrices() {
+        pollster::block_on(body("coop2", COOP2_RULES))
+    }
+
+    async fn body(core: &str, rules: &[(&str, &str)]) {
         let Some(ctx) = f16_context().await else {
             panic!("natively the CI adapter (lavapipe) has shader-f16");
         };
         let (forward, dinp, dweight) = (
-            kernel("matmul_forward_coop"),
-            kernel("matmul_dinp_coop"),
-            kernel("matmul_dweight_coop"),
+            kernel(&format!("matmul_forward_{core}"), rules),
+            kernel(&format!("matmul_dinp_{core}"), rules),
+            kernel(&format!("matmul_dweight_{core}"), rules),
         );
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        // Past one tile in m and n, k not a multiple of 16 or 8; and a random shape.
+        // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
+        // multiples of 4 past one tile and one 32-deep step in every product, so that
+        // matmul_coop2.wgsl's first tile takes its unguarded interior path for
+        // whole steps (with and without a split) and the other tiles and the last
+        // step the guarded one.
         let extra = (1 + rng.below(200), 1 + rng.below(100), 1 + rng.below(200));
-        for (rows, k, n) in [(130, 67, 33), (37, 9, 150), extra] {
+        let aligned = (
+            132 + 4 * rng.below(40),
+            132 + 4 * rng.below(20),
+            132 + 4 * rng.below(40),
+        );
+        for (rows, k, n) in [(130, 67, 33), (37, 9, 150), extra, aligned] {
             let inp = rng.vec(rows * k, -1.0, 1.0);
             let weight = rng.vec(n * k, -1.0, 1.0);
             let bias = rng.vec(n, -1.0, 1.0);
@@ -575,12 +617,17 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 ctx.upload(&bias),
                 ctx.upload(&dout),
             );
-            let what = format!("emulated coop {rows}x{k}x{n}");
+            let what = format!("emulated {core} {rows}x{k}x{n}");
 
             let out = poisoned(&ctx, &[rows * n], || {
                 let out = ctx.create_pooled(rows * n * 4);
-                let p = params(rows, n, k, k, true);
-                ctx.dispatch(&forward, &p, &[&g_inp, &g_w, &g_b, &out, &g_inp], grid(rows, n, 1));
+                let p = params(rows, n, k, k, FUSE_BIAS);
+                ctx.dispatch(
+                    &forward,
+                    &p,
+                    &[&g_inp, &g_w, &g_b, &out, &g_inp],
+                    grid(rows, n, 1),
+                );
                 out
             });
             let got = read(&ctx, &out, rows * n).await;
@@ -588,13 +635,55 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let err = max_rel_error(&got, &want);
             assert!(err <= FWD_TOL, "forward {what}: {err:e} (seed {seed})");
 
+            // The GELU prologue on the activation operand (forward and dweight). The
+            // shader's GELU and the reference's differ in the last f32 bits, which
+            // now and then round to a neighbouring f16: a looser bound, still far
+            // below what a missing GELU gives (about 1).
+            const GELU_TOL: f32 = 2e-3;
+            let act = tidepool::reference::gelu_forward(&inp);
+            let out = poisoned(&ctx, &[rows * n], || {
+                let out = ctx.create_pooled(rows * n * 4);
+                let p = params(rows, n, k, k, FUSE_BIAS | FUSE_GELU_INP);
+                ctx.dispatch(
+                    &forward,
+                    &p,
+                    &[&g_inp, &g_w, &g_b, &out, &g_inp],
+                    grid(rows, n, 1),
+                );
+                out
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let want = forward_ref(&act, &weight, Some(&bias), rows, k, n);
+            let err = max_rel_error(&got, &want);
+            assert!(
+                err <= GELU_TOL,
+                "forward gelu {what}: {err:e} (seed {seed})"
+            );
+            let part = poisoned(&ctx, &[n * k], || {
+                let part = ctx.create_pooled(n * k * 4);
+                let p = params(n, k, rows, rows, FUSE_GELU_INP);
+                ctx.dispatch(&dweight, &p, &[&g_dout, &g_inp, &part], grid(n, k, 1));
+                part
+            });
+            let got = read(&ctx, &part, n * k).await;
+            let err = max_rel_error(&got, &dweight_ref(&dout, &act, rows, k, n));
+            assert!(
+                err <= GELU_TOL,
+                "dweight gelu {what}: {err:e} (seed {seed})"
+            );
+
             // dinp in two k splits (over n), dweight in two row splits.
             for (splits, chunk) in [(1, n), (2, n.div_ceil(2).div_ceil(8) * 8)] {
                 let splits = if chunk >= n { 1 } else { splits };
                 let part = poisoned(&ctx, &[splits * rows * k], || {
                     let part = ctx.create_pooled(splits * rows * k * 4);
-                    let p = params(rows, k, n, chunk, false);
-                    ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &part, &g_dout], grid(rows, k, splits));
+                    let p = params(rows, k, n, chunk, 0);
+                    ctx.dispatch(
+                        &dinp,
+                        &p,
+                        &[&g_dout, &g_w, &part, &g_dout],
+                        grid(rows, k, splits),
+                    );
                     part
                 });
                 let got = sum_splits(
@@ -612,7 +701,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let splits = if chunk >= rows { 1 } else { splits };
                 let part = poisoned(&ctx, &[splits * n * k], || {
                     let part = ctx.create_pooled(splits * n * k * 4);
-                    let p = params(n, k, rows, chunk, false);
+                    let p = params(n, k, rows, chunk, 0);
                     ctx.dispatch(&dweight, &p, &[&g_dout, &g_inp, &part], grid(n, k, splits));
                     part
                 });

@@ -46,6 +46,8 @@ pub enum MatmulVariant {
     /// `--precision f16` on tensor cores (`matmul_coop.rs`): operands rounded to
     /// f16, sums in f32; `split` as in `SplitK`.
     Coop { split: bool },
+    /// The same on `matmul_coop2.wgsl` (deeper k steps, unguarded interior loads).
+    Coop2 { split: bool },
     /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
     F16 { split: bool },
 }
@@ -58,12 +60,33 @@ impl MatmulVariant {
         MatmulVariant::Cpu,
     ];
     /// The f16 variants (tests/matmul_f16.rs).
-    pub const F16_ALL: [MatmulVariant; 4] = [
+    pub const F16_ALL: [MatmulVariant; 6] = [
         MatmulVariant::F16 { split: false },
         MatmulVariant::F16 { split: true },
         MatmulVariant::Coop { split: false },
         MatmulVariant::Coop { split: true },
+        MatmulVariant::Coop2 { split: false },
+        MatmulVariant::Coop2 { split: true },
     ];
+
+    /// Whether this variant runs on tensor cores.
+    pub fn is_coop(self) -> bool {
+        matches!(
+            self,
+            MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. }
+        )
+    }
+
+    /// Whether a context made for this variant's precision runs it, or why not: the
+    /// tensor-core variants need what [`matmul_coop::coop_supported`] and
+    /// [`matmul_coop::coop2_supported`] check.
+    pub fn runs_on(self, ctx: &WgpuContext) -> Result<(), String> {
+        match self {
+            MatmulVariant::Coop { .. } => matmul_coop::coop_supported(ctx),
+            MatmulVariant::Coop2 { .. } => matmul_coop::coop2_supported(ctx),
+            _ => Ok(()),
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -72,6 +95,8 @@ impl MatmulVariant {
             MatmulVariant::Cpu => "cpu",
             MatmulVariant::Coop { split: false } => "coop",
             MatmulVariant::Coop { split: true } => "coop-splitk",
+            MatmulVariant::Coop2 { split: false } => "coop2",
+            MatmulVariant::Coop2 { split: true } => "coop2-splitk",
             MatmulVariant::F16 { split: false } => "f16",
             MatmulVariant::F16 { split: true } => "f16-splitk",
         }
@@ -147,9 +172,12 @@ impl MatmulVariant {
             (MatmulVariant::Cpu, Layout::Forward) => &FORWARD_CPU,
             (MatmulVariant::Cpu, Layout::Dinp) => &DINP_CPU,
             (MatmulVariant::Cpu, Layout::Dweight) => &DWEIGHT_CPU,
-            (MatmulVariant::Coop { .. } | MatmulVariant::F16 { .. }, _) => {
-                matmul_coop::kernel(self, layout)
-            }
+            (
+                MatmulVariant::Coop { .. }
+                | MatmulVariant::Coop2 { .. }
+                | MatmulVariant::F16 { .. },
+                _,
+            ) => matmul_coop::kernel(self, layout),
         }
     }
 
@@ -160,6 +188,7 @@ impl MatmulVariant {
             self,
             MatmulVariant::SplitK
                 | MatmulVariant::Coop { split: true }
+                | MatmulVariant::Coop2 { split: true }
                 | MatmulVariant::F16 { split: true }
         );
         if !splits {

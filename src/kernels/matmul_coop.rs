@@ -9,9 +9,13 @@
 //! - `matmul_f16.wgsl`: f16 workgroup tiles and f32 arithmetic, for every other
 //!   adapter with shader-f16 (and for the CI here: lavapipe has shader-f16).
 //!
-//! Natively, `TIDEPOOL_F16_CORE=coop` makes every f16 matmul use the tensor-core
-//! core (and panic where the device cannot run it: a test run there must not pass
-//! on the fallback), `fallback` the other one.
+//! - `matmul_coop2.wgsl`: the same tensor-core product with 32-deep k steps and
+//!   unguarded interior loads (variant [`MatmulVariant::Coop2`]); `DEFAULT_COOP2`
+//!   says which of the two the launchers pick.
+//!
+//! Natively, `TIDEPOOL_F16_CORE=coop` (or `coop2`) makes every f16 matmul use that
+//! tensor-core core (and panic where the device cannot run it: a test run there must
+//! not pass on the fallback), `fallback` the other one.
 
 use super::matmul::{gemm_prelude, Layout, MatmulVariant};
 use crate::gpu::{Kernel, WgpuContext};
@@ -84,15 +88,44 @@ pub(super) const DWEIGHT_COOP: Kernel = half_kernel!(
     "matmul_coop.wgsl"
 );
 
+pub(super) const FORWARD_COOP2: Kernel = half_kernel!(
+    "matmul_forward_coop2",
+    "enable f16;\nenable wgpu_cooperative_matrix;\n",
+    "1.0",
+    "matmul_nt.wgsl",
+    "matmul_coop2.wgsl"
+);
+pub(super) const DINP_COOP2: Kernel = half_kernel!(
+    "matmul_dinp_coop2",
+    "enable f16;\nenable wgpu_cooperative_matrix;\n",
+    "4096.0",
+    "matmul_nn.wgsl",
+    "matmul_coop2.wgsl"
+);
+pub(super) const DWEIGHT_COOP2: Kernel = half_kernel!(
+    "matmul_dweight_coop2",
+    "enable f16;\nenable wgpu_cooperative_matrix;\n",
+    "4096.0",
+    "matmul_tn.wgsl",
+    "matmul_coop2.wgsl"
+);
+
 /// Every f16 kernel, for tests that compile them without a device.
-pub const KERNELS: [&Kernel; 6] = [
+pub const KERNELS: [&Kernel; 9] = [
     &FORWARD_F16,
     &DINP_F16,
     &DWEIGHT_F16,
     &FORWARD_COOP,
     &DINP_COOP,
     &DWEIGHT_COOP,
+    &FORWARD_COOP2,
+    &DINP_COOP2,
+    &DWEIGHT_COOP2,
 ];
+
+/// Whether the launchers' default tensor-core core is matmul_coop2.wgsl (deeper k
+/// steps, unguarded interior loads) rather than matmul_coop.wgsl.
+const DEFAULT_COOP2: bool = false;
 
 /// The kernel of an f16 `variant` for `layout`.
 pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel {
@@ -100,6 +133,9 @@ pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel 
         (MatmulVariant::Coop { .. }, Layout::Forward) => &FORWARD_COOP,
         (MatmulVariant::Coop { .. }, Layout::Dinp) => &DINP_COOP,
         (MatmulVariant::Coop { .. }, Layout::Dweight) => &DWEIGHT_COOP,
+        (MatmulVariant::Coop2 { .. }, Layout::Forward) => &FORWARD_COOP2,
+        (MatmulVariant::Coop2 { .. }, Layout::Dinp) => &DINP_COOP2,
+        (MatmulVariant::Coop2 { .. }, Layout::Dweight) => &DWEIGHT_COOP2,
         (_, Layout::Forward) => &FORWARD_F16,
         (_, Layout::Dinp) => &DINP_F16,
         (_, Layout::Dweight) => &DWEIGHT_F16,
@@ -108,20 +144,28 @@ pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel 
 
 /// The f16 variant for a GEMM whose f32 variant would split k or not.
 pub(super) fn choose(ctx: &WgpuContext, split: bool) -> MatmulVariant {
-    let coop = match forced() {
+    let core = match forced() {
         Some(Core::Coop) => {
             if let Err(why) = coop_supported(ctx) {
                 panic!("TIDEPOOL_F16_CORE=coop, but {why}");
             }
-            true
+            Core::Coop
         }
-        Some(Core::Fallback) => false,
-        None => coop_supported(ctx).is_ok(),
+        Some(Core::Coop2) => {
+            if let Err(why) = coop2_supported(ctx) {
+                panic!("TIDEPOOL_F16_CORE=coop2, but {why}");
+            }
+            Core::Coop2
+        }
+        Some(Core::Fallback) => Core::Fallback,
+        None if coop_supported(ctx).is_err() => Core::Fallback,
+        None if DEFAULT_COOP2 && coop2_supported(ctx).is_ok() => Core::Coop2,
+        None => Core::Coop,
     };
-    if coop {
-        MatmulVariant::Coop { split }
-    } else {
-        MatmulVariant::F16 { split }
+    match core {
+        Core::Coop => MatmulVariant::Coop { split },
+        Core::Coop2 => MatmulVariant::Coop2 { split },
+        Core::Fallback => MatmulVariant::F16 { split },
     }
 }
 
@@ -154,6 +198,22 @@ pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of workgroup memory matmul_coop2.wgsl declares.
+const COOP2_WORKGROUP_BYTES: u32 = 49152;
+
+/// Whether matmul_coop2.wgsl runs on `ctx` (as matmul_coop.wgsl, with 48 KiB of
+/// workgroup memory), or why not.
+pub fn coop2_supported(ctx: &WgpuContext) -> Result<(), String> {
+    coop_supported(ctx)?;
+    let have = ctx.limits().max_compute_workgroup_storage_size;
+    if have < COOP2_WORKGROUP_BYTES {
+        return Err(format!(
+            "matmul_coop2.wgsl needs {COOP2_WORKGROUP_BYTES} bytes of workgroup memory; this device has {have}"
+        ));
+    }
+    Ok(())
+}
+
 /// The configuration matmul_coop.wgsl uses.
 pub fn is_f16_16x16(c: &wgpu::CooperativeMatrixProperties) -> bool {
     use wgpu::CooperativeScalarType::{F16, F32};
@@ -164,6 +224,7 @@ pub fn is_f16_16x16(c: &wgpu::CooperativeMatrixProperties) -> bool {
 #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 enum Core {
     Coop,
+    Coop2,
     Fallback,
 }
 
@@ -174,10 +235,11 @@ fn forced() -> Option<Core> {
         let value = std::env::var("TIDEPOOL_F16_CORE").ok()?;
         match value.trim() {
             "coop" => Some(Core::Coop),
+            "coop2" => Some(Core::Coop2),
             "fallback" => Some(Core::Fallback),
             _ => {
                 eprintln!(
-                    "TIDEPOOL_F16_CORE={value:?} is neither coop nor fallback; choosing by device"
+                    "TIDEPOOL_F16_CORE={value:?} is none of coop, coop2, fallback; choosing by device"
                 );
                 None
             }

@@ -28,6 +28,15 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const A_ALONG_K: bool = true;
 
+// load_a / load_b without the bounds checks, for matmul_coop2.wgsl's interior steps
+// (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
+// index rounded down to a multiple of 4 (which it already is) tells the compiler the
+// 4 floats are 16-byte aligned.
+fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((m0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) & ~3u;
+    return vec4<f32>(dout[q], dout[q + 1u], dout[q + 2u], dout[q + 3u]);
+}
+
 // weight rows j are the reduction index; read along dinp's columns.
 fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     let k = k0 + t / 32u;
@@ -44,6 +53,11 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 }
 
 const B_ALONG_K: bool = false;
+
+fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) & ~3u;
+    return vec4<f32>(weight[q], weight[q + 1u], weight[q + 2u], weight[q + 3u]);
+}
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
 fn a_at(m: u32, k: u32) -> f32 { return dout[m * p.k + k]; }

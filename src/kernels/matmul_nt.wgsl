@@ -33,6 +33,17 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 // Both operands are read along k (rows of A, rows of `weight`).
 const A_ALONG_K: bool = true;
 
+// load_a / load_b without the bounds checks, for matmul_coop2.wgsl's interior steps
+// (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
+// index rounded down to a multiple of 4 (which it already is) tells the compiler the
+// 4 floats are 16-byte aligned.
+fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((m0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) & ~3u;
+    let v = vec4<f32>(inp[q], inp[q + 1u], inp[q + 2u], inp[q + 3u]);
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+    return v;
+}
+
 fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     let j = n0 + t / 2u;
     let k = k0 + (t % 2u) * 4u;
@@ -48,6 +59,11 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 }
 
 const B_ALONG_K: bool = true;
+
+fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((n0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) & ~3u;
+    return vec4<f32>(weight[q], weight[q + 1u], weight[q + 2u], weight[q + 3u]);
+}
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
 // No GELU prologue here: that core gets GELU's output in a buffer instead

@@ -58,7 +58,9 @@ pub use embedding::{encoder_backward, encoder_forward, encoder_forward_dropout, 
 mod matmul;
 mod matmul_coop;
 
-pub use matmul_coop::{coop_supported, is_f16_16x16, GRAD_SCALE, KERNELS as F16_KERNELS};
+pub use matmul_coop::{
+    coop2_supported, coop_supported, is_f16_16x16, GRAD_SCALE, KERNELS as F16_KERNELS,
+};
 
 pub use matmul::{
     matmul_backward, matmul_backward_fused, matmul_dinp, matmul_dinp_fused_variant,
