@@ -126,7 +126,11 @@ case "${1:-bench}" in
       run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 20 --pool
     done
     [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk,coop,coop-splitk}
-    [ -x ./matmul_f16 ] && run f16_parity env TIDEPOOL_F16_CORE=${F16_CORE:-coop} ./matmul_f16 --test-threads 1
+    if [ -x ./matmul_f16 ]; then
+      for core in ${F16_CORES:-coop}; do
+        run "f16_parity_$core" env TIDEPOOL_F16_CORE=$core ./matmul_f16 --test-threads 1
+      done
+    fi
     ;;
   train)
     run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}
