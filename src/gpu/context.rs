@@ -448,7 +448,9 @@ impl WgpuContext {
                 .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
-            self.memory.trace.dispatched(kernel.name);
+            // A specialized kernel (`name#flags`) is traced under its kernel's name.
+            let op = kernel.name.split('#').next().unwrap_or(kernel.name);
+            self.memory.trace.dispatched(op);
         }
         let auto_submit = {
             let mut rec = lock(&self.recorder);

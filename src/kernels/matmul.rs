@@ -236,6 +236,31 @@ macro_rules! gemm_kernel {
     };
 }
 
+/// `kernel` with its fusion flags fixed: each `p.flags` of its source becomes the
+/// launch's literal, so the shader compiler drops the loads' and the epilogue's
+/// branches a launch does not take (tested through the uniform, they slowed the f32
+/// core on the H200; BENCHMARKS.md has the figures). The uniform keeps the flags, so
+/// the unspecialized source still runs as before (the tests compile it). One leaked
+/// kernel per (kernel, flags) pair a run launches: a handful, each built once.
+pub(crate) fn specialized(kernel: &'static Kernel, flags: u32) -> &'static Kernel {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    type Cache = Mutex<HashMap<(&'static str, u32), &'static Kernel>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    cache.entry((kernel.name, flags)).or_insert_with(|| {
+        let source = kernel.source.replace("p.flags", &format!("{flags}u"));
+        Box::leak(Box::new(Kernel {
+            name: Box::leak(format!("{}#{flags}", kernel.name).into_boxed_str()),
+            source: Box::leak(source.into_boxed_str()),
+            ..*kernel
+        }))
+    })
+}
+
 /// `matmul_reduce.wgsl` with the fusions' helpers (its fused sum applies epilogues).
 const REDUCE_SOURCE: &str = gemm_prelude!("matmul_reduce.wgsl");
 
@@ -466,12 +491,12 @@ pub fn matmul_forward_fused_variant(
             ..GemmParams::new(rows, n, k, chunk, prologue | epilogue)
         };
         let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &out, resid_or_any];
-        ctx.dispatch(kernel, &params, &buffers, groups);
+        ctx.dispatch(specialized(kernel, params.flags), &params, &buffers, groups);
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
         let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &part, resid_or_any];
-        ctx.dispatch(kernel, &params, &buffers, groups);
+        ctx.dispatch(specialized(kernel, params.flags), &params, &buffers, groups);
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -595,11 +620,11 @@ pub fn matmul_dinp_fused_variant(
     let groups = variant.grid(rows, k, splits);
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
-        ctx.dispatch(kernel, &params, &[dout, weight, &dinp, aux], groups);
+        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, weight, &dinp, aux], groups);
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
-        ctx.dispatch(kernel, &params, &[dout, weight, &part, aux], groups);
+        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, weight, &part, aux], groups);
         if epilogue == 0 {
             sum_splits(ctx, &part, &dinp, rows * k, splits);
         } else {
@@ -667,10 +692,10 @@ pub fn matmul_dweight_fused_variant(
     let kernel = variant.kernel(Layout::Dweight);
     let groups = variant.grid(n, k, splits);
     if splits == 1 {
-        ctx.dispatch(kernel, &params, &[dout, inp, &dweight], groups);
+        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, inp, &dweight], groups);
     } else {
         let part = ctx.create_pooled(splits * n * k * 4);
-        ctx.dispatch(kernel, &params, &[dout, inp, &part], groups);
+        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, inp, &part], groups);
         sum_splits(ctx, &part, &dweight, n * k, splits);
     }
     dweight
@@ -753,7 +778,7 @@ fn sum_splits_fused(
 ) {
     let groups = grid_1d(params.len, 256);
     ctx.dispatch(
-        &SUM_SPLITS_FUSED,
+        specialized(&SUM_SPLITS_FUSED, params.flags),
         params,
         &[part, out, bias, aux, resid],
         groups,

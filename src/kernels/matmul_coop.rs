@@ -125,7 +125,7 @@ pub const KERNELS: [&Kernel; 9] = [
 
 /// Whether the launchers' default tensor-core core is matmul_coop2.wgsl (deeper k
 /// steps, unguarded interior loads) rather than matmul_coop.wgsl.
-const DEFAULT_COOP2: bool = false;
+const DEFAULT_COOP2: bool = true;
 
 /// The kernel of an f16 `variant` for `layout`.
 pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel {
