@@ -12,7 +12,7 @@
 //!   empty: births take a free buffer of their class or create one, deaths give it
 //!   back. Its peak is the most bytes created at once (in use + held free), which is
 //!   what a warm pool holds in a steady step.
-//! - **A size policy with a fit ratio** (`pow2/8 fit4`): the same pool, where a birth
+//! - **A size policy with a fit ratio** (`pow2/8 fit2`): the same pool, where a birth
 //!   whose class (of at least [`crate::pool::FIT_MIN_BYTES`]) is empty takes the
 //!   smallest free buffer up to that many times its class before creating one
 //!   ([`crate::pool::BufferPool::take`]). Which buffer a
@@ -313,16 +313,16 @@ pub fn policies() -> Vec<SizePolicy> {
     out
 }
 
-/// The pools with a fit ratio every replay compares: the default
-/// ([`crate::pool::DEFAULT_FIT_RATIO`] over pow2/8), half and twice its ratio, and
-/// the default ratio over the coarsest and the finest rounding.
+/// The pools with a fit ratio every replay compares: pow2/8 with ratios 2 (the
+/// default, [`crate::pool::DEFAULT_FIT_RATIO`]), 4 and 8, and the default ratio over
+/// the coarsest and the finest rounding.
 pub fn fitting_pools() -> Vec<(SizePolicy, u32)> {
     let eighths = SizePolicy::Subdivided { subdivisions: 8 };
     let fit = crate::pool::DEFAULT_FIT_RATIO;
     vec![
-        (eighths, fit / 2),
-        (eighths, fit),
-        (eighths, fit * 2),
+        (eighths, 2),
+        (eighths, 4),
+        (eighths, 8),
         (SizePolicy::PowerOfTwo, fit),
         (SizePolicy::Exact, fit),
     ]
