@@ -17,8 +17,9 @@ cp "$f16_test" .gpu/matmul_f16
 strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16
 # The previous build for before/after rows (gpu-run.sh round3), when given.
 if [ -n "${PREV_TIDEPOOL:-}" ]; then cp "$PREV_TIDEPOOL" .gpu/tidepool-prev && strip .gpu/tidepool-prev; fi
+if [ -n "${PREV_MATMUL_BENCH:-}" ]; then cp "$PREV_MATMUL_BENCH" .gpu/matmul_bench_prev && strip .gpu/matmul_bench_prev; fi
 # The carry limit is 64 MiB: all but tidepool travel xz-packed (gpu-run.sh unpacks them).
-for b in matmul_bench matmul_f16 tidepool-prev; do
+for b in matmul_bench matmul_bench_prev matmul_f16 tidepool-prev; do
   if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
 done
 rm -rf .gpu/pkg && cp -r pkg .gpu/pkg

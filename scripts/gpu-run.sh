@@ -125,6 +125,8 @@ case "${1:-bench}" in
     for p in tiny small shakespeare; do
       run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 20 --pool
     done
+    # An earlier build's bench beside this one's, when carried (MATMUL_PREV_VARIANTS).
+    [ -x ./matmul_bench_prev ] && run matmul_prev ./matmul_bench_prev --json --no-squares --only matmul --variant ${MATMUL_PREV_VARIANTS:-tiled,splitk}
     [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk,coop,coop-splitk}
     if [ -x ./matmul_f16 ]; then
       for core in ${F16_CORES:-coop}; do
