@@ -22,6 +22,8 @@ if [ -n "${PREV_MATMUL_BENCH:-}" ]; then cp "$PREV_MATMUL_BENCH" .gpu/matmul_ben
 for b in matmul_bench matmul_bench_prev matmul_f16 tidepool-prev; do
   if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
 done
+dawn=.gpu/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
+if [ -f "$dawn" ]; then xz -6 -T2 -c "$dawn" > "$dawn.bin.xz" && rm "$dawn"; fi
 rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py .gpu/  # gpu-run.sh curves

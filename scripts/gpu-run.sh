@@ -33,8 +33,7 @@ set -u
 source .gpu/prelude.sh
 cd .gpu
 # Binaries packed as NAME.bin.xz (the carry limit is 64 MiB; the machine has no xz).
-for f in *.bin.xz; do
-  [ -e "$f" ] || continue
+for f in $(find . -name '*.bin.xz'); do
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$f" "${f%.bin.xz}"
   chmod +x "${f%.bin.xz}"
 done
