@@ -8,7 +8,9 @@ use tidepool::rng::{fresh_seed, Rng};
 
 /// Checks `grad` against `(loss(x + h e_i) - loss(x - h e_i)) / (2h)` for every i,
 /// dividing by the step the f32 inputs really took. The worst difference over the
-/// largest |grad| must be at most `tol`.
+/// largest |grad| must be at most `tol`, beyond the rounding of the f32 forward: an
+/// output much larger than the gradient (a 1x1x1 product whose bias dominates) moves
+/// the loss by a few ulps of its own size, over a step of 2h.
 #[track_caller]
 fn assert_fd(
     what: &str,
@@ -23,6 +25,7 @@ fn assert_fd(
     let scale = grad.iter().fold(1e-9f64, |m, g| m.max(g.abs() as f64));
     let mut x_h = x.to_vec();
     let mut worst = (0.0f64, 0usize, 0.0f64);
+    let mut noise = 0.0f64;
     for i in 0..x.len() {
         let (up, down) = (x[i] + h, x[i] - h);
         x_h[i] = up;
@@ -31,6 +34,8 @@ fn assert_fd(
         let l_down = loss(&x_h);
         x_h[i] = x[i];
         let fd = (l_up - l_down) / (up as f64 - down as f64);
+        let rounding = 4.0 * f32::EPSILON as f64 * l_up.abs().max(l_down.abs());
+        noise = noise.max(rounding / (up as f64 - down as f64));
         let err = (fd - grad[i] as f64).abs();
         if err > worst.0 {
             worst = (err, i, fd);
@@ -38,8 +43,8 @@ fn assert_fd(
     }
     let (err, i, fd) = worst;
     assert!(
-        err / scale <= tol,
-        "{what}: element {i}: finite difference {fd} vs backward {} ({:e} of max |grad| {scale:e}; seed {seed}, replay with TIDEPOOL_SEED={seed})",
+        (err - noise).max(0.0) / scale <= tol,
+        "{what}: element {i}: finite difference {fd} vs backward {} ({:e} of max |grad| {scale:e}, rounding allowance {noise:e}; seed {seed}, replay with TIDEPOOL_SEED={seed})",
         grad[i],
         err / scale
     );
