@@ -388,7 +388,7 @@ impl TensorsPerDispatch {
     /// What the `target` tuning uses of these. CPU adapters run every case of the
     /// kernels' switch on the tensor under a lane mask, so each tensor a dispatch
     /// costs every workgroup; AdamW (the bigger cases) takes at most
-    /// [`CPU_ADAMW_TENSORS`] there.
+    /// `CPU_ADAMW_TENSORS` there.
     pub fn for_target(self, target: Target) -> Self {
         match target {
             Target::Gpu => self,
