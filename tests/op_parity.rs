@@ -260,8 +260,8 @@ mod layernorm {
     }
 
     gpu_test!(layernorm_backward_matches_reference, backward_body());
-    /// Tolerances 1e-5: dinp subtracts two row means from g (a few bits lost to
-    /// cancellation; measured up to 5e-7), dweight and dbias are f32 sums over up to
+    /// Tolerances 1e-5: dinp subtracts two row means from g (of the terms' size: at
+    /// c = 3 the result can cancel a hundredfold below them), dweight and dbias are f32 sums over up to
     /// 16k rows in chunks of 64, then over the chunks (measured up to 6e-7).
     async fn backward_body() {
         let ctx = context().await;
@@ -283,7 +283,21 @@ mod layernorm {
                     cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
                 let what = format!("{target:?} kernels, rows {rows} c {c}");
                 let got = read(&ctx, &dinp, rows * c).await;
-                assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+                // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w: at
+                // small c the three terms can cancel to far below their size, so the
+                // error is measured against the terms (rstd * |g|), not the result.
+                let terms = (0..rows * c)
+                    .map(|i| (rstd[i / c] * dout[i] * w[i % c]).abs())
+                    .fold(0.0f32, f32::max);
+                let err = got
+                    .iter()
+                    .zip(&want_dinp)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(
+                    got.iter().all(|x| x.is_finite()) && err <= 1e-5 * terms,
+                    "dinp, {what}: max error {err:e} > 1e-5 of the largest term {terms:e} (seed {seed}; replay natively with TIDEPOOL_SEED={seed})"
+                );
                 let got = read(&ctx, &dw, c).await;
                 assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
                 let got = read(&ctx, &db, c).await;
