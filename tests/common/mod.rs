@@ -22,10 +22,22 @@ macro_rules! gpu_test {
     };
 }
 
+/// The tests' context: the default one, but a request is only served from its own
+/// size class (fit ratio 1). [`poisoned`] leaves NaN buffers in the outputs' classes;
+/// with fitting, one output's request can take another's poisoned buffer (a larger
+/// class) and leave the other to a fresh, clean one, so an unwritten element could
+/// pass. Fitting has its own tests (tests/pool.rs, tests/gpu.rs, the training tests'
+/// default trainers).
 pub async fn context() -> WgpuContext {
-    WgpuContext::new()
-        .await
-        .expect("a GPU context (lavapipe natively, WebGPU in the browser)")
+    WgpuContext::with_options(tidepool::gpu::ContextOptions {
+        pool: tidepool::pool::BufferPoolConfig {
+            fit_ratio: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await
+    .expect("a GPU context (lavapipe natively, WebGPU in the browser)")
 }
 
 pub async fn read(ctx: &WgpuContext, buffer: &PooledBuffer, len: usize) -> Vec<f32> {
