@@ -2,6 +2,7 @@
 // Chrome's WebGPU engine, from the npm package `webgpu`: how the H200 measures the
 // browser build on a real GPU. Prints one JSON line a result.
 //   node scripts/bench-dawn.mjs [--pkg DIR] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
+//                               [--submit-every 0,16,32] [--pool]
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { create, globals } from 'webgpu';
@@ -14,6 +15,7 @@ const { values: opt } = parseArgs({
     warmup: { type: 'string', default: '3' },
     corpus: { type: 'string' },
     pool: { type: 'boolean', default: false },
+    'submit-every': { type: 'string' },
   },
 });
 
@@ -26,26 +28,36 @@ m.initSync({ module: readFileSync(`${pkg}/tidepool_bg.wasm`) });
 
 // The wasm does not embed the default corpus (data/tinyshakespeare.txt): read it.
 const corpus = readFileSync(opt.corpus ?? 'data/tinyshakespeare.txt', 'utf8');
-const config = { preset: opt.preset };
-const trainer = await m.Trainer.create(config, corpus, opt.corpus ?? 'tinyshakespeare.txt');
-const adapter = trainer.adapter();
-console.log(JSON.stringify({ runner: 'dawn', adapter, model: trainer.model() }));
-for (let i = 0; i < Number(opt.warmup); i++) await trainer.step();
-const ms = [];
-let last;
-for (let i = 0; i < Number(opt.steps); i++) {
-  last = await trainer.step();
-  ms.push(last.ms);
+// --submit-every 0,16,32: one trainer a value, their steps taken in turns so that a
+// busy machine slows them alike; without it, one trainer with the default.
+const values = opt['submit-every'] ? opt['submit-every'].split(',').map(Number) : [undefined];
+const trainers = [];
+for (const submit_every of values) {
+  const config = submit_every === undefined ? { preset: opt.preset } : { preset: opt.preset, submit_every };
+  trainers.push(await m.Trainer.create(config, corpus, opt.corpus ?? 'tinyshakespeare.txt'));
 }
-ms.sort((a, b) => a - b);
-const median = ms[Math.floor(ms.length / 2)];
-const { batch, context } = trainer.model();
-console.log(JSON.stringify({
-  runner: 'dawn', preset: opt.preset, steps: ms.length, median_ms: median,
-  tokens_per_s: (batch * context) / (median / 1e3), loss: last.loss,
-  buffers_created_step: last.buffers_created_step, hit_rate: last.hit_rate,
-}));
+console.log(JSON.stringify({ runner: 'dawn', adapter: trainers[0].adapter(), model: trainers[0].model() }));
+for (const trainer of trainers) for (let i = 0; i < Number(opt.warmup); i++) await trainer.step();
+const ms = trainers.map(() => []);
+const last = [];
+for (let i = 0; i < Number(opt.steps); i++) {
+  for (const [t, trainer] of trainers.entries()) {
+    last[t] = await trainer.step();
+    ms[t].push(last[t].ms);
+  }
+}
+const { batch, context } = trainers[0].model();
+for (const [t, times] of ms.entries()) {
+  times.sort((a, b) => a - b);
+  const median = times[Math.floor(times.length / 2)];
+  console.log(JSON.stringify({
+    runner: 'dawn', preset: opt.preset, submit_every: values[t] ?? null, steps: times.length,
+    median_ms: median, tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
+    buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,
+    dispatches_step: last[t].dispatches_step,
+  }));
+}
 if (opt.pool) {
   for (const row of await m.benchPool(50)) console.log(JSON.stringify({ runner: 'dawn', bench: 'pool', ...row }));
 }
-trainer.free();
+for (const trainer of trainers) trainer.free();

@@ -239,6 +239,58 @@ pub async fn step_variants(
     Ok(rows)
 }
 
+/// ms a step with each `submit_every` of `values` (the step's work sent to the GPU
+/// in parts of that many dispatches; 0: one submit), taken in turns like
+/// [`step_variants`]. Rows are labelled `submit_every N`.
+pub async fn submit_variants(
+    cfg: &TrainConfig,
+    preset: &str,
+    corpus: &Corpus,
+    warmup: u32,
+    steps: u32,
+    values: &[u32],
+) -> Result<Vec<StepRow>> {
+    let mut trainers = Vec::new();
+    for &submit_every in values {
+        let cfg = TrainConfig {
+            submit_every,
+            ..cfg.clone()
+        };
+        let mut trainer = Trainer::new(cfg, corpus.clone()).await?;
+        for _ in 0..warmup {
+            trainer.step().await?;
+        }
+        trainers.push(trainer);
+    }
+    let start: Vec<_> = trainers.iter().map(|t| t.context().counters()).collect();
+    let mut ms = vec![Vec::new(); values.len()];
+    let mut loss = vec![0.0; values.len()];
+    for _ in 0..steps {
+        for (i, trainer) in trainers.iter_mut().enumerate() {
+            let s = trainer.step().await?;
+            ms[i].push(s.ms);
+            loss[i] = s.loss;
+        }
+    }
+    let mut rows = Vec::new();
+    for (i, trainer) in trainers.iter().enumerate() {
+        let median_ms = median_p99(&mut ms[i]).0;
+        let now = trainer.context().counters();
+        rows.push(StepRow {
+            preset: preset.into(),
+            variant: format!("submit_every {}", values[i]),
+            steps,
+            median_ms,
+            tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
+            buffers_created_per_step: (now.buffers_created - start[i].buffers_created) as f64
+                / steps as f64,
+            dispatches_per_step: (now.dispatches - start[i].dispatches) as f64 / steps as f64,
+            final_loss: loss[i],
+        });
+    }
+    Ok(rows)
+}
+
 /// One training step with the kernel tuning `kernels` forced (`None`: by adapter).
 async fn forced_step(trainer: &mut Trainer, kernels: Option<Target>) -> Result<StepStats> {
     let before = crate::kernels::force(kernels);

@@ -70,6 +70,10 @@ struct BenchArgs {
     /// Matmul precisions to measure (step), comma-separated: f32, f16.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// Values of submit_every to compare (step), comma-separated, e.g. 0,16,32,64:
+    /// one row each instead of the pool and kernel variants.
+    #[arg(long, value_delimiter = ',')]
+    submit_every: Vec<u32>,
 }
 
 #[derive(clap::Args)]
@@ -279,8 +283,19 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                     tidepool::config::Precision::F32 => preset.to_string(),
                     p => format!("{preset} {}", p.name()),
                 };
-                let rows =
-                    bench::step_variants(&cfg, &label, &corpus, args.warmup, args.steps).await?;
+                let rows = if args.submit_every.is_empty() {
+                    bench::step_variants(&cfg, &label, &corpus, args.warmup, args.steps).await?
+                } else {
+                    bench::submit_variants(
+                        &cfg,
+                        &label,
+                        &corpus,
+                        args.warmup,
+                        args.steps,
+                        &args.submit_every,
+                    )
+                    .await?
+                };
                 print_rows(
                     &rows,
                     args.json,
@@ -291,7 +306,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                         "tokens/s",
                         "buffers created/step",
                         "dispatches/step",
-                        "vs pool",
+                        "vs first row",
                     ],
                     |r| {
                         vec![
@@ -511,6 +526,9 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
                 }
                 if given.precision.is_some() {
                     saved.precision = cfg.precision;
+                }
+                if given.submit_every.is_some() {
+                    saved.submit_every = cfg.submit_every;
                 }
             })
             .await?

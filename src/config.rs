@@ -119,7 +119,18 @@ pub struct Overrides {
     /// needs shader-f16, and uses tensor cores where cooperative matrices exist).
     #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub precision: Option<String>,
+    /// Dispatches a step sends to the GPU at a time, so the GPU starts while the
+    /// rest is recorded (0: the whole step in one submit).
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, allow_negative_numbers = true)
+    )]
+    pub submit_every: Option<f64>,
 }
+
+/// Largest `submit_every`: past any step's dispatch count, so larger values would
+/// mean the same as 0.
+pub const MAX_SUBMIT_EVERY: u32 = 1 << 20;
 
 /// A whole number in `[0, max]` from a JS/CLI number, or an error naming `name`.
 fn whole(name: &str, value: f64, max: u64) -> Result<u64> {
@@ -169,7 +180,7 @@ fn set_f32(slot: &mut f32, name: &str, value: Option<f64>) -> Result<()> {
 
 impl Overrides {
     /// Every setting's name, as the wasm API's config object spells it.
-    pub const FIELDS: [&'static str; 19] = [
+    pub const FIELDS: [&'static str; 20] = [
         "preset",
         "layers",
         "heads",
@@ -189,6 +200,7 @@ impl Overrides {
         "pool",
         "policy",
         "precision",
+        "submit_every",
     ];
 
     /// An error naming the first of `keys` that is not a setting. serde's
@@ -225,6 +237,9 @@ impl Overrides {
         set_u32(&mut cfg.steps, "steps", self.steps)?;
         set_u32(&mut cfg.warmup, "warmup", self.warmup)?;
         set_u32(&mut cfg.eval_every, "eval_every", self.eval_every)?;
+        if let Some(v) = self.submit_every {
+            cfg.submit_every = whole("submit_every", v, MAX_SUBMIT_EVERY.into())? as u32;
+        }
         set_f32(&mut cfg.lr, "lr", self.lr)?;
         set_f32(&mut cfg.dropout, "dropout", self.dropout)?;
         set_f32(&mut cfg.weight_decay, "weight_decay", self.weight_decay)?;

@@ -60,6 +60,10 @@ pub struct TrainConfig {
     pub belt: bool,
     /// Operands of the matmuls (`f16`: rounded to f16, f32 accumulation).
     pub precision: Precision,
+    /// A step's work goes to the GPU in parts of this many dispatches, so the GPU
+    /// starts on the first part while the host records the rest (0: one submit a
+    /// step). See [`ContextOptions::submit_every`].
+    pub submit_every: u32,
 }
 
 impl Default for TrainConfig {
@@ -77,6 +81,10 @@ pub const MAX_EVAL_BATCHES: usize = 100_000;
 
 /// Most characters one [`Trainer::sample`] call generates (each is a forward pass).
 pub const MAX_SAMPLE_CHARS: usize = 10_000;
+
+/// Dispatches a part of a step's work (`submit_every`), chosen on the H200 natively
+/// and through Dawn (BENCHMARKS.md, "Submitting a step in parts").
+pub const DEFAULT_SUBMIT_EVERY: u32 = 32;
 
 /// Names of the presets, smallest first.
 pub const PRESETS: [&str; 3] = ["tiny", "small", "shakespeare"];
@@ -113,6 +121,7 @@ impl TrainConfig {
             policy: SizePolicy::Subdivided { subdivisions: 8 },
             belt: true,
             precision: Precision::F32,
+            submit_every: DEFAULT_SUBMIT_EVERY,
         };
         Ok(match name {
             "tiny" => base,
@@ -434,6 +443,7 @@ impl Trainer {
             },
             pooling: cfg.pool,
             precision: cfg.precision,
+            submit_every: cfg.submit_every,
         })
         .await?;
         crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;

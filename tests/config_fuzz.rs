@@ -109,6 +109,14 @@ fn random_overrides(rng: &mut Rng) -> Overrides {
         eval_batches: number(rng),
         pool: pick(rng, &[None, Some(true), Some(false)]),
         precision: text(rng, 2, &["f32", "f16", "bf16", "F16", "", "fp8"]),
+        submit_every: if hostile {
+            pick(
+                rng,
+                &[None, Some(-1.0), Some(0.5), Some(f64::NAN), Some(2e6)],
+            )
+        } else {
+            pick(rng, &[None, Some(0.0), Some(1.0), Some(7.0)])
+        },
         policy: text(
             rng,
             3,

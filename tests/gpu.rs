@@ -111,6 +111,38 @@ async fn one_scope_one_submit_body() {
     assert_eq!(read(&ctx, &out, 100).await, vec![11.0; 100]);
 }
 
+gpu_test!(
+    a_scope_submitted_in_parts_computes_the_same,
+    scope_in_parts_body()
+);
+async fn scope_in_parts_body() {
+    // Every third dispatch ends a part: four submits for ten dispatches, and each
+    // part's uniform slots (written just before its submit, then reused by the
+    // next part) must still reach the dispatches that were recorded with them.
+    let ctx = WgpuContext::with_options(tidepool::gpu::ContextOptions {
+        submit_every: 3,
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let n = 37;
+    let x = ctx.upload(&(0..n).map(|i| i as f32).collect::<Vec<_>>());
+    let before = ctx.counters();
+    let out = ctx.scope(|| {
+        let mut acc = residual_forward(&ctx, &x, &x, n);
+        for _ in 0..9 {
+            acc = residual_forward(&ctx, &acc, &x, n);
+        }
+        acc
+    });
+    let after = ctx.counters();
+    assert_eq!(after.dispatches - before.dispatches, 10);
+    assert_eq!(after.submits - before.submits, 4);
+    let want: Vec<f32> = (0..n).map(|i| 11.0 * i as f32).collect();
+    assert_eq!(read(&ctx, &out, n).await, want);
+    ctx.take_error().expect("no GPU error");
+}
+
 gpu_test!(zeroed_buffers_are_zero_even_when_recycled, zeroed_body());
 async fn zeroed_body() {
     let ctx = context().await;
@@ -477,12 +509,16 @@ async fn steady_step_creates_nothing_body() {
             s.step
         );
         assert_eq!(s.pipelines_created_step, 0, "step {}", s.step);
-        // One encoder for the step's submit, one for the loss's download.
+        // One encoder for each part of the step's work (`submit_every` dispatches
+        // a part; the last holds the rest and the loss's copy), one for the loss's
+        // download.
+        let parts = s.dispatches_step / u64::from(trainer.config().submit_every.max(1)) + 1;
         assert!(
-            s.encoders_created_step <= 2,
-            "step {}: {}",
+            s.encoders_created_step <= parts + 1,
+            "step {}: {} encoders for {} dispatches",
             s.step,
-            s.encoders_created_step
+            s.encoders_created_step,
+            s.dispatches_step
         );
     }
 }

@@ -168,6 +168,53 @@ async fn steady_state_body() {
     assert_eq!(trainer.context().counters().buffers_created, before);
 }
 
+gpu_test!(
+    a_step_submitted_in_parts_trains_identically,
+    submit_in_parts_body()
+);
+/// Submitting a step in parts (`submit_every`) changes when the GPU starts, not what
+/// it computes: the same losses and parameters, bit for bit, as one submit a step.
+async fn submit_in_parts_body() {
+    let cfg = TrainConfig {
+        dropout: 0.1,
+        ..parity_config()
+    };
+    let mut runs = Vec::new();
+    for submit_every in [0, 5] {
+        let mut trainer = Trainer::new(
+            TrainConfig {
+                submit_every,
+                ..cfg.clone()
+            },
+            common::corpus(),
+        )
+        .await
+        .expect("trainer");
+        let mut losses = Vec::new();
+        let mut submits = Vec::new();
+        for _ in 0..3 {
+            let before = trainer.context().counters().submits;
+            let s = trainer.step().await.expect("step");
+            losses.push(s.loss.to_bits());
+            submits.push((s.submits - before, s.dispatches_step));
+        }
+        runs.push((
+            losses,
+            trainer.parameters().await.expect("parameters"),
+            submits,
+        ));
+    }
+    let (one, parts) = (&runs[0], &runs[1]);
+    for (&(whole, dispatches), &(split, _)) in one.2.iter().zip(&parts.2) {
+        // The step's work, then the loss's download. In parts: every fifth dispatch
+        // ends one, and the last part holds the rest and the loss's copy.
+        assert_eq!(whole, 2, "one submit a step, then the download");
+        assert_eq!(split, dispatches / 5 + 2, "{dispatches} dispatches");
+    }
+    assert_eq!(one.0, parts.0, "losses");
+    assert!(one.1 == parts.1, "parameters differ after 3 steps");
+}
+
 gpu_test!(no_pool_mode_creates_buffers_every_step, no_pool_body());
 async fn no_pool_body() {
     let cfg = TrainConfig {

@@ -43,6 +43,11 @@ export interface TrainerConfig {
    * needs the adapter's `shader-f16`; without it `create` rejects with kind `config`.
    */
   precision?: 'f32' | 'f16';
+  /**
+   * A step's work goes to the GPU in parts of this many dispatches, so the GPU starts
+   * while the rest is recorded (0: one submit a step; default 32; at most 2^20).
+   */
+  submit_every?: number;
 }
 
 /** Why a promise of the wasm API rejected: `error.kind`. */

@@ -25,6 +25,12 @@ pub struct ContextOptions {
     /// Operands of the matmuls. `F16` needs the adapter's shader-f16 and is refused
     /// (a `config` error) without it.
     pub precision: Precision,
+    /// Inside a scope, submit what has been recorded after this many dispatches
+    /// (0: only when the outermost scope ends). A scope's work then reaches the GPU
+    /// in parts, and the GPU runs the first while the host records the rest; what
+    /// waits for "the scope's submit" (destroys, the staging belt, the pool's clock)
+    /// still waits for the scope's end.
+    pub submit_every: u32,
 }
 
 impl Default for ContextOptions {
@@ -33,6 +39,7 @@ impl Default for ContextOptions {
             pool: BufferPoolConfig::default(),
             pooling: true,
             precision: Precision::F32,
+            submit_every: 0,
         }
     }
 }
@@ -50,12 +57,15 @@ pub(crate) struct Recorder {
     pub encoder: Option<wgpu::CommandEncoder>,
     pub pass: Option<wgpu::ComputePass<'static>>,
     pub depth: u32,
+    /// Dispatches recorded since the last submit.
+    pub dispatches: u32,
 }
 
 impl Recorder {
     /// Ends the open pass, if any, and hands over the encoder.
     fn take_encoder(&mut self) -> Option<wgpu::CommandEncoder> {
         self.pass = None;
+        self.dispatches = 0;
         self.encoder.take()
     }
 }
@@ -66,6 +76,7 @@ pub struct WgpuContext {
     pub queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     precision: Precision,
+    submit_every: u32,
     /// What the adapter offers (the device has only what was asked for).
     adapter_features: wgpu::Features,
     /// The adapter's cooperative-matrix configurations (empty without any).
@@ -158,6 +169,7 @@ impl WgpuContext {
             queue,
             info,
             precision: options.precision,
+            submit_every: options.submit_every,
             adapter_features,
             cooperative_matrices,
             memory,
@@ -468,10 +480,31 @@ impl WgpuContext {
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-            rec.depth == 0
+            rec.dispatches += 1;
+            if rec.depth == 0 {
+                Some(true)
+            } else if self.submit_every > 0 && rec.dispatches >= self.submit_every {
+                Some(false)
+            } else {
+                None
+            }
         };
-        if auto_submit {
-            self.flush();
+        match auto_submit {
+            Some(true) => self.flush(),
+            Some(false) => self.submit_part(),
+            None => {}
+        }
+    }
+
+    /// Submits what a scope has recorded so far (`submit_every`). The uniform slots
+    /// go out with it and start over; the rest of the memory manager's catching up
+    /// (destroys, staging, the pool's clock) waits for the scope's end, as it would
+    /// with one submit.
+    fn submit_part(&self) {
+        if let Some(encoder) = lock(&self.recorder).take_encoder() {
+            self.memory.before_submit(&self.queue);
+            self.queue.submit([encoder.finish()]);
+            self.memory.counters.submits.fetch_add(1, Relaxed);
         }
     }
 

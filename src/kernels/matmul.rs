@@ -620,11 +620,21 @@ pub fn matmul_dinp_fused_variant(
     let groups = variant.grid(rows, k, splits);
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
-        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, weight, &dinp, aux], groups);
+        ctx.dispatch(
+            specialized(kernel, params.flags),
+            &params,
+            &[dout, weight, &dinp, aux],
+            groups,
+        );
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
-        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, weight, &part, aux], groups);
+        ctx.dispatch(
+            specialized(kernel, params.flags),
+            &params,
+            &[dout, weight, &part, aux],
+            groups,
+        );
         if epilogue == 0 {
             sum_splits(ctx, &part, &dinp, rows * k, splits);
         } else {
@@ -692,10 +702,20 @@ pub fn matmul_dweight_fused_variant(
     let kernel = variant.kernel(Layout::Dweight);
     let groups = variant.grid(n, k, splits);
     if splits == 1 {
-        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, inp, &dweight], groups);
+        ctx.dispatch(
+            specialized(kernel, params.flags),
+            &params,
+            &[dout, inp, &dweight],
+            groups,
+        );
     } else {
         let part = ctx.create_pooled(splits * n * k * 4);
-        ctx.dispatch(specialized(kernel, params.flags), &params, &[dout, inp, &part], groups);
+        ctx.dispatch(
+            specialized(kernel, params.flags),
+            &params,
+            &[dout, inp, &part],
+            groups,
+        );
         sum_splits(ctx, &part, &dweight, n * k, splits);
     }
     dweight
