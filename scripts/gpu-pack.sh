@@ -8,23 +8,28 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 bash ../shared/gpu/pack.sh --dawn
 cargo build --release --bin tidepool --example matmul_bench
-[ -f pkg/tidepool_bg.wasm ] || wasm-pack build --release --target web --no-pack --out-dir pkg
+# Always rebuilt (it is incremental): a stale pkg/ would measure an older build.
+wasm-pack build --release --target web --no-pack --out-dir pkg
 cp target/release/tidepool target/release/examples/matmul_bench .gpu/
 # tests/matmul_f16.rs as a binary (gpu-run.sh f16 runs it with the tensor cores forced)
 f16_test=$(cargo test --release --test matmul_f16 --no-run --message-format=json \
   | sed -n 's/.*"executable":"\([^"]*matmul_f16[^"]*\)".*/\1/p' | tail -n 1)
 cp "$f16_test" .gpu/matmul_f16
-strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16
+# tests/op_parity.rs too: every kernel against its CPU reference on the real GPU.
+parity_test=$(cargo test --release --test op_parity --no-run --message-format=json \
+  | sed -n 's/.*"executable":"\([^"]*op_parity[^"]*\)".*/\1/p' | tail -n 1)
+cp "$parity_test" .gpu/op_parity
+strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16 .gpu/op_parity
 # The previous build for before/after rows (gpu-run.sh round3), when given.
 if [ -n "${PREV_TIDEPOOL:-}" ]; then cp "$PREV_TIDEPOOL" .gpu/tidepool-prev && strip .gpu/tidepool-prev; fi
 if [ -n "${PREV_MATMUL_BENCH:-}" ]; then cp "$PREV_MATMUL_BENCH" .gpu/matmul_bench_prev && strip .gpu/matmul_bench_prev; fi
 # The carry limit is 64 MiB: all but tidepool travel xz-packed (gpu-run.sh unpacks them).
-for b in matmul_bench matmul_bench_prev matmul_f16 tidepool-prev; do
+for b in matmul_bench matmul_bench_prev matmul_f16 op_parity tidepool-prev; do
   if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
 done
 dawn=.gpu/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
 if [ -f "$dawn" ]; then xz -6 -T2 -c "$dawn" > "$dawn.bin.xz" && rm "$dawn"; fi
 rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
 cp scripts/bench-dawn.mjs .gpu/dawn/
-cp scripts/torch_twin.py scripts/torch_curves.py .gpu/  # gpu-run.sh curves
+cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

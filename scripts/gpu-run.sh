@@ -19,6 +19,9 @@
 #                               memory, shakespeare f32 and f16 steps beside the previous
 #                               build's (tidepool-prev, when carried), memory and replay,
 #                               the presets natively and through Dawn, tensor-core variants
+#   scripts/gpu-run.sh round4   per-shape cuBLAS (torch_matmul.py) beside matmul_bench,
+#                               submit_every swept natively and through Dawn on every
+#                               preset, PyTorch eager, op parity on the GPU (~6 min)
 #   scripts/gpu-run.sh f16      parity, matmul variants, f32/f16 steps and 2000-step curves
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
@@ -132,6 +135,25 @@ case "${1:-bench}" in
         run "f16_parity_$core" env TIDEPOOL_F16_CORE=$core ./matmul_f16 --test-threads 1
       done
     fi
+    ;;
+  round4)
+    # Round four (~6 min): per-shape cuBLAS beside matmul_bench, submit_every swept
+    # natively and through Dawn on every preset, PyTorch eager for the step ratio,
+    # op parity on the GPU (subgroups where the adapter has them).
+    ./tidepool info | tee "$out/info.txt"
+    run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa bf16_sdpa
+    run torch_matmul python3 torch_matmul.py --dtypes fp32,tf32,fp16
+    [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk,coop2,coop2-splitk}
+    sweep=${SUBMIT_SWEEP:-0,8,16,32,64,128}
+    run step_small ./tidepool bench step --presets tiny,small --submit-every $sweep --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every ${SUBMIT_SWEEP_BIG:-0,32,64} --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    for p in tiny small; do
+      run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --submit-every $sweep
+    done
+    run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10 --submit-every ${SUBMIT_SWEEP_BIG:-0,32,64}
+    for t in ${GPU_TESTS:-op_parity matmul_f16}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
     ;;
   train)
     run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}

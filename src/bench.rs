@@ -155,6 +155,8 @@ pub struct StepRow {
     pub variant: String,
     pub steps: u32,
     pub median_ms: f64,
+    /// Median of the host's part of a step (recording and submitting).
+    pub median_record_ms: f64,
     pub tokens_per_s: f64,
     /// Buffers created per measured step (after warm-up).
     pub buffers_created_per_step: f64,
@@ -211,11 +213,13 @@ pub async fn step_variants(
         dispatched.push(counters.dispatches);
     }
     let mut ms = vec![Vec::new(); runs.len()];
+    let mut record_ms = vec![Vec::new(); runs.len()];
     let mut loss = vec![0.0; runs.len()];
     for _ in 0..steps {
         for (i, trainer) in trainers.iter_mut().enumerate() {
             let s = forced_step(trainer, runs[i].3).await?;
             ms[i].push(s.ms);
+            record_ms[i].push(s.record_ms);
             loss[i] = s.loss;
         }
     }
@@ -230,6 +234,7 @@ pub async fn step_variants(
             variant,
             steps,
             median_ms,
+            median_record_ms: median_p99(&mut record_ms[i]).0,
             tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
             buffers_created_per_step: made as f64 / steps as f64,
             dispatches_per_step: dispatches as f64 / steps as f64,
@@ -264,11 +269,13 @@ pub async fn submit_variants(
     }
     let start: Vec<_> = trainers.iter().map(|t| t.context().counters()).collect();
     let mut ms = vec![Vec::new(); values.len()];
+    let mut record_ms = vec![Vec::new(); values.len()];
     let mut loss = vec![0.0; values.len()];
     for _ in 0..steps {
         for (i, trainer) in trainers.iter_mut().enumerate() {
             let s = trainer.step().await?;
             ms[i].push(s.ms);
+            record_ms[i].push(s.record_ms);
             loss[i] = s.loss;
         }
     }
@@ -281,6 +288,7 @@ pub async fn submit_variants(
             variant: format!("submit_every {}", values[i]),
             steps,
             median_ms,
+            median_record_ms: median_p99(&mut record_ms[i]).0,
             tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
             buffers_created_per_step: (now.buffers_created - start[i].buffers_created) as f64
                 / steps as f64,

@@ -323,7 +323,11 @@ impl Batcher {
 pub struct StepStats {
     pub step: u32,
     pub loss: f32,
+    /// Wall time of the step, from the batch's upload to the loss on the host.
     pub ms: f64,
+    /// The host's part of it: recording and submitting the step's work (the GPU
+    /// runs the parts submitted so far meanwhile, see `submit_every`).
+    pub record_ms: f64,
     pub tokens_per_s: f64,
     pub lr: f32,
     pub grad_norm: f32,
@@ -497,6 +501,7 @@ impl Trainer {
                 .copy_buffer(self.moments.norm_scale(), 0, &report, 4, 8);
             report
         });
+        let record_ms = now_ms() - start;
         let figures = self.ctx.download::<f32>(&report, 3).await?;
         drop(report);
         self.step = step;
@@ -514,6 +519,7 @@ impl Trainer {
             step,
             loss,
             ms,
+            record_ms,
             tokens_per_s: (b * c) as f64 / (ms / 1e3),
             lr: self.cfg.lr_at(step),
             grad_norm: figures[1],

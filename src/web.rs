@@ -230,6 +230,8 @@ impl Trainer {
             serde_json::json!({
                 "name": t.context().adapter_name(),
                 "backend": t.context().backend(),
+                // `precision: 'f16'` needs it (the page offers f16 only then).
+                "shader_f16": t.context().adapter_features().contains(wgpu::Features::SHADER_F16),
             })
         })
     }
@@ -254,6 +256,7 @@ impl Trainer {
                 "params": m.num_params(), "lr": c.lr, "policy": c.policy.label(),
                 "pool": c.pool, "steps": c.steps, "eval_every": c.eval_every,
                 "eval_batches": c.eval_batches, "dropout": c.dropout,
+                "precision": c.precision.name(), "submit_every": c.submit_every,
             })
         })
     }

@@ -119,7 +119,12 @@ function template(id, o, settings) {
       <label>Batch <input type="number" inputmode="numeric" step="1" min="1" data-ref="batch" value="${num(settings.batch)}" placeholder="preset"></label>
       <label>Context <input type="number" inputmode="numeric" step="1" min="2" data-ref="context" value="${num(settings.context)}" placeholder="preset"></label>
       <label>Size classes <select data-ref="policy">${policy}</select></label>
+      <label>Precision <select data-ref="precision" data-testid="precision">
+        <option value="f32"${settings.precision === 'f16' ? '' : ' selected'}>f32</option>
+        <option value="f16"${settings.precision === 'f16' ? ' selected' : ''}>f16 matmuls</option>
+      </select></label>
     </div>
+    <p class="tp-hint" data-ref="precisionHint" data-testid="precision-hint"></p>
     <p class="tp-hint" data-ref="settingsHint">Empty fields take the preset's value. Changes apply on Reset.</p>
   </details>
   ${checkpointPanel(id)}
@@ -329,6 +334,7 @@ class TidepoolWidget {
       batch: n(this.el.batch),
       context: n(this.el.context),
       policy: this.el.policy.value || undefined,
+      precision: this.el.precision.value,
       pool: this.el.pool.checked,
     };
     for (const k of Object.keys(config)) if (config[k] === undefined) delete config[k];
@@ -535,7 +541,9 @@ class TidepoolWidget {
     const lr = +Number(cfg.lr).toPrecision(4); // an f32 0.003 arrives as 0.003000000026
     this.el.model.textContent =
       `${cfg.layers} layers · ${cfg.heads} heads · width ${cfg.width} · context ${cfg.context} · vocab ${cfg.vocab} · ` +
-      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}`;
+      `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}` +
+      (cfg.precision === 'f16' ? ' · f16 matmuls' : '');
+    this.offerPrecision(m.adapter);
     // the placeholders show what an empty field means now
     this.el.lr.placeholder = lr;
     this.el.batch.placeholder = cfg.batch;
@@ -616,7 +624,7 @@ class TidepoolWidget {
       if (file) this.useFile(file);
     });
     el.defaultCorpus.addEventListener('click', () => this.create({ run: this.running, corpus: null }));
-    for (const input of [el.preset, el.lr, el.batch, el.context, el.policy]) {
+    for (const input of [el.preset, el.lr, el.batch, el.context, el.policy, el.precision]) {
       input.addEventListener('change', () => {
         el.settingsHint.textContent = 'Changed: press Reset to train with these settings.';
         el.settingsHint.classList.add('tp-changed');
@@ -648,6 +656,19 @@ class TidepoolWidget {
   /** The focused element in the widget's tree (the document's, or its shadow root's). */
   focused() {
     return this.root.getRootNode().activeElement;
+  }
+
+  /**
+   * f16 matmuls need the adapter's shader-f16: offered only where it has it. A page
+   * link may still ask for f16 elsewhere; the wasm then refuses and says why.
+   */
+  offerPrecision(adapter) {
+    const f16 = [...this.el.precision.options].find((o) => o.value === 'f16');
+    const has = adapter?.shader_f16 === true;
+    f16.disabled = !has && this.el.precision.value !== 'f16';
+    this.el.precisionHint.textContent = has
+      ? 'f16 matmuls: operands rounded to f16, sums in f32 (tensor cores where the GPU has them).'
+      : `f16 needs the adapter's shader-f16, which ${adapter?.name || 'this adapter'} does not offer.`;
   }
 
   /** The model and size-class menus, from what the wasm offers (and what was asked for). */

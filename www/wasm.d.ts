@@ -69,6 +69,8 @@ export interface AdapterInfo {
   name: string;
   /** `vulkan`, `metal`, `dx12`, `webgpu`, ... */
   backend: string;
+  /** The adapter offers `shader-f16`, which `precision: 'f16'` needs. */
+  shader_f16: boolean;
 }
 
 /** `trainer.corpus()` */
@@ -93,6 +95,11 @@ export interface ModelInfo {
   policy: string;
   pool: boolean;
   steps: number;
+  eval_every: number;
+  eval_batches: number;
+  dropout: number;
+  precision: 'f32' | 'f16';
+  submit_every: number;
 }
 
 export interface BucketStats {
@@ -147,7 +154,10 @@ export interface ContextCounters {
 export interface StepStats {
   step: number;
   loss: number;
+  /** Wall time of the step, upload to loss. */
   ms: number;
+  /** The host's part: recording and submitting the step's work. */
+  record_ms: number;
   tokens_per_s: number;
   lr: number;
   grad_norm: number;

@@ -142,6 +142,28 @@ describe('the page', { timeout: 900_000 }, () => {
     await waitNumber(page, 'step-count', (n) => n === 1, { timeout: 90_000, what: 'step 1 after Reset' });
   });
 
+  test('Precision: f16 is offered exactly where the adapter has shader-f16', { timeout: 180_000 }, async () => {
+    const has = await page.evaluate(async () => (await navigator.gpu.requestAdapter()).features.has('shader-f16'));
+    const select = page.locator(tid('precision'));
+    assert.equal(await select.inputValue(), 'f32', 'f32 by default');
+    const f16 = select.locator('option[value="f16"]');
+    assert.equal(await f16.isDisabled(), !has, `shader-f16 ${has ? 'offered' : 'absent'}`);
+    const hint = await page.locator(tid('precision-hint')).innerText();
+    if (!has) {
+      assert.match(hint, /shader-f16/, 'the hint says what f16 needs');
+      return;
+    }
+    await select.selectOption('f16');
+    await page.click(tid('reset'));
+    await waitReady(page);
+    assert.match(await page.locator('.tp-model').innerText(), /f16 matmuls/, 'the model line shows f16');
+    await page.click(tid('step-once'));
+    await waitNumber(page, 'step-count', (n) => n === 1, { timeout: 90_000, what: 'an f16 step' });
+    await select.selectOption('f32');
+    await page.click(tid('reset'));
+    await waitReady(page);
+  });
+
   test('Pool off creates buffers every step', { timeout: 120_000 }, async () => {
     const toggle = page.locator(tid('pool-toggle'));
     assert.equal(await toggle.isChecked(), true);
