@@ -145,12 +145,25 @@ case "${1:-bench}" in
     run torch_matmul python3 torch_matmul.py --dtypes fp32,tf32,fp16
     [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk,coop2,coop2-splitk}
     sweep=${SUBMIT_SWEEP:-0,8,16,32,64,128}
+    big=${SUBMIT_SWEEP_BIG:-0,32,64}
     run step_small ./tidepool bench step --presets tiny,small --submit-every $sweep --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
-    run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every ${SUBMIT_SWEEP_BIG:-0,32,64} --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
-    for p in tiny small; do
-      run "dawn_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --submit-every $sweep
+    run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every $big --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    # Through Dawn one trainer a process: every live device of a process is ticked
+    # while a step's loss is awaited, so trainers side by side slow each other.
+    # Two rounds, values taking turns.
+    for round in 1 2; do
+      for p in tiny small; do
+        for v in ${sweep//,/ }; do
+          run "dawn_${p}_$v" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --submit-every $v
+        done
+      done
     done
-    run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10 --submit-every ${SUBMIT_SWEEP_BIG:-0,32,64}
+    for v in ${big//,/ }; do
+      run "dawn_shakespeare_$v" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10 --submit-every $v
+    done
+    # Where Dawn's host time goes: V8's profile of a small run (JS shims, GC, wasm).
+    mkdir -p "$out/prof"
+    run dawn_profile /tmp/node --cpu-prof --cpu-prof-dir="$out/prof" dawn/bench-dawn.mjs --pkg ./pkg --preset small --corpus tinyshakespeare.txt --warmup 5 --steps 60
     for t in ${GPU_TESTS:-op_parity matmul_f16}; do
       [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
     done
