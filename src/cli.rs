@@ -42,7 +42,7 @@ enum Command {
 
 #[derive(clap::Args)]
 struct BenchArgs {
-    /// pool, step, policies or soak.
+    /// pool, step, kernels (GPU time per kernel, needs timestamp-query), policies or soak.
     which: String,
     /// The preset a soak trains (default small).
     #[arg(long)]
@@ -50,7 +50,7 @@ struct BenchArgs {
     /// Rows of a soak: one every this many steps.
     #[arg(long, default_value_t = 1000)]
     every: u32,
-    /// Presets to train (step, policies), comma-separated.
+    /// Presets to train (step, kernels, policies), comma-separated.
     #[arg(long, default_value = "tiny")]
     presets: String,
     /// Timed steps after warm-up (step, policies); steps to train (soak).
@@ -67,7 +67,7 @@ struct BenchArgs {
     /// One JSON object a line instead of a table.
     #[arg(long)]
     json: bool,
-    /// Matmul precisions to measure (step), comma-separated: f32, f16.
+    /// Matmul precisions to measure (step, kernels), comma-separated: f32, f16.
     #[arg(long, default_value = "f32")]
     precision: String,
     /// Values of submit_every to compare (step), comma-separated, e.g. 0,16,32,64:
@@ -354,6 +354,47 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                 );
             }
         }
+        "kernels" => {
+            let runs = presets
+                .iter()
+                .flat_map(|preset| args.precision.split(',').map(move |p| (*preset, p)));
+            for (preset, precision) in runs {
+                let cfg = Overrides {
+                    preset: Some(preset.into()),
+                    precision: Some(precision.into()),
+                    ..Default::default()
+                }
+                .resolve()?;
+                let label = match cfg.precision {
+                    tidepool::config::Precision::F32 => preset.to_string(),
+                    p => format!("{preset} {}", p.name()),
+                };
+                let rows =
+                    bench::kernel_times(&cfg, &label, &corpus, args.warmup, args.steps).await?;
+                print_rows(
+                    &rows,
+                    args.json,
+                    &[
+                        "preset",
+                        "kernel",
+                        "launches/step",
+                        "GPU ms/step",
+                        "share",
+                        "step ms",
+                    ],
+                    |r| {
+                        vec![
+                            r.preset.clone(),
+                            r.kernel.clone(),
+                            format!("{:.0}", r.launches_per_step),
+                            format!("{:.3}", r.ms_per_step),
+                            format!("{:.1}%", 100.0 * r.share),
+                            format!("{:.2}", r.step_ms),
+                        ]
+                    },
+                );
+            }
+        }
         "soak" => {
             let preset = args.preset.as_deref().unwrap_or("small");
             let cfg = TrainConfig::preset(preset)?;
@@ -399,7 +440,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
         }
         other => {
             return Err(tidepool::Error::Config(format!(
-                "unknown benchmark {other:?}: choose pool, step, policies or soak"
+                "unknown benchmark {other:?}: choose pool, step, kernels, policies or soak"
             )))
         }
     }

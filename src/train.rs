@@ -64,6 +64,11 @@ pub struct TrainConfig {
     /// starts on the first part while the host records the rest (0: one submit a
     /// step). See [`ContextOptions::submit_every`].
     pub submit_every: u32,
+    /// Time every dispatch on the GPU (`tidepool bench kernels`; see
+    /// [`ContextOptions::time_dispatches`]). Not a setting of the config surface,
+    /// nor saved in checkpoints.
+    #[serde(skip)]
+    pub time_dispatches: bool,
 }
 
 impl Default for TrainConfig {
@@ -122,6 +127,7 @@ impl TrainConfig {
             belt: true,
             precision: Precision::F32,
             submit_every: DEFAULT_SUBMIT_EVERY,
+            time_dispatches: false,
         };
         Ok(match name {
             "tiny" => base,
@@ -448,6 +454,7 @@ impl Trainer {
             pooling: cfg.pool,
             precision: cfg.precision,
             submit_every: cfg.submit_every,
+            time_dispatches: cfg.time_dispatches,
         })
         .await?;
         crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;

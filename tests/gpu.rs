@@ -143,6 +143,64 @@ async fn scope_in_parts_body() {
     ctx.take_error().expect("no GPU error");
 }
 
+gpu_test!(
+    dispatches_are_timed_where_the_adapter_can,
+    timed_dispatches_body()
+);
+async fn timed_dispatches_body() {
+    let plain = context().await;
+    assert!(plain.dispatch_times().await.is_err(), "not asked to time");
+    let offered = plain
+        .adapter_features()
+        .contains(wgpu::Features::TIMESTAMP_QUERY);
+    drop(plain);
+    let made = WgpuContext::with_options(ContextOptions {
+        time_dispatches: true,
+        submit_every: 2,
+        ..Default::default()
+    })
+    .await;
+    let ctx = match made {
+        Err(e) => {
+            assert!(
+                !offered,
+                "refused though the adapter offers timestamp-query: {e}"
+            );
+            assert_eq!(e.kind(), "config");
+            assert!(e.to_string().contains("timestamp-query"), "{e}");
+            return;
+        }
+        Ok(ctx) => ctx,
+    };
+    assert!(offered);
+    let n = 29;
+    let x = ctx.upload(&vec![1.0f32; n]);
+    let out = ctx.scope(|| {
+        let mut acc = residual_forward(&ctx, &x, &x, n);
+        for _ in 0..4 {
+            acc = residual_forward(&ctx, &acc, &x, n);
+        }
+        acc
+    });
+    // Each dispatch in a pass of its own still sees the previous one's output.
+    assert_eq!(read(&ctx, &out, n).await, vec![6.0; n]);
+    let times = ctx.dispatch_times().await.expect("times");
+    assert_eq!(times.untimed, 0);
+    assert_eq!(times.dispatches.len(), 5);
+    for &(name, ms) in &times.dispatches {
+        assert!(name.starts_with("residual"), "{name}");
+        assert!(ms.is_finite() && ms >= 0.0, "{name}: {ms} ms");
+    }
+    assert_eq!(times.by_kernel().len(), 1);
+    assert_eq!(times.by_kernel()[0].1, 5);
+    let again = ctx.dispatch_times().await.expect("times");
+    assert!(
+        again.dispatches.is_empty(),
+        "each call starts the next count"
+    );
+    ctx.take_error().expect("no GPU error");
+}
+
 gpu_test!(zeroed_buffers_are_zero_even_when_recycled, zeroed_body());
 async fn zeroed_body() {
     let ctx = context().await;

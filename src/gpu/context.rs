@@ -9,6 +9,7 @@ use super::kernel::Kernel;
 use super::lock;
 use super::memory::{ContextCounters, MemoryManager};
 use super::pooled::PooledBuffer;
+use super::timing::{DispatchTimer, DispatchTimes};
 use crate::config::Precision;
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, BufferPoolConfig, BufferPoolStats};
@@ -31,6 +32,9 @@ pub struct ContextOptions {
     /// waits for "the scope's submit" (destroys, the staging belt, the pool's clock)
     /// still waits for the scope's end.
     pub submit_every: u32,
+    /// Time every dispatch on the GPU ([`WgpuContext::dispatch_times`]); needs the
+    /// adapter's timestamp-query, and gives each dispatch a compute pass of its own.
+    pub time_dispatches: bool,
 }
 
 impl Default for ContextOptions {
@@ -40,6 +44,7 @@ impl Default for ContextOptions {
             pooling: true,
             precision: Precision::F32,
             submit_every: 0,
+            time_dispatches: false,
         }
     }
 }
@@ -77,6 +82,7 @@ pub struct WgpuContext {
     info: wgpu::AdapterInfo,
     precision: Precision,
     submit_every: u32,
+    timer: Option<Mutex<DispatchTimer>>,
     /// What the adapter offers (the device has only what was asked for).
     adapter_features: wgpu::Features,
     /// The adapter's cooperative-matrix configurations (empty without any).
@@ -114,7 +120,8 @@ impl WgpuContext {
         let limits = adapter.limits();
         let adapter_features = adapter.features();
         let cooperative_matrices = adapter.cooperative_matrix_properties();
-        let required_features = device_features(options.precision, adapter_features, &info)?;
+        let required_features = device_features(options.precision, adapter_features, &info)?
+            | timing_features(options.time_dispatches, adapter_features, &info)?;
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tidepool"),
@@ -164,12 +171,16 @@ impl WgpuContext {
             options.pooling,
             limits.min_uniform_buffer_offset_alignment as usize,
         ));
+        let timer = options
+            .time_dispatches
+            .then(|| Mutex::new(DispatchTimer::new(&device)));
         Ok(WgpuContext {
             device,
             queue,
             info,
             precision: options.precision,
             submit_every: options.submit_every,
+            timer,
             adapter_features,
             cooperative_matrices,
             memory,
@@ -464,9 +475,26 @@ impl WgpuContext {
             let op = kernel.name.split('#').next().unwrap_or(kernel.name);
             self.memory.trace.dispatched(op);
         }
+        // Timed: this dispatch alone in a pass whose ends write timestamps.
+        let timed = self.timer.as_ref().and_then(|t| lock(t).next(kernel.name));
         let auto_submit = {
             let mut rec = lock(&self.recorder);
-            if rec.pass.is_none() {
+            if let Some(first) = timed {
+                rec.pass = None;
+                let timer = lock(self.timer.as_ref().expect("timed"));
+                let pass = self
+                    .open_encoder(&mut rec)
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &timer.queries,
+                            beginning_of_pass_write_index: Some(first),
+                            end_of_pass_write_index: Some(first + 1),
+                        }),
+                    })
+                    .forget_lifetime();
+                rec.pass = Some(pass);
+            } else if rec.pass.is_none() {
                 let pass = self
                     .open_encoder(&mut rec)
                     .begin_compute_pass(&wgpu::ComputePassDescriptor {
@@ -480,6 +508,9 @@ impl WgpuContext {
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+            if timed.is_some() {
+                rec.pass = None;
+            }
             rec.dispatches += 1;
             if rec.depth == 0 {
                 Some(true)
@@ -494,6 +525,45 @@ impl WgpuContext {
             Some(false) => self.submit_part(),
             None => {}
         }
+    }
+
+    /// The GPU time of every dispatch recorded since the last call (a context made
+    /// with `time_dispatches`), in order; starts the next count. Call it outside a
+    /// scope, after the work ran (a download waits for it).
+    pub async fn dispatch_times(&self) -> Result<DispatchTimes> {
+        let Some(timer) = &self.timer else {
+            return Err(Error::Config(
+                "this context does not time dispatches (ContextOptions::time_dispatches)".into(),
+            ));
+        };
+        let (names, untimed) = {
+            let mut t = lock(timer);
+            (std::mem::take(&mut t.names), std::mem::take(&mut t.untimed))
+        };
+        if names.is_empty() {
+            return Ok(DispatchTimes {
+                dispatches: Vec::new(),
+                untimed,
+            });
+        }
+        let count = 2 * names.len() as u32;
+        let resolved = self.memory.timestamps_buffer(u64::from(count) * 8);
+        self.record(|encoder| {
+            encoder.resolve_query_set(&lock(timer).queries, 0..count, &resolved, 0)
+        });
+        let stamps = self.download::<u64>(&resolved, count as usize).await;
+        self.memory
+            .retire(resolved, super::memory::Purpose::Timestamps, false);
+        let ns = f64::from(self.queue.get_timestamp_period());
+        let dispatches = names
+            .into_iter()
+            .zip(stamps?.chunks_exact(2))
+            .map(|(name, pair)| (name, pair[1].saturating_sub(pair[0]) as f64 * ns / 1e6))
+            .collect();
+        Ok(DispatchTimes {
+            dispatches,
+            untimed,
+        })
     }
 
     /// Submits what a scope has recorded so far (`submit_every`). The uniform slots
@@ -641,6 +711,24 @@ fn device_features(
                     F::empty()
                 })
         }
+    }
+}
+
+/// What `time_dispatches` needs: timestamp-query (refused without it).
+fn timing_features(
+    wanted: bool,
+    offered: wgpu::Features,
+    info: &wgpu::AdapterInfo,
+) -> Result<wgpu::Features> {
+    use wgpu::Features as F;
+    match (wanted, offered.contains(F::TIMESTAMP_QUERY)) {
+        (false, _) => Ok(F::empty()),
+        (true, true) => Ok(F::TIMESTAMP_QUERY),
+        (true, false) => Err(Error::Config(format!(
+            "timing dispatches needs the adapter feature timestamp-query (wgpu \
+             TIMESTAMP_QUERY), which {} ({:?}) does not offer",
+            info.name, info.backend
+        ))),
     }
 }
 

@@ -31,6 +31,8 @@ pub(crate) enum Purpose {
     Readback,
     /// A chunk of the uniform-parameter arena.
     Uniform,
+    /// Where timestamp queries are resolved (`time_dispatches`).
+    Timestamps,
 }
 
 impl Purpose {
@@ -41,6 +43,7 @@ impl Purpose {
             Purpose::Staging => U::MAP_WRITE | U::COPY_SRC,
             Purpose::Readback => U::MAP_READ | U::COPY_DST,
             Purpose::Uniform => U::UNIFORM | U::COPY_DST,
+            Purpose::Timestamps => U::QUERY_RESOLVE | U::COPY_SRC,
         }
     }
 
@@ -56,6 +59,7 @@ impl Purpose {
             Purpose::Staging => "staging",
             Purpose::Readback => "readback",
             Purpose::Uniform => "uniform",
+            Purpose::Timestamps => "timestamps",
         }
     }
 }
@@ -185,6 +189,12 @@ impl MemoryManager {
 
     pub fn pooling(&self) -> bool {
         self.pooling
+    }
+
+    /// A buffer to resolve `size` bytes of timestamp queries into; the caller
+    /// retires it (`retire(.., Purpose::Timestamps, false)`) once read.
+    pub fn timestamps_buffer(&self, size: u64) -> wgpu::Buffer {
+        self.create(size, Purpose::Timestamps)
     }
 
     /// The one place a GPU buffer is created, and counted.

@@ -46,6 +46,7 @@ mod kernel;
 mod memory;
 mod pooled;
 mod staging;
+mod timing;
 mod transfer;
 mod uniforms;
 
@@ -53,6 +54,7 @@ pub use context::{ContextOptions, WgpuContext};
 pub use kernel::{grid_1d, Kernel};
 pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
+pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
 
 /// Locks a mutex, ignoring poisoning: a panic elsewhere leaves these lists valid.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
