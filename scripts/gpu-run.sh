@@ -138,8 +138,8 @@ case "${1:-bench}" in
     ;;
   round4)
     # Round four (~6 min): per-shape cuBLAS beside matmul_bench, submit_every swept
-    # natively and through Dawn on every preset, PyTorch eager for the step ratio,
-    # op parity on the GPU (subgroups where the adapter has them).
+    # natively and through Dawn on every preset, GPU time per kernel, PyTorch eager
+    # for the step ratio, op parity on the GPU (subgroups where the adapter has them).
     ./tidepool info | tee "$out/info.txt"
     run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa bf16_sdpa
     run torch_matmul python3 torch_matmul.py --dtypes fp32,tf32,fp16
@@ -148,6 +148,8 @@ case "${1:-bench}" in
     big=${SUBMIT_SWEEP_BIG:-0,32,64}
     run step_small ./tidepool bench step --presets tiny,small --submit-every $sweep --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every $big --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    run kernels ./tidepool bench kernels --presets shakespeare --precision f32,f16 --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    run kernels_small ./tidepool bench kernels --presets tiny,small --warmup 5 --steps 10 --corpus tinyshakespeare.txt --json
     # Through Dawn one trainer a process: every live device of a process is ticked
     # while a step's loss is awaited, so trainers side by side slow each other.
     # Two rounds, values taking turns.
