@@ -434,6 +434,7 @@ impl Trainer {
             },
             pooling: cfg.pool,
             precision: cfg.precision,
+            ..Default::default()
         })
         .await?;
         crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;

@@ -29,15 +29,78 @@ macro_rules! gpu_test {
 /// pass. Fitting has its own tests (tests/pool.rs, tests/gpu.rs, the training tests'
 /// default trainers).
 pub async fn context() -> WgpuContext {
+    context_with(true).await
+}
+
+/// [`context`], with the kernels' block reductions by subgroups where the device
+/// has them (`subgroups`) or by shared memory.
+pub async fn context_with(subgroups: bool) -> WgpuContext {
     WgpuContext::with_options(tidepool::gpu::ContextOptions {
         pool: tidepool::pool::BufferPoolConfig {
             fit_ratio: 1,
             ..Default::default()
         },
+        subgroups,
         ..Default::default()
     })
     .await
     .expect("a GPU context (lavapipe natively, WebGPU in the browser)")
+}
+
+/// The contexts a test of a kernel that calls the prelude's block reductions runs
+/// on, each with its name: by subgroups wherever the device has them, and by shared
+/// memory everywhere. A device with subgroups whose context does not use them fails
+/// the test (a test must not pass without running the variant it names where it
+/// could); one without says so and runs the shared-memory variant alone.
+pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
+    let ctx = context_with(true).await;
+    let info = ctx.adapter_info();
+    let offered = ctx.adapter_features().contains(wgpu::Features::SUBGROUP);
+    let fits = info.subgroup_max_size <= tidepool::kernels::MAX_SUBGROUP_WIDTH;
+    let mut contexts = Vec::new();
+    if offered && fits && !off_by_env() {
+        assert!(
+            ctx.subgroups(),
+            "{} offers subgroups {} to {} wide, but the context does not use them",
+            ctx.adapter_name(),
+            info.subgroup_min_size,
+            info.subgroup_max_size
+        );
+        contexts.push(("subgroup reductions", ctx));
+    } else {
+        assert!(!ctx.subgroups(), "subgroups used where not expected");
+        let why = if !offered {
+            "the device does not offer subgroups".to_string()
+        } else if !fits {
+            format!("its subgroups are up to {} wide", info.subgroup_max_size)
+        } else {
+            "TIDEPOOL_NO_SUBGROUPS is set".to_string()
+        };
+        note(&format!(
+            "{}: {why}; the subgroup reductions are not run here, only the shared-memory ones",
+            ctx.adapter_name()
+        ));
+    }
+    let fallback = context_with(false).await;
+    assert!(!fallback.subgroups(), "subgroups used though turned off");
+    contexts.push(("shared-memory reductions", fallback));
+    contexts
+}
+
+fn off_by_env() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(v) = std::env::var_os("TIDEPOOL_NO_SUBGROUPS") {
+        return !v.is_empty() && v != "0";
+    }
+    false
+}
+
+/// A line in the test's output: stderr natively, the console in the browser.
+pub fn note(text: &str) {
+    #[cfg(target_arch = "wasm32")]
+    wasm_bindgen_test::console_log!("{text}");
+    #[cfg(not(target_arch = "wasm32"))]
+    eprintln!("{text}");
 }
 
 pub async fn read(ctx: &WgpuContext, buffer: &PooledBuffer, len: usize) -> Vec<f32> {
