@@ -70,7 +70,10 @@ pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
     } else {
         assert!(!ctx.subgroups(), "subgroups used where not expected");
         let why = if !offered {
-            "the device does not offer subgroups".to_string()
+            format!(
+                "the device does not offer subgroups{}",
+                browser_view().await
+            )
         } else if !fits {
             format!("its subgroups are up to {} wide", info.subgroup_max_size)
         } else {
@@ -85,6 +88,36 @@ pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
     assert!(!fallback.subgroups(), "subgroups used though turned off");
     contexts.push(("shared-memory reductions", fallback));
     contexts
+}
+
+/// What the browser's own adapter says of subgroups: wgpu 30's WebGPU backend maps
+/// no `subgroups` feature (its FEATURES_MAPPING), so a device through it never has
+/// them even where the browser offers them.
+async fn browser_view() -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use js_sys::Reflect;
+        use wasm_bindgen::JsCast;
+        let get =
+            |target: &wasm_bindgen::JsValue, key: &str| Reflect::get(target, &key.into()).ok();
+        let offered = async {
+            let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
+            let request: js_sys::Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
+            let promise: js_sys::Promise = request.call0(&gpu).ok()?.dyn_into().ok()?;
+            let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
+            let features = get(&adapter, "features")?;
+            let has: js_sys::Function = get(&features, "has")?.dyn_into().ok()?;
+            has.call1(&features, &"subgroups".into()).ok()?.as_bool()
+        }
+        .await;
+        return match offered {
+            Some(true) => " through wgpu 30, though the browser's adapter offers 'subgroups' (wgpu's WebGPU backend does not map it)".into(),
+            Some(false) => "; nor does the browser's adapter offer 'subgroups'".into(),
+            None => "; the browser's adapter could not be asked".into(),
+        };
+    }
+    #[allow(unreachable_code)]
+    String::new()
 }
 
 fn off_by_env() -> bool {
