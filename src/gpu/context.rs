@@ -73,6 +73,9 @@ pub struct WgpuContext {
     precision: Precision,
     /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
     subgroups: bool,
+    /// The device has subgroups (natively `Features::SUBGROUP`; in the browser the
+    /// `subgroups` feature, which wgpu 30 does not report: see web_subgroups.rs).
+    device_subgroups: bool,
     /// What the adapter offers (the device has only what was asked for).
     adapter_features: wgpu::Features,
     /// The adapter's cooperative-matrix configurations (empty without any).
@@ -100,6 +103,9 @@ impl WgpuContext {
     /// dx12) and `WGPU_ADAPTER_NAME` (a substring of the adapter's name) choose it.
     pub async fn with_options(options: ContextOptions) -> Result<Self> {
         options.pool.validate().map_err(Error::Config)?;
+        // In the browser the device asks for subgroups around wgpu, which cannot.
+        #[cfg(target_arch = "wasm32")]
+        let web_subgroups = super::web_subgroups::Shim::install();
         let (instance, adapter) = request_adapter().await?;
         let mut info = adapter.get_info();
         if info.name.is_empty() {
@@ -160,8 +166,12 @@ impl WgpuContext {
             options.pooling,
             limits.min_uniform_buffer_offset_alignment as usize,
         ));
+        #[cfg(target_arch = "wasm32")]
+        let device_subgroups = web_subgroups.is_some_and(|shim| shim.asked());
+        #[cfg(not(target_arch = "wasm32"))]
+        let device_subgroups = required_features.contains(wgpu::Features::SUBGROUP);
         let subgroups = options.subgroups
-            && required_features.contains(wgpu::Features::SUBGROUP)
+            && device_subgroups
             && subgroup_widths_fit(&info)
             && !subgroups_off_by_env();
         Ok(WgpuContext {
@@ -170,6 +180,7 @@ impl WgpuContext {
             info,
             precision: options.precision,
             subgroups,
+            device_subgroups,
             adapter_features,
             cooperative_matrices,
             memory,
@@ -207,6 +218,12 @@ impl WgpuContext {
     /// [`crate::kernels::MAX_SUBGROUP_WIDTH`].
     pub fn subgroups(&self) -> bool {
         self.subgroups
+    }
+
+    /// Whether the device has subgroup operations, used or not (in the browser
+    /// wgpu's feature sets never say so; this does).
+    pub fn device_has_subgroups(&self) -> bool {
+        self.device_subgroups
     }
 
     /// Operands of the matmuls on this context ([`ContextOptions::precision`]).

@@ -48,6 +48,8 @@ mod pooled;
 mod staging;
 mod transfer;
 mod uniforms;
+#[cfg(target_arch = "wasm32")]
+mod web_subgroups;
 
 pub use context::{ContextOptions, WgpuContext};
 pub use kernel::{grid_1d, Kernel};

@@ -55,7 +55,22 @@ pub async fn context_with(subgroups: bool) -> WgpuContext {
 pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
     let ctx = context_with(true).await;
     let info = ctx.adapter_info();
-    let offered = ctx.adapter_features().contains(wgpu::Features::SUBGROUP);
+    // Natively what wgpu reports; in the browser what the browser's own adapter
+    // says (wgpu 30 reports no subgroups there), so both are checked against the
+    // context's claim.
+    let offered = ctx.device_has_subgroups();
+    #[cfg(not(target_arch = "wasm32"))]
+    assert_eq!(
+        offered,
+        ctx.adapter_features().contains(wgpu::Features::SUBGROUP),
+        "subgroups offered by the adapter but not on the device, or the reverse"
+    );
+    #[cfg(target_arch = "wasm32")]
+    assert_eq!(
+        offered,
+        browser_offers_subgroups().await == Some(true),
+        "the context's subgroups disagree with the browser's adapter"
+    );
     let fits = info.subgroup_max_size <= tidepool::kernels::MAX_SUBGROUP_WIDTH;
     let mut contexts = Vec::new();
     if offered && fits && !off_by_env() {
@@ -66,14 +81,17 @@ pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
             info.subgroup_min_size,
             info.subgroup_max_size
         );
+        note(&format!(
+            "{}: subgroups {} to {} wide: both reduction variants run",
+            ctx.adapter_name(),
+            info.subgroup_min_size,
+            info.subgroup_max_size
+        ));
         contexts.push(("subgroup reductions", ctx));
     } else {
         assert!(!ctx.subgroups(), "subgroups used where not expected");
         let why = if !offered {
-            format!(
-                "the device does not offer subgroups{}",
-                browser_view().await
-            )
+            "the device does not offer subgroups".to_string()
         } else if !fits {
             format!("its subgroups are up to {} wide", info.subgroup_max_size)
         } else {
@@ -90,34 +108,20 @@ pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
     contexts
 }
 
-/// What the browser's own adapter says of subgroups: wgpu 30's WebGPU backend maps
-/// no `subgroups` feature (its FEATURES_MAPPING), so a device through it never has
-/// them even where the browser offers them.
-async fn browser_view() -> String {
-    #[cfg(target_arch = "wasm32")]
-    {
-        use js_sys::Reflect;
-        use wasm_bindgen::JsCast;
-        let get =
-            |target: &wasm_bindgen::JsValue, key: &str| Reflect::get(target, &key.into()).ok();
-        let offered = async {
-            let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
-            let request: js_sys::Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
-            let promise: js_sys::Promise = request.call0(&gpu).ok()?.dyn_into().ok()?;
-            let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
-            let features = get(&adapter, "features")?;
-            let has: js_sys::Function = get(&features, "has")?.dyn_into().ok()?;
-            has.call1(&features, &"subgroups".into()).ok()?.as_bool()
-        }
-        .await;
-        return match offered {
-            Some(true) => " through wgpu 30, though the browser's adapter offers 'subgroups' (wgpu's WebGPU backend does not map it)".into(),
-            Some(false) => "; nor does the browser's adapter offer 'subgroups'".into(),
-            None => "; the browser's adapter could not be asked".into(),
-        };
-    }
-    #[allow(unreachable_code)]
-    String::new()
+/// `navigator.gpu`'s adapter offers `subgroups` (`None`: it could not be asked),
+/// asked directly: wgpu 30's WebGPU backend reports no subgroups.
+#[cfg(target_arch = "wasm32")]
+async fn browser_offers_subgroups() -> Option<bool> {
+    use js_sys::Reflect;
+    use wasm_bindgen::JsCast;
+    let get = |target: &wasm_bindgen::JsValue, key: &str| Reflect::get(target, &key.into()).ok();
+    let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
+    let request: js_sys::Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
+    let promise: js_sys::Promise = request.call0(&gpu).ok()?.dyn_into().ok()?;
+    let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
+    let features = get(&adapter, "features")?;
+    let has: js_sys::Function = get(&features, "has")?.dyn_into().ok()?;
+    has.call1(&features, &"subgroups".into()).ok()?.as_bool()
 }
 
 fn off_by_env() -> bool {
