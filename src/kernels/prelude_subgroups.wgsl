@@ -2,12 +2,13 @@
 // where the device has subgroups; kernels::source_for chooses) ----
 //
 // Each subgroup reduces its lanes in hardware, its first lane stores the result in
-// `red`, and every thread combines the subgroups' results in subgroup order: one
-// barrier instead of log2(WG), and the same order on every run of one device.
-// Subgroups are runs of consecutive `lid` in a 1-D workgroup (how Vulkan, Metal,
-// D3D12 and WebGPU implementations lay them out; op parity checks it on each device
-// it runs on), of a width the device picks between its minimum and maximum; the
-// context uses this prelude only where the maximum divides WG.
+// `red`, and every thread combines the subgroups' results in subgroup order: two
+// barriers instead of log2(WG) + 2, and the same order on every run of one device.
+// Assumed: subgroups are runs of consecutive `lid` in a 1-D workgroup, as drivers
+// lay them out; no API promises it, so op parity checks it on each device it runs
+// on. The width may be any the device picks between its minimum and maximum: it is
+// counted here, and the context uses this prelude only where the maximum is at most
+// kernels::MAX_SUBGROUP_WIDTH (128), which divides every WG that reduces.
 
 // Sum of `x` over the workgroup, returned to every thread, added in a fixed order.
 // Called in uniform control flow; leaves `red` free for the next call.
