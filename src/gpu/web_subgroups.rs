@@ -27,10 +27,19 @@ pub(crate) struct Shim {
 }
 
 impl Shim {
-    /// Wraps `navigator.gpu.requestAdapter`; `None` where there is none to wrap.
+    /// Wraps `navigator.gpu.requestAdapter`; `None` where there is none to wrap, or
+    /// where another context being made has wrapped it (one shim at a time: a shim
+    /// wrapping another's wrapper would call it after that one is dropped), so that
+    /// context goes without subgroups.
     pub fn install() -> Option<Shim> {
         let get = |target: &JsValue, key: &str| Reflect::get(target, &key.into()).ok();
         let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
+        if js_sys::Object::has_own(
+            gpu.unchecked_ref::<js_sys::Object>(),
+            &"requestAdapter".into(),
+        ) {
+            return None;
+        }
         let original: Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
         let asked = Rc::new(Cell::new(false));
         let closures: Closures = Rc::default();
