@@ -488,6 +488,16 @@ async fn info() -> Result<(), tidepool::Error> {
         info.subgroup_min_size,
         info.subgroup_max_size
     );
+    println!(
+        "block reductions: {}",
+        if ctx.subgroups() {
+            "subgroups"
+        } else if features.contains(wgpu::Features::SUBGROUP) {
+            "shared memory (subgroups off: TIDEPOOL_NO_SUBGROUPS, or wider than 128)"
+        } else {
+            "shared memory (no subgroups)"
+        }
+    );
     let coop = ctx.cooperative_matrices();
     println!(
         "cooperative matrices: {}{}",

@@ -455,6 +455,7 @@ impl Trainer {
             precision: cfg.precision,
             submit_every: cfg.submit_every,
             time_dispatches: cfg.time_dispatches,
+            ..Default::default()
         })
         .await?;
         crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;

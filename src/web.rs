@@ -232,6 +232,8 @@ impl Trainer {
                 "backend": t.context().backend(),
                 // `precision: 'f16'` needs it (the page offers f16 only then).
                 "shader_f16": t.context().adapter_features().contains(wgpu::Features::SHADER_F16),
+                // Block reductions by subgroups (else shared memory).
+                "subgroups": t.context().subgroups(),
             })
         })
     }

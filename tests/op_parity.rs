@@ -13,7 +13,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 // about k * 6e-8 relative error in the worst case and far less on random data.
 
 mod support {
-    pub use crate::common::{assert_close, context, poisoned, read};
+    pub use crate::common::{assert_close, context, poisoned, read, reduction_contexts};
 
     /// [`assert_close`] with the scale at least `floor`: for values whose absolute
     /// error is what matters (a loss near 0 has ~1e-7 absolute error from log(sum)).
@@ -236,25 +236,26 @@ mod layernorm {
     gpu_test!(layernorm_forward_matches_reference, forward_body());
     /// Tolerance 1e-5: f32 sums over c <= 384 terms and one rsqrt per row.
     async fn forward_body() {
-        let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        for (rows, c) in shapes() {
-            for target in Target::ALL {
-                let (inp, w, bias) = inputs(&mut rng, rows, c);
-                let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
-                let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
-                    kernels::layernorm_forward_on(&ctx, target, &gi, &gw, &gb, rows, c)
-                });
-                let (want_out, want_mean, want_rstd) =
-                    cpu::layernorm_forward(&inp, &w, &bias, rows, c);
-                let what = format!("{target:?} kernels, rows {rows} c {c}");
-                let got = read(&ctx, &out, rows * c).await;
-                assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
-                let got = read(&ctx, &mean, rows).await;
-                assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
-                let got = read(&ctx, &rstd, rows).await;
-                assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+        for (reductions, ctx) in reduction_contexts().await {
+            for (rows, c) in shapes() {
+                for target in Target::ALL {
+                    let (inp, w, bias) = inputs(&mut rng, rows, c);
+                    let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
+                    let (out, mean, rstd) = poisoned(&ctx, &[rows * c, rows, rows], || {
+                        kernels::layernorm_forward_on(&ctx, target, &gi, &gw, &gb, rows, c)
+                    });
+                    let (want_out, want_mean, want_rstd) =
+                        cpu::layernorm_forward(&inp, &w, &bias, rows, c);
+                    let what = format!("{reductions}, {target:?} kernels, rows {rows} c {c}");
+                    let got = read(&ctx, &out, rows * c).await;
+                    assert_close(&format!("out, {what}"), &got, &want_out, 1e-5, seed);
+                    let got = read(&ctx, &mean, rows).await;
+                    assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
+                    let got = read(&ctx, &rstd, rows).await;
+                    assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+                }
             }
         }
     }
@@ -264,44 +265,47 @@ mod layernorm {
     /// c = 3 the result can cancel a hundredfold below them), dweight and dbias are f32 sums over up to
     /// 16k rows in chunks of 64, then over the chunks (measured up to 6e-7).
     async fn backward_body() {
-        let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        for (rows, c) in shapes() {
-            for target in Target::ALL {
-                let (inp, w, _) = inputs(&mut rng, rows, c);
-                let dout = normals(&mut rng, rows * c, 1.0);
-                // mean and rstd as the forward reference gives them.
-                let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
-                let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
-                let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
-                let chunks = rows.div_ceil(64);
-                let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
-                    kernels::layernorm_backward_on(&ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c)
-                });
-                let (want_dinp, want_dw, want_db) =
-                    cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
-                let what = format!("{target:?} kernels, rows {rows} c {c}");
-                let got = read(&ctx, &dinp, rows * c).await;
-                // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w: at
-                // small c the three terms can cancel to far below their size, so the
-                // error is measured against the terms (rstd * |g|), not the result.
-                let terms = (0..rows * c)
-                    .map(|i| (rstd[i / c] * dout[i] * w[i % c]).abs())
-                    .fold(0.0f32, f32::max);
-                let err = got
-                    .iter()
-                    .zip(&want_dinp)
-                    .map(|(g, w)| (g - w).abs())
-                    .fold(0.0f32, f32::max);
-                assert!(
+        for (reductions, ctx) in reduction_contexts().await {
+            for (rows, c) in shapes() {
+                for target in Target::ALL {
+                    let (inp, w, _) = inputs(&mut rng, rows, c);
+                    let dout = normals(&mut rng, rows * c, 1.0);
+                    // mean and rstd as the forward reference gives them.
+                    let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                    let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                    let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
+                    let chunks = rows.div_ceil(64);
+                    let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
+                        kernels::layernorm_backward_on(
+                            &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c,
+                        )
+                    });
+                    let (want_dinp, want_dw, want_db) =
+                        cpu::layernorm_backward(&dout, &inp, &w, &mean, &rstd, rows, c);
+                    let what = format!("{reductions}, {target:?} kernels, rows {rows} c {c}");
+                    let got = read(&ctx, &dinp, rows * c).await;
+                    // dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w: at
+                    // small c the three terms can cancel to far below their size, so the
+                    // error is measured against the terms (rstd * |g|), not the result.
+                    let terms = (0..rows * c)
+                        .map(|i| (rstd[i / c] * dout[i] * w[i % c]).abs())
+                        .fold(0.0f32, f32::max);
+                    let err = got
+                        .iter()
+                        .zip(&want_dinp)
+                        .map(|(g, w)| (g - w).abs())
+                        .fold(0.0f32, f32::max);
+                    assert!(
                     got.iter().all(|x| x.is_finite()) && err <= 1e-5 * terms,
                     "dinp, {what}: max error {err:e} > 1e-5 of the largest term {terms:e} (seed {seed}; replay natively with TIDEPOOL_SEED={seed})"
                 );
-                let got = read(&ctx, &dw, c).await;
-                assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
-                let got = read(&ctx, &db, c).await;
-                assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+                    let got = read(&ctx, &dw, c).await;
+                    assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+                    let got = read(&ctx, &db, c).await;
+                    assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
+                }
             }
         }
     }
@@ -315,55 +319,58 @@ mod layernorm {
     /// exactly the reference dropout of the GPU's own dinp (same mask bits, one
     /// f32 multiply).
     async fn residual_body() {
-        let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        let mut shapes: Vec<_> = shapes().into_iter().filter(|&(r, _)| r < 1000).collect();
-        // Odd, so never a power of two.
-        shapes.push((3 + 2 * rng.below(149), 5 + 2 * rng.below(150)));
-        for (rows, c) in shapes {
-            for target in Target::ALL {
-                for (with_resid, p) in [(true, 0.0f32), (true, 0.2), (false, 0.5)] {
-                    let (inp, w, _) = inputs(&mut rng, rows, c);
-                    let dout = normals(&mut rng, rows * c, 1.0);
-                    let resid = normals(&mut rng, rows * c, 1.0);
-                    let mask = (p > 0.0).then(|| DropoutMask {
-                        p,
-                        seed: rng.next_u64() as u32,
-                    });
-                    let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
-                    let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
-                    let (gm, gr, gres) = (ctx.upload(&mean), ctx.upload(&rstd), ctx.upload(&resid));
-                    let chunks = rows.div_ceil(64);
-                    let mut lens = vec![rows * c, 2 * chunks * c, c, c];
-                    if mask.is_some() {
-                        lens.insert(0, rows * c);
-                    }
-                    let r = with_resid.then_some(&gres);
-                    let (dinp, masked, dw, db) = poisoned(&ctx, &lens, || {
-                        kernels::layernorm_backward_fused_on(
-                            &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c, r, mask,
-                        )
-                    });
-                    let want_resid = with_resid.then_some(&resid[..]);
-                    let (want_dinp, _, want_dw, want_db) = cpu::layernorm_backward_residual(
-                        &dout, &inp, &w, &mean, &rstd, rows, c, want_resid, mask,
+        for (reductions, ctx) in reduction_contexts().await {
+            let mut shapes: Vec<_> = shapes().into_iter().filter(|&(r, _)| r < 1000).collect();
+            // Odd, so never a power of two.
+            shapes.push((3 + 2 * rng.below(149), 5 + 2 * rng.below(150)));
+            for (rows, c) in shapes {
+                for target in Target::ALL {
+                    for (with_resid, p) in [(true, 0.0f32), (true, 0.2), (false, 0.5)] {
+                        let (inp, w, _) = inputs(&mut rng, rows, c);
+                        let dout = normals(&mut rng, rows * c, 1.0);
+                        let resid = normals(&mut rng, rows * c, 1.0);
+                        let mask = (p > 0.0).then(|| DropoutMask {
+                            p,
+                            seed: rng.next_u64() as u32,
+                        });
+                        let (_, mean, rstd) =
+                            cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                        let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                        let (gm, gr, gres) =
+                            (ctx.upload(&mean), ctx.upload(&rstd), ctx.upload(&resid));
+                        let chunks = rows.div_ceil(64);
+                        let mut lens = vec![rows * c, 2 * chunks * c, c, c];
+                        if mask.is_some() {
+                            lens.insert(0, rows * c);
+                        }
+                        let r = with_resid.then_some(&gres);
+                        let (dinp, masked, dw, db) = poisoned(&ctx, &lens, || {
+                            kernels::layernorm_backward_fused_on(
+                                &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c, r, mask,
+                            )
+                        });
+                        let want_resid = with_resid.then_some(&resid[..]);
+                        let (want_dinp, _, want_dw, want_db) = cpu::layernorm_backward_residual(
+                            &dout, &inp, &w, &mean, &rstd, rows, c, want_resid, mask,
+                        );
+                        let what = format!(
+                        "{reductions}, {target:?} kernels, rows {rows} c {c} resid {with_resid} {mask:?}"
                     );
-                    let what = format!(
-                        "{target:?} kernels, rows {rows} c {c} resid {with_resid} {mask:?}"
-                    );
-                    let got = read(&ctx, &dinp, rows * c).await;
-                    assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
-                    assert_eq!(masked.is_some(), mask.is_some(), "{what}");
-                    if let (Some(masked), Some(m)) = (masked, mask) {
-                        let got_masked = read(&ctx, &masked, rows * c).await;
-                        let want = cpu::dropout(&got, m.p, m.seed);
-                        assert_eq!(got_masked, want, "masked, {what} (seed {seed})");
+                        let got = read(&ctx, &dinp, rows * c).await;
+                        assert_close(&format!("dinp, {what}"), &got, &want_dinp, 1e-5, seed);
+                        assert_eq!(masked.is_some(), mask.is_some(), "{what}");
+                        if let (Some(masked), Some(m)) = (masked, mask) {
+                            let got_masked = read(&ctx, &masked, rows * c).await;
+                            let want = cpu::dropout(&got, m.p, m.seed);
+                            assert_eq!(got_masked, want, "masked, {what} (seed {seed})");
+                        }
+                        let got = read(&ctx, &dw, c).await;
+                        assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
+                        let got = read(&ctx, &db, c).await;
+                        assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
                     }
-                    let got = read(&ctx, &dw, c).await;
-                    assert_close(&format!("dweight, {what}"), &got, &want_dw, 1e-5, seed);
-                    let got = read(&ctx, &db, c).await;
-                    assert_close(&format!("dbias, {what}"), &got, &want_db, 1e-5, seed);
                 }
             }
         }
@@ -429,47 +436,48 @@ mod crossentropy {
     /// loss near 0 is only absolutely accurate); dlogits 1e-6 (one subtract and
     /// multiply of the same probs).
     async fn crossentropy_body() {
-        let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        for (rows, v) in shapes() {
-            for target in Target::ALL {
-                // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
-                let logits = rng.vec(rows * v, -40.0, 40.0);
-                let targets = tokens(&mut rng, rows, v);
-                let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
-                let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
-                    kernels::crossentropy_forward_on(&ctx, target, &gl, &gt, rows, v)
-                });
-                let (want_losses, want_probs) =
-                    cpu::crossentropy_forward(&logits, &targets, rows, v);
-                let what = format!("{target:?} kernels, rows {rows} v {v}");
-                let got_losses = read(&ctx, &losses, rows).await;
-                assert_close_floor(
-                    &format!("losses, {what}"),
-                    &got_losses,
-                    &want_losses,
-                    1e-5,
-                    1.0,
-                    seed,
-                );
-                let got_probs = read(&ctx, &probs, rows * v).await;
-                assert_close(
-                    &format!("probs, {what}"),
-                    &got_probs,
-                    &want_probs,
-                    1e-5,
-                    seed,
-                );
+        for (reductions, ctx) in reduction_contexts().await {
+            for (rows, v) in shapes() {
+                for target in Target::ALL {
+                    // Wide logits (up to +-40): softmax must subtract the row max to stay finite.
+                    let logits = rng.vec(rows * v, -40.0, 40.0);
+                    let targets = tokens(&mut rng, rows, v);
+                    let (gl, gt) = (ctx.upload(&logits), ctx.upload(&targets));
+                    let (losses, probs) = poisoned(&ctx, &[rows, rows * v], || {
+                        kernels::crossentropy_forward_on(&ctx, target, &gl, &gt, rows, v)
+                    });
+                    let (want_losses, want_probs) =
+                        cpu::crossentropy_forward(&logits, &targets, rows, v);
+                    let what = format!("{reductions}, {target:?} kernels, rows {rows} v {v}");
+                    let got_losses = read(&ctx, &losses, rows).await;
+                    assert_close_floor(
+                        &format!("losses, {what}"),
+                        &got_losses,
+                        &want_losses,
+                        1e-5,
+                        1.0,
+                        seed,
+                    );
+                    let got_probs = read(&ctx, &probs, rows * v).await;
+                    assert_close(
+                        &format!("probs, {what}"),
+                        &got_probs,
+                        &want_probs,
+                        1e-5,
+                        seed,
+                    );
 
-                // The backward from the GPU's own probs, so only the backward is compared.
-                let scale = 1.0 / rows as f32;
-                let dlogits = poisoned(&ctx, &[rows * v], || {
-                    kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
-                });
-                let got = read(&ctx, &dlogits, rows * v).await;
-                let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
-                assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+                    // The backward from the GPU's own probs, so only the backward is compared.
+                    let scale = 1.0 / rows as f32;
+                    let dlogits = poisoned(&ctx, &[rows * v], || {
+                        kernels::crossentropy_backward(&ctx, &probs, &gt, rows, v, scale)
+                    });
+                    let got = read(&ctx, &dlogits, rows * v).await;
+                    let want = cpu::crossentropy_backward(&got_probs, &targets, rows, v, scale);
+                    assert_close(&format!("dlogits, {what}"), &got, &want, 1e-6, seed);
+                }
             }
         }
     }
@@ -478,26 +486,27 @@ mod crossentropy {
     /// Tolerance 1e-5 of the largest input: a tree of f32 sums, sizes from one
     /// partial to the 256-partial cap.
     async fn mean_body() {
-        let ctx = context().await;
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
-        for n in [1usize, 7, 130, 1024, 1025, 16_384, 70_001, 300_001] {
-            let x = rng.vec(n, 0.0, 5.0);
-            let gx = ctx.upload(&x);
-            // The output, and the scratch partials of the two-pass sum (GPUs, or CPU
-            // adapters past 65536 floats).
-            let parts = n.div_ceil(1024).clamp(1, 256);
-            let one_pass = Target::of(&ctx) == Target::Cpu && n <= 65536;
-            let lens: &[usize] = if one_pass { &[1] } else { &[1, parts] };
-            let out = poisoned(&ctx, lens, || kernels::mean(&ctx, &gx, n));
-            let got = read(&ctx, &out, 1).await;
-            let want = cpu::mean(&x);
-            let err = (got[0] - want).abs() / 5.0;
-            assert!(
-                err <= 1e-5,
-                "mean n {n}: got {} want {want} (seed {seed})",
-                got[0]
-            );
+        for (reductions, ctx) in reduction_contexts().await {
+            for n in [1usize, 7, 130, 1024, 1025, 16_384, 70_001, 300_001] {
+                let x = rng.vec(n, 0.0, 5.0);
+                let gx = ctx.upload(&x);
+                // The output, and the scratch partials of the two-pass sum (GPUs, or CPU
+                // adapters past 65536 floats).
+                let parts = n.div_ceil(1024).clamp(1, 256);
+                let one_pass = Target::of(&ctx) == Target::Cpu && n <= 65536;
+                let lens: &[usize] = if one_pass { &[1] } else { &[1, parts] };
+                let out = poisoned(&ctx, lens, || kernels::mean(&ctx, &gx, n));
+                let got = read(&ctx, &out, 1).await;
+                let want = cpu::mean(&x);
+                let err = (got[0] - want).abs() / 5.0;
+                assert!(
+                    err <= 1e-5,
+                    "mean n {n}, {reductions}: got {} want {want} (seed {seed})",
+                    got[0]
+                );
+            }
         }
     }
 }
@@ -1147,5 +1156,60 @@ mod dropout {
             reference::dropout_seed(1, 1, 0),
             reference::dropout_seed(1, 1, 1)
         );
+    }
+}
+
+// ---- block reductions: both preludes compile everywhere ----
+//
+// The kernels' parity tests above run each block-reduction variant the device has
+// (`common::reduction_contexts`); this compiles both with naga, as wgpu's Vulkan
+// backend would, so the subgroup one is checked even where no device offers it.
+#[cfg(not(target_arch = "wasm32"))]
+mod reductions {
+    use tidepool::kernels::{prelude_kernels, source_for};
+
+    #[test]
+    fn prelude_kernels_compile_to_spirv_with_either_reduction() {
+        use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, Validator};
+        let kernels = prelude_kernels();
+        assert!(kernels.len() >= 10, "{} kernels", kernels.len());
+        for kernel in &kernels {
+            assert!(
+                kernel.source.contains("fn block_sum("),
+                "{}: not joined after the prelude",
+                kernel.name
+            );
+            for subgroups in [false, true] {
+                let what = format!("{} (subgroups {subgroups})", kernel.name);
+                let source = source_for(kernel, subgroups);
+                assert_eq!(
+                    source.contains("subgroupAdd"),
+                    subgroups,
+                    "{what}: the prelude was not swapped as asked"
+                );
+                let module = naga::front::wgsl::parse_str(&source)
+                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+                let caps = if subgroups {
+                    Capabilities::SUBGROUP
+                } else {
+                    Capabilities::empty()
+                };
+                let info = Validator::new(naga::valid::ValidationFlags::all(), caps)
+                    .subgroup_stages(ShaderStages::COMPUTE)
+                    .subgroup_operations(SubgroupOperationSet::all())
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+                let options = naga::back::spv::Options {
+                    lang_version: (1, 3),
+                    ..Default::default()
+                };
+                let words = naga::back::spv::write_vec(&module, &info, &options, None)
+                    .unwrap_or_else(|e| panic!("{what}: SPIR-V: {e}"));
+                // OpCapability (17) GroupNonUniformArithmetic (63): the subgroup adds and
+                // maxes reach the SPIR-V (naga writes every function), only with subgroups.
+                let arithmetic = words.windows(2).any(|w| w == [(2 << 16) | 17, 63]);
+                assert_eq!(arithmetic, subgroups, "{what}");
+            }
+        }
     }
 }

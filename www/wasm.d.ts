@@ -71,6 +71,8 @@ export interface AdapterInfo {
   backend: string;
   /** The adapter offers `shader-f16`, which `precision: 'f16'` needs. */
   shader_f16: boolean;
+  /** The kernels' block reductions run on subgroups (else through shared memory). */
+  subgroups: boolean;
 }
 
 /** `trainer.corpus()` */

@@ -35,6 +35,10 @@ pub struct ContextOptions {
     /// Time every dispatch on the GPU ([`WgpuContext::dispatch_times`]); needs the
     /// adapter's timestamp-query, and gives each dispatch a compute pass of its own.
     pub time_dispatches: bool,
+    /// Block reductions by subgroup operations where the device has them; `false`
+    /// keeps the shared-memory ones (op parity runs both). Natively the environment
+    /// variable `TIDEPOOL_NO_SUBGROUPS=1` also turns them off (for benchmarks).
+    pub subgroups: bool,
 }
 
 impl Default for ContextOptions {
@@ -45,6 +49,7 @@ impl Default for ContextOptions {
             precision: Precision::F32,
             submit_every: 0,
             time_dispatches: false,
+            subgroups: true,
         }
     }
 }
@@ -83,6 +88,11 @@ pub struct WgpuContext {
     precision: Precision,
     submit_every: u32,
     timer: Option<Mutex<DispatchTimer>>,
+    /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
+    subgroups: bool,
+    /// The device has subgroups (natively `Features::SUBGROUP`; in the browser the
+    /// `subgroups` feature, which wgpu 30 does not report: see web_subgroups.rs).
+    device_subgroups: bool,
     /// What the adapter offers (the device has only what was asked for).
     adapter_features: wgpu::Features,
     /// The adapter's cooperative-matrix configurations (empty without any).
@@ -110,6 +120,9 @@ impl WgpuContext {
     /// dx12) and `WGPU_ADAPTER_NAME` (a substring of the adapter's name) choose it.
     pub async fn with_options(options: ContextOptions) -> Result<Self> {
         options.pool.validate().map_err(Error::Config)?;
+        // In the browser the device asks for subgroups around wgpu, which cannot.
+        #[cfg(target_arch = "wasm32")]
+        let web_subgroups = super::web_subgroups::Shim::install();
         let (instance, adapter) = request_adapter().await?;
         let mut info = adapter.get_info();
         if info.name.is_empty() {
@@ -174,6 +187,14 @@ impl WgpuContext {
         let timer = options
             .time_dispatches
             .then(|| Mutex::new(DispatchTimer::new(&device)));
+        #[cfg(target_arch = "wasm32")]
+        let device_subgroups = web_subgroups.is_some_and(|shim| shim.asked());
+        #[cfg(not(target_arch = "wasm32"))]
+        let device_subgroups = required_features.contains(wgpu::Features::SUBGROUP);
+        let subgroups = options.subgroups
+            && device_subgroups
+            && subgroup_widths_fit(&info)
+            && !subgroups_off_by_env();
         Ok(WgpuContext {
             device,
             queue,
@@ -181,6 +202,8 @@ impl WgpuContext {
             precision: options.precision,
             submit_every: options.submit_every,
             timer,
+            subgroups,
+            device_subgroups,
             adapter_features,
             cooperative_matrices,
             memory,
@@ -211,6 +234,19 @@ impl WgpuContext {
 
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+
+    /// Whether the kernels' block reductions use subgroup operations: asked for
+    /// ([`ContextOptions::subgroups`]), offered by the device, and no wider than
+    /// [`crate::kernels::MAX_SUBGROUP_WIDTH`].
+    pub fn subgroups(&self) -> bool {
+        self.subgroups
+    }
+
+    /// Whether the device has subgroup operations, used or not (in the browser
+    /// wgpu's feature sets never say so; this does).
+    pub fn device_has_subgroups(&self) -> bool {
+        self.device_subgroups
     }
 
     /// Operands of the matmuls on this context ([`ContextOptions::precision`]).
@@ -592,7 +628,10 @@ impl WgpuContext {
                 self.memory.counters.pipelines_created.fetch_add(1, Relaxed);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
-                    source: wgpu::ShaderSource::Wgsl(kernel.source.into()),
+                    source: wgpu::ShaderSource::Wgsl(crate::kernels::source_for(
+                        kernel,
+                        self.subgroups,
+                    )),
                 };
                 let module = if kernel.unchecked {
                     // SAFETY: `unchecked` kernels guard every index themselves and
@@ -686,17 +725,19 @@ impl Drop for WgpuContext {
     }
 }
 
-/// The device features `precision` needs from an adapter offering `offered`: none
-/// for f32; for f16 shader-f16 (refused without it), plus subgroups and cooperative
-/// matrices where the adapter has both (the tensor-core matmul core).
+/// The device features `precision` needs from an adapter offering `offered`:
+/// subgroups wherever offered (the block reductions); for f16 shader-f16 (refused
+/// without it), plus cooperative matrices where the adapter has them with subgroups
+/// (the tensor-core matmul core).
 fn device_features(
     precision: Precision,
     offered: wgpu::Features,
     info: &wgpu::AdapterInfo,
 ) -> Result<wgpu::Features> {
     use wgpu::Features as F;
+    let subgroups = offered & F::SUBGROUP;
     match precision {
-        Precision::F32 => Ok(F::empty()),
+        Precision::F32 => Ok(subgroups),
         Precision::F16 if !offered.contains(F::SHADER_F16) => Err(Error::Config(format!(
             "precision f16 needs the adapter feature shader-f16 (wgpu SHADER_F16), which {} \
              ({:?}) does not offer; use precision f32",
@@ -705,6 +746,7 @@ fn device_features(
         Precision::F16 => {
             let coop = F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
             Ok(F::SHADER_F16
+                | subgroups
                 | if offered.contains(coop) {
                     coop
                 } else {
@@ -730,6 +772,26 @@ fn timing_features(
             info.name, info.backend
         ))),
     }
+}
+
+/// Whether every subgroup width the adapter may pick suits the subgroup reductions:
+/// a power of two no wider than [`crate::kernels::MAX_SUBGROUP_WIDTH`].
+fn subgroup_widths_fit(info: &wgpu::AdapterInfo) -> bool {
+    let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
+    min.is_power_of_two()
+        && max.is_power_of_two()
+        && min <= max
+        && max <= crate::kernels::MAX_SUBGROUP_WIDTH
+}
+
+/// `TIDEPOOL_NO_SUBGROUPS` set to anything but empty or `0`: the shared-memory
+/// reductions, to measure a step without the subgroup ones (`tidepool bench step`).
+fn subgroups_off_by_env() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(v) = std::env::var_os("TIDEPOOL_NO_SUBGROUPS") {
+        return !v.is_empty() && v != "0";
+    }
+    false
 }
 
 async fn request_adapter() -> Result<(wgpu::Instance, wgpu::Adapter)> {
@@ -827,13 +889,18 @@ mod tests {
         let info = adapter();
         let coop = F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
         let all = F::SHADER_F16 | coop;
-        assert_eq!(
-            device_features(Precision::F32, all, &info).unwrap(),
-            F::empty()
-        );
         assert_eq!(device_features(Precision::F16, all, &info).unwrap(), all);
         assert_eq!(
             device_features(Precision::F16, F::SHADER_F16 | F::SUBGROUP, &info).unwrap(),
+            F::SHADER_F16 | F::SUBGROUP
+        );
+        assert_eq!(
+            device_features(
+                Precision::F16,
+                F::SHADER_F16 | F::EXPERIMENTAL_COOPERATIVE_MATRIX,
+                &info
+            )
+            .unwrap(),
             F::SHADER_F16
         );
         for offered in [F::empty(), coop] {
@@ -845,5 +912,34 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn subgroups_are_asked_for_wherever_offered() {
+        let info = adapter();
+        for precision in [Precision::F32, Precision::F16] {
+            let offered = F::SHADER_F16 | F::SUBGROUP;
+            let got = device_features(precision, offered, &info).unwrap();
+            assert!(got.contains(F::SUBGROUP), "{precision:?}: {got:?}");
+            let got = device_features(precision, F::SHADER_F16, &info).unwrap();
+            assert!(!got.contains(F::SUBGROUP), "{precision:?}: {got:?}");
+        }
+        assert_eq!(
+            device_features(Precision::F32, F::EXPERIMENTAL_COOPERATIVE_MATRIX, &info).unwrap(),
+            F::empty()
+        );
+    }
+
+    #[test]
+    fn subgroup_reductions_need_power_of_two_widths_up_to_the_smallest_workgroup() {
+        let widths = |min, max| {
+            super::subgroup_widths_fit(&wgpu::AdapterInfo {
+                subgroup_min_size: min,
+                subgroup_max_size: max,
+                ..adapter()
+            })
+        };
+        assert!(widths(32, 32) && widths(4, 128) && widths(8, 8) && widths(1, 64));
+        assert!(!widths(0, 0) && !widths(32, 256) && !widths(24, 24) && !widths(64, 32));
     }
 }

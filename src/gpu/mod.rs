@@ -49,6 +49,8 @@ mod staging;
 mod timing;
 mod transfer;
 mod uniforms;
+#[cfg(target_arch = "wasm32")]
+mod web_subgroups;
 
 pub use context::{ContextOptions, WgpuContext};
 pub use kernel::{grid_1d, Kernel};

@@ -4,7 +4,7 @@ use super::optimizer::sum_into;
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = with_prelude!("crossentropy.wgsl");
+pub(super) const SOURCE: &str = with_prelude!("crossentropy.wgsl");
 
 const FORWARD: Kernel = Kernel {
     name: "crossentropy_forward",

@@ -5,7 +5,7 @@
 
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const SOURCE: &str = concat!(
+pub(super) const SOURCE: &str = concat!(
     include_str!("prelude.wgsl"),
     include_str!("gelu.wgsl"),
     include_str!("gelu_pass.wgsl")

@@ -4,7 +4,7 @@ use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
 
-const SOURCE: &str = concat!(
+pub(super) const SOURCE: &str = concat!(
     include_str!("prelude.wgsl"),
     include_str!("hash.wgsl"),
     include_str!("layernorm.wgsl")

@@ -22,9 +22,9 @@ use crate::error::{Error, Result};
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 pub use crate::reference::AdamW;
 
-const SOURCE: &str = with_prelude!("optimizer.wgsl");
+pub(super) const SOURCE: &str = with_prelude!("optimizer.wgsl");
 const TEMPLATE: &str = include_str!("optimizer_tensors.wgsl");
-const PRELUDE: &str = include_str!("prelude.wgsl");
+use super::PRELUDE;
 
 const REDUCE_PARTIAL: Kernel = Kernel {
     name: "optimizer_reduce_partial",
@@ -565,6 +565,15 @@ impl Pass {
             Pass::Adamw => "adamw",
         }
     }
+}
+
+/// The generated kernels for one and for several tensors a dispatch (the naga test
+/// compiles them with each prelude).
+pub(super) fn generated_kernels() -> Vec<Kernel> {
+    [Pass::Sumsq, Pass::Adamw]
+        .into_iter()
+        .flat_map(|pass| [1, 3].map(|k| tensors_kernel(pass, k)))
+        .collect()
 }
 
 /// The kernel of `pass` for `k` tensors, generated on first use.

@@ -10,6 +10,9 @@ fn linear(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 
 var<workgroup> red: array<f32, WG>;
 
+// ---- block reductions: shared memory (prelude_subgroups.wgsl replaces this part
+// where the device has subgroups; kernels::source_for chooses) ----
+
 // Sum of `x` over the workgroup, returned to every thread, added in a fixed order.
 // Called in uniform control flow; leaves `red` free for the next call.
 fn block_sum(x: f32, lid: u32) -> f32 {

@@ -1,6 +1,6 @@
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
-const RESIDUAL: Kernel = Kernel {
+pub(super) const RESIDUAL: Kernel = Kernel {
     name: "residual_forward",
     source: with_prelude!("residual.wgsl"),
     entry: "main",

@@ -29,15 +29,115 @@ macro_rules! gpu_test {
 /// pass. Fitting has its own tests (tests/pool.rs, tests/gpu.rs, the training tests'
 /// default trainers).
 pub async fn context() -> WgpuContext {
+    context_with(true).await
+}
+
+/// [`context`], with the kernels' block reductions by subgroups where the device
+/// has them (`subgroups`) or by shared memory.
+pub async fn context_with(subgroups: bool) -> WgpuContext {
     WgpuContext::with_options(tidepool::gpu::ContextOptions {
         pool: tidepool::pool::BufferPoolConfig {
             fit_ratio: 1,
             ..Default::default()
         },
+        subgroups,
         ..Default::default()
     })
     .await
     .expect("a GPU context (lavapipe natively, WebGPU in the browser)")
+}
+
+/// The contexts a test of a kernel that calls the prelude's block reductions runs
+/// on, each with its name: by subgroups wherever the device has them, and by shared
+/// memory everywhere. A device with subgroups whose context does not use them fails
+/// the test (a test must not pass without running the variant it names where it
+/// could); one without says so and runs the shared-memory variant alone.
+pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
+    let ctx = context_with(true).await;
+    let info = ctx.adapter_info();
+    // Natively what wgpu reports; in the browser what the browser's own adapter
+    // says (wgpu 30 reports no subgroups there), so both are checked against the
+    // context's claim.
+    let offered = ctx.device_has_subgroups();
+    #[cfg(not(target_arch = "wasm32"))]
+    assert_eq!(
+        offered,
+        ctx.adapter_features().contains(wgpu::Features::SUBGROUP),
+        "subgroups offered by the adapter but not on the device, or the reverse"
+    );
+    #[cfg(target_arch = "wasm32")]
+    assert_eq!(
+        offered,
+        browser_offers_subgroups().await == Some(true),
+        "the context's subgroups disagree with the browser's adapter"
+    );
+    let fits = info.subgroup_max_size <= tidepool::kernels::MAX_SUBGROUP_WIDTH;
+    let mut contexts = Vec::new();
+    if offered && fits && !off_by_env() {
+        assert!(
+            ctx.subgroups(),
+            "{} offers subgroups {} to {} wide, but the context does not use them",
+            ctx.adapter_name(),
+            info.subgroup_min_size,
+            info.subgroup_max_size
+        );
+        note(&format!(
+            "{}: subgroups {} to {} wide: both reduction variants run",
+            ctx.adapter_name(),
+            info.subgroup_min_size,
+            info.subgroup_max_size
+        ));
+        contexts.push(("subgroup reductions", ctx));
+    } else {
+        assert!(!ctx.subgroups(), "subgroups used where not expected");
+        let why = if !offered {
+            "the device does not offer subgroups".to_string()
+        } else if !fits {
+            format!("its subgroups are up to {} wide", info.subgroup_max_size)
+        } else {
+            "TIDEPOOL_NO_SUBGROUPS is set".to_string()
+        };
+        note(&format!(
+            "{}: {why}; the subgroup reductions are not run here, only the shared-memory ones",
+            ctx.adapter_name()
+        ));
+    }
+    let fallback = context_with(false).await;
+    assert!(!fallback.subgroups(), "subgroups used though turned off");
+    contexts.push(("shared-memory reductions", fallback));
+    contexts
+}
+
+/// `navigator.gpu`'s adapter offers `subgroups` (`None`: it could not be asked),
+/// asked directly: wgpu 30's WebGPU backend reports no subgroups.
+#[cfg(target_arch = "wasm32")]
+async fn browser_offers_subgroups() -> Option<bool> {
+    use js_sys::Reflect;
+    use wasm_bindgen::JsCast;
+    let get = |target: &wasm_bindgen::JsValue, key: &str| Reflect::get(target, &key.into()).ok();
+    let gpu = get(&get(&js_sys::global(), "navigator")?, "gpu")?;
+    let request: js_sys::Function = get(&gpu, "requestAdapter")?.dyn_into().ok()?;
+    let promise: js_sys::Promise = request.call0(&gpu).ok()?.dyn_into().ok()?;
+    let adapter = wasm_bindgen_futures::JsFuture::from(promise).await.ok()?;
+    let features = get(&adapter, "features")?;
+    let has: js_sys::Function = get(&features, "has")?.dyn_into().ok()?;
+    has.call1(&features, &"subgroups".into()).ok()?.as_bool()
+}
+
+fn off_by_env() -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(v) = std::env::var_os("TIDEPOOL_NO_SUBGROUPS") {
+        return !v.is_empty() && v != "0";
+    }
+    false
+}
+
+/// A line in the test's output: stderr natively, the console in the browser.
+pub fn note(text: &str) {
+    #[cfg(target_arch = "wasm32")]
+    wasm_bindgen_test::console_log!("{text}");
+    #[cfg(not(target_arch = "wasm32"))]
+    eprintln!("{text}");
 }
 
 pub async fn read(ctx: &WgpuContext, buffer: &PooledBuffer, len: usize) -> Vec<f32> {
