@@ -149,6 +149,13 @@ case "${1:-bench}" in
     run step_small ./tidepool bench step --presets tiny,small --submit-every $sweep --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every $big --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
     run kernels ./tidepool bench kernels --presets shakespeare --precision f32,f16 --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    run kernels_nosub env TIDEPOOL_NO_SUBGROUPS=1 ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    # Block reductions by subgroups (default) or shared memory, taking turns.
+    for round in 1 2; do
+      for v in 0 1; do
+        run "step_nosub$v" env TIDEPOOL_NO_SUBGROUPS=$v ./tidepool bench step --presets tiny,small,shakespeare --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
+      done
+    done
     run kernels_small ./tidepool bench kernels --presets tiny,small --warmup 5 --steps 10 --corpus tinyshakespeare.txt --json
     # Through Dawn one trainer a process: every live device of a process is ticked
     # while a step's loss is awaited, so trainers side by side slow each other.
