@@ -22,6 +22,7 @@
 #   scripts/gpu-run.sh round4   per-shape cuBLAS (torch_matmul.py) beside matmul_bench,
 #                               submit_every swept natively and through Dawn on every
 #                               preset, PyTorch eager, op parity on the GPU (~6 min)
+#   scripts/gpu-run.sh ratio    the browser build (Dawn) against native, three rounds (~3 min)
 #   scripts/gpu-run.sh f16      parity, matmul variants, f32/f16 steps and 2000-step curves
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
@@ -176,6 +177,19 @@ case "${1:-bench}" in
     for t in ${GPU_TESTS:-op_parity matmul_f16}; do
       [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
     done
+    ;;
+  ratio)
+    # The browser build against native on the page's presets and shakespeare (~3
+    # min): three rounds, native then Dawn each round, default settings; then V8's
+    # profile of Dawn on small.
+    for round in 1 2 3; do
+      run "native_$round" ./tidepool bench step --presets tiny,small,shakespeare --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small shakespeare; do
+        run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+      done
+    done
+    mkdir -p "$out/prof"
+    run dawn_profile /tmp/node --cpu-prof --cpu-prof-dir="$out/prof" dawn/bench-dawn.mjs --pkg ./pkg --preset small --corpus tinyshakespeare.txt --warmup 5 --steps 60
     ;;
   train)
     run train timeout "${TRAIN_SECONDS:-500}" ./tidepool train --preset shakespeare --corpus tinyshakespeare.txt --eval-every 250 --json ${TRAIN_FLAGS:-}

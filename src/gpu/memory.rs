@@ -553,12 +553,34 @@ impl MemoryManager {
 /// Copies `bytes` into a buffer mapped for writing (its first `len` bytes) and
 /// unmaps it.
 pub(crate) fn write_mapped(buffer: &wgpu::Buffer, len: u64, bytes: &[u8]) -> Result<(), String> {
-    let mut view = buffer
-        .slice(..len)
-        .get_mapped_range_mut()
-        .map_err(|e| format!("could not write an upload: {e}"))?;
-    view.slice(..bytes.len()).copy_from_slice(bytes);
-    drop(view);
-    buffer.unmap();
-    Ok(())
+    // On the web, wgpu's writable view first copies the whole mapped range into wasm
+    // memory and copies it all back when dropped. Reading a mapped staging buffer
+    // can be very slow (Dawn on a discrete GPU may place it in memory the CPU reads
+    // across the bus: BENCHMARKS.md, round four), so the bytes go straight into the
+    // browser's own array over the mapping, which is writable for a MAP_WRITE map
+    // and for one mapped at creation; nothing is read.
+    #[cfg(target_arch = "wasm32")]
+    {
+        let view = buffer
+            .slice(..len)
+            .get_mapped_range()
+            .map_err(|e| format!("could not write an upload: {e}"))?;
+        view.as_uint8array()
+            .subarray(0, bytes.len() as u32)
+            .copy_from(bytes);
+        drop(view);
+        buffer.unmap();
+        Ok(())
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let mut view = buffer
+            .slice(..len)
+            .get_mapped_range_mut()
+            .map_err(|e| format!("could not write an upload: {e}"))?;
+        view.slice(..bytes.len()).copy_from_slice(bytes);
+        drop(view);
+        buffer.unmap();
+        Ok(())
+    }
 }
