@@ -80,6 +80,14 @@ impl Recorder {
     }
 }
 
+/// What follows a dispatch: outside any scope it is submitted at once; inside one,
+/// the scope's work so far goes out every `submit_every` dispatches.
+enum AfterDispatch {
+    Record,
+    SubmitPart,
+    Submit,
+}
+
 /// A device, its queue and the pool under every kernel.
 pub struct WgpuContext {
     pub device: wgpu::Device,
@@ -511,31 +519,25 @@ impl WgpuContext {
             let op = kernel.name.split('#').next().unwrap_or(kernel.name);
             self.memory.trace.dispatched(op);
         }
-        // Timed: this dispatch alone in a pass whose ends write timestamps.
-        let timed = self.timer.as_ref().and_then(|t| lock(t).next(kernel.name));
-        let auto_submit = {
+        let mut timer = self.timer.as_ref().map(lock);
+        let timed = timer.as_mut().and_then(|t| t.next(kernel.name));
+        let next = {
             let mut rec = lock(&self.recorder);
-            if let Some(first) = timed {
+            if timed.is_some() || rec.pass.is_none() {
+                // A timed dispatch gets a pass of its own whose ends write timestamps.
                 rec.pass = None;
-                let timer = lock(self.timer.as_ref().expect("timed"));
+                let timestamp_writes = timed.zip(timer.as_deref()).map(|(first, timer)| {
+                    wgpu::ComputePassTimestampWrites {
+                        query_set: &timer.queries,
+                        beginning_of_pass_write_index: Some(first),
+                        end_of_pass_write_index: Some(first + 1),
+                    }
+                });
                 let pass = self
                     .open_encoder(&mut rec)
                     .begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: None,
-                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                            query_set: &timer.queries,
-                            beginning_of_pass_write_index: Some(first),
-                            end_of_pass_write_index: Some(first + 1),
-                        }),
-                    })
-                    .forget_lifetime();
-                rec.pass = Some(pass);
-            } else if rec.pass.is_none() {
-                let pass = self
-                    .open_encoder(&mut rec)
-                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: None,
-                        timestamp_writes: None,
+                        timestamp_writes,
                     })
                     .forget_lifetime();
                 rec.pass = Some(pass);
@@ -549,17 +551,18 @@ impl WgpuContext {
             }
             rec.dispatches += 1;
             if rec.depth == 0 {
-                Some(true)
+                AfterDispatch::Submit
             } else if self.submit_every > 0 && rec.dispatches >= self.submit_every {
-                Some(false)
+                AfterDispatch::SubmitPart
             } else {
-                None
+                AfterDispatch::Record
             }
         };
-        match auto_submit {
-            Some(true) => self.flush(),
-            Some(false) => self.submit_part(),
-            None => {}
+        drop(timer);
+        match next {
+            AfterDispatch::Submit => self.flush(),
+            AfterDispatch::SubmitPart => self.submit_part(),
+            AfterDispatch::Record => {}
         }
     }
 
