@@ -64,6 +64,8 @@ impl Params {
 }
 
 const WG: u32 = 256;
+/// Channels a dwte workgroup sums (embedding.wgsl's `CB`).
+const DWTE_CHANNELS: usize = 32;
 
 /// `out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]`: `tokens` is `b*t` u32, `wte` `v*c`,
 /// `wpe` at least `t*c`; returns `b*t*c` floats.
@@ -151,7 +153,9 @@ pub fn encoder_backward(
 ) -> (PooledBuffer, PooledBuffer) {
     let params = Params::new(b, t, c, v);
     let dwte = ctx.create_pooled(v * c * 4);
-    let grid = grid_1d((v * c) as u32, WG);
+    // A workgroup a token and DWTE_CHANNELS channels (embedding.wgsl's CB), spread
+    // over x and y like a 1-D launch of single-thread groups.
+    let grid = grid_1d((v * c.div_ceil(DWTE_CHANNELS)) as u32, 1);
     match extra_dwte {
         Some(extra) => ctx.dispatch(
             &DWTE_EXTRA,

@@ -2,6 +2,7 @@
 //   forward      out[r, i] = wte[tokens[r], i] + wpe[r % t, i]      (one thread an element),
 //                through the embedding's dropout mask (threshold 0, scale 1: none)
 //   dwte         dwte[k, i] = sum of dout[r, i] over the rows r holding token k
+//                (a workgroup a token and 32 channels, its rows split eight ways)
 //   dwte_extra   the same plus extra[k, i] (the tied output head's gradient)
 //   dwpe         dwpe[s, i] = sum over the batch of dout[b*t + s, i]
 // The backward is a gather, not a scatter: `offsets`/`positions` (built on the host by
@@ -42,33 +43,64 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     out[idx] = select(0.0, x * p.scale, kept(p.seed, idx, p.threshold));
 }
 
-// Sum of dout over the rows holding token idx / c, channel idx % c.
-fn token_sum(idx: u32) -> f32 {
-    let k = idx / p.c;
-    let i = idx % p.c;
+// dwte: a workgroup a (token, block of CB channels); its ROWS row groups each sum
+// every ROWS-th row of the token's list, then the first group adds the groups' sums
+// in order. Frequent tokens (a space holds thousands of rows) are split eight ways
+// instead of summed by one thread, and the order stays fixed.
+const CB: u32 = 32u;
+const ROWS: u32 = WG / CB;
+var<workgroup> part: array<f32, WG>;
+
+// The workgroup's token k and this thread's channel i. The workgroups of a 1-D launch
+// of `v * ceil(c / CB)` groups are spread over x and y (grid_1d).
+struct Slot { k: u32, i: u32, live: bool }
+
+fn slot(wg: vec3<u32>, nwg: vec3<u32>, lid: u32) -> Slot {
+    let blocks = (p.c + CB - 1u) / CB;
+    let group = wg.x + wg.y * nwg.x;
+    let k = group / blocks;
+    let i = (group % blocks) * CB + lid % CB;
+    return Slot(k, i, k < p.v && i < p.c);
+}
+
+// Sum of dout over the rows holding token `at.k`, channel `at.i` (0 for a thread past
+// the last channel, which still takes part in the barrier).
+fn token_sum(at: Slot, lid: u32) -> f32 {
     var s = 0.0;
-    for (var j = offsets[k]; j < offsets[k + 1u]; j++) {
-        s += dout[positions[j] * p.c + i];
+    if (at.live) {
+        for (var j = offsets[at.k] + lid / CB; j < offsets[at.k + 1u]; j += ROWS) {
+            s += dout[positions[j] * p.c + at.i];
+        }
     }
-    return s;
+    part[lid] = s;
+    workgroupBarrier();
+    var total = 0.0;
+    for (var r = 0u; r < ROWS; r++) {
+        total += part[r * CB + lid % CB];
+    }
+    return total;
+}
+
+// Row group 0 writes; the others only helped.
+@compute @workgroup_size(WG)
+fn dwte_only(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let at = slot(wg, nwg, lid);
+    let total = token_sum(at, lid);
+    if (at.live && lid < CB) {
+        dwte[at.k * p.c + at.i] = total;
+    }
 }
 
 @compute @workgroup_size(WG)
-fn dwte_only(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = linear(gid, nwg);
-    if (idx >= p.v * p.c) {
-        return;
+fn dwte_extra(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let at = slot(wg, nwg, lid);
+    let total = token_sum(at, lid);
+    if (at.live && lid < CB) {
+        let idx = at.k * p.c + at.i;
+        dwte[idx] = total + extra[idx];
     }
-    dwte[idx] = token_sum(idx);
-}
-
-@compute @workgroup_size(WG)
-fn dwte_extra(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = linear(gid, nwg);
-    if (idx >= p.v * p.c) {
-        return;
-    }
-    dwte[idx] = token_sum(idx) + extra[idx];
 }
 
 @compute @workgroup_size(WG)
