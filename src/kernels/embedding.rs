@@ -1,5 +1,6 @@
 //! Token + position embedding (llm.c's encoder), forward and backward.
 
+use super::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
 
@@ -25,6 +26,18 @@ const DWTE_EXTRA: Kernel = Kernel {
     name: "encoder_backward_dwte_extra",
     source: SOURCE,
     entry: "dwte_extra",
+    unchecked: false,
+};
+const DWTE_ROWS: Kernel = Kernel {
+    name: "encoder_backward_dwte_rows",
+    source: SOURCE,
+    entry: "dwte_rows_only",
+    unchecked: false,
+};
+const DWTE_ROWS_EXTRA: Kernel = Kernel {
+    name: "encoder_backward_dwte_rows_extra",
+    source: SOURCE,
+    entry: "dwte_rows_extra",
     unchecked: false,
 };
 const DWPE: Kernel = Kernel {
@@ -137,8 +150,8 @@ pub fn token_index(tokens: &[u32], v: usize) -> (Vec<u32>, Vec<u32>) {
 /// Gradients of [`encoder_forward`] from `dout` (`b*t*c`), with `offsets` and
 /// `positions` from [`token_index`] (uploaded as u32). Returns `dwte` (`v*c`; plus
 /// `extra_dwte`, `v*c`, when given, e.g. the tied output head's gradient) and `dwpe`
-/// (`t*c`, summed over the batch). Deterministic: every element is summed by one
-/// thread in a fixed order.
+/// (`t*c`, summed over the batch). Deterministic: every element's terms are summed in
+/// a fixed order.
 #[allow(clippy::too_many_arguments)]
 pub fn encoder_backward(
     ctx: &WgpuContext,
@@ -151,19 +164,60 @@ pub fn encoder_backward(
     v: usize,
     extra_dwte: Option<&PooledBuffer>,
 ) -> (PooledBuffer, PooledBuffer) {
+    let target = Target::of(ctx);
+    encoder_backward_on(
+        ctx,
+        target,
+        dout,
+        offsets,
+        positions,
+        (b, t, c, v),
+        extra_dwte,
+    )
+}
+
+/// [`encoder_backward`] with the kernel tuning chosen: on GPUs a workgroup sums a
+/// token's rows for 32 channels, eight rows at a time; on CPU adapters a thread sums
+/// them for one channel.
+pub fn encoder_backward_on(
+    ctx: &WgpuContext,
+    target: Target,
+    dout: &PooledBuffer,
+    offsets: &PooledBuffer,
+    positions: &PooledBuffer,
+    (b, t, c, v): (usize, usize, usize, usize),
+    extra_dwte: Option<&PooledBuffer>,
+) -> (PooledBuffer, PooledBuffer) {
     let params = Params::new(b, t, c, v);
     let dwte = ctx.create_pooled(v * c * 4);
-    // A workgroup a token and DWTE_CHANNELS channels (embedding.wgsl's CB), spread
-    // over x and y like a 1-D launch of single-thread groups.
-    let grid = grid_1d((v * c.div_ceil(DWTE_CHANNELS)) as u32, 1);
+    let (kernel, grid) = match target {
+        // A workgroup a token and DWTE_CHANNELS channels (embedding.wgsl's CB), spread
+        // over x and y like a 1-D launch of single-thread groups.
+        Target::Gpu => (
+            if extra_dwte.is_some() {
+                &DWTE_EXTRA
+            } else {
+                &DWTE
+            },
+            grid_1d((v * c.div_ceil(DWTE_CHANNELS)) as u32, 1),
+        ),
+        Target::Cpu => (
+            if extra_dwte.is_some() {
+                &DWTE_ROWS_EXTRA
+            } else {
+                &DWTE_ROWS
+            },
+            grid_1d((v * c) as u32, WG),
+        ),
+    };
     match extra_dwte {
         Some(extra) => ctx.dispatch(
-            &DWTE_EXTRA,
+            kernel,
             &params,
             &[dout, offsets, positions, &dwte, extra],
             grid,
         ),
-        None => ctx.dispatch(&DWTE, &params, &[dout, offsets, positions, &dwte], grid),
+        None => ctx.dispatch(kernel, &params, &[dout, offsets, positions, &dwte], grid),
     }
     let dwpe = ctx.create_pooled(t * c * 4);
     ctx.dispatch(&DWPE, &params, &[dout, &dwpe], grid_1d((t * c) as u32, WG));

@@ -2,7 +2,8 @@
 //   forward      out[r, i] = wte[tokens[r], i] + wpe[r % t, i]      (one thread an element),
 //                through the embedding's dropout mask (threshold 0, scale 1: none)
 //   dwte         dwte[k, i] = sum of dout[r, i] over the rows r holding token k
-//                (a workgroup a token and 32 channels, its rows split eight ways)
+//                (GPUs: a workgroup a token and 32 channels, its rows split eight
+//                ways; CPU adapters: a thread a (token, channel))
 //   dwte_extra   the same plus extra[k, i] (the tied output head's gradient)
 //   dwpe         dwpe[s, i] = sum over the batch of dout[b*t + s, i]
 // The backward is a gather, not a scatter: `offsets`/`positions` (built on the host by
@@ -43,7 +44,37 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     out[idx] = select(0.0, x * p.scale, kept(p.seed, idx, p.threshold));
 }
 
-// dwte: a workgroup a (token, block of CB channels); its ROWS row groups each sum
+// dwte on CPU adapters: a thread a (token, channel), summing the token's rows alone
+// (a workgroup's barrier costs a CPU more than the parallel sums save).
+fn token_sum_rows(idx: u32) -> f32 {
+    let k = idx / p.c;
+    let i = idx % p.c;
+    var s = 0.0;
+    for (var j = offsets[k]; j < offsets[k + 1u]; j++) {
+        s += dout[positions[j] * p.c + i];
+    }
+    return s;
+}
+
+@compute @workgroup_size(WG)
+fn dwte_rows_only(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = linear(gid, nwg);
+    if (idx >= p.v * p.c) {
+        return;
+    }
+    dwte[idx] = token_sum_rows(idx);
+}
+
+@compute @workgroup_size(WG)
+fn dwte_rows_extra(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = linear(gid, nwg);
+    if (idx >= p.v * p.c) {
+        return;
+    }
+    dwte[idx] = token_sum_rows(idx) + extra[idx];
+}
+
+// dwte on GPUs: a workgroup a (token, block of CB channels); its ROWS row groups each sum
 // every ROWS-th row of the token's list, then the first group adds the groups' sums
 // in order. Frequent tokens (a space holds thousands of rows) are split eight ways
 // instead of summed by one thread, and the order stays fixed.

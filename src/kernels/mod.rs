@@ -118,7 +118,9 @@ pub use layernorm::{
 // ---- embedding ----
 mod embedding;
 
-pub use embedding::{encoder_backward, encoder_forward, encoder_forward_dropout, token_index};
+pub use embedding::{
+    encoder_backward, encoder_backward_on, encoder_forward, encoder_forward_dropout, token_index,
+};
 
 // ---- matmul ----
 mod matmul;
