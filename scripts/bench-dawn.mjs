@@ -2,7 +2,7 @@
 // Chrome's WebGPU engine, from the npm package `webgpu`: how the H200 measures the
 // browser build on a real GPU. Prints one JSON line a result.
 //   node scripts/bench-dawn.mjs [--pkg DIR] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
-//                               [--submit-every 0,16,32] [--pool]
+//                               [--submit-every 0,16,32] [--at-once N] [--pool]
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { create, globals } from 'webgpu';
@@ -16,6 +16,8 @@ const { values: opt } = parseArgs({
     corpus: { type: 'string' },
     pool: { type: 'boolean', default: false },
     'submit-every': { type: 'string' },
+    // Steps a call records before reading their losses (trainer.steps(n)); 1: step().
+    'at-once': { type: 'string', default: '1' },
   },
 });
 
@@ -37,13 +39,17 @@ for (const submit_every of values) {
   trainers.push(await m.Trainer.create(config, corpus, opt.corpus ?? 'tinyshakespeare.txt'));
 }
 console.log(JSON.stringify({ runner: 'dawn', adapter: trainers[0].adapter(), model: trainers[0].model() }));
-for (const trainer of trainers) for (let i = 0; i < Number(opt.warmup); i++) await trainer.step();
+const atOnce = Number(opt['at-once']);
+// One call's stats: step() one at a time, or steps(n) n at a time.
+const advance = async (trainer) => (atOnce > 1 ? await trainer.steps(atOnce) : [await trainer.step()]);
+for (const trainer of trainers) for (let i = 0; i < Number(opt.warmup); i++) await advance(trainer);
 const ms = trainers.map(() => []);
 const recordMs = trainers.map(() => []);
 const last = [];
 for (let i = 0; i < Number(opt.steps); i++) {
   for (const [t, trainer] of trainers.entries()) {
-    last[t] = await trainer.step();
+    const stats = await advance(trainer);
+    last[t] = stats[stats.length - 1];
     ms[t].push(last[t].ms);
     recordMs[t].push(last[t].record_ms);
   }
@@ -54,7 +60,7 @@ for (const [t, times] of ms.entries()) {
   const median = times[Math.floor(times.length / 2)];
   const rec = recordMs[t].sort((a, b) => a - b)[Math.floor(times.length / 2)];
   console.log(JSON.stringify({
-    runner: 'dawn', preset: opt.preset, submit_every: values[t] ?? null, steps: times.length,
+    runner: 'dawn', preset: opt.preset, submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
     median_ms: median, median_record_ms: rec, tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
     buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,
     dispatches_step: last[t].dispatches_step,

@@ -182,10 +182,14 @@ case "${1:-bench}" in
     # The browser build against native on the page's presets and shakespeare (~3
     # min): three rounds, native then Dawn each round, default settings; then V8's
     # profile of Dawn on small.
+    # AT_ONCE (default 8): steps a call records before reading their losses, measured
+    # beside one step a call.
+    n=${AT_ONCE:-8}
     for round in 1 2 3; do
-      run "native_$round" ./tidepool bench step --presets tiny,small,shakespeare --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      run "native_$round" ./tidepool bench step --presets tiny,small,shakespeare --at-once 1,$n --submit-every 32 --warmup 3 --steps 30 --corpus tinyshakespeare.txt --json
       for p in tiny small shakespeare; do
         run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+        run "dawn_${p}_at_once_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 3 --steps 30 --at-once $n
       done
     done
     mkdir -p "$out/prof"

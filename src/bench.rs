@@ -255,44 +255,86 @@ pub async fn submit_variants(
     steps: u32,
     values: &[u32],
 ) -> Result<Vec<StepRow>> {
-    let mut trainers = Vec::new();
-    for &submit_every in values {
+    let runs = values.iter().map(|&submit_every| {
         let cfg = TrainConfig {
             submit_every,
             ..cfg.clone()
         };
-        let mut trainer = Trainer::new(cfg, corpus.clone()).await?;
+        (format!("submit_every {submit_every}"), cfg, 1)
+    });
+    step_runs(runs.collect(), preset, corpus, warmup, steps).await
+}
+
+/// ms a step when `n` steps are recorded before their losses are read
+/// ([`Trainer::steps`]; 1: [`Trainer::step`]), for each `n` of `values`, taken in
+/// turns. Rows are labelled `at once N`; `steps` counts calls.
+pub async fn at_once_variants(
+    cfg: &TrainConfig,
+    preset: &str,
+    corpus: &Corpus,
+    warmup: u32,
+    steps: u32,
+    values: &[u32],
+) -> Result<Vec<StepRow>> {
+    let runs = values
+        .iter()
+        .map(|&n| (format!("at once {n}"), cfg.clone(), n));
+    step_runs(runs.collect(), preset, corpus, warmup, steps).await
+}
+
+/// One trainer a run (label, config, steps a call), `warmup` calls each, then
+/// `calls` timed calls taken in turns; the median of the steps' ms.
+async fn step_runs(
+    runs: Vec<(String, TrainConfig, u32)>,
+    preset: &str,
+    corpus: &Corpus,
+    warmup: u32,
+    calls: u32,
+) -> Result<Vec<StepRow>> {
+    async fn advance(trainer: &mut Trainer, n: u32) -> Result<Vec<StepStats>> {
+        if n > 1 {
+            trainer.steps(n).await
+        } else {
+            Ok(vec![trainer.step().await?])
+        }
+    }
+    let mut trainers = Vec::new();
+    for (_, cfg, n) in &runs {
+        let mut trainer = Trainer::new(cfg.clone(), corpus.clone()).await?;
         for _ in 0..warmup {
-            trainer.step().await?;
+            advance(&mut trainer, *n).await?;
         }
         trainers.push(trainer);
     }
     let start: Vec<_> = trainers.iter().map(|t| t.context().counters()).collect();
-    let mut ms = vec![Vec::new(); values.len()];
-    let mut record_ms = vec![Vec::new(); values.len()];
-    let mut loss = vec![0.0; values.len()];
-    for _ in 0..steps {
+    let mut ms = vec![Vec::new(); runs.len()];
+    let mut record_ms = vec![Vec::new(); runs.len()];
+    let mut loss = vec![0.0; runs.len()];
+    for _ in 0..calls {
         for (i, trainer) in trainers.iter_mut().enumerate() {
-            let s = trainer.step().await?;
-            ms[i].push(s.ms);
-            record_ms[i].push(s.record_ms);
-            loss[i] = s.loss;
+            for s in advance(trainer, runs[i].2).await? {
+                ms[i].push(s.ms);
+                record_ms[i].push(s.record_ms);
+                loss[i] = s.loss;
+            }
         }
     }
     let mut rows = Vec::new();
     for (i, trainer) in trainers.iter().enumerate() {
+        let (cfg, steps) = (&runs[i].1, calls * runs[i].2);
         let median_ms = median_p99(&mut ms[i]).0;
         let now = trainer.context().counters();
         rows.push(StepRow {
             preset: preset.into(),
-            variant: format!("submit_every {}", values[i]),
+            variant: runs[i].0.clone(),
             steps,
             median_ms,
             median_record_ms: median_p99(&mut record_ms[i]).0,
             tokens_per_s: (cfg.batch * cfg.context) as f64 / (median_ms / 1e3),
             buffers_created_per_step: (now.buffers_created - start[i].buffers_created) as f64
-                / steps as f64,
-            dispatches_per_step: (now.dispatches - start[i].dispatches) as f64 / steps as f64,
+                / f64::from(steps.max(1)),
+            dispatches_per_step: (now.dispatches - start[i].dispatches) as f64
+                / f64::from(steps.max(1)),
             final_loss: loss[i],
         });
     }

@@ -74,6 +74,10 @@ struct BenchArgs {
     /// one row each instead of the pool and kernel variants.
     #[arg(long, value_delimiter = ',')]
     submit_every: Vec<u32>,
+    /// Steps recorded before their losses are read (step), comma-separated, e.g.
+    /// 1,8: one row each (1: a step at a time; see Trainer::steps).
+    #[arg(long, value_delimiter = ',')]
+    at_once: Vec<u32>,
 }
 
 #[derive(clap::Args)]
@@ -283,7 +287,17 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                     tidepool::config::Precision::F32 => preset.to_string(),
                     p => format!("{preset} {}", p.name()),
                 };
-                let rows = if args.submit_every.is_empty() {
+                let rows = if !args.at_once.is_empty() {
+                    let cfg = match args.submit_every.first() {
+                        Some(&submit_every) => TrainConfig {
+                            submit_every,
+                            ..cfg
+                        },
+                        None => cfg,
+                    };
+                    let (w, n) = (args.warmup, args.steps);
+                    bench::at_once_variants(&cfg, &label, &corpus, w, n, &args.at_once).await?
+                } else if args.submit_every.is_empty() {
                     bench::step_variants(&cfg, &label, &corpus, args.warmup, args.steps).await?
                 } else {
                     bench::submit_variants(

@@ -87,6 +87,16 @@ pub const MAX_EVAL_BATCHES: usize = 100_000;
 /// Most characters one [`Trainer::sample`] call generates (each is a forward pass).
 pub const MAX_SAMPLE_CHARS: usize = 10_000;
 
+/// Most steps [`Trainer::steps`] records before reading their losses.
+pub const MAX_STEPS_AT_ONCE: u32 = 1024;
+
+/// What a recorded step's stats need besides its figures: the counters before it.
+struct RecordedStep {
+    step: u32,
+    record_ms: f64,
+    before: (ContextCounters, BufferPoolStats),
+}
+
 /// Dispatches a part of a step's work (`submit_every`), chosen on the H200 natively
 /// and through Dawn (BENCHMARKS.md, "Submitting a step in parts").
 pub const DEFAULT_SUBMIT_EVERY: u32 = 32;
@@ -497,37 +507,113 @@ impl Trainer {
     pub async fn step_on(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
         self.check_batch(inputs, targets)?;
         let start = now_ms();
-        let before_counters = self.ctx.counters();
-        let before_pool = self.ctx.pool_stats();
-        let (b, c) = (self.cfg.batch, self.cfg.context);
+        let (recorded, report) = self.record_step(inputs, targets, start);
+        let figures = self.ctx.download::<f32>(&report, 3).await?;
+        drop(report);
+        self.step = recorded.step;
+        let after = (self.ctx.counters(), self.ctx.pool_stats());
+        self.last = self.stats_of(&recorded, &figures, now_ms() - start, after)?;
+        if self.cfg.eval_every > 0 && recorded.step.is_multiple_of(self.cfg.eval_every) {
+            self.evaluate().await?;
+        }
+        Ok(self.last.clone())
+    }
+
+    /// `n` training steps (1 to [`MAX_STEPS_AT_ONCE`]) recorded back to back, their
+    /// losses read once at the end: the GPU never waits for the host to read a loss,
+    /// so it goes from one step to the next while the host records. Each step's `ms`
+    /// is the whole call's time over `n`. A loss that is not finite fails the call
+    /// naming its step; the steps after it have run. An evaluation due within the
+    /// `n` steps (`eval_every`) runs once, after them.
+    pub async fn steps(&mut self, n: u32) -> Result<Vec<StepStats>> {
+        if !(1..=MAX_STEPS_AT_ONCE).contains(&n) {
+            return Err(Error::Config(format!(
+                "steps at once must be 1 to {MAX_STEPS_AT_ONCE}, got {n}"
+            )));
+        }
+        self.corpus.check_context(self.cfg.context)?;
+        let (c, b) = (self.cfg.context, self.cfg.batch);
+        let start = now_ms();
+        // Each step's [loss, norm, scale] at 4 floats a step.
+        let figures = self.ctx.create_pooled(16 * n as usize);
+        let mut recorded = Vec::new();
+        for i in 0..n {
+            let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+            let (step, report) = self.record_step(&inputs, &targets, now_ms());
+            self.ctx
+                .copy_buffer(&report, 0, &figures, 16 * u64::from(i), 12);
+            drop(report);
+            self.step = step.step;
+            let after = (self.ctx.counters(), self.ctx.pool_stats());
+            recorded.push((step, after));
+        }
+        let values = self.ctx.download::<f32>(&figures, 4 * n as usize).await?;
+        drop(figures);
+        let ms = (now_ms() - start) / f64::from(n);
+        let mut stats = Vec::new();
+        let mut due = false;
+        for (i, (step, after)) in recorded.into_iter().enumerate() {
+            stats.push(self.stats_of(&step, &values[4 * i..4 * i + 3], ms, after)?);
+            due |= self.cfg.eval_every > 0 && step.step.is_multiple_of(self.cfg.eval_every);
+        }
+        self.last = stats.last().cloned().expect("n >= 1");
+        if due {
+            self.evaluate().await?;
+            stats.last_mut().expect("n >= 1").val_loss = self.val_loss;
+        }
+        Ok(stats)
+    }
+
+    /// Records training step `self.step + 1` on a batch (one scope: forward,
+    /// backward, clip, AdamW) and returns what its stats need, with a 4-float buffer
+    /// holding [loss, norm, scale] once the GPU is done.
+    fn record_step(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        start: f64,
+    ) -> (RecordedStep, PooledBuffer) {
+        let before = (self.ctx.counters(), self.ctx.pool_stats());
         let step = self.step + 1;
         let report = self.ctx.scope(|| {
             let (grads, report) = self.gradients(inputs, targets, step);
             self.update(&grads, step);
-            // report = [loss, norm, scale]
             self.ctx
                 .copy_buffer(self.moments.norm_scale(), 0, &report, 4, 8);
             report
         });
-        let record_ms = now_ms() - start;
-        let figures = self.ctx.download::<f32>(&report, 3).await?;
-        drop(report);
-        self.step = step;
-        let ms = now_ms() - start;
-        let (counters, pool) = (self.ctx.counters(), self.ctx.pool_stats());
+        let recorded = RecordedStep {
+            step,
+            record_ms: now_ms() - start,
+            before,
+        };
+        (recorded, report)
+    }
+
+    /// A recorded step's stats from its [loss, norm, scale], its wall time and the
+    /// counters after it; an error if the loss is not finite.
+    fn stats_of(
+        &self,
+        recorded: &RecordedStep,
+        figures: &[f32],
+        ms: f64,
+        (counters, pool): (ContextCounters, BufferPoolStats),
+    ) -> Result<StepStats> {
+        let (b, c) = (self.cfg.batch, self.cfg.context);
+        let (step, (before_counters, before_pool)) = (recorded.step, &recorded.before);
         let acquires = |p: &BufferPoolStats| p.hits + p.misses + p.oversize_requests;
-        let step_acquires = acquires(&pool) - acquires(&before_pool);
+        let step_acquires = acquires(&pool) - acquires(before_pool);
         let loss = figures[0];
         if !loss.is_finite() {
             return Err(Error::Gpu(format!(
                 "the loss became {loss} at step {step}; lower the learning rate"
             )));
         }
-        self.last = StepStats {
+        Ok(StepStats {
             step,
             loss,
             ms,
-            record_ms,
+            record_ms: recorded.record_ms,
             tokens_per_s: (b * c) as f64 / (ms / 1e3),
             lr: self.cfg.lr_at(step),
             grad_norm: figures[1],
@@ -556,11 +642,7 @@ impl Trainer {
             val_loss: self.val_loss,
             pool,
             context: counters,
-        };
-        if self.cfg.eval_every > 0 && step.is_multiple_of(self.cfg.eval_every) {
-            self.evaluate().await?;
-        }
-        Ok(self.last.clone())
+        })
     }
 
     /// Records forward and backward for one batch of training step `step` (whose

@@ -273,6 +273,24 @@ impl Trainer {
         with_trainer(&self.inner, |t| Box::pin(t.step()))
     }
 
+    /// `steps(n)`: `n` training steps (1 to 1024) recorded back to back, their
+    /// losses read once at the end, so the GPU goes from step to step without waiting
+    /// for the host; resolves to an array of `n` step stats (each `ms` is the call's
+    /// time over `n`). A bad `n` rejects with `kind: "config"`.
+    pub fn steps(&self, n: f64) -> js_sys::Promise {
+        let n = match whole("n", n, train::MAX_STEPS_AT_ONCE) {
+            Ok(n) if n > 0 => n as u32,
+            Ok(_) => {
+                return js_sys::Promise::reject(&kind_error(
+                    "config",
+                    "steps(n): n must be at least 1",
+                ))
+            }
+            Err(e) => return js_sys::Promise::reject(&e),
+        };
+        with_trainer(&self.inner, move |t| Box::pin(t.steps(n)))
+    }
+
     /// One training step with the allocation trace on; resolves to a trace (the
     /// JSON of `tidepool train --trace`, docs/trace.md) holding that step, labelled
     /// `first` for step 1 and `steady` after.

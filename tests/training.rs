@@ -215,6 +215,65 @@ async fn submit_in_parts_body() {
     assert!(one.1 == parts.1, "parameters differ after 3 steps");
 }
 
+gpu_test!(
+    steps_at_once_train_as_steps_one_by_one,
+    steps_at_once_body()
+);
+/// `steps(n)` records n steps before reading their losses: the same losses,
+/// parameters and learning rates, bit for bit, as n calls of `step()`; after warm-up
+/// it creates nothing either; a bad n is a config error.
+async fn steps_at_once_body() {
+    let cfg = TrainConfig {
+        dropout: 0.1,
+        ..parity_config()
+    };
+    let mut one = Trainer::new(cfg.clone(), common::corpus())
+        .await
+        .expect("trainer");
+    let mut many = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    let mut want = Vec::new();
+    for _ in 0..9 {
+        let s = one.step().await.expect("step");
+        want.push((
+            s.step,
+            s.loss.to_bits(),
+            s.lr.to_bits(),
+            s.grad_norm.to_bits(),
+        ));
+    }
+    let mut got = Vec::new();
+    for n in [3, 3, 3] {
+        let stats = many.steps(n).await.expect("steps");
+        assert_eq!(stats.len(), n as usize);
+        got.extend(stats.iter().map(|s| {
+            (
+                s.step,
+                s.loss.to_bits(),
+                s.lr.to_bits(),
+                s.grad_norm.to_bits(),
+            )
+        }));
+        if got.len() == 9 {
+            // The third call of the same n: its staging and buffers all come back.
+            for s in &stats {
+                assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+                assert_eq!(s.bind_groups_created_step, 0, "step {}", s.step);
+            }
+        }
+    }
+    assert_eq!(got, want);
+    assert_eq!(many.steps_done(), 9);
+    assert!(
+        one.parameters().await.unwrap() == many.parameters().await.unwrap(),
+        "parameters differ after 9 steps"
+    );
+    for n in [0, tidepool::train::MAX_STEPS_AT_ONCE + 1] {
+        let e = many.steps(n).await.expect_err("a bad n");
+        assert_eq!(e.kind(), "config", "{e}");
+    }
+    assert_eq!(many.steps_done(), 9, "a refused call takes no step");
+}
+
 gpu_test!(no_pool_mode_creates_buffers_every_step, no_pool_body());
 async fn no_pool_body() {
     let cfg = TrainConfig {

@@ -222,6 +222,12 @@ export declare class Trainer {
   stats(): StepStats;
   /** One training step. */
   step(): Promise<StepStats>;
+  /**
+   * `n` training steps (1 to 1024) recorded back to back, their losses read once at
+   * the end (the GPU never waits for the host between them); each `ms` is the call's
+   * time over `n`.
+   */
+  steps(n: number): Promise<StepStats[]>;
   /** The mean held-out loss. */
   evaluate(): Promise<number>;
   /**
