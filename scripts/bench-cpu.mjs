@@ -107,7 +107,9 @@ async function browser() {
     for (const b of BUILDS) {
       const page = await chrome.newPage();
       page.on('pageerror', (e) => console.error(`${b} page: ${e.message}`));
-      page.on('console', (m) => m.type() === 'error' && console.error(`${b} console: ${m.text()}`));
+      // Errors only (a panic's message lands here), not the favicon's 404.
+      page.on('console', (m) => m.type() === 'error' && !m.text().startsWith('Failed to load resource')
+        && console.error(`${b} console: ${m.text()}`));
       await page.goto(`${servers[b].url}www/blank.html`);
       adapter = await page.evaluate(async (corpus) => {
         const m = await import('/pkg/tidepool.js');

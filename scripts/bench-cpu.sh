@@ -35,7 +35,10 @@ mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
 only=""
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
-  [ "${args[i]}" = "--only" ] && only="${args[i + 1]:-}"
+  case "${args[i]}" in
+    --only) only="${args[i + 1]:-}" ;;
+    --only=*) only="${args[i]#--only=}" ;;
+  esac
 done
 
 if [ -z "${NEW_BIN:-}" ] && [ "$only" != browser ]; then
