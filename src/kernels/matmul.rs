@@ -289,10 +289,30 @@ const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
 const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
 // The CPU core's `CPU_DOT4` switch: see `MatmulVariant::CpuDot4`.
-const FORWARD_CPU: Kernel = gemm_kernel!("matmul_forward_cpu", "matmul_nt.wgsl", "const CPU_DOT4: bool = false;\n", "matmul_cpu.wgsl");
-const FORWARD_CPU_DOT4: Kernel = gemm_kernel!("matmul_forward_cpu_dot4", "matmul_nt.wgsl", "const CPU_DOT4: bool = true;\n", "matmul_cpu.wgsl");
-const DINP_CPU: Kernel = gemm_kernel!("matmul_dinp_cpu", "matmul_nn.wgsl", "const CPU_DOT4: bool = false;\n", "matmul_cpu.wgsl");
-const DWEIGHT_CPU: Kernel = gemm_kernel!("matmul_dweight_cpu", "matmul_tn.wgsl", "const CPU_DOT4: bool = false;\n", "matmul_cpu.wgsl");
+const FORWARD_CPU: Kernel = gemm_kernel!(
+    "matmul_forward_cpu",
+    "matmul_nt.wgsl",
+    "const CPU_DOT4: bool = false;\n",
+    "matmul_cpu.wgsl"
+);
+const FORWARD_CPU_DOT4: Kernel = gemm_kernel!(
+    "matmul_forward_cpu_dot4",
+    "matmul_nt.wgsl",
+    "const CPU_DOT4: bool = true;\n",
+    "matmul_cpu.wgsl"
+);
+const DINP_CPU: Kernel = gemm_kernel!(
+    "matmul_dinp_cpu",
+    "matmul_nn.wgsl",
+    "const CPU_DOT4: bool = false;\n",
+    "matmul_cpu.wgsl"
+);
+const DWEIGHT_CPU: Kernel = gemm_kernel!(
+    "matmul_dweight_cpu",
+    "matmul_tn.wgsl",
+    "const CPU_DOT4: bool = false;\n",
+    "matmul_cpu.wgsl"
+);
 const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
     source: REDUCE_SOURCE,
