@@ -749,7 +749,7 @@ mod fused_matmul {
     /// GELU of `act` floats (0: none) in the variant that makes one.
     fn outputs(variant: MatmulVariant, out: usize, act: usize) -> Vec<usize> {
         match variant {
-            MatmulVariant::Cpu if act > 0 => vec![out, act],
+            v if v.is_cpu() && act > 0 => vec![out, act],
             _ => vec![out],
         }
     }

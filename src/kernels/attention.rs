@@ -10,7 +10,7 @@ use crate::reference::{dropout_mask_params, AttnDropout};
 /// Queries (forward, dq) or keys (dkdv) of one workgroup of the GPU kernels.
 const BLOCK: usize = 64;
 /// The same for the CPU kernels [forward, dq, dkdv] (`ROWS` in their shaders).
-const CPU_BLOCKS: [usize; 3] = [16, 16, 16];
+const CPU_BLOCKS: [usize; 3] = [32, 16, 16];
 
 /// The shaders guard every index (head channels past `hs`, rows past `t`) and the
 /// launchers check buffer sizes, so all variants compile unchecked

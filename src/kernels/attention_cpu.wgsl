@@ -20,9 +20,10 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 @group(0) @binding(3) var<storage, read_write> lse: array<f32>;
 
 // Lanes a workgroup, query rows a lane (each key load serves R rows), rows a
-// workgroup (`CPU_BLOCK` in attention.rs).
+// workgroup (`CPU_BLOCKS` in attention.rs). 4 rows a lane load each key half as
+// often as 2 (the backward keeps 2: its larger state a row spills past that).
 const LANES: u32 = 8u;
-const R: u32 = 2u;
+const R: u32 = 4u;
 const ROWS: u32 = LANES * R;
 // Masked scores: exp(MASKED - max) is 0 and, unlike -inf, MASKED - MASKED is no NaN.
 const MASKED: f32 = -1.0e30;

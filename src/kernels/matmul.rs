@@ -43,6 +43,10 @@ pub enum MatmulVariant {
     SplitK,
     /// No workgroup memory and no barriers, 8x8 outputs a lane: for CPU adapters.
     Cpu,
+    /// `Cpu` with the forward (`A·Bᵀ`, both operands read along k) taking 4 steps of
+    /// k at once as dot products: SwiftShader runs that forward faster, lavapipe
+    /// slower (figures in the commit). The other layouts are `Cpu`'s.
+    CpuDot4,
     /// `--precision f16` on tensor cores (`matmul_coop.rs`): operands rounded to
     /// f16, sums in f32; `split` as in `SplitK`.
     Coop { split: bool },
@@ -54,10 +58,11 @@ pub enum MatmulVariant {
 
 impl MatmulVariant {
     /// The f32 variants.
-    pub const ALL: [MatmulVariant; 3] = [
+    pub const ALL: [MatmulVariant; 4] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
         MatmulVariant::Cpu,
+        MatmulVariant::CpuDot4,
     ];
     /// The f16 variants (tests/matmul_f16.rs).
     pub const F16_ALL: [MatmulVariant; 6] = [
@@ -93,6 +98,7 @@ impl MatmulVariant {
             MatmulVariant::Tiled => "tiled",
             MatmulVariant::SplitK => "splitk",
             MatmulVariant::Cpu => "cpu",
+            MatmulVariant::CpuDot4 => "cpu-dot4",
             MatmulVariant::Coop { split: false } => "coop",
             MatmulVariant::Coop { split: true } => "coop-splitk",
             MatmulVariant::Coop2 { split: false } => "coop2",
@@ -118,6 +124,8 @@ impl MatmulVariant {
 
     fn choose_f32(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         match Target::of(ctx) {
+            // CPU adapters in a browser: SwiftShader in Chromium.
+            Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::CpuDot4,
             Target::Cpu => MatmulVariant::Cpu,
             Target::Gpu => {
                 let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
@@ -135,7 +143,7 @@ impl MatmulVariant {
     /// Workgroups for an `m x n` output in `splits` slices.
     fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
         let (rows, cols) = match self {
-            MatmulVariant::Cpu => (CPU_ROWS, CPU_COLS),
+            MatmulVariant::Cpu | MatmulVariant::CpuDot4 => (CPU_ROWS, CPU_COLS),
             _ => (TILE, TILE),
         };
         let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
@@ -153,13 +161,18 @@ impl MatmulVariant {
     /// GELU on load would cost several times the product: it reads GELU's output from
     /// a transient buffer instead (made just before, dropped just after).
     fn gelu_on_load(self) -> bool {
-        self != MatmulVariant::Cpu
+        !self.is_cpu()
+    }
+
+    /// Whether this is one of the CPU adapters' cores.
+    pub fn is_cpu(self) -> bool {
+        matches!(self, MatmulVariant::Cpu | MatmulVariant::CpuDot4)
     }
 
     /// Workgroups to aim for when the reduction is split.
     fn target_workgroups(self) -> usize {
         match self {
-            MatmulVariant::Cpu => CPU_TARGET_WORKGROUPS,
+            MatmulVariant::Cpu | MatmulVariant::CpuDot4 => CPU_TARGET_WORKGROUPS,
             _ => TARGET_WORKGROUPS,
         }
     }
@@ -170,8 +183,9 @@ impl MatmulVariant {
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dinp) => &DINP,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dweight) => &DWEIGHT,
             (MatmulVariant::Cpu, Layout::Forward) => &FORWARD_CPU,
-            (MatmulVariant::Cpu, Layout::Dinp) => &DINP_CPU,
-            (MatmulVariant::Cpu, Layout::Dweight) => &DWEIGHT_CPU,
+            (MatmulVariant::CpuDot4, Layout::Forward) => &FORWARD_CPU_DOT4,
+            (MatmulVariant::Cpu | MatmulVariant::CpuDot4, Layout::Dinp) => &DINP_CPU,
+            (MatmulVariant::Cpu | MatmulVariant::CpuDot4, Layout::Dweight) => &DWEIGHT_CPU,
             (
                 MatmulVariant::Coop { .. }
                 | MatmulVariant::Coop2 { .. }
@@ -227,9 +241,12 @@ pub(super) use gemm_prelude;
 
 macro_rules! gemm_kernel {
     ($name:literal, $prelude:literal, $core:literal) => {
+        gemm_kernel!($name, $prelude, "", $core)
+    };
+    ($name:literal, $prelude:literal, $consts:literal, $core:literal) => {
         Kernel {
             name: $name,
-            source: concat!(gemm_prelude!($prelude), include_str!($core)),
+            source: concat!(gemm_prelude!($prelude), $consts, include_str!($core)),
             entry: "main",
             unchecked: UNCHECKED,
         }
@@ -271,9 +288,31 @@ const UNCHECKED: bool = true;
 const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
 const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
-const FORWARD_CPU: Kernel = gemm_kernel!("matmul_forward_cpu", "matmul_nt.wgsl", "matmul_cpu.wgsl");
-const DINP_CPU: Kernel = gemm_kernel!("matmul_dinp_cpu", "matmul_nn.wgsl", "matmul_cpu.wgsl");
-const DWEIGHT_CPU: Kernel = gemm_kernel!("matmul_dweight_cpu", "matmul_tn.wgsl", "matmul_cpu.wgsl");
+// The CPU core's `CPU_DOT4` switch: see `MatmulVariant::CpuDot4`.
+const FORWARD_CPU: Kernel = gemm_kernel!(
+    "matmul_forward_cpu",
+    "matmul_nt.wgsl",
+    "const CPU_DOT4: bool = false;\n",
+    "matmul_cpu.wgsl"
+);
+const FORWARD_CPU_DOT4: Kernel = gemm_kernel!(
+    "matmul_forward_cpu_dot4",
+    "matmul_nt.wgsl",
+    "const CPU_DOT4: bool = true;\n",
+    "matmul_cpu.wgsl"
+);
+const DINP_CPU: Kernel = gemm_kernel!(
+    "matmul_dinp_cpu",
+    "matmul_nn.wgsl",
+    "const CPU_DOT4: bool = false;\n",
+    "matmul_cpu.wgsl"
+);
+const DWEIGHT_CPU: Kernel = gemm_kernel!(
+    "matmul_dweight_cpu",
+    "matmul_tn.wgsl",
+    "const CPU_DOT4: bool = false;\n",
+    "matmul_cpu.wgsl"
+);
 const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
     source: REDUCE_SOURCE,

@@ -33,7 +33,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     for (var i = 0u; i < 16u; i++) {
         c[i] = vec4<f32>(0.0);
     }
-    for (var k = k_begin; k < k_end; k++) {
+    var k = k_begin;
+    if (CPU_DOT4 && A_ALONG_K && B_ALONG_K) {
+        // The forward (A·Bᵀ) reads both operands along k: 4 steps of k at once, as
+        // dot products of 4 consecutive floats of each (matmul.rs prepends CPU_DOT4:
+        // on for SwiftShader, whose forward this speeds up, off for lavapipe).
+        for (; k + 4u <= k_end; k += 4u) {
+            var b4: array<vec4<f32>, 8>;
+            for (var j = 0u; j < 8u; j++) {
+                b4[j] = vec4<f32>(b_at(k, nb[j]), b_at(k + 1u, nb[j]), b_at(k + 2u, nb[j]), b_at(k + 3u, nb[j]));
+            }
+            for (var i = 0u; i < 8u; i++) {
+                let a = vec4<f32>(a_at(ra[i], k), a_at(ra[i], k + 1u), a_at(ra[i], k + 2u), a_at(ra[i], k + 3u));
+                c[2u * i] += vec4<f32>(dot(a, b4[0]), dot(a, b4[1]), dot(a, b4[2]), dot(a, b4[3]));
+                c[2u * i + 1u] += vec4<f32>(dot(a, b4[4]), dot(a, b4[5]), dot(a, b4[6]), dot(a, b4[7]));
+            }
+        }
+    }
+    for (; k < k_end; k++) {
         let b0 = vec4<f32>(b_at(k, nb[0]), b_at(k, nb[1]), b_at(k, nb[2]), b_at(k, nb[3]));
         let b1 = vec4<f32>(b_at(k, nb[4]), b_at(k, nb[5]), b_at(k, nb[6]), b_at(k, nb[7]));
         for (var i = 0u; i < 8u; i++) {
