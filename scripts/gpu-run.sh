@@ -23,6 +23,7 @@
 #                               submit_every swept natively and through Dawn on every
 #                               preset, PyTorch eager, op parity on the GPU (~6 min)
 #   scripts/gpu-run.sh ratio    the browser build (Dawn) against native, three rounds (~3 min)
+#   scripts/gpu-run.sh final    PyTorch, the shakespeare step and its kernels, then ratio
 #   scripts/gpu-run.sh f16      parity, matmul variants, f32/f16 steps and 2000-step curves
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
 #   scripts/gpu-run.sh curves   that training and its PyTorch twin (scripts/torch_twin.py)
@@ -178,6 +179,13 @@ case "${1:-bench}" in
       [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
     done
     ;;
+  final)
+    # This round's closing figures (~4 min): PyTorch, the shakespeare step in f32 and
+    # f16 and its GPU time per kernel, in one call; then the `ratio` runs.
+    run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa bf16_sdpa
+    run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
+    run kernels ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    ;&
   ratio)
     # The browser build against native on the page's presets and shakespeare (~3
     # min): three rounds, native then Dawn each round, default settings; then V8's
