@@ -4,13 +4,27 @@
 use std::sync::OnceLock;
 
 use super::target::Target;
+use super::{loop_lines, unroll};
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, AttnDropout};
 
 /// Queries (forward, dq) or keys (dkdv) of one workgroup of the GPU kernels.
 const BLOCK: usize = 64;
-/// The same for the CPU kernels [forward, dq, dkdv] (`ROWS` in their shaders).
-const CPU_BLOCKS: [usize; 3] = [32, 16, 16];
+/// Head-size bounds of the compiled variants, in vec4s, by [`Target`]: hs <= 16,
+/// 64, 128 on GPUs, and also 32 on CPUs, where every channel of padding costs (the
+/// `small` preset's heads).
+const HS4S: [&[usize]; 2] = [&[4, 16, 32], &[4, 8, 16, 32]];
+/// Rows a lane of the CPU kernels, by variant (`R` in their shaders): each key
+/// (query) load serves that many query (key) rows.
+const CPU_ROWS: [usize; 4] = [4, 2, 2, 2];
+/// The most vec4s of a tensor's per-lane state (R * HS4) the CPU kernels keep in
+/// named variables; larger heads loop over arrays instead. SwiftShader runs named
+/// variables several times faster, but its compile time and memory grow steeply
+/// with their number (8 rows of hs 16 did not finish compiling; BENCHMARKS.md,
+/// round five).
+const CPU_UNROLLED: usize = 16;
+/// Lanes a workgroup of the CPU kernels (`LANES` in their shaders).
+const CPU_LANES: usize = 8;
 
 /// The shaders guard every index (head channels past `hs`, rows past `t`) and the
 /// launchers check buffer sizes, so all variants compile unchecked
@@ -21,9 +35,6 @@ const BACKWARD_WGSL: &str = with_dropout_mask!("attention_backward.wgsl");
 /// workgroup memory, no barriers; same bindings and results.
 const FORWARD_CPU_WGSL: &str = with_dropout_mask!("attention_cpu.wgsl");
 const BACKWARD_CPU_WGSL: &str = with_dropout_mask!("attention_backward_cpu.wgsl");
-
-/// Head-size bounds of the compiled variants, in vec4s: hs <= 16, 64, 128.
-const HS4S: [usize; 3] = [4, 16, 32];
 
 /// Expands a `.wgsl` template for heads of up to `4 * hs4` channels. It prepends
 /// `const HS4` and `const H2` (`hs4 / 2`: each thread holds half of a head, every
@@ -37,103 +48,61 @@ const HS4S: [usize; 3] = [4, 16, 32];
 /// in a fraction of the shader, which WebGPU implementations compile several times
 /// faster (seconds less per pipeline on SwiftShader).
 fn expand(template: &str, hs4: usize) -> String {
-    let unroll = cfg!(not(target_arch = "wasm32"));
     let h2 = hs4 / 2;
-    let mut wgsl = format!("const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n");
-    for line in template.lines() {
-        let code = line.trim_start();
-        if !line.contains("#D") || code.starts_with("//") {
-            wgsl.push_str(line);
-        } else if unroll {
-            for d in 0..h2 {
-                wgsl.push_str(&line.replace("#D", &d.to_string()));
-                wgsl.push('\n');
-            }
-            continue;
-        } else {
-            let indent = &line[..line.len() - code.len()];
-            let looped = |stmt: &str| {
-                let stmt = stmt.replace("#Du", "d_").replace("#D", "[d_]");
-                format!("for (var d_ = 0u; d_ < H2; d_++) {{ {stmt} }}")
-            };
-            let decl = code
-                .strip_prefix("var ")
-                .and_then(|rest| rest.split_once("#D = "));
-            match decl {
-                Some((name, init)) => {
-                    let fill = looped(&format!("{name}#D = {init}"));
-                    wgsl.push_str(&format!("{indent}var {name}: array<vec4<f32>, H2>; {fill}"));
-                }
-                None => wgsl.push_str(&format!("{indent}{}", looped(code))),
-            }
-        }
-        wgsl.push('\n');
+    let head = format!("const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n");
+    if cfg!(target_arch = "wasm32") {
+        head + &loop_lines(template, "#D", "H2")
+    } else {
+        head + &unroll(template, "#D", h2)
     }
-    wgsl
 }
 
-/// [forward, dq, dkdv] tuned for `target`, for heads of at most `4 * HS4S[v]`
-/// channels, expanded once.
+/// Expands a CPU kernel's template for heads of up to `4 * hs4` channels and `rows`
+/// rows a lane: prepends `const HS4` and `const R`, and writes each line holding `#R`
+/// out once a row ([`unroll`]) and each holding `#C` once a vec4 of the head, or as
+/// a loop over the head ([`loop_lines`]) where that would pass `CPU_UNROLLED` vec4s.
+fn expand_cpu(template: &str, hs4: usize, rows: usize) -> String {
+    let rows_out = unroll(template, "#R", rows);
+    let head = format!("const HS4: u32 = {hs4}u;\nconst R: u32 = {rows}u;\n");
+    if rows * hs4 <= CPU_UNROLLED {
+        head + &unroll(&rows_out, "#C", hs4)
+    } else {
+        head + &loop_lines(&rows_out, "#C", "HS4")
+    }
+}
+
+/// [forward, dq, dkdv] tuned for `target`, for heads of at most
+/// `4 * HS4S[target][v]` channels, expanded once.
 fn kernels(target: Target, v: usize) -> &'static [Kernel; 3] {
-    static NAMES: [[[&str; 3]; 3]; 2] = [
-        [
-            [
-                "attention_forward_hs16",
-                "attention_dq_hs16",
-                "attention_dkdv_hs16",
-            ],
-            [
-                "attention_forward_hs64",
-                "attention_dq_hs64",
-                "attention_dkdv_hs64",
-            ],
-            [
-                "attention_forward_hs128",
-                "attention_dq_hs128",
-                "attention_dkdv_hs128",
-            ],
-        ],
-        [
-            [
-                "attention_cpu_forward_hs16",
-                "attention_cpu_dq_hs16",
-                "attention_cpu_dkdv_hs16",
-            ],
-            [
-                "attention_cpu_forward_hs64",
-                "attention_cpu_dq_hs64",
-                "attention_cpu_dkdv_hs64",
-            ],
-            [
-                "attention_cpu_forward_hs128",
-                "attention_cpu_dq_hs128",
-                "attention_cpu_dkdv_hs128",
-            ],
-        ],
-    ];
-    static VARIANTS: [[OnceLock<[Kernel; 3]>; 3]; 2] = [
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
-        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
-    ];
-    let ti = target as usize;
-    VARIANTS[ti][v].get_or_init(|| {
-        let (fwd, bwd) = match target {
-            Target::Gpu => (FORWARD_WGSL, BACKWARD_WGSL),
-            Target::Cpu => (FORWARD_CPU_WGSL, BACKWARD_CPU_WGSL),
+    static VARIANTS: [[OnceLock<[Kernel; 3]>; 4]; 2] =
+        [const { [const { OnceLock::new() }; 4] }; 2];
+    VARIANTS[target as usize][v].get_or_init(|| {
+        let hs4 = HS4S[target as usize][v];
+        let (fwd, bwd, prefix) = match target {
+            Target::Gpu => (
+                expand(FORWARD_WGSL, hs4),
+                expand(BACKWARD_WGSL, hs4),
+                "attention",
+            ),
+            Target::Cpu => (
+                expand_cpu(FORWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
+                expand_cpu(BACKWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
+                "attention_cpu",
+            ),
         };
         // Leaked once a variant a process: kernels are `'static` like the others.
-        let fwd: &'static str = Box::leak(expand(fwd, HS4S[v]).into_boxed_str());
-        let bwd: &'static str = Box::leak(expand(bwd, HS4S[v]).into_boxed_str());
-        let kernel = |name, source, entry| Kernel {
-            name,
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let (fwd, bwd) = (leak(fwd), leak(bwd));
+        let kernel = |which: &str, source, entry| Kernel {
+            name: leak(format!("{prefix}_{which}_hs{}", 4 * hs4)),
             source,
             entry,
             unchecked: true,
         };
         [
-            kernel(NAMES[ti][v][0], fwd, "main"),
-            kernel(NAMES[ti][v][1], bwd, "dq"),
-            kernel(NAMES[ti][v][2], bwd, "dkdv"),
+            kernel("forward", fwd, "main"),
+            kernel("dq", bwd, "dq"),
+            kernel("dkdv", bwd, "dkdv"),
         ]
     })
 }
@@ -177,14 +146,14 @@ fn setup(
         "c = {c} does not split into nh = {nh} heads"
     );
     let hs = c / nh;
-    let v = HS4S
+    let v = HS4S[target as usize]
         .iter()
         .position(|&hs4| hs <= 4 * hs4)
         .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
     let kernels = kernels(target, v);
     let blocks = match target {
         Target::Gpu => [BLOCK; 3],
-        Target::Cpu => CPU_BLOCKS,
+        Target::Cpu => [CPU_LANES * CPU_ROWS[v]; 3],
     };
     let groups = blocks.map(|block| [t.div_ceil(block) as u32, (b * nh) as u32, 1]);
     assert!(

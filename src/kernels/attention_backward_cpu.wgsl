@@ -1,7 +1,8 @@
 // Causal self-attention backward for CPU adapters: the results of
 // attention_backward.wgsl (same bindings, same two passes, same formulas; see there)
-// R rows an invocation, with no workgroup memory and no barriers. `const HS4` is
-// prepended as for attention_cpu.wgsl; each row's operands live in private arrays.
+// R rows an invocation, with no workgroup memory and no barriers. `const HS4` and
+// `const R` are prepended, and `#R` and `#C` lines written out, as for
+// attention_cpu.wgsl: each row's operands live in named variables.
 //
 // No atomics: `dq` gives each query row its dq (looping over keys) and writes
 // D_i = dout_i · out_i; then `dkdv` gives each key row its dk and dv (looping over
@@ -20,10 +21,9 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 // Used by `dq` only (the last binding, so `dkdv` simply binds one buffer fewer).
 @group(0) @binding(6) var<storage, read> out: array<f32>;
 
-// Lanes a workgroup, rows a lane (each streamed load serves R rows), rows a
-// workgroup (`CPU_BLOCKS` in attention.rs).
+// Lanes a workgroup and rows a workgroup (R rows a lane, `CPU_ROWS` in
+// attention.rs): each streamed load serves R rows.
 const LANES: u32 = 8u;
-const R: u32 = 2u;
 const ROWS: u32 = LANES * R;
 
 fn qkv4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
@@ -70,8 +70,8 @@ fn store4(ti: u32, bi: u32, which: u32, h: u32, d: u32, v: vec4<f32>) {
     if (d + 3u < p.hs) { dqkv[base + 3u] = v.w; }
 }
 
-// Workgroup (x, y): query rows x*ROWS .. of (batch, head) y, R a lane (row r of a
-// lane: row0 + r * LANES + lane); keys from 0 to the workgroup's last row.
+// Workgroup (x, y): query rows x*ROWS .. of (batch, head) y, R a lane (row #R of a
+// lane: row0 + #R * LANES + lane); keys from 0 to the workgroup's last row.
 @compute @workgroup_size(8)
 fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
     let bh = wg.y;
@@ -80,69 +80,33 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lan
     let row0 = wg.x * ROWS;
     let last = p.t - 1u;
 
-    var q: array<vec4<f32>, R * HS4>;
-    var g: array<vec4<f32>, R * HS4>;
-    var acc: array<vec4<f32>, R * HS4>;
-    var dd: array<f32, R>;
-    var lse_r: array<f32, R>;
-    for (var r = 0u; r < R; r++) {
-        let i = min(row0 + r * LANES + lane, last);
-        var dd4 = vec4<f32>(0.0);
-        for (var d = 0u; d < HS4; d++) {
-            let x = r * HS4 + d;
-            q[x] = qkv4(bi, i, 0u, h, d * 4u) * p.scale;
-            g[x] = dout4(bi, i, h, d * 4u);
-            dd4 = fma(g[x], out4(bi, i, h, d * 4u), dd4);
-            acc[x] = vec4<f32>(0.0);
-        }
-        dd[r] = (dd4.x + dd4.y) + (dd4.z + dd4.w);
-        lse_r[r] = lse[bh * p.t + i];
-    }
+    let i#R = min(row0 + #Ru * LANES + lane, last);
+    let q#R_#C = qkv4(bi, i#R, 0u, h, #Cu * 4u) * p.scale;
+    let g#R_#C = dout4(bi, i#R, h, #Cu * 4u);
+    var acc#R_#C = vec4<f32>(0.0);
+    var dd4_#R = vec4<f32>(0.0);
+    dd4_#R = fma(g#R_#C, out4(bi, i#R, h, #Cu * 4u), dd4_#R);
+    let dd#R = (dd4_#R.x + dd4_#R.y) + (dd4_#R.z + dd4_#R.w);
+    let lse#R = lse[bh * p.t + i#R];
 
     let kv_end = min(row0 + ROWS, p.t);
-    var k: array<vec4<f32>, HS4>;
     for (var j = 0u; j < kv_end; j++) {
-        var s4: array<vec4<f32>, R>;
-        var dp4: array<vec4<f32>, R>;
-        for (var r = 0u; r < R; r++) {
-            s4[r] = vec4<f32>(0.0);
-            dp4[r] = vec4<f32>(0.0);
-        }
-        for (var d = 0u; d < HS4; d++) {
-            let kd = qkv4(bi, j, 1u, h, d * 4u);
-            let vd = qkv4(bi, j, 2u, h, d * 4u);
-            k[d] = kd;
-            for (var r = 0u; r < R; r++) {
-                s4[r] = fma(q[r * HS4 + d], kd, s4[r]);
-                dp4[r] = fma(g[r * HS4 + d], vd, dp4[r]);
-            }
-        }
-        var ds: array<vec4<f32>, R>;
-        for (var r = 0u; r < R; r++) {
-            let i = min(row0 + r * LANES + lane, last);
-            let s = (s4[r].x + s4[r].y) + (s4[r].z + s4[r].w);
-            let dp = (dp4[r].x + dp4[r].y) + (dp4[r].z + dp4[r].w);
-            // select, not a product: exp of a masked score may be inf.
-            let pr = select(0.0, exp(s - lse_r[r]), j <= i);
-            ds[r] = vec4<f32>(pr * (keep(bh, i, j) * dp - dd[r]));
-        }
-        for (var d = 0u; d < HS4; d++) {
-            let kd = k[d];
-            for (var r = 0u; r < R; r++) {
-                acc[r * HS4 + d] = fma(ds[r], kd, acc[r * HS4 + d]);
-            }
-        }
+        let k#C = qkv4(bi, j, 1u, h, #Cu * 4u);
+        let v#C = qkv4(bi, j, 2u, h, #Cu * 4u);
+        var s4_#R = vec4<f32>(0.0);
+        var dp4_#R = vec4<f32>(0.0);
+        s4_#R = fma(q#R_#C, k#C, s4_#R); dp4_#R = fma(g#R_#C, v#C, dp4_#R);
+        let s#R = (s4_#R.x + s4_#R.y) + (s4_#R.z + s4_#R.w);
+        let dp#R = (dp4_#R.x + dp4_#R.y) + (dp4_#R.z + dp4_#R.w);
+        // select, not a product: exp of a masked score may be inf.
+        let pr#R = select(0.0, exp(s#R - lse#R), j <= i#R);
+        let ds#R = vec4<f32>(pr#R * (keep(bh, i#R, j) * dp#R - dd#R));
+        acc#R_#C = fma(ds#R, k#C, acc#R_#C);
     }
 
-    for (var r = 0u; r < R; r++) {
-        let row = row0 + r * LANES + lane;
-        if (row < p.t) {
-            for (var d = 0u; d < HS4; d++) {
-                store4(row, bi, 0u, h, d * 4u, acc[r * HS4 + d] * p.scale);
-            }
-            dsum[bh * p.t + row] = dd[r];
-        }
-    }
+    let out_row#R = row0 + #Ru * LANES + lane;
+    if (out_row#R < p.t) { store4(out_row#R, bi, 0u, h, #Cu * 4u, acc#R_#C * p.scale); }
+    if (out_row#R < p.t) { dsum[bh * p.t + out_row#R] = dd#R; }
 }
 
 // Workgroup (x, y): key rows x*ROWS .. of (batch, head) y, R a lane as in `dq`;
@@ -155,70 +119,29 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let row0 = wg.x * ROWS;
     let last = p.t - 1u;
 
-    var k: array<vec4<f32>, R * HS4>;
-    var v: array<vec4<f32>, R * HS4>;
-    var dk: array<vec4<f32>, R * HS4>;
-    var dv: array<vec4<f32>, R * HS4>;
-    for (var r = 0u; r < R; r++) {
-        let j = min(row0 + r * LANES + lane, last);
-        for (var d = 0u; d < HS4; d++) {
-            let x = r * HS4 + d;
-            k[x] = qkv4(bi, j, 1u, h, d * 4u) * p.scale;
-            v[x] = qkv4(bi, j, 2u, h, d * 4u);
-            dk[x] = vec4<f32>(0.0);
-            dv[x] = vec4<f32>(0.0);
-        }
-    }
+    let j#R = min(row0 + #Ru * LANES + lane, last);
+    let k#R_#C = qkv4(bi, j#R, 1u, h, #Cu * 4u) * p.scale;
+    let v#R_#C = qkv4(bi, j#R, 2u, h, #Cu * 4u);
+    var dk#R_#C = vec4<f32>(0.0);
+    var dv#R_#C = vec4<f32>(0.0);
 
-    var q: array<vec4<f32>, HS4>;
-    var g: array<vec4<f32>, HS4>;
     for (var i = row0; i < p.t; i++) {
-        var s4: array<vec4<f32>, R>;
-        var dp4: array<vec4<f32>, R>;
-        for (var r = 0u; r < R; r++) {
-            s4[r] = vec4<f32>(0.0);
-            dp4[r] = vec4<f32>(0.0);
-        }
-        for (var d = 0u; d < HS4; d++) {
-            let qd = qkv4(bi, i, 0u, h, d * 4u);
-            let gd = dout4(bi, i, h, d * 4u);
-            q[d] = qd;
-            g[d] = gd;
-            for (var r = 0u; r < R; r++) {
-                s4[r] = fma(k[r * HS4 + d], qd, s4[r]);
-                dp4[r] = fma(v[r * HS4 + d], gd, dp4[r]);
-            }
-        }
+        let q#C = qkv4(bi, i, 0u, h, #Cu * 4u);
+        let g#C = dout4(bi, i, h, #Cu * 4u);
+        var s4_#R = vec4<f32>(0.0);
+        var dp4_#R = vec4<f32>(0.0);
+        s4_#R = fma(k#R_#C, q#C, s4_#R); dp4_#R = fma(v#R_#C, g#C, dp4_#R);
         let lse_i = lse[bh * p.t + i];
         let dd = dsum[bh * p.t + i];
-        var wv: array<vec4<f32>, R>;
-        var wk: array<vec4<f32>, R>;
-        for (var r = 0u; r < R; r++) {
-            let j = min(row0 + r * LANES + lane, last);
-            let s = (s4[r].x + s4[r].y) + (s4[r].z + s4[r].w);
-            let dp = (dp4[r].x + dp4[r].y) + (dp4[r].z + dp4[r].w);
-            let pr = select(0.0, exp(s - lse_i), i >= j);
-            let kp = keep(bh, i, j);
-            wv[r] = vec4<f32>(pr * kp);
-            wk[r] = vec4<f32>(pr * (kp * dp - dd));
-        }
-        for (var d = 0u; d < HS4; d++) {
-            let qd = q[d];
-            let gd = g[d];
-            for (var r = 0u; r < R; r++) {
-                dv[r * HS4 + d] = fma(wv[r], gd, dv[r * HS4 + d]);
-                dk[r * HS4 + d] = fma(wk[r], qd, dk[r * HS4 + d]);
-            }
-        }
+        let s#R = (s4_#R.x + s4_#R.y) + (s4_#R.z + s4_#R.w);
+        let dp#R = (dp4_#R.x + dp4_#R.y) + (dp4_#R.z + dp4_#R.w);
+        let pr#R = select(0.0, exp(s#R - lse_i), i >= j#R);
+        let kp#R = keep(bh, i, j#R);
+        let wv#R = vec4<f32>(pr#R * kp#R);
+        let wk#R = vec4<f32>(pr#R * (kp#R * dp#R - dd));
+        dv#R_#C = fma(wv#R, g#C, dv#R_#C); dk#R_#C = fma(wk#R, q#C, dk#R_#C);
     }
 
-    for (var r = 0u; r < R; r++) {
-        let key = row0 + r * LANES + lane;
-        if (key < p.t) {
-            for (var d = 0u; d < HS4; d++) {
-                store4(key, bi, 1u, h, d * 4u, dk[r * HS4 + d] * p.scale);
-                store4(key, bi, 2u, h, d * 4u, dv[r * HS4 + d]);
-            }
-        }
-    }
+    let key#R = row0 + #Ru * LANES + lane;
+    if (key#R < p.t) { store4(key#R, bi, 1u, h, #Cu * 4u, dk#R_#C * p.scale); store4(key#R, bi, 2u, h, #Cu * 4u, dv#R_#C); }
 }

@@ -4,8 +4,12 @@
 // barriers (see matmul_cpu.wgsl for why CPUs want that).
 //
 // attention.rs prepends `const HS4` (the head size in vec4s this variant holds,
-// hs <= 4 * HS4; channels past hs read as zero and are never written). The rows'
-// queries and outputs live in private arrays, in the CPU's registers and L1.
+// hs <= 4 * HS4; channels past hs read as zero and are never written) and `const R`,
+// and writes each line holding `#R` out once a row of a lane (`#R` -> 0 .. R-1) and
+// each holding `#C` once a vec4 of the head (0 .. HS4-1): the rows' queries and
+// outputs live in named variables, which every CPU compiler keeps in registers or
+// L1 (SwiftShader keeps a local array indexed by a loop counter in memory, a
+// lane at a time: 2-4x slower).
 //
 // Workgroup (x, y): query rows x*ROWS .. x*ROWS + ROWS-1 of (batch, head) y, R a
 // lane (row r of a lane: row0 + r * LANES + lane). All lanes walk the same keys (up
@@ -19,11 +23,9 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> lse: array<f32>;
 
-// Lanes a workgroup, query rows a lane (each key load serves R rows), rows a
-// workgroup (`CPU_BLOCKS` in attention.rs). 4 rows a lane load each key half as
-// often as 2 (the backward keeps 2: its larger state a row spills past that).
+// Lanes a workgroup and rows a workgroup (R query rows a lane, `CPU_ROWS` in
+// attention.rs): each key load serves R rows.
 const LANES: u32 = 8u;
-const R: u32 = 4u;
 const ROWS: u32 = LANES * R;
 // Masked scores: exp(MASKED - max) is 0 and, unlike -inf, MASKED - MASKED is no NaN.
 const MASKED: f32 = -1.0e30;
@@ -56,21 +58,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let row0 = wg.x * ROWS;
     let last = p.t - 1u;
 
-    // Row r of this lane: row0 + r * LANES + lane. Rows past the end compute a copy
-    // of the last row and write nothing.
-    var q: array<vec4<f32>, R * HS4>;
-    var o: array<vec4<f32>, R * HS4>;
-    var m: array<f32, R>;
-    var l: array<f32, R>;
-    for (var r = 0u; r < R; r++) {
-        let i = min(row0 + r * LANES + lane, last);
-        for (var d = 0u; d < HS4; d++) {
-            q[r * HS4 + d] = load4(bi, i, 0u, h, d * 4u) * p.scale;
-            o[r * HS4 + d] = vec4<f32>(0.0);
-        }
-        m[r] = MASKED;
-        l[r] = 0.0;
-    }
+    // Row #R of this lane: row0 + #R * LANES + lane. Rows past the end compute a
+    // copy of the last row and write nothing.
+    let i#R = min(row0 + #Ru * LANES + lane, last);
+    let q#R_#C = load4(bi, i#R, 0u, h, #Cu * 4u) * p.scale;
+    var o#R_#C = vec4<f32>(0.0);
+    var m#R = MASKED;
+    var l#R = 0.0;
 
     let kv_end = min(row0 + ROWS, p.t);
     for (var j = 0u; j < kv_end; j += 4u) {
@@ -78,57 +72,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let j1 = min(j + 1u, last);
         let j2 = min(j + 2u, last);
         let j3 = min(j + 3u, last);
-        var s: array<vec4<f32>, R>;
-        for (var r = 0u; r < R; r++) {
-            s[r] = vec4<f32>(0.0);
-        }
-        for (var d = 0u; d < HS4; d++) {
-            let k0 = load4(bi, j, 1u, h, d * 4u);
-            let k1 = load4(bi, j1, 1u, h, d * 4u);
-            let k2 = load4(bi, j2, 1u, h, d * 4u);
-            let k3 = load4(bi, j3, 1u, h, d * 4u);
-            for (var r = 0u; r < R; r++) {
-                let qd = q[r * HS4 + d];
-                s[r] += vec4<f32>(dot(qd, k0), dot(qd, k1), dot(qd, k2), dot(qd, k3));
-            }
-        }
-        var w: array<vec4<f32>, R>;
-        var corr: array<f32, R>;
+        let k0_#C = load4(bi, j, 1u, h, #Cu * 4u);
+        let k1_#C = load4(bi, j1, 1u, h, #Cu * 4u);
+        let k2_#C = load4(bi, j2, 1u, h, #Cu * 4u);
+        let k3_#C = load4(bi, j3, 1u, h, #Cu * 4u);
+        var s#R = vec4<f32>(0.0);
+        s#R += vec4<f32>(dot(q#R_#C, k0_#C), dot(q#R_#C, k1_#C), dot(q#R_#C, k2_#C), dot(q#R_#C, k3_#C));
         let key = vec4<u32>(j) + vec4<u32>(0u, 1u, 2u, 3u);
-        for (var r = 0u; r < R; r++) {
-            let i = min(row0 + r * LANES + lane, last);
-            let sr = select(vec4<f32>(MASKED), s[r], key <= vec4<u32>(i));
-            let mnew = max(m[r], max(max(sr.x, sr.y), max(sr.z, sr.w)));
-            corr[r] = exp(m[r] - mnew);
-            let e = exp(sr - vec4<f32>(mnew));
-            l[r] = l[r] * corr[r] + ((e.x + e.y) + (e.z + e.w));
-            m[r] = mnew;
-            // Dropout masks the numerator only: l sums the undropped weights.
-            w[r] = e * vec4<f32>(keep(bh, i, j), keep(bh, i, j + 1u), keep(bh, i, j + 2u), keep(bh, i, j + 3u));
-        }
-        for (var d = 0u; d < HS4; d++) {
-            let v0 = load4(bi, j, 2u, h, d * 4u);
-            let v1 = load4(bi, j1, 2u, h, d * 4u);
-            let v2 = load4(bi, j2, 2u, h, d * 4u);
-            let v3 = load4(bi, j3, 2u, h, d * 4u);
-            for (var r = 0u; r < R; r++) {
-                let wr = w[r];
-                let od = r * HS4 + d;
-                o[od] = fma(vec4<f32>(wr.x), v0, fma(vec4<f32>(wr.y), v1,
-                    fma(vec4<f32>(wr.z), v2, fma(vec4<f32>(wr.w), v3, o[od] * corr[r]))));
-            }
-        }
+        let sm#R = select(vec4<f32>(MASKED), s#R, key <= vec4<u32>(i#R));
+        let mnew#R = max(m#R, max(max(sm#R.x, sm#R.y), max(sm#R.z, sm#R.w)));
+        let corr#R = exp(m#R - mnew#R);
+        let e#R = exp(sm#R - vec4<f32>(mnew#R));
+        l#R = l#R * corr#R + ((e#R.x + e#R.y) + (e#R.z + e#R.w));
+        m#R = mnew#R;
+        // Dropout masks the numerator only: l sums the undropped weights.
+        let w#R = e#R * vec4<f32>(keep(bh, i#R, j), keep(bh, i#R, j + 1u), keep(bh, i#R, j + 2u), keep(bh, i#R, j + 3u));
+        let v0_#C = load4(bi, j, 2u, h, #Cu * 4u);
+        let v1_#C = load4(bi, j1, 2u, h, #Cu * 4u);
+        let v2_#C = load4(bi, j2, 2u, h, #Cu * 4u);
+        let v3_#C = load4(bi, j3, 2u, h, #Cu * 4u);
+        o#R_#C = fma(vec4<f32>(w#R.x), v0_#C, fma(vec4<f32>(w#R.y), v1_#C, fma(vec4<f32>(w#R.z), v2_#C, fma(vec4<f32>(w#R.w), v3_#C, o#R_#C * corr#R))));
     }
 
-    for (var r = 0u; r < R; r++) {
-        let row = row0 + r * LANES + lane;
-        if (row < p.t) {
-            let inv = 1.0 / l[r];
-            let base = (bi * p.t + row) * p.c + h * p.hs;
-            for (var d = 0u; d < HS4; d++) {
-                store4(base, d * 4u, o[r * HS4 + d] * inv);
-            }
-            lse[bh * p.t + row] = m[r] + log(l[r]);
-        }
-    }
+    let out_row#R = row0 + #Ru * LANES + lane;
+    let base#R = (bi * p.t + out_row#R) * p.c + h * p.hs;
+    if (out_row#R < p.t) { store4(base#R, #Cu * 4u, o#R_#C * (1.0 / l#R)); }
+    if (out_row#R < p.t) { lse[bh * p.t + out_row#R] = m#R + log(l#R); }
 }

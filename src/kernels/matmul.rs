@@ -3,8 +3,11 @@
 //! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`), and for
 //! split reductions the fixed-order sums of `matmul_reduce.wgsl`.
 
+use std::sync::OnceLock;
+
 use super::matmul_coop;
 use super::target::Target;
+use super::unroll;
 use crate::config::Precision;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
@@ -13,8 +16,8 @@ use crate::reference::{dropout_mask_params, DropoutMask};
 /// the reduction.
 const TILE: usize = 128;
 const BK: usize = 8;
-/// Output block of one workgroup of the CPU variant: rows by columns.
-const CPU_ROWS: usize = 8;
+/// Output columns of one workgroup of the CPU variants (8 lanes, 8 columns each);
+/// its rows are the variant's (`MatmulVariant::cpu_rows`).
 const CPU_COLS: usize = 64;
 /// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
 /// of a large GPU (an H200 holds about 264 of these at once), so that few output
@@ -41,12 +44,13 @@ pub enum MatmulVariant {
     /// 16k rows). dweight is split over rows in every variant, so here it equals
     /// `Tiled`.
     SplitK,
-    /// No workgroup memory and no barriers, 8x8 outputs a lane: for CPU adapters.
-    Cpu,
-    /// `Cpu` with the forward (`A·Bᵀ`, both operands read along k) taking 4 steps of
-    /// k at once as dot products: SwiftShader runs that forward faster, lavapipe
-    /// slower (figures in the commit). The other layouts are `Cpu`'s.
-    CpuDot4,
+    /// No workgroup memory and no barriers, 16 rows x 8 columns a lane (workgroups of
+    /// 16 x 64 outputs): for CPU adapters in the browser (SwiftShader in Chromium).
+    Cpu16,
+    /// The same with 32 rows a lane: for CPU adapters natively (lavapipe), where the
+    /// lanes' gathered loads of B serve twice the rows. Faster on lavapipe, slower
+    /// on SwiftShader (BENCHMARKS.md, round five).
+    Cpu32,
     /// `--precision f16` on tensor cores (`matmul_coop.rs`): operands rounded to
     /// f16, sums in f32; `split` as in `SplitK`.
     Coop { split: bool },
@@ -61,8 +65,8 @@ impl MatmulVariant {
     pub const ALL: [MatmulVariant; 4] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
-        MatmulVariant::Cpu,
-        MatmulVariant::CpuDot4,
+        MatmulVariant::Cpu16,
+        MatmulVariant::Cpu32,
     ];
     /// The f16 variants (tests/matmul_f16.rs).
     pub const F16_ALL: [MatmulVariant; 6] = [
@@ -97,8 +101,8 @@ impl MatmulVariant {
         match self {
             MatmulVariant::Tiled => "tiled",
             MatmulVariant::SplitK => "splitk",
-            MatmulVariant::Cpu => "cpu",
-            MatmulVariant::CpuDot4 => "cpu-dot4",
+            MatmulVariant::Cpu16 => "cpu16",
+            MatmulVariant::Cpu32 => "cpu32",
             MatmulVariant::Coop { split: false } => "coop",
             MatmulVariant::Coop { split: true } => "coop-splitk",
             MatmulVariant::Coop2 { split: false } => "coop2",
@@ -125,8 +129,8 @@ impl MatmulVariant {
     fn choose_f32(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         match Target::of(ctx) {
             // CPU adapters in a browser: SwiftShader in Chromium.
-            Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::CpuDot4,
-            Target::Cpu => MatmulVariant::Cpu,
+            Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::Cpu16,
+            Target::Cpu => MatmulVariant::Cpu32,
             Target::Gpu => {
                 let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
                 let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
@@ -142,9 +146,9 @@ impl MatmulVariant {
 
     /// Workgroups for an `m x n` output in `splits` slices.
     fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
-        let (rows, cols) = match self {
-            MatmulVariant::Cpu | MatmulVariant::CpuDot4 => (CPU_ROWS, CPU_COLS),
-            _ => (TILE, TILE),
+        let (rows, cols) = match self.cpu_rows() {
+            Some(rows) => (rows, CPU_COLS),
+            None => (TILE, TILE),
         };
         let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
         groups.map(|g| {
@@ -166,13 +170,22 @@ impl MatmulVariant {
 
     /// Whether this is one of the CPU adapters' cores.
     pub fn is_cpu(self) -> bool {
-        matches!(self, MatmulVariant::Cpu | MatmulVariant::CpuDot4)
+        self.cpu_rows().is_some()
+    }
+
+    /// Rows of a CPU core's workgroup (and of each lane's block).
+    fn cpu_rows(self) -> Option<usize> {
+        match self {
+            MatmulVariant::Cpu16 => Some(16),
+            MatmulVariant::Cpu32 => Some(32),
+            _ => None,
+        }
     }
 
     /// Workgroups to aim for when the reduction is split.
     fn target_workgroups(self) -> usize {
         match self {
-            MatmulVariant::Cpu | MatmulVariant::CpuDot4 => CPU_TARGET_WORKGROUPS,
+            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_TARGET_WORKGROUPS,
             _ => TARGET_WORKGROUPS,
         }
     }
@@ -182,10 +195,8 @@ impl MatmulVariant {
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Forward) => &FORWARD,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dinp) => &DINP,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dweight) => &DWEIGHT,
-            (MatmulVariant::Cpu, Layout::Forward) => &FORWARD_CPU,
-            (MatmulVariant::CpuDot4, Layout::Forward) => &FORWARD_CPU_DOT4,
-            (MatmulVariant::Cpu | MatmulVariant::CpuDot4, Layout::Dinp) => &DINP_CPU,
-            (MatmulVariant::Cpu | MatmulVariant::CpuDot4, Layout::Dweight) => &DWEIGHT_CPU,
+            (MatmulVariant::Cpu16, _) => cpu_kernel(0, layout),
+            (MatmulVariant::Cpu32, _) => cpu_kernel(1, layout),
             (
                 MatmulVariant::Coop { .. }
                 | MatmulVariant::Coop2 { .. }
@@ -288,31 +299,41 @@ const UNCHECKED: bool = true;
 const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
 const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
-// The CPU core's `CPU_DOT4` switch: see `MatmulVariant::CpuDot4`.
-const FORWARD_CPU: Kernel = gemm_kernel!(
-    "matmul_forward_cpu",
-    "matmul_nt.wgsl",
-    "const CPU_DOT4: bool = false;\n",
-    "matmul_cpu.wgsl"
-);
-const FORWARD_CPU_DOT4: Kernel = gemm_kernel!(
-    "matmul_forward_cpu_dot4",
-    "matmul_nt.wgsl",
-    "const CPU_DOT4: bool = true;\n",
-    "matmul_cpu.wgsl"
-);
-const DINP_CPU: Kernel = gemm_kernel!(
-    "matmul_dinp_cpu",
-    "matmul_nn.wgsl",
-    "const CPU_DOT4: bool = false;\n",
-    "matmul_cpu.wgsl"
-);
-const DWEIGHT_CPU: Kernel = gemm_kernel!(
-    "matmul_dweight_cpu",
-    "matmul_tn.wgsl",
-    "const CPU_DOT4: bool = false;\n",
-    "matmul_cpu.wgsl"
-);
+/// The CPU cores (`matmul_cpu.wgsl`, its rows written out by [`unroll`]) of
+/// `Cpu16` (`v` 0) and `Cpu32` (1) for `layout`, built once.
+fn cpu_kernel(v: usize, layout: Layout) -> &'static Kernel {
+    const ROWS: [usize; 2] = [16, 32];
+    static NAMES: [[&str; 3]; 2] = [
+        [
+            "matmul_forward_cpu16",
+            "matmul_dinp_cpu16",
+            "matmul_dweight_cpu16",
+        ],
+        [
+            "matmul_forward_cpu32",
+            "matmul_dinp_cpu32",
+            "matmul_dweight_cpu32",
+        ],
+    ];
+    static KERNELS: [[OnceLock<Kernel>; 3]; 2] = [const { [const { OnceLock::new() }; 3] }; 2];
+    let (l, prelude) = match layout {
+        Layout::Forward => (0, gemm_prelude!("matmul_nt.wgsl")),
+        Layout::Dinp => (1, gemm_prelude!("matmul_nn.wgsl")),
+        Layout::Dweight => (2, gemm_prelude!("matmul_tn.wgsl")),
+    };
+    KERNELS[v][l].get_or_init(|| {
+        let rows = ROWS[v];
+        let core = unroll(include_str!("matmul_cpu.wgsl"), "#R", rows);
+        let source = format!("{prelude}const ROWS: u32 = {rows}u;\n{core}");
+        Kernel {
+            name: NAMES[v][l],
+            // Leaked once a kernel a process: kernels are `'static` like the others.
+            source: Box::leak(source.into_boxed_str()),
+            entry: "main",
+            unchecked: UNCHECKED,
+        }
+    })
+}
 const SUM_SPLITS: Kernel = Kernel {
     name: "matmul_sum_splits",
     source: REDUCE_SOURCE,

@@ -25,6 +25,72 @@ const REDUCTIONS_MARK: &str = "// ---- block reductions: shared memory";
 /// every subgroup width (a power of two) up to it divides.
 pub const MAX_SUBGROUP_WIDTH: u32 = 128;
 
+/// Writes each code line of `template` holding `marker` out `count` times, in order,
+/// with `{marker}u` replaced by the copy's index as a WGSL `u32` literal and
+/// `marker` by the bare index (`let a#R = a_at(ra#R, k);` -> `let a0 = ..`, `let a1
+/// = ..`). Other lines and comments pass unchanged. Kernels keep per-row or
+/// per-channel state in named variables this way rather than in arrays indexed by a
+/// loop counter, which some shader compilers (SwiftShader's) keep in memory. Apply
+/// it once a marker for lines holding several (every combination, the first
+/// marker's outermost).
+pub(crate) fn unroll(template: &str, marker: &str, count: usize) -> String {
+    let literal = format!("{marker}u");
+    let mut wgsl = String::with_capacity(template.len());
+    for line in template.lines() {
+        if line.contains(marker) && !line.trim_start().starts_with("//") {
+            for i in 0..count {
+                let copy = line.replace(&literal, &format!("{i}u"));
+                wgsl.push_str(&copy.replace(marker, &i.to_string()));
+                wgsl.push('\n');
+            }
+        } else {
+            wgsl.push_str(line);
+            wgsl.push('\n');
+        }
+    }
+    wgsl
+}
+
+/// The compact form of [`unroll`]: each code line of `template` holding `marker`
+/// becomes a loop over `0 .. bound` (a WGSL constant), with `{marker}u` the loop's
+/// index and `name{marker}` element `name[i]` of an `array<vec4<f32>, bound>`. A
+/// line declaring such a name (`let` or `var name{marker} = init;`) declares the
+/// array and fills it. The same arithmetic in a fraction of the shader, for where
+/// compile time matters more than registers.
+pub(crate) fn loop_lines(template: &str, marker: &str, bound: &str) -> String {
+    let index = format!("{}_", marker.trim_start_matches('#').to_lowercase());
+    let looped = |stmt: &str| {
+        let stmt = stmt
+            .replace(&format!("{marker}u"), &index)
+            .replace(marker, &format!("[{index}]"));
+        format!("for (var {index} = 0u; {index} < {bound}; {index}++) {{ {stmt} }}")
+    };
+    let mut wgsl = String::with_capacity(template.len());
+    for line in template.lines() {
+        let code = line.trim_start();
+        if !line.contains(marker) || code.starts_with("//") {
+            wgsl.push_str(line);
+        } else {
+            let indent = &line[..line.len() - code.len()];
+            let decl = code
+                .strip_prefix("var ")
+                .or_else(|| code.strip_prefix("let "))
+                .and_then(|rest| rest.split_once(&format!("{marker} = ")));
+            match decl {
+                Some((name, init)) => {
+                    let fill = looped(&format!("{name}{marker} = {init}"));
+                    wgsl.push_str(&format!(
+                        "{indent}var {name}: array<vec4<f32>, {bound}>; {fill}"
+                    ));
+                }
+                None => wgsl.push_str(&format!("{indent}{}", looped(code))),
+            }
+        }
+        wgsl.push('\n');
+    }
+    wgsl
+}
+
 /// The WGSL a context compiles for `kernel`: its own source, or, with `subgroups`,
 /// the same with the prelude's block reductions swapped for the subgroup ones (for
 /// kernels joined after `PRELUDE`; the others are unchanged). The one place the
@@ -151,3 +217,30 @@ pub use optimizer::{
     adamw_step, adamw_step_on, scale_in_place, scratch_floats, AdamW, Moments, StepTensor,
     TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::{loop_lines, unroll};
+
+    #[test]
+    fn unroll_writes_each_marked_line_once_an_index() {
+        let t = "let x = 1u;\n// a#R stays\n    var a#R = f(#Ru, b#R);\n";
+        assert_eq!(
+            unroll(t, "#R", 3),
+            "let x = 1u;\n// a#R stays\n    var a0 = f(0u, b0);\n    var a1 = f(1u, b1);\n    var a2 = f(2u, b2);\n"
+        );
+        // Two markers on one line: every combination, the first applied outermost.
+        let both = unroll(&unroll("s#R += q#R_#C;", "#R", 2), "#C", 2);
+        assert_eq!(both, "s0 += q0_0;\ns0 += q0_1;\ns1 += q1_0;\ns1 += q1_1;\n");
+    }
+
+    #[test]
+    fn loop_lines_declares_arrays_and_loops_over_them() {
+        let t = "  let k#C = load(#Cu);\n  s += dot(q#C, k#C);\nlet y = 2u;\n";
+        assert_eq!(
+            loop_lines(t, "#C", "HS4"),
+            "  var k: array<vec4<f32>, HS4>; for (var c_ = 0u; c_ < HS4; c_++) { k[c_] = load(c_); }\n\
+             \x20 for (var c_ = 0u; c_ < HS4; c_++) { s += dot(q[c_], k[c_]); }\nlet y = 2u;\n"
+        );
+    }
+}
