@@ -3,6 +3,9 @@
 // browser build on a real GPU. Prints one JSON line a result.
 //   node scripts/bench-dawn.mjs [--pkg DIR] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
 //                               [--submit-every 0,16,32] [--at-once N] [--pool]
+//                               [--dawn-toggles disable_robustness,...]
+// --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
+// costs the browser build time against native (Chrome itself keeps its defaults).
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { create, globals } from 'webgpu';
@@ -18,12 +21,14 @@ const { values: opt } = parseArgs({
     'submit-every': { type: 'string' },
     // Steps a call records before reading their losses (trainer.steps(n)); 1: step().
     'at-once': { type: 'string', default: '1' },
+    'dawn-toggles': { type: 'string' },
   },
 });
 
 Object.assign(globalThis, globals); // GPUBufferUsage and friends
 globalThis.Window = function Window() {}; // wgpu looks for a window global
-globalThis.navigator = { gpu: create([]) };
+const toggles = opt['dawn-toggles'] ? [`enable-dawn-features=${opt['dawn-toggles']}`] : [];
+globalThis.navigator = { gpu: create(toggles) };
 const pkg = opt.pkg.startsWith('/') ? opt.pkg : `${process.cwd()}/${opt.pkg}`;
 const m = await import(`${pkg}/tidepool.js`);
 m.initSync({ module: readFileSync(`${pkg}/tidepool_bg.wasm`) });
@@ -61,6 +66,7 @@ for (const [t, times] of ms.entries()) {
   const rec = recordMs[t].sort((a, b) => a - b)[Math.floor(times.length / 2)];
   console.log(JSON.stringify({
     runner: 'dawn', preset: opt.preset, submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
+    dawn_toggles: opt['dawn-toggles'] ?? null,
     median_ms: median, median_record_ms: rec, tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
     buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,
     dispatches_step: last[t].dispatches_step,

@@ -23,6 +23,11 @@
 #                               submit_every swept natively and through Dawn on every
 #                               preset, PyTorch eager, op parity on the GPU (~6 min)
 #   scripts/gpu-run.sh ratio    the browser build (Dawn) against native, three rounds (~3 min)
+#   scripts/gpu-run.sh round5   op parity on the GPU, PyTorch, the shakespeare step and its
+#                               kernels with and without subgroups, the GEMMs beside
+#                               per-shape cuBLAS, and Dawn against native on the page's
+#                               presets with Dawn's defaults and without its robustness
+#                               checks (~7 min)
 #   scripts/gpu-run.sh final    PyTorch, the shakespeare step and its kernels, then ratio
 #   scripts/gpu-run.sh f16      parity, matmul variants, f32/f16 steps and 2000-step curves
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
@@ -177,6 +182,28 @@ case "${1:-bench}" in
     run dawn_profile /tmp/node --cpu-prof --cpu-prof-dir="$out/prof" dawn/bench-dawn.mjs --pkg ./pkg --preset small --corpus tinyshakespeare.txt --warmup 5 --steps 60
     for t in ${GPU_TESTS:-op_parity matmul_f16}; do
       [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    ;;
+  round5)
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa bf16_sdpa
+    run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
+    run kernels ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    run kernels_nosub env TIDEPOOL_NO_SUBGROUPS=1 ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    run torch_matmul python3 torch_matmul.py --dtypes fp32
+    [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk}
+    # Dawn against native, one trainer a process, two rounds; then Dawn without its
+    # robustness checks and validation (toggles Chrome does not set): how much of
+    # the gap they are.
+    for round in 1 2; do
+      run "native_$round" ./tidepool bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+        run "dawn_${p}_unchecked_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --dawn-toggles disable_robustness,skip_validation
+      done
     done
     ;;
   final)

@@ -23,8 +23,10 @@ const CPU_COLS: usize = 64;
 /// of a large GPU (an H200 holds about 264 of these at once), so that few output
 /// tiles still fill it and the last wave's idle share stays small.
 const TARGET_WORKGROUPS: usize = 1024;
-/// The same for CPU adapters: a few workgroups a core are enough.
-const CPU_TARGET_WORKGROUPS: usize = 32;
+/// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
+/// weight gradient's rows are split only when its output has fewer than this many,
+/// since each split costs a pass that adds the partial outputs.
+const CPU_TARGET_WORKGROUPS: usize = 4;
 /// Fewest reduction steps (rows) one split of dweight / dbias takes: below that the
 /// extra partials cost more than the parallelism gains.
 const MIN_SPLIT: usize = 256;
