@@ -1,7 +1,7 @@
 //! Matrix products of a `Linear` layer, forward and backward, as GEMMs in one of
-//! several variants ([`MatmulVariant`]): a core (`matmul.wgsl`, `matmul_cpu.wgsl`)
-//! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`), and for
-//! split reductions the fixed-order sums of `matmul_reduce.wgsl`.
+//! several variants ([`MatmulVariant`]): a core (`matmul.wgsl`, `matmul_narrow.wgsl`,
+//! `matmul_cpu.wgsl`) after one prelude per operand layout (`matmul_nt` / `_nn` /
+//! `_tn.wgsl`), and for split reductions the fixed-order sums of `matmul_reduce.wgsl`.
 
 use std::sync::OnceLock;
 
@@ -15,6 +15,8 @@ use crate::reference::{dropout_mask_params, DropoutMask};
 /// Output tile of one workgroup of the tiled variant (square) and its step along
 /// the reduction.
 const TILE: usize = 128;
+/// Rows of the `Narrow` variant's tiles (its columns are `TILE`).
+const NARROW_ROWS: usize = 64;
 const BK: usize = 8;
 /// Output columns of one workgroup of the CPU variants (8 lanes, 8 columns each);
 /// its rows are the variant's (`MatmulVariant::cpu_rows`).
@@ -44,6 +46,11 @@ pub enum MatmulVariant {
     /// 16k rows). dweight is split over rows in every variant, so here it equals
     /// `Tiled`.
     SplitK,
+    /// The tiled kernel on 64x128 output tiles (`matmul_narrow.wgsl`), 4x8 a thread:
+    /// twice the workgroups of `Tiled` and fewer registers each, for outputs with
+    /// few 128x128 tiles and short reductions (the head's forward, n = 65, and its
+    /// dinp, k = 65). Split like `Tiled` (dweight over rows, nothing else).
+    Narrow,
     /// No workgroup memory and no barriers, 16 rows x 8 columns a lane (workgroups of
     /// 16 x 64 outputs): for CPU adapters in the browser (SwiftShader in Chromium).
     Cpu16,
@@ -62,9 +69,10 @@ pub enum MatmulVariant {
 
 impl MatmulVariant {
     /// The f32 variants.
-    pub const ALL: [MatmulVariant; 4] = [
+    pub const ALL: [MatmulVariant; 5] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
+        MatmulVariant::Narrow,
         MatmulVariant::Cpu16,
         MatmulVariant::Cpu32,
     ];
@@ -101,6 +109,7 @@ impl MatmulVariant {
         match self {
             MatmulVariant::Tiled => "tiled",
             MatmulVariant::SplitK => "splitk",
+            MatmulVariant::Narrow => "narrow",
             MatmulVariant::Cpu16 => "cpu16",
             MatmulVariant::Cpu32 => "cpu32",
             MatmulVariant::Coop { split: false } => "coop",
@@ -146,9 +155,10 @@ impl MatmulVariant {
 
     /// Workgroups for an `m x n` output in `splits` slices.
     fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
-        let (rows, cols) = match self.cpu_rows() {
-            Some(rows) => (rows, CPU_COLS),
-            None => (TILE, TILE),
+        let (rows, cols) = match (self, self.cpu_rows()) {
+            (_, Some(rows)) => (rows, CPU_COLS),
+            (MatmulVariant::Narrow, None) => (NARROW_ROWS, TILE),
+            (_, None) => (TILE, TILE),
         };
         let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
         groups.map(|g| {
@@ -195,6 +205,9 @@ impl MatmulVariant {
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Forward) => &FORWARD,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dinp) => &DINP,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dweight) => &DWEIGHT,
+            (MatmulVariant::Narrow, Layout::Forward) => &FORWARD_NARROW,
+            (MatmulVariant::Narrow, Layout::Dinp) => &DINP_NARROW,
+            (MatmulVariant::Narrow, Layout::Dweight) => &DWEIGHT_NARROW,
             (MatmulVariant::Cpu16, _) => cpu_kernel(0, layout),
             (MatmulVariant::Cpu32, _) => cpu_kernel(1, layout),
             (
@@ -299,6 +312,21 @@ const UNCHECKED: bool = true;
 const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
 const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
+const FORWARD_NARROW: Kernel = gemm_kernel!(
+    "matmul_forward_narrow",
+    "matmul_nt.wgsl",
+    "matmul_narrow.wgsl"
+);
+const DINP_NARROW: Kernel = gemm_kernel!(
+    "matmul_backward_dinp_narrow",
+    "matmul_nn.wgsl",
+    "matmul_narrow.wgsl"
+);
+const DWEIGHT_NARROW: Kernel = gemm_kernel!(
+    "matmul_backward_dweight_narrow",
+    "matmul_tn.wgsl",
+    "matmul_narrow.wgsl"
+);
 /// The CPU cores (`matmul_cpu.wgsl`, its rows written out by [`unroll`]) of
 /// `Cpu16` (`v` 0) and `Cpu32` (1) for `layout`, built once.
 fn cpu_kernel(v: usize, layout: Layout) -> &'static Kernel {
