@@ -32,9 +32,6 @@ const CPU_TARGET_WORKGROUPS: usize = 32;
 const MIN_SPLIT: usize = 256;
 /// The same for the split-K forward and dinp, whose partials are whole outputs.
 const MIN_SPLIT_K: usize = 128;
-/// Workgroups of the 128x128 cores a large GPU runs at once (an H200: 132 SMs, two
-/// each): `SplitKWave` splits k so that its grid fills about one such wave.
-const WAVE_WORKGROUPS: usize = 264;
 
 /// How a GEMM is computed. Every variant gives the same results up to f32 rounding
 /// (each is checked against the CPU reference by the op-parity tests).
@@ -49,11 +46,6 @@ pub enum MatmulVariant {
     /// 16k rows). dweight is split over rows in every variant, so here it equals
     /// `Tiled`.
     SplitK,
-    /// `SplitK` with as many splits as fit the output's tiles into one wave of a
-    /// large GPU (`WAVE_WORKGROUPS`), not several: for outputs with about half a
-    /// wave of tiles and a short reduction (the head's forward: 128 tiles, k = 384),
-    /// where `SplitK`'s extra waves and partials cost more than they gain.
-    SplitKWave,
     /// The tiled kernel on 64x128 output tiles (`matmul_narrow.wgsl`), 4x8 a thread:
     /// twice the workgroups of `Tiled` and fewer registers each, for outputs with
     /// few 128x128 tiles and short reductions (the head's forward, n = 65, and its
@@ -77,10 +69,9 @@ pub enum MatmulVariant {
 
 impl MatmulVariant {
     /// The f32 variants.
-    pub const ALL: [MatmulVariant; 6] = [
+    pub const ALL: [MatmulVariant; 5] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
-        MatmulVariant::SplitKWave,
         MatmulVariant::Narrow,
         MatmulVariant::Cpu16,
         MatmulVariant::Cpu32,
@@ -118,7 +109,6 @@ impl MatmulVariant {
         match self {
             MatmulVariant::Tiled => "tiled",
             MatmulVariant::SplitK => "splitk",
-            MatmulVariant::SplitKWave => "splitk-wave",
             MatmulVariant::Narrow => "narrow",
             MatmulVariant::Cpu16 => "cpu16",
             MatmulVariant::Cpu32 => "cpu32",
@@ -154,12 +144,8 @@ impl MatmulVariant {
                 let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
                 let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
                 let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
-                // Half a wave of tiles or less: two or more splits fill one wave.
-                let half_wave = 2 * tiles <= WAVE_WORKGROUPS && k >= 2 * MIN_SPLIT_K;
                 if few_tiles || long_k {
                     MatmulVariant::SplitK
-                } else if half_wave {
-                    MatmulVariant::SplitKWave
                 } else {
                     MatmulVariant::Tiled
                 }
@@ -216,18 +202,9 @@ impl MatmulVariant {
 
     fn kernel(self, layout: Layout) -> &'static Kernel {
         match (self, layout) {
-            (
-                MatmulVariant::Tiled | MatmulVariant::SplitK | MatmulVariant::SplitKWave,
-                Layout::Forward,
-            ) => &FORWARD,
-            (
-                MatmulVariant::Tiled | MatmulVariant::SplitK | MatmulVariant::SplitKWave,
-                Layout::Dinp,
-            ) => &DINP,
-            (
-                MatmulVariant::Tiled | MatmulVariant::SplitK | MatmulVariant::SplitKWave,
-                Layout::Dweight,
-            ) => &DWEIGHT,
+            (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Forward) => &FORWARD,
+            (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dinp) => &DINP,
+            (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dweight) => &DWEIGHT,
             (MatmulVariant::Narrow, Layout::Forward) => &FORWARD_NARROW,
             (MatmulVariant::Narrow, Layout::Dinp) => &DINP_NARROW,
             (MatmulVariant::Narrow, Layout::Dweight) => &DWEIGHT_NARROW,
@@ -243,12 +220,11 @@ impl MatmulVariant {
     }
 
     /// (chunk, splits) of an `m x n` output's reduction over `k`: one split except
-    /// in the split variants.
+    /// in `SplitK`.
     fn k_splits(self, m: usize, n: usize, k: usize) -> (usize, usize) {
         let splits = matches!(
             self,
             MatmulVariant::SplitK
-                | MatmulVariant::SplitKWave
                 | MatmulVariant::Coop { split: true }
                 | MatmulVariant::Coop2 { split: true }
                 | MatmulVariant::F16 { split: true }
@@ -257,11 +233,7 @@ impl MatmulVariant {
             return (k, 1);
         }
         let [gx, gy, _] = self.grid(m, n, 1);
-        let tiles = (gx * gy) as usize;
-        let want = match self {
-            MatmulVariant::SplitKWave => (WAVE_WORKGROUPS / tiles).max(1),
-            _ => TARGET_WORKGROUPS.div_ceil(tiles),
-        };
+        let want = TARGET_WORKGROUPS.div_ceil((gx * gy) as usize);
         split(k, want, BK, MIN_SPLIT_K)
     }
 }
