@@ -47,9 +47,10 @@ pub enum MatmulVariant {
     /// `Tiled`.
     SplitK,
     /// The tiled kernel on 64x128 output tiles (`matmul_narrow.wgsl`), 4x8 a thread:
-    /// twice the workgroups of `Tiled` and fewer registers each, for outputs with
-    /// few 128x128 tiles and short reductions (the head's forward, n = 65, and its
-    /// dinp, k = 65). Split like `Tiled` (dweight over rows, nothing else).
+    /// twice the workgroups of `Tiled` and fewer registers each, for reductions too
+    /// short to split (the head's dinp, k = 65), where each workgroup's set-up and
+    /// stores weigh more than its products. Split like `Tiled` (dweight over rows,
+    /// nothing else).
     Narrow,
     /// No workgroup memory and no barriers, 16 rows x 8 columns a lane (workgroups of
     /// 16 x 64 outputs): for CPU adapters in the browser (SwiftShader in Chromium).
@@ -126,6 +127,7 @@ impl MatmulVariant {
     /// gradients: a long reduction over every row), or few tiles and a reduction long
     /// both absolutely and against the output's width. Shorter reductions lose more
     /// to the extra reduce pass than they gain (the H200 table in BENCHMARKS.md).
+    /// Reductions too short to split over a wave of tiles or more take `Narrow`.
     /// Under `--precision f16`, an f16 variant split the same way.
     pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         let f32_variant = Self::choose_f32(ctx, m, n, k);
@@ -140,16 +142,24 @@ impl MatmulVariant {
             // CPU adapters in a browser: SwiftShader in Chromium.
             Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::Cpu16,
             Target::Cpu => MatmulVariant::Cpu32,
-            Target::Gpu => {
-                let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
-                let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
-                let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
-                if few_tiles || long_k {
-                    MatmulVariant::SplitK
-                } else {
-                    MatmulVariant::Tiled
-                }
-            }
+            Target::Gpu => Self::choose_gpu(m, n, k),
+        }
+    }
+
+    /// [`MatmulVariant::choose`]'s f32 choice on GPUs.
+    fn choose_gpu(m: usize, n: usize, k: usize) -> MatmulVariant {
+        let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+        let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
+        let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
+        // The head's dinp (k = 65, 384 tiles): faster in Narrow's smaller tiles on
+        // the H200; at k >= 384 Narrow was slower.
+        let short_k = k < MIN_SPLIT_K && tiles >= TARGET_WORKGROUPS / 4;
+        if few_tiles || long_k {
+            MatmulVariant::SplitK
+        } else if short_k {
+            MatmulVariant::Narrow
+        } else {
+            MatmulVariant::Tiled
         }
     }
 
@@ -891,4 +901,38 @@ fn sum_splits_fused(
         &[part, out, bias, aux, resid],
         groups,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatmulVariant;
+
+    /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
+    /// symbols) as (output rows, output columns, reduction): Narrow takes the head's
+    /// dinp alone, the one where it beat Tiled on the H200; the others keep the
+    /// choices measured before it.
+    #[test]
+    fn narrow_takes_only_the_heads_dinp_of_the_shakespeare_step() {
+        let rows = 16384;
+        let layers = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
+        for (k, n) in layers {
+            let forward = MatmulVariant::choose_gpu(rows, n, k);
+            let dinp = MatmulVariant::choose_gpu(rows, k, n);
+            let dweight = MatmulVariant::choose_gpu(n, k, rows);
+            let long_k = k == 1536;
+            let want_forward = if long_k {
+                MatmulVariant::SplitK
+            } else {
+                MatmulVariant::Tiled
+            };
+            let want_dinp = match n {
+                65 => MatmulVariant::Narrow,
+                1536 => MatmulVariant::SplitK,
+                _ => MatmulVariant::Tiled,
+            };
+            assert_eq!(forward, want_forward, "forward k {k} n {n}");
+            assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
+            assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
+        }
+    }
 }

@@ -1,9 +1,9 @@
 // Tiled f32 GEMM core with half-height tiles: c[z][m, n] = sum over k in split z of
-// A(m, k) * B(k, n), 64x128 output tiles (matmul.wgsl's are 128x128). For outputs
-// with few 128x128 tiles and short reductions (the head's 65 columns, the dinp that
-// reduces over them): twice the workgroups, half the registers a thread, so a large
-// GPU holds more of them at once. Joined after a prelude (matmul_nt / _nn /
-// _tn.wgsl) like matmul.wgsl, calling the same hooks.
+// A(m, k) * B(k, n), 64x128 output tiles (matmul.wgsl's are 128x128). For short
+// reductions (the dinp that reduces over the head's 65 columns), where a workgroup's
+// set-up and stores weigh more than its products: twice the workgroups, half the
+// registers a thread, so a large GPU holds more of them at once. Joined after a
+// prelude (matmul_nt / _nn / _tn.wgsl) like matmul.wgsl, calling the same hooks.
 //
 // 256 threads walk k in steps of BK = 8 through two shared buffers (one barrier a
 // step). Each thread keeps a 4x8 block of C in 8 vec4 registers: rows ty*4..+4,
