@@ -13,7 +13,8 @@
 //! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
-//! `--variant NAMES` only those matmul variants, comma-separated (tiled, splitk, cpu,
+//! `--variant NAMES` only those matmul variants, in that order, comma-separated, repeats
+//! allowed (tiled, splitk, narrow, cpu16, cpu32,
 //! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
 //! precision f16 (the `auto` column then marks that context's choice).
 //!
@@ -150,10 +151,18 @@ mod bench {
         if args.quick {
             shapes.extend(tiny.iter().map(|&(k, n)| (512, k, n)));
         }
-        let wanted = |v: &MatmulVariant| {
-            args.variant.is_empty() || args.variant.split(',').any(|n| n == v.name())
+        // Every variant of `all`, or those named, in the order named, repeats kept: a
+        // list like `tiled,narrow,tiled,narrow` takes turns, so neither is always the
+        // first measured after a shape's set-up (short kernels are then slower: the
+        // GPU's clock is still rising).
+        let named = |all: Vec<MatmulVariant>| -> Vec<MatmulVariant> {
+            if args.variant.is_empty() {
+                return all;
+            }
+            let by_name = |n: &str| all.iter().copied().find(|v| v.name() == n);
+            args.variant.split(',').filter_map(by_name).collect()
         };
-        let variants: Vec<MatmulVariant> = MatmulVariant::ALL.into_iter().filter(wanted).collect();
+        let variants = named(MatmulVariant::ALL.to_vec());
         // The f16 cores need a context made for them (shader-f16, cooperative matrices).
         let options = ContextOptions {
             precision: Precision::F16,
@@ -173,11 +182,12 @@ mod bench {
                 } else if let Err(why) = coop2_supported(c) {
                     println!("no coop2 variants: {why}");
                 }
-                MatmulVariant::F16_ALL
-                    .into_iter()
-                    .filter(|v| v.runs_on(c).is_ok())
-                    .filter(wanted)
-                    .collect()
+                named(
+                    MatmulVariant::F16_ALL
+                        .into_iter()
+                        .filter(|v| v.runs_on(c).is_ok())
+                        .collect(),
+                )
             }
             None => Vec::new(),
         };

@@ -1,7 +1,7 @@
 //! Matrix products of a `Linear` layer, forward and backward, as GEMMs in one of
-//! several variants ([`MatmulVariant`]): a core (`matmul.wgsl`, `matmul_cpu.wgsl`)
-//! after one prelude per operand layout (`matmul_nt` / `_nn` / `_tn.wgsl`), and for
-//! split reductions the fixed-order sums of `matmul_reduce.wgsl`.
+//! several variants ([`MatmulVariant`]): a core (`matmul.wgsl`, `matmul_narrow.wgsl`,
+//! `matmul_cpu.wgsl`) after one prelude per operand layout (`matmul_nt` / `_nn` /
+//! `_tn.wgsl`), and for split reductions the fixed-order sums of `matmul_reduce.wgsl`.
 
 use std::sync::OnceLock;
 
@@ -15,6 +15,8 @@ use crate::reference::{dropout_mask_params, DropoutMask};
 /// Output tile of one workgroup of the tiled variant (square) and its step along
 /// the reduction.
 const TILE: usize = 128;
+/// Rows of the `Narrow` variant's tiles (its columns are `TILE`).
+const NARROW_ROWS: usize = 64;
 const BK: usize = 8;
 /// Output columns of one workgroup of the CPU variants (8 lanes, 8 columns each);
 /// its rows are the variant's (`MatmulVariant::cpu_rows`).
@@ -46,6 +48,12 @@ pub enum MatmulVariant {
     /// 16k rows). dweight is split over rows in every variant, so here it equals
     /// `Tiled`.
     SplitK,
+    /// The tiled kernel on 64x128 output tiles (`matmul_narrow.wgsl`), 4x8 a thread:
+    /// twice the workgroups of `Tiled` and fewer registers each, for reductions too
+    /// short to split (the head's dinp, k = 65), where each workgroup's set-up and
+    /// stores weigh more than its products. Split like `Tiled` (dweight over rows,
+    /// nothing else).
+    Narrow,
     /// No workgroup memory and no barriers, 16 rows x 8 columns a lane (workgroups of
     /// 16 x 64 outputs): for CPU adapters in the browser (SwiftShader in Chromium).
     Cpu16,
@@ -64,9 +72,10 @@ pub enum MatmulVariant {
 
 impl MatmulVariant {
     /// The f32 variants.
-    pub const ALL: [MatmulVariant; 4] = [
+    pub const ALL: [MatmulVariant; 5] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
+        MatmulVariant::Narrow,
         MatmulVariant::Cpu16,
         MatmulVariant::Cpu32,
     ];
@@ -103,6 +112,7 @@ impl MatmulVariant {
         match self {
             MatmulVariant::Tiled => "tiled",
             MatmulVariant::SplitK => "splitk",
+            MatmulVariant::Narrow => "narrow",
             MatmulVariant::Cpu16 => "cpu16",
             MatmulVariant::Cpu32 => "cpu32",
             MatmulVariant::Coop { split: false } => "coop",
@@ -119,6 +129,7 @@ impl MatmulVariant {
     /// gradients: a long reduction over every row), or few tiles and a reduction long
     /// both absolutely and against the output's width. Shorter reductions lose more
     /// to the extra reduce pass than they gain (the H200 table in BENCHMARKS.md).
+    /// Reductions too short to split over a wave of tiles or more take `Narrow`.
     /// Under `--precision f16`, an f16 variant split the same way.
     pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
         let f32_variant = Self::choose_f32(ctx, m, n, k);
@@ -133,24 +144,33 @@ impl MatmulVariant {
             // CPU adapters in a browser: SwiftShader in Chromium.
             Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::Cpu16,
             Target::Cpu => MatmulVariant::Cpu32,
-            Target::Gpu => {
-                let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
-                let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
-                let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
-                if few_tiles || long_k {
-                    MatmulVariant::SplitK
-                } else {
-                    MatmulVariant::Tiled
-                }
-            }
+            Target::Gpu => Self::choose_gpu(m, n, k),
+        }
+    }
+
+    /// [`MatmulVariant::choose`]'s f32 choice on GPUs.
+    fn choose_gpu(m: usize, n: usize, k: usize) -> MatmulVariant {
+        let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+        let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
+        let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
+        // The head's dinp (k = 65, 384 tiles): faster in Narrow's smaller tiles on
+        // the H200; at k >= 384 Narrow was slower.
+        let short_k = k < MIN_SPLIT_K && tiles >= TARGET_WORKGROUPS / 4;
+        if few_tiles || long_k {
+            MatmulVariant::SplitK
+        } else if short_k {
+            MatmulVariant::Narrow
+        } else {
+            MatmulVariant::Tiled
         }
     }
 
     /// Workgroups for an `m x n` output in `splits` slices.
     fn grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
-        let (rows, cols) = match self.cpu_rows() {
-            Some(rows) => (rows, CPU_COLS),
-            None => (TILE, TILE),
+        let (rows, cols) = match (self, self.cpu_rows()) {
+            (_, Some(rows)) => (rows, CPU_COLS),
+            (MatmulVariant::Narrow, None) => (NARROW_ROWS, TILE),
+            (_, None) => (TILE, TILE),
         };
         let groups = [n.div_ceil(cols), m.div_ceil(rows), splits];
         groups.map(|g| {
@@ -197,6 +217,9 @@ impl MatmulVariant {
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Forward) => &FORWARD,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dinp) => &DINP,
             (MatmulVariant::Tiled | MatmulVariant::SplitK, Layout::Dweight) => &DWEIGHT,
+            (MatmulVariant::Narrow, Layout::Forward) => &FORWARD_NARROW,
+            (MatmulVariant::Narrow, Layout::Dinp) => &DINP_NARROW,
+            (MatmulVariant::Narrow, Layout::Dweight) => &DWEIGHT_NARROW,
             (MatmulVariant::Cpu16, _) => cpu_kernel(0, layout),
             (MatmulVariant::Cpu32, _) => cpu_kernel(1, layout),
             (
@@ -301,6 +324,21 @@ const UNCHECKED: bool = true;
 const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
 const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
+const FORWARD_NARROW: Kernel = gemm_kernel!(
+    "matmul_forward_narrow",
+    "matmul_nt.wgsl",
+    "matmul_narrow.wgsl"
+);
+const DINP_NARROW: Kernel = gemm_kernel!(
+    "matmul_backward_dinp_narrow",
+    "matmul_nn.wgsl",
+    "matmul_narrow.wgsl"
+);
+const DWEIGHT_NARROW: Kernel = gemm_kernel!(
+    "matmul_backward_dweight_narrow",
+    "matmul_tn.wgsl",
+    "matmul_narrow.wgsl"
+);
 /// The CPU cores (`matmul_cpu.wgsl`, its rows written out by [`unroll`]) of
 /// `Cpu16` (`v` 0) and `Cpu32` (1) for `layout`, built once.
 fn cpu_kernel(v: usize, layout: Layout) -> &'static Kernel {
@@ -865,4 +903,38 @@ fn sum_splits_fused(
         &[part, out, bias, aux, resid],
         groups,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatmulVariant;
+
+    /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
+    /// symbols) as (output rows, output columns, reduction): Narrow takes the head's
+    /// dinp alone, the one where it beat Tiled on the H200; the others keep the
+    /// choices measured before it.
+    #[test]
+    fn narrow_takes_only_the_heads_dinp_of_the_shakespeare_step() {
+        let rows = 16384;
+        let layers = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
+        for (k, n) in layers {
+            let forward = MatmulVariant::choose_gpu(rows, n, k);
+            let dinp = MatmulVariant::choose_gpu(rows, k, n);
+            let dweight = MatmulVariant::choose_gpu(n, k, rows);
+            let long_k = k == 1536;
+            let want_forward = if long_k {
+                MatmulVariant::SplitK
+            } else {
+                MatmulVariant::Tiled
+            };
+            let want_dinp = match n {
+                65 => MatmulVariant::Narrow,
+                1536 => MatmulVariant::SplitK,
+                _ => MatmulVariant::Tiled,
+            };
+            assert_eq!(forward, want_forward, "forward k {k} n {n}");
+            assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
+            assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
+        }
+    }
 }
