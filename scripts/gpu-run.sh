@@ -194,7 +194,7 @@ case "${1:-bench}" in
     run kernels ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
     run kernels_nosub env TIDEPOOL_NO_SUBGROUPS=1 ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
     run torch_matmul python3 torch_matmul.py --dtypes fp32
-    [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,splitk}
+    [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,narrow,splitk,tiled,narrow,splitk}
     # Dawn against native, one trainer a process, two rounds; then Dawn without its
     # robustness checks and validation (toggles Chrome does not set): how much of
     # the gap they are.
