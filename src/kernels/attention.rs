@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use super::target::Target;
-use super::{loop_lines, unroll};
+use super::{loop_lines, unroll, ENABLE_SUBGROUPS};
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, AttnDropout};
 
@@ -71,23 +71,87 @@ fn expand_cpu(template: &str, hs4: usize, rows: usize) -> String {
     }
 }
 
-/// [forward, dq, dkdv] tuned for `target`, for heads of at most
+/// Whether the GPU forward on `ctx` adds the partner thread's half dots by a
+/// subgroup shuffle (else through shared memory): where the context uses subgroups
+/// ([`WgpuContext::subgroups`]) and every subgroup holds both partners (at least 2
+/// wide). The CPU tuning has no partners.
+pub fn attention_subgroups(ctx: &WgpuContext) -> bool {
+    ctx.subgroups() && ctx.adapter_info().subgroup_min_size >= 2
+}
+
+/// The GPU forward's template with one exchange of half dots: lines starting
+/// `#SG ` (subgroup shuffles) where `subgroups`, else those starting `#SM `
+/// (shared memory), the marker removed; the other variant's lines dropped.
+fn pair_exchange(template: &str, subgroups: bool) -> String {
+    let (keep, drop) = if subgroups {
+        ("#SG ", "#SM ")
+    } else {
+        ("#SM ", "#SG ")
+    };
+    let mut wgsl = String::with_capacity(template.len());
+    for line in template.lines() {
+        if line.starts_with(drop) {
+            continue;
+        }
+        wgsl.push_str(line.strip_prefix(keep).unwrap_or(line));
+        wgsl.push('\n');
+    }
+    wgsl
+}
+
+/// The compiled variants: the GPU tuning with either pair exchange in its forward
+/// ([`attention_subgroups`]), or the CPU tuning.
+#[derive(Clone, Copy)]
+enum Variant {
+    Gpu { subgroups: bool },
+    Cpu,
+}
+
+impl Variant {
+    fn index(self) -> usize {
+        match self {
+            Variant::Gpu { subgroups } => subgroups as usize,
+            Variant::Cpu => 2,
+        }
+    }
+
+    fn target(self) -> Target {
+        match self {
+            Variant::Gpu { .. } => Target::Gpu,
+            Variant::Cpu => Target::Cpu,
+        }
+    }
+}
+
+/// [forward, dq, dkdv] of `variant`, for heads of at most
 /// `4 * HS4S[target][v]` channels, expanded once.
-fn kernels(target: Target, v: usize) -> &'static [Kernel; 3] {
-    static VARIANTS: [[OnceLock<[Kernel; 3]>; 4]; 2] =
-        [const { [const { OnceLock::new() }; 4] }; 2];
-    VARIANTS[target as usize][v].get_or_init(|| {
-        let hs4 = HS4S[target as usize][v];
-        let (fwd, bwd, prefix) = match target {
-            Target::Gpu => (
-                expand(FORWARD_WGSL, hs4),
-                expand(BACKWARD_WGSL, hs4),
-                "attention",
-            ),
-            Target::Cpu => (
+fn kernels(variant: Variant, v: usize) -> &'static [Kernel; 3] {
+    static VARIANTS: [[OnceLock<[Kernel; 3]>; 4]; 3] =
+        [const { [const { OnceLock::new() }; 4] }; 3];
+    VARIANTS[variant.index()][v].get_or_init(|| {
+        let hs4 = HS4S[variant.target() as usize][v];
+        // The forward's name tells its pair exchange apart (pipelines are cached by
+        // name); both GPU variants share one backward.
+        let (fwd, bwd, prefix, forward) = match variant {
+            Variant::Gpu { subgroups } => {
+                let fwd = expand(&pair_exchange(FORWARD_WGSL, subgroups), hs4);
+                let (enable, forward) = if subgroups {
+                    (ENABLE_SUBGROUPS, "forward_sg")
+                } else {
+                    ("", "forward")
+                };
+                (
+                    format!("{enable}{fwd}"),
+                    expand(BACKWARD_WGSL, hs4),
+                    "attention",
+                    forward,
+                )
+            }
+            Variant::Cpu => (
                 expand_cpu(FORWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 expand_cpu(BACKWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 "attention_cpu",
+                "forward",
             ),
         };
         // Leaked once a variant a process: kernels are `'static` like the others.
@@ -100,7 +164,7 @@ fn kernels(target: Target, v: usize) -> &'static [Kernel; 3] {
             unchecked: true,
         };
         [
-            kernel("forward", fwd, "main"),
+            kernel(forward, fwd, "main"),
             kernel("dq", bwd, "dq"),
             kernel("dkdv", bwd, "dkdv"),
         ]
@@ -133,6 +197,7 @@ fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
 }
 
 fn setup(
+    ctx: &WgpuContext,
     target: Target,
     b: usize,
     t: usize,
@@ -150,7 +215,13 @@ fn setup(
         .iter()
         .position(|&hs4| hs <= 4 * hs4)
         .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
-    let kernels = kernels(target, v);
+    let variant = match target {
+        Target::Gpu => Variant::Gpu {
+            subgroups: attention_subgroups(ctx),
+        },
+        Target::Cpu => Variant::Cpu,
+    };
+    let kernels = kernels(variant, v);
     let blocks = match target {
         Target::Gpu => [BLOCK; 3],
         Target::Cpu => [CPU_LANES * CPU_ROWS[v]; 3],
@@ -216,7 +287,7 @@ pub fn attention_forward_on(
     nh: usize,
     dropout: Option<AttnDropout>,
 ) -> (PooledBuffer, PooledBuffer) {
-    let (params, kernels, groups) = setup(target, b, t, c, nh, dropout);
+    let (params, kernels, groups) = setup(ctx, target, b, t, c, nh, dropout);
     check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
@@ -270,7 +341,7 @@ pub fn attention_backward_on(
     nh: usize,
     dropout: Option<AttnDropout>,
 ) -> PooledBuffer {
-    let (params, kernels, groups) = setup(target, b, t, c, nh, dropout);
+    let (params, kernels, groups) = setup(ctx, target, b, t, c, nh, dropout);
     check_len(dout, b * t * c, "attention_backward dout");
     check_len(qkv, b * t * 3 * c, "attention_backward qkv");
     check_len(out, b * t * c, "attention_backward out");
@@ -291,4 +362,25 @@ pub fn attention_backward_on(
         groups[2],
     );
     dqkv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pair_exchange, FORWARD_WGSL};
+
+    #[test]
+    fn pair_exchange_keeps_one_variant_and_drops_the_markers() {
+        let sg = pair_exchange(FORWARD_WGSL, true);
+        let sm = pair_exchange(FORWARD_WGSL, false);
+        for wgsl in [&sg, &sm] {
+            assert!(!wgsl
+                .lines()
+                .any(|l| l.starts_with("#SG") || l.starts_with("#SM")));
+        }
+        assert!(sg.contains("subgroupShuffleXor") && !sg.contains("part["));
+        assert!(!sm.contains("subgroupShuffle") && sm.contains("var<workgroup> part"));
+        // One barrier fewer a key tile.
+        let barriers = |s: &str| s.matches("workgroupBarrier()").count();
+        assert_eq!(barriers(&sg) + 1, barriers(&sm));
+    }
 }
