@@ -1086,8 +1086,8 @@ async fn attention_hs128_body(shapes: &[(usize, usize, usize, usize)], dropout: 
 }
 
 /// `dropout`: the drop probability, with a fresh mask seed. Every shape runs through
-/// both kernel tunings ([`Target`]), each on fresh inputs, and the GPU tuning's
-/// forward with each exchange of half dots the device has: by subgroup shuffles on
+/// both kernel tunings ([`Target`]), each on fresh inputs, and the GPU tuning
+/// with each exchange of half dots the device has: by subgroup shuffles on
 /// the context with subgroups (`reduction_contexts`' first, where the device has
 /// them), by shared memory on the one without. The CPU tuning, which has no
 /// exchange, runs on the first context only.
@@ -1101,7 +1101,7 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
         if ctx.subgroups() {
             assert!(
                 shuffles || info.subgroup_min_size < 2,
-                "{}: subgroups {} to {} wide, but the attention forward does not use them",
+                "{}: subgroups {} to {} wide, but the attention kernels do not use them",
                 ctx.adapter_name(),
                 info.subgroup_min_size,
                 info.subgroup_max_size

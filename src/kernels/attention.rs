@@ -71,7 +71,7 @@ fn expand_cpu(template: &str, hs4: usize, rows: usize) -> String {
     }
 }
 
-/// Whether the GPU forward on `ctx` adds the partner thread's half dots by a
+/// Whether the GPU kernels on `ctx` add the partner thread's half dots by a
 /// subgroup shuffle (else through shared memory): where the context uses subgroups
 /// ([`WgpuContext::subgroups`]) and every subgroup holds both partners (at least 2
 /// wide). The CPU tuning has no partners.
@@ -79,7 +79,7 @@ pub fn attention_subgroups(ctx: &WgpuContext) -> bool {
     ctx.subgroups() && ctx.adapter_info().subgroup_min_size >= 2
 }
 
-/// The GPU forward's template with one exchange of half dots: lines starting
+/// A GPU kernel's template with one exchange of half dots: lines starting
 /// `#SG ` (subgroup shuffles) where `subgroups`, else those starting `#SM `
 /// (shared memory), the marker removed; the other variant's lines dropped.
 fn pair_exchange(template: &str, subgroups: bool) -> String {
@@ -99,7 +99,7 @@ fn pair_exchange(template: &str, subgroups: bool) -> String {
     wgsl
 }
 
-/// The compiled variants: the GPU tuning with either pair exchange in its forward
+/// The compiled variants: the GPU tuning with either pair exchange
 /// ([`attention_subgroups`]), or the CPU tuning.
 #[derive(Clone, Copy)]
 enum Variant {
@@ -130,28 +130,24 @@ fn kernels(variant: Variant, v: usize) -> &'static [Kernel; 3] {
         [const { [const { OnceLock::new() }; 4] }; 3];
     VARIANTS[variant.index()][v].get_or_init(|| {
         let hs4 = HS4S[variant.target() as usize][v];
-        // The forward's name tells its pair exchange apart (pipelines are cached by
-        // name); both GPU variants share one backward.
-        let (fwd, bwd, prefix, forward) = match variant {
+        // Names tell the pair exchanges apart: pipelines are cached by name.
+        let (fwd, bwd, prefix) = match variant {
             Variant::Gpu { subgroups } => {
-                let fwd = expand(&pair_exchange(FORWARD_WGSL, subgroups), hs4);
-                let (enable, forward) = if subgroups {
-                    (ENABLE_SUBGROUPS, "forward_sg")
+                let (enable, prefix) = if subgroups {
+                    (ENABLE_SUBGROUPS, "attention_sg")
                 } else {
-                    ("", "forward")
+                    ("", "attention")
                 };
-                (
-                    format!("{enable}{fwd}"),
-                    expand(BACKWARD_WGSL, hs4),
-                    "attention",
-                    forward,
-                )
+                let gpu = |template| {
+                    let wgsl = expand(&pair_exchange(template, subgroups), hs4);
+                    format!("{enable}{wgsl}")
+                };
+                (gpu(FORWARD_WGSL), gpu(BACKWARD_WGSL), prefix)
             }
             Variant::Cpu => (
                 expand_cpu(FORWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 expand_cpu(BACKWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 "attention_cpu",
-                "forward",
             ),
         };
         // Leaked once a variant a process: kernels are `'static` like the others.
@@ -164,7 +160,7 @@ fn kernels(variant: Variant, v: usize) -> &'static [Kernel; 3] {
             unchecked: true,
         };
         [
-            kernel(forward, fwd, "main"),
+            kernel("forward", fwd, "main"),
             kernel("dq", bwd, "dq"),
             kernel("dkdv", bwd, "dkdv"),
         ]
@@ -366,21 +362,31 @@ pub fn attention_backward_on(
 
 #[cfg(test)]
 mod tests {
-    use super::{pair_exchange, FORWARD_WGSL};
+    use super::{pair_exchange, BACKWARD_WGSL, FORWARD_WGSL};
 
     #[test]
     fn pair_exchange_keeps_one_variant_and_drops_the_markers() {
-        let sg = pair_exchange(FORWARD_WGSL, true);
-        let sm = pair_exchange(FORWARD_WGSL, false);
-        for wgsl in [&sg, &sm] {
-            assert!(!wgsl
-                .lines()
-                .any(|l| l.starts_with("#SG") || l.starts_with("#SM")));
-        }
-        assert!(sg.contains("subgroupShuffleXor") && !sg.contains("part["));
-        assert!(!sm.contains("subgroupShuffle") && sm.contains("var<workgroup> part"));
-        // One barrier fewer a key tile.
         let barriers = |s: &str| s.matches("workgroupBarrier()").count();
-        assert_eq!(barriers(&sg) + 1, barriers(&sm));
+        for template in [FORWARD_WGSL, BACKWARD_WGSL] {
+            let (sg, sm) = (
+                pair_exchange(template, true),
+                pair_exchange(template, false),
+            );
+            for wgsl in [&sg, &sm] {
+                assert!(!wgsl
+                    .lines()
+                    .any(|l| l.starts_with("#SG") || l.starts_with("#SM")));
+            }
+            assert!(sg.contains("subgroupShuffleXor") && !sm.contains("subgroupShuffle"));
+            assert!(sm.contains("var<workgroup> part"));
+            if template == FORWARD_WGSL {
+                // No `part`, one barrier fewer a key tile.
+                assert!(!sg.contains("part["));
+                assert_eq!(barriers(&sg) + 1, barriers(&sm));
+            } else {
+                // The groups still meet in `part`: every barrier stays.
+                assert_eq!(barriers(&sg), barriers(&sm));
+            }
+        }
     }
 }
