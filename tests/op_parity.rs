@@ -1141,7 +1141,7 @@ async fn attention_on(
             let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
             let dout = rng.vec(b * t * c, -1.0, 1.0);
             let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
-            let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
+            let (out, saved) = poisoned(ctx, &[b * nh * t, b * t * c], || {
                 attention_forward_on(ctx, target, &g_qkv, b, t, c, nh, dropout)
             });
             let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh, dropout);
