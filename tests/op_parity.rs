@@ -1003,8 +1003,8 @@ mod fused_matmul {
 //   exp and log (a few ulp), and for the backward a difference dp - D whose terms
 //   are larger than the result.
 
-use common::{assert_close, context, poisoned, read};
-use tidepool::kernels::{attention_backward_on, attention_forward_on, Target};
+use common::{assert_close, context, poisoned, read, reduction_contexts};
+use tidepool::kernels::{attention_backward_on, attention_forward_on, attention_subgroups, Target};
 use tidepool::reference;
 use tidepool::rng::{fresh_seed, Rng};
 
@@ -1086,13 +1086,53 @@ async fn attention_hs128_body(shapes: &[(usize, usize, usize, usize)], dropout: 
 }
 
 /// `dropout`: the drop probability, with a fresh mask seed. Every shape runs through
-/// both kernel tunings ([`Target`]), each on fresh inputs.
+/// both kernel tunings ([`Target`]), each on fresh inputs, and the GPU tuning
+/// with each exchange of half dots the device has: by subgroup shuffles on
+/// the context with subgroups (`reduction_contexts`' first, where the device has
+/// them), by shared memory on the one without. The CPU tuning, which has no
+/// exchange, runs on the first context only.
 async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option<f32>) {
-    let ctx = context().await;
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
+    let contexts = reduction_contexts().await;
+    for (i, (_, ctx)) in contexts.iter().enumerate() {
+        let info = ctx.adapter_info();
+        let shuffles = attention_subgroups(ctx);
+        if ctx.subgroups() {
+            assert!(
+                shuffles || info.subgroup_min_size < 2,
+                "{}: subgroups {} to {} wide, but the attention kernels do not use them",
+                ctx.adapter_name(),
+                info.subgroup_min_size,
+                info.subgroup_max_size
+            );
+        } else {
+            assert!(
+                !shuffles,
+                "subgroup shuffles on a context without subgroups"
+            );
+        }
+        let exchange = if shuffles {
+            "pairs by subgroup shuffles"
+        } else {
+            "pairs by shared memory"
+        };
+        let targets: &[Target] = if i == 0 { &Target::ALL } else { &[Target::Gpu] };
+        attention_on(ctx, targets, exchange, shapes, dropout, &mut rng, seed).await;
+    }
+}
+
+async fn attention_on(
+    ctx: &tidepool::gpu::WgpuContext,
+    targets: &[Target],
+    exchange: &str,
+    shapes: &[(usize, usize, usize, usize)],
+    dropout: Option<f32>,
+    rng: &mut Rng,
+    seed: u64,
+) {
     for &(b, t, c, nh) in shapes {
-        for target in Target::ALL {
+        for &target in targets {
             let dropout = dropout.map(|p| reference::AttnDropout {
                 p,
                 seed: rng.next_u64() as u32,
@@ -1101,12 +1141,14 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
             let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
             let dout = rng.vec(b * t * c, -1.0, 1.0);
             let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
-            let (out, saved) = poisoned(&ctx, &[b * nh * t, b * t * c], || {
-                attention_forward_on(&ctx, target, &g_qkv, b, t, c, nh, dropout)
+            let (out, saved) = poisoned(ctx, &[b * nh * t, b * t * c], || {
+                attention_forward_on(ctx, target, &g_qkv, b, t, c, nh, dropout)
             });
             let (want_out, att) = reference::attention_forward(&qkv, b, t, c, nh, dropout);
-            let what = format!("{target:?} kernels, b {b} t {t} c {c} nh {nh} dropout {dropout:?}");
-            let got = read(&ctx, &out, b * t * c).await;
+            let what = format!(
+                "{target:?} kernels ({exchange}), b {b} t {t} c {c} nh {nh} dropout {dropout:?}"
+            );
+            let got = read(ctx, &out, b * t * c).await;
             assert_close(
                 &format!("attention_forward {what}"),
                 &got,
@@ -1115,12 +1157,12 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
                 seed,
             );
 
-            let dqkv = poisoned(&ctx, &[b * nh * t, b * t * 3 * c], || {
+            let dqkv = poisoned(ctx, &[b * nh * t, b * t * 3 * c], || {
                 attention_backward_on(
-                    &ctx, target, &g_dout, &g_qkv, &out, &saved, b, t, c, nh, dropout,
+                    ctx, target, &g_dout, &g_qkv, &out, &saved, b, t, c, nh, dropout,
                 )
             });
-            let got = read(&ctx, &dqkv, b * t * 3 * c).await;
+            let got = read(ctx, &dqkv, b * t * 3 * c).await;
             let want = reference::attention_backward(&dout, &qkv, &att, b, t, c, nh, dropout);
             assert_close(
                 &format!("attention_backward {what}"),

@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use super::target::Target;
-use super::{loop_lines, unroll};
+use super::{loop_lines, unroll, ENABLE_SUBGROUPS};
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, AttnDropout};
 
@@ -71,20 +71,80 @@ fn expand_cpu(template: &str, hs4: usize, rows: usize) -> String {
     }
 }
 
-/// [forward, dq, dkdv] tuned for `target`, for heads of at most
+/// Whether the GPU kernels on `ctx` add the partner thread's half dots by a
+/// subgroup shuffle (else through shared memory): where the context uses subgroups
+/// ([`WgpuContext::subgroups`]) and every subgroup holds both partners (at least 2
+/// wide). The CPU tuning has no partners.
+pub fn attention_subgroups(ctx: &WgpuContext) -> bool {
+    ctx.subgroups() && ctx.adapter_info().subgroup_min_size >= 2
+}
+
+/// A GPU kernel's template with one exchange of half dots: lines starting
+/// `#SG ` (subgroup shuffles) where `subgroups`, else those starting `#SM `
+/// (shared memory), the marker removed; the other variant's lines dropped.
+fn pair_exchange(template: &str, subgroups: bool) -> String {
+    let (keep, drop) = if subgroups {
+        ("#SG ", "#SM ")
+    } else {
+        ("#SM ", "#SG ")
+    };
+    let mut wgsl = String::with_capacity(template.len());
+    for line in template.lines() {
+        if line.starts_with(drop) {
+            continue;
+        }
+        wgsl.push_str(line.strip_prefix(keep).unwrap_or(line));
+        wgsl.push('\n');
+    }
+    wgsl
+}
+
+/// The compiled variants: the GPU tuning with either pair exchange
+/// ([`attention_subgroups`]), or the CPU tuning.
+#[derive(Clone, Copy)]
+enum Variant {
+    Gpu { subgroups: bool },
+    Cpu,
+}
+
+impl Variant {
+    fn index(self) -> usize {
+        match self {
+            Variant::Gpu { subgroups } => subgroups as usize,
+            Variant::Cpu => 2,
+        }
+    }
+
+    fn target(self) -> Target {
+        match self {
+            Variant::Gpu { .. } => Target::Gpu,
+            Variant::Cpu => Target::Cpu,
+        }
+    }
+}
+
+/// [forward, dq, dkdv] of `variant`, for heads of at most
 /// `4 * HS4S[target][v]` channels, expanded once.
-fn kernels(target: Target, v: usize) -> &'static [Kernel; 3] {
-    static VARIANTS: [[OnceLock<[Kernel; 3]>; 4]; 2] =
-        [const { [const { OnceLock::new() }; 4] }; 2];
-    VARIANTS[target as usize][v].get_or_init(|| {
-        let hs4 = HS4S[target as usize][v];
-        let (fwd, bwd, prefix) = match target {
-            Target::Gpu => (
-                expand(FORWARD_WGSL, hs4),
-                expand(BACKWARD_WGSL, hs4),
-                "attention",
-            ),
-            Target::Cpu => (
+fn kernels(variant: Variant, v: usize) -> &'static [Kernel; 3] {
+    static VARIANTS: [[OnceLock<[Kernel; 3]>; 4]; 3] =
+        [const { [const { OnceLock::new() }; 4] }; 3];
+    VARIANTS[variant.index()][v].get_or_init(|| {
+        let hs4 = HS4S[variant.target() as usize][v];
+        // Names tell the pair exchanges apart: pipelines are cached by name.
+        let (fwd, bwd, prefix) = match variant {
+            Variant::Gpu { subgroups } => {
+                let (enable, prefix) = if subgroups {
+                    (ENABLE_SUBGROUPS, "attention_sg")
+                } else {
+                    ("", "attention")
+                };
+                let gpu = |template| {
+                    let wgsl = expand(&pair_exchange(template, subgroups), hs4);
+                    format!("{enable}{wgsl}")
+                };
+                (gpu(FORWARD_WGSL), gpu(BACKWARD_WGSL), prefix)
+            }
+            Variant::Cpu => (
                 expand_cpu(FORWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 expand_cpu(BACKWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 "attention_cpu",
@@ -133,6 +193,7 @@ fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
 }
 
 fn setup(
+    ctx: &WgpuContext,
     target: Target,
     b: usize,
     t: usize,
@@ -150,7 +211,13 @@ fn setup(
         .iter()
         .position(|&hs4| hs <= 4 * hs4)
         .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
-    let kernels = kernels(target, v);
+    let variant = match target {
+        Target::Gpu => Variant::Gpu {
+            subgroups: attention_subgroups(ctx),
+        },
+        Target::Cpu => Variant::Cpu,
+    };
+    let kernels = kernels(variant, v);
     let blocks = match target {
         Target::Gpu => [BLOCK; 3],
         Target::Cpu => [CPU_LANES * CPU_ROWS[v]; 3],
@@ -216,7 +283,7 @@ pub fn attention_forward_on(
     nh: usize,
     dropout: Option<AttnDropout>,
 ) -> (PooledBuffer, PooledBuffer) {
-    let (params, kernels, groups) = setup(target, b, t, c, nh, dropout);
+    let (params, kernels, groups) = setup(ctx, target, b, t, c, nh, dropout);
     check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
@@ -270,7 +337,7 @@ pub fn attention_backward_on(
     nh: usize,
     dropout: Option<AttnDropout>,
 ) -> PooledBuffer {
-    let (params, kernels, groups) = setup(target, b, t, c, nh, dropout);
+    let (params, kernels, groups) = setup(ctx, target, b, t, c, nh, dropout);
     check_len(dout, b * t * c, "attention_backward dout");
     check_len(qkv, b * t * 3 * c, "attention_backward qkv");
     check_len(out, b * t * c, "attention_backward out");
@@ -291,4 +358,35 @@ pub fn attention_backward_on(
         groups[2],
     );
     dqkv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pair_exchange, BACKWARD_WGSL, FORWARD_WGSL};
+
+    #[test]
+    fn pair_exchange_keeps_one_variant_and_drops_the_markers() {
+        let barriers = |s: &str| s.matches("workgroupBarrier()").count();
+        for template in [FORWARD_WGSL, BACKWARD_WGSL] {
+            let (sg, sm) = (
+                pair_exchange(template, true),
+                pair_exchange(template, false),
+            );
+            for wgsl in [&sg, &sm] {
+                assert!(!wgsl
+                    .lines()
+                    .any(|l| l.starts_with("#SG") || l.starts_with("#SM")));
+            }
+            assert!(sg.contains("subgroupShuffleXor") && !sm.contains("subgroupShuffle"));
+            assert!(sm.contains("var<workgroup> part"));
+            if template == FORWARD_WGSL {
+                // No `part`, one barrier fewer a key tile.
+                assert!(!sg.contains("part["));
+                assert_eq!(barriers(&sg) + 1, barriers(&sm));
+            } else {
+                // The groups still meet in `part`: every barrier stays.
+                assert_eq!(barriers(&sg), barriers(&sm));
+            }
+        }
+    }
 }

@@ -15,8 +15,13 @@
 // holds the vec4s 2d + half of their q and output (half = thread % 2), so every
 // vec4 a thread reads from shared memory feeds two rows: half the shared-memory
 // traffic per score of one thread a row, which is what limits this on big GPUs.
-// The two half dots meet through shared memory. Keys and values stream through
-// shared memory 16 at a time, 4 keys per online-softmax update.
+// The two half dots meet through shared memory, or, where the device has
+// subgroups, by a shuffle between the partners (lanes 2r, 2r+1: subgroups are runs
+// of consecutive invocations, as in prelude_subgroups.wgsl, at least 2 wide),
+// which saves `part` and one barrier a key tile. Lines starting `#SM ` are only in
+// the shared-memory variant, `#SG ` only in the subgroup one (attention.rs picks).
+// Keys and values stream through shared memory 16 at a time, 4 keys per
+// online-softmax update.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -32,7 +37,7 @@ const MASKED: f32 = -1.0e30;
 var<workgroup> ks: array<vec4<f32>, BKV * HS4>;
 var<workgroup> vs: array<vec4<f32>, BKV * HS4>;
 // Half dots: [key pair][thread] = (a key 0, a key 1, b key 0, b key 1).
-var<workgroup> part: array<vec4<f32>, 512>;
+#SM var<workgroup> part: array<vec4<f32>, 512>;
 
 // 4 channels d.. of part (0 q, 1 k, 2 v) of (batch bi, position ti, head h), zero past hs.
 fn load4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
@@ -105,24 +110,44 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         workgroupBarrier();
 
-        // Half dots, two keys at a time (four independent vec4 FMA chains).
-        for (var jj = 0u; jj < BKV; jj += 2u) {
-            let k0 = jj * HS4 + hh;
-            let k1 = k0 + HS4;
-            var a0 = vec4<f32>(0.0);
-            var a1 = vec4<f32>(0.0);
-            var b0 = vec4<f32>(0.0);
-            var b1 = vec4<f32>(0.0);
-            a0 = fma(qa#D, ks[k0 + 2u * #Du], a0); a1 = fma(qa#D, ks[k1 + 2u * #Du], a1); b0 = fma(qb#D, ks[k0 + 2u * #Du], b0); b1 = fma(qb#D, ks[k1 + 2u * #Du], b1);
-            part[(jj / 2u) * 64u + t] = vec4<f32>(hsum(a0), hsum(a1), hsum(b0), hsum(b1));
-        }
-        workgroupBarrier();
+#SM     // Half dots, two keys at a time (four independent vec4 FMA chains).
+#SM     for (var jj = 0u; jj < BKV; jj += 2u) {
+#SM         let k0 = jj * HS4 + hh;
+#SM         let k1 = k0 + HS4;
+#SM         var a0 = vec4<f32>(0.0);
+#SM         var a1 = vec4<f32>(0.0);
+#SM         var b0 = vec4<f32>(0.0);
+#SM         var b1 = vec4<f32>(0.0);
+#SM         a0 = fma(qa#D, ks[k0 + 2u * #Du], a0); a1 = fma(qa#D, ks[k1 + 2u * #Du], a1); b0 = fma(qb#D, ks[k0 + 2u * #Du], b0); b1 = fma(qb#D, ks[k1 + 2u * #Du], b1);
+#SM         part[(jj / 2u) * 64u + t] = vec4<f32>(hsum(a0), hsum(a1), hsum(b0), hsum(b1));
+#SM     }
+#SM     workgroupBarrier();
 
         for (var jj = 0u; jj < BKV; jj += 4u) {
             // Own half plus the partner's: both threads add the same two numbers.
-            let g = (jj / 2u) * 64u;
-            let x = part[g + t] + part[g + (t ^ 1u)];
-            let y = part[g + 64u + t] + part[g + 64u + (t ^ 1u)];
+            // x: (a key 0, a key 1, b key 0, b key 1) of keys kt + jj, jj + 1; y of
+            // jj + 2, jj + 3.
+#SM         let g = (jj / 2u) * 64u;
+#SM         let x = part[g + t] + part[g + (t ^ 1u)];
+#SM         let y = part[g + 64u + t] + part[g + 64u + (t ^ 1u)];
+#SG         let k0 = jj * HS4 + hh;
+#SG         let k1 = k0 + HS4;
+#SG         let k2 = k1 + HS4;
+#SG         let k3 = k2 + HS4;
+#SG         var a0 = vec4<f32>(0.0);
+#SG         var a1 = vec4<f32>(0.0);
+#SG         var a2 = vec4<f32>(0.0);
+#SG         var a3 = vec4<f32>(0.0);
+#SG         var b0 = vec4<f32>(0.0);
+#SG         var b1 = vec4<f32>(0.0);
+#SG         var b2 = vec4<f32>(0.0);
+#SG         var b3 = vec4<f32>(0.0);
+#SG         a0 = fma(qa#D, ks[k0 + 2u * #Du], a0); a1 = fma(qa#D, ks[k1 + 2u * #Du], a1); b0 = fma(qb#D, ks[k0 + 2u * #Du], b0); b1 = fma(qb#D, ks[k1 + 2u * #Du], b1);
+#SG         a2 = fma(qa#D, ks[k2 + 2u * #Du], a2); a3 = fma(qa#D, ks[k3 + 2u * #Du], a3); b2 = fma(qb#D, ks[k2 + 2u * #Du], b2); b3 = fma(qb#D, ks[k3 + 2u * #Du], b3);
+#SG         let hx = vec4<f32>(hsum(a0), hsum(a1), hsum(b0), hsum(b1));
+#SG         let hy = vec4<f32>(hsum(a2), hsum(a3), hsum(b2), hsum(b3));
+#SG         let x = hx + subgroupShuffleXor(hx, 1u);
+#SG         let y = hy + subgroupShuffleXor(hy, 1u);
             // Key kt + jj + c is visible to a row only at or before it (and so < t).
             let key = vec4<u32>(kt + jj) + vec4<u32>(0u, 1u, 2u, 3u);
             let sa = select(vec4<f32>(MASKED), vec4<f32>(x.x, x.y, y.x, y.y), key <= vec4<u32>(ia));

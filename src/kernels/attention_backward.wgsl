@@ -28,7 +28,7 @@ const BT: u32 = 8u;
 
 // The tile: two tensors, BT rows of HS4 vec4s each (k, v for `dq`; q, dout for `dkdv`).
 var<workgroup> tile: array<vec4<f32>, 2u * BT * HS4>;
-// Half dots: [tile row][thread] = (row a, row b).
+// Half dots (whole dots with subgroups): [tile row][thread] = (row a, row b).
 var<workgroup> part: array<vec2<f32>, BT * 128u>;
 var<workgroup> lse_t: array<f32, BT>;
 var<workgroup> dsum_t: array<f32, BT>;
@@ -80,6 +80,11 @@ fn hsum(v: vec4<f32>) -> f32 {
 // x*64 + 32 + r ("b") of one operand and work out half dots of both rows with the
 // streamed tile; the halves meet in `part`. Then each group accumulates one of two
 // gradients, so both groups do the same work and hold 2 x H2 + (1 or 2) x H2 vec4s.
+// Where the device has subgroups, the partners add their halves by a shuffle (as
+// in attention.wgsl; lines `#SG `, the shared-memory ones `#SM `) and `part` takes
+// whole dots: half the reads. The groups still meet there, behind a barrier (a
+// subgroup may be narrower than a group, and a shuffle in `if (grp ..)` would be
+// in non-uniform control flow, which is why D's halves stay in `part` too).
 
 // Workgroup (x, y): queries x*64 .. of (batch, head) y. Group 0 holds q (scores
 // s = q·k), group 1 dout (dp = dout·v); group 0 accumulates dq of row a, group 1
@@ -141,13 +146,18 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: 
             var sa = vec4<f32>(0.0);
             var sb = vec4<f32>(0.0);
             sa = fma(xa#D, tile[k0 + 2u * #Du], sa); sb = fma(xb#D, tile[k0 + 2u * #Du], sb);
-            part[jj * 128u + t] = vec2<f32>(hsum(sa), hsum(sb));
+#SM         part[jj * 128u + t] = vec2<f32>(hsum(sa), hsum(sb));
+#SG         let own = vec2<f32>(hsum(sa), hsum(sb));
+#SG         part[jj * 128u + t] = own + subgroupShuffleXor(own, 1u);
         }
         workgroupBarrier();
         for (var jj = 0u; jj < BT; jj++) {
-            // Own half plus the partner's: both threads add the same two numbers.
-            let s2 = part[jj * 128u + tl] + part[jj * 128u + (tl ^ 1u)];
-            let dp2 = part[jj * 128u + 64u + tl] + part[jj * 128u + 64u + (tl ^ 1u)];
+            // Own half plus the partner's (by shuffle, or here): both threads add
+            // the same two numbers.
+#SM         let s2 = part[jj * 128u + tl] + part[jj * 128u + (tl ^ 1u)];
+#SM         let dp2 = part[jj * 128u + 64u + tl] + part[jj * 128u + 64u + (tl ^ 1u)];
+#SG         let s2 = part[jj * 128u + tl];
+#SG         let dp2 = part[jj * 128u + 64u + tl];
             let s = select(s2.y, s2.x, grp == 0u);
             let dp = select(dp2.y, dp2.x, grp == 0u);
             // select, not a product: exp of a masked score may be inf.
@@ -219,14 +229,18 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             var sa = vec4<f32>(0.0);
             var sb = vec4<f32>(0.0);
             sa = fma(xa#D, tile[q0 + 2u * #Du], sa); sb = fma(xb#D, tile[q0 + 2u * #Du], sb);
-            part[ii * 128u + t] = vec2<f32>(hsum(sa), hsum(sb));
+#SM         part[ii * 128u + t] = vec2<f32>(hsum(sa), hsum(sb));
+#SG         let own = vec2<f32>(hsum(sa), hsum(sb));
+#SG         part[ii * 128u + t] = own + subgroupShuffleXor(own, 1u);
         }
         workgroupBarrier();
         // Group 0 adds p * dout (tile rows BT..), group 1 ds * q (rows 0..BT).
         let other = (1u - grp) * BT * HS4 + hh;
         for (var ii = 0u; ii < BT; ii++) {
-            let s2 = part[ii * 128u + tl] + part[ii * 128u + (tl ^ 1u)];
-            let dp2 = part[ii * 128u + 64u + tl] + part[ii * 128u + 64u + (tl ^ 1u)];
+#SM         let s2 = part[ii * 128u + tl] + part[ii * 128u + (tl ^ 1u)];
+#SM         let dp2 = part[ii * 128u + 64u + tl] + part[ii * 128u + 64u + (tl ^ 1u)];
+#SG         let s2 = part[ii * 128u + tl];
+#SG         let dp2 = part[ii * 128u + 64u + tl];
             let i = it + ii;
             let pa = select(0.0, exp(s2.x - lse_t[ii]), i >= ja && i < p.t);
             let pb = select(0.0, exp(s2.y - lse_t[ii]), i >= jb && i < p.t);

@@ -17,6 +17,15 @@ pub(crate) const PRELUDE: &str = include_str!("prelude.wgsl");
 /// subgroups ([`source_for`]).
 const SUBGROUP_REDUCTIONS: &str = include_str!("prelude_subgroups.wgsl");
 
+/// What a module calling subgroup operations begins with. Browsers' WGSL compilers
+/// want the extension enabled, first in the module; naga 30 (native) has subgroups
+/// without it and rejects the directive as unimplemented.
+pub(crate) const ENABLE_SUBGROUPS: &str = if cfg!(target_arch = "wasm32") {
+    "enable subgroups;\n"
+} else {
+    ""
+};
+
 /// Where `PRELUDE`'s shared-memory reductions begin.
 const REDUCTIONS_MARK: &str = "// ---- block reductions: shared memory";
 
@@ -101,15 +110,9 @@ pub fn source_for(kernel: &Kernel, subgroups: bool) -> Cow<'static, str> {
             let common = &PRELUDE[..PRELUDE
                 .find(REDUCTIONS_MARK)
                 .expect("prelude.wgsl marks its reductions")];
-            // Browsers' WGSL compilers want the extension enabled, first in the
-            // module; naga 30 (native) has subgroups without it and rejects the
-            // directive as unimplemented.
-            let enable = if cfg!(target_arch = "wasm32") {
-                "enable subgroups;\n"
-            } else {
-                ""
-            };
-            Cow::Owned(format!("{enable}{common}{SUBGROUP_REDUCTIONS}{own}"))
+            Cow::Owned(format!(
+                "{ENABLE_SUBGROUPS}{common}{SUBGROUP_REDUCTIONS}{own}"
+            ))
         }
         _ => Cow::Borrowed(kernel.source),
     }
@@ -208,6 +211,7 @@ mod attention;
 
 pub use attention::{
     attention_backward, attention_backward_on, attention_forward, attention_forward_on,
+    attention_subgroups,
 };
 
 // ---- optimizer: gradient norms, clipping, AdamW ----
