@@ -29,7 +29,9 @@ for b in matmul_bench matmul_bench_prev matmul_f16 op_parity tidepool-prev; do
 done
 dawn=.gpu/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
 if [ -f "$dawn" ]; then xz -6 -T2 -c "$dawn" > "$dawn.bin.xz" && rm "$dawn"; fi
-rm -rf .gpu/pkg && cp -r pkg .gpu/pkg
+rm -rf .gpu/pkg .gpu/pkg-prev && cp -r pkg .gpu/pkg
+# The previous build's wasm package (gpu-run.sh previous), when given.
+if [ -n "${PREV_PKG:-}" ]; then cp -r "$PREV_PKG" .gpu/pkg-prev; fi
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

@@ -28,6 +28,8 @@
 #                               per-shape cuBLAS, and Dawn against native on the page's
 #                               presets with Dawn's defaults and without its robustness
 #                               checks (~7 min)
+#   scripts/gpu-run.sh previous this build against an earlier one (gpu-pack.sh's PREV_TIDEPOOL,
+#                               PREV_PKG) natively and through Dawn on tiny and small
 #   scripts/gpu-run.sh final    PyTorch, the shakespeare step and its kernels, then ratio
 #   scripts/gpu-run.sh f16      parity, matmul variants, f32/f16 steps and 2000-step curves
 #   scripts/gpu-run.sh train    shakespeare on tinyshakespeare with eval every 250 steps
@@ -203,6 +205,20 @@ case "${1:-bench}" in
       for p in tiny small; do
         run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
         run "dawn_${p}_unchecked_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --dawn-toggles disable_robustness,skip_validation
+      done
+    done
+    ;;
+  previous)
+    # This build against an earlier one (PREV_TIDEPOOL and PREV_PKG given to
+    # gpu-pack.sh), natively and through Dawn, taking turns, three rounds (~2 min).
+    for round in 1 2 3; do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        for pkg in pkg-prev pkg; do
+          [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+        done
       done
     done
     ;;
