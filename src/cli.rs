@@ -512,6 +512,14 @@ async fn info() -> Result<(), tidepool::Error> {
             "shared memory (no subgroups)"
         }
     );
+    println!(
+        "attention's half-head pairs: {}",
+        if tidepool::kernels::attention_subgroups(&ctx) {
+            "subgroup shuffles"
+        } else {
+            "shared memory"
+        }
+    );
     let coop = ctx.cooperative_matrices();
     println!(
         "cooperative matrices: {}{}",
