@@ -3,9 +3,17 @@
 // browser build on a real GPU. Prints one JSON line a result.
 //   node scripts/bench-dawn.mjs [--pkg DIR] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
 //                               [--submit-every 0,16,32] [--at-once N] [--pool]
-//                               [--dawn-toggles disable_robustness,...]
+//                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
+//                               [--time-calls] [--kernels]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
-// costs the browser build time against native (Chrome itself keeps its defaults).
+// costs the browser build time against native (Chrome itself keeps its defaults);
+// --dawn-disable: toggles to turn off (`disable-dawn-features=`), e.g.
+// timestamp_quantization for --kernels.
+// --time-calls: times every WebGPU method the build calls during the timed steps and
+// prints one {"bench":"calls"} line a method (µs a step, calls a step): where a step's
+// host time goes on Dawn's side of the boundary.
+// --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
+// dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { create, globals } from 'webgpu';
@@ -22,19 +30,55 @@ const { values: opt } = parseArgs({
     // Steps a call records before reading their losses (trainer.steps(n)); 1: step().
     'at-once': { type: 'string', default: '1' },
     'dawn-toggles': { type: 'string' },
+    'dawn-disable': { type: 'string' },
+    'time-calls': { type: 'boolean', default: false },
+    kernels: { type: 'boolean', default: false },
   },
 });
 
 Object.assign(globalThis, globals); // GPUBufferUsage and friends
 globalThis.Window = function Window() {}; // wgpu looks for a window global
-const toggles = opt['dawn-toggles'] ? [`enable-dawn-features=${opt['dawn-toggles']}`] : [];
+const toggles = [
+  ...(opt['dawn-toggles'] ? [`enable-dawn-features=${opt['dawn-toggles']}`] : []),
+  ...(opt['dawn-disable'] ? [`disable-dawn-features=${opt['dawn-disable']}`] : []),
+];
 globalThis.navigator = { gpu: create(toggles) };
+
+// --time-calls: wraps the methods of the WebGPU classes a step uses; off until the
+// timed steps start, so warm-up (pipeline compilation) stays out of the totals.
+const callTimes = new Map();
+let timingCalls = false;
+if (opt['time-calls']) {
+  for (const cls of ['GPUDevice', 'GPUQueue', 'GPUCommandEncoder', 'GPUComputePassEncoder', 'GPUBuffer']) {
+    const proto = globals[cls].prototype;
+    for (const key of Object.getOwnPropertyNames(proto)) {
+      const method = Object.getOwnPropertyDescriptor(proto, key).value;
+      if (typeof method !== 'function' || key === 'constructor') continue;
+      const name = `${cls}.${key}`;
+      proto[key] = function timed(...args) {
+        if (!timingCalls) return method.apply(this, args);
+        const t0 = performance.now();
+        const result = method.apply(this, args);
+        const entry = callTimes.get(name) ?? { ms: 0, calls: 0 };
+        entry.ms += performance.now() - t0;
+        entry.calls += 1;
+        callTimes.set(name, entry);
+        return result;
+      };
+    }
+  }
+}
 const pkg = opt.pkg.startsWith('/') ? opt.pkg : `${process.cwd()}/${opt.pkg}`;
 const m = await import(`${pkg}/tidepool.js`);
 m.initSync({ module: readFileSync(`${pkg}/tidepool_bg.wasm`) });
 
 // The wasm does not embed the default corpus (data/tinyshakespeare.txt): read it.
 const corpus = readFileSync(opt.corpus ?? 'data/tinyshakespeare.txt', 'utf8');
+if (opt.kernels) {
+  const rows = await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus);
+  for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'kernels', ...row }));
+  process.exit(0);
+}
 // --submit-every 0,16,32: one trainer a value, their steps taken in turns so that a
 // busy machine slows them alike; without it, one trainer with the default.
 const values = opt['submit-every'] ? opt['submit-every'].split(',').map(Number) : [undefined];
@@ -51,6 +95,7 @@ for (const trainer of trainers) for (let i = 0; i < Number(opt.warmup); i++) awa
 const ms = trainers.map(() => []);
 const recordMs = trainers.map(() => []);
 const last = [];
+timingCalls = true;
 for (let i = 0; i < Number(opt.steps); i++) {
   for (const [t, trainer] of trainers.entries()) {
     const stats = await advance(trainer);
@@ -59,6 +104,7 @@ for (let i = 0; i < Number(opt.steps); i++) {
     recordMs[t].push(last[t].record_ms);
   }
 }
+timingCalls = false;
 const { batch, context } = trainers[0].model();
 for (const [t, times] of ms.entries()) {
   times.sort((a, b) => a - b);
@@ -66,10 +112,18 @@ for (const [t, times] of ms.entries()) {
   const rec = recordMs[t].sort((a, b) => a - b)[Math.floor(times.length / 2)];
   console.log(JSON.stringify({
     runner: 'dawn', preset: opt.preset, submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
-    dawn_toggles: opt['dawn-toggles'] ?? null,
+    dawn_toggles: opt['dawn-toggles'] ?? null, dawn_disable: opt['dawn-disable'] ?? null,
     median_ms: median, median_record_ms: rec, tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
     buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,
     dispatches_step: last[t].dispatches_step,
+  }));
+}
+// Per step of every trainer taken together (one trainer unless --submit-every lists more).
+const stepsTimed = Number(opt.steps) * atOnce * trainers.length;
+for (const [method, { ms: total, calls }] of [...callTimes].sort((a, b) => b[1].ms - a[1].ms)) {
+  console.log(JSON.stringify({
+    runner: 'dawn', bench: 'calls', preset: opt.preset, method,
+    us_per_step: (1e3 * total) / stepsTimed, calls_per_step: calls / stepsTimed, us_per_call: (1e3 * total) / calls,
   }));
 }
 if (opt.pool) {

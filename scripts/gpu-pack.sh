@@ -32,6 +32,15 @@ if [ -f "$dawn" ]; then xz -6 -T2 -c "$dawn" > "$dawn.bin.xz" && rm "$dawn"; fi
 rm -rf .gpu/pkg .gpu/pkg-prev && cp -r pkg .gpu/pkg
 # The previous build's wasm package (gpu-run.sh previous), when given.
 if [ -n "${PREV_PKG:-}" ]; then cp -r "$PREV_PKG" .gpu/pkg-prev; fi
+# PROF_PKG=1: the same wasm with its function names kept (gpu-run.sh calls profiles it).
+rm -rf .gpu/pkg-prof
+if [ -n "${PROF_PKG:-}" ]; then
+  wasm-bindgen --target web --keep-debug --no-typescript --out-dir .gpu/pkg-prof \
+    target/wasm32-unknown-unknown/release/tidepool.wasm
+  wasm-opt -O -g --strip-dwarf --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+    .gpu/pkg-prof/tidepool_bg.wasm -o .gpu/pkg-prof/tidepool_bg.wasm
+fi
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

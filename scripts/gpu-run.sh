@@ -28,6 +28,10 @@
 #                               per-shape cuBLAS, and Dawn against native on the page's
 #                               presets with Dawn's defaults and without its robustness
 #                               checks (~7 min)
+#   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
+#                               timed, and a V8 profile (pkg-prof/, when carried)
+#   scripts/gpu-run.sh gap      Dawn's GPU time against native's: per kernel, and steps
+#                               eight at once with each of Dawn's checks off in turn
 #   scripts/gpu-run.sh previous this build against an earlier one (gpu-pack.sh's PREV_TIDEPOOL,
 #                               PREV_PKG) natively and through Dawn on tiny and small
 #   scripts/gpu-run.sh final    PyTorch, the shakespeare step and its kernels, then ratio
@@ -205,6 +209,43 @@ case "${1:-bench}" in
       for p in tiny small; do
         run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
         run "dawn_${p}_unchecked_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --dawn-toggles disable_robustness,skip_validation
+      done
+    done
+    ;;
+  calls)
+    # Where the browser build's host time goes on the page's presets (~3 min): native
+    # and Dawn steps, then Dawn with every WebGPU call timed (bench-dawn.mjs
+    # --time-calls), then a V8 profile of Dawn on tiny (pkg-prof/, when carried: a
+    # build that keeps function names) under $OUT/prof.
+    for round in 1 2; do
+      run "native_$round" ./tidepool bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+        run "dawn_${p}_calls_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --time-calls
+      done
+    done
+    if [ -d ./pkg-prof ]; then
+      for p in tiny small; do
+        run "dawn_${p}_prof" /tmp/node --cpu-prof --cpu-prof-dir "$out/prof" --cpu-prof-name "$p.cpuprofile" dawn/bench-dawn.mjs --pkg ./pkg-prof --preset $p --corpus tinyshakespeare.txt --warmup 20 --steps 300
+      done
+    fi
+    ;;
+  gap)
+    # Where Dawn's GPU time goes against native's on tiny and small (~3 min): each
+    # kernel timed on its own (bench kernels, bench-dawn.mjs --kernels), then steps
+    # eight at once (bound by the GPU) with Dawn's defaults and with each of its
+    # checks switched off in turn.
+    run kernels ./tidepool bench kernels --presets tiny,small --warmup 5 --steps 5 --corpus tinyshakespeare.txt --json
+    for p in tiny small; do
+      run "dawn_kernels_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 5 --kernels --dawn-disable timestamp_quantization
+    done
+    for round in 1 2; do
+      run "native_$round" ./tidepool bench step --presets tiny,small --at-once 1,8 --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        for t in none disable_robustness disable_workgroup_init skip_validation; do
+          flags=""; [ $t != none ] && flags="--dawn-toggles $t"
+          run "dawn_${p}_${t}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 20 --at-once 8 $flags
+        done
       done
     done
     ;;

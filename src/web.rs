@@ -449,6 +449,29 @@ pub fn bench_step(
     })
 }
 
+/// `benchKernels(preset, warmup, steps, corpus?)`: GPU milliseconds a step per kernel,
+/// each dispatch timed in a pass of its own (`tidepool bench kernels` in the browser).
+/// Needs the adapter's timestamp-query; browsers may round its times (Chrome to 100 µs
+/// unless started with `--enable-dawn-features=allow_unsafe_apis`).
+#[wasm_bindgen(js_name = benchKernels)]
+pub fn bench_kernels(
+    preset: String,
+    warmup: f64,
+    steps: f64,
+    corpus: Option<String>,
+) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let warmup = whole("warmup", warmup, 1_000_000)? as u32;
+        let steps = whole("steps", steps, 1_000_000)? as u32;
+        let cfg = TrainConfig::preset(&preset).map_err(js_error)?;
+        let corpus = bench_corpus(corpus)?;
+        let rows = crate::bench::kernel_times(&cfg, &preset, &corpus, warmup, steps)
+            .await
+            .map_err(js_error)?;
+        to_js(&rows)
+    })
+}
+
 /// `benchPolicies(preset, warmup, steps, corpus?)`: memory reserved per size policy.
 #[wasm_bindgen(js_name = benchPolicies)]
 pub fn bench_policies(

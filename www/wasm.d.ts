@@ -244,6 +244,8 @@ export declare class Trainer {
 export declare function benchPool(batches: number): Promise<Record<string, unknown>[]>;
 /** ms a step pooled, with seed uploads, and without the pool. */
 export declare function benchStep(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
+/** GPU ms a step per kernel (needs timestamp-query; browsers may round its times). */
+export declare function benchKernels(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
 /** Memory reserved per size policy. */
 export declare function benchPolicies(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
 /** The settings of a preset, as `Trainer.create` would use them. */
