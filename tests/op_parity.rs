@@ -222,11 +222,15 @@ mod layernorm {
 
     /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
     /// natively a training-sized one whose rows are not a multiple of the 64-row chunk.
-    fn shapes() -> Vec<(usize, usize)> {
+    /// Fixed shapes plus a fresh random one: odd (never a power of two), with more
+    /// than 4 row chunks of 64 so the weight gradients' unrolled loops and their tails
+    /// both run on every target.
+    fn shapes(rng: &mut Rng) -> Vec<(usize, usize)> {
         let mut shapes: Vec<_> = [1, 7, 130]
             .iter()
             .flat_map(|&r| [3, 48, 130, 384].map(|c| (r, c)))
             .collect();
+        shapes.push((257 + 2 * rng.below(200), 3 + 2 * rng.below(200)));
         if cfg!(not(target_arch = "wasm32")) {
             shapes.push((16_000 + 37, 384));
         }
@@ -249,7 +253,7 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (reductions, ctx) in reduction_contexts().await {
-            for (rows, c) in shapes() {
+            for (rows, c) in shapes(&mut rng) {
                 for target in Target::ALL {
                     let (inp, w, bias) = inputs(&mut rng, rows, c);
                     let (gi, gw, gb) = (ctx.upload(&inp), ctx.upload(&w), ctx.upload(&bias));
@@ -284,7 +288,7 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (reductions, ctx) in reduction_contexts().await {
-            for (rows, c) in shapes() {
+            for (rows, c) in shapes(&mut rng) {
                 for target in Target::ALL {
                     let (inp, w, _) = inputs(&mut rng, rows, c);
                     let dout = normals(&mut rng, rows * c, 1.0);
@@ -338,7 +342,10 @@ mod layernorm {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         for (reductions, ctx) in reduction_contexts().await {
-            let mut shapes: Vec<_> = shapes().into_iter().filter(|&(r, _)| r < 1000).collect();
+            let mut shapes: Vec<_> = shapes(&mut rng)
+                .into_iter()
+                .filter(|&(r, _)| r < 1000)
+                .collect();
             // Odd, so never a power of two.
             shapes.push((3 + 2 * rng.below(149), 5 + 2 * rng.below(150)));
             for (rows, c) in shapes {

@@ -192,15 +192,27 @@ fn backward_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     let i = idx % p.c;
     let first = chunk * p.chunk_rows;
     let last = min(first + p.chunk_rows, p.rows);
-    var dw = 0.0;
-    var db = 0.0;
-    for (var r = first; r < last; r++) {
-        let d = dout[r * p.c + i];
-        dw += d * (b_inp[r * p.c + i] - p_mean[r]) * p_rstd[r];
+    // Two rows a trip into two sums: the loads of both rows are independent, so they
+    // overlap even where the driver does not unroll the loop (WebGPU's bounds clamps
+    // kept Dawn's build of the plain loop about 2x slower on the H200).
+    var dw = vec2<f32>(0.0);
+    var db = vec2<f32>(0.0);
+    var r = first;
+    for (; r + 1u < last; r += 2u) {
+        let d = vec2<f32>(dout[r * p.c + i], dout[(r + 1u) * p.c + i]);
+        let x = vec2<f32>(b_inp[r * p.c + i], b_inp[(r + 1u) * p.c + i]);
+        let m = vec2<f32>(p_mean[r], p_mean[r + 1u]);
+        let s = vec2<f32>(p_rstd[r], p_rstd[r + 1u]);
+        dw += d * (x - m) * s;
         db += d;
     }
-    partial[idx] = dw;
-    partial[p.chunks * p.c + idx] = db;
+    if (r < last) {
+        let d = dout[r * p.c + i];
+        dw.x += d * (b_inp[r * p.c + i] - p_mean[r]) * p_rstd[r];
+        db.x += d;
+    }
+    partial[idx] = dw.x + dw.y;
+    partial[p.chunks * p.c + idx] = db.x + db.y;
 }
 
 @compute @workgroup_size(WG)
@@ -209,12 +221,22 @@ fn backward_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     if (i >= p.c) {
         return;
     }
-    var dw = 0.0;
-    var db = 0.0;
-    for (var k = 0u; k < p.chunks; k++) {
-        dw += f_partial[k * p.c + i];
-        db += f_partial[(p.chunks + k) * p.c + i];
+    // Four chunks a trip into four sums, as in backward_partial.
+    var dw = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    let stride = p.c;
+    let db_base = p.chunks * p.c;
+    var k = 0u;
+    for (; k + 3u < p.chunks; k += 4u) {
+        let at = k * stride + i;
+        dw += vec4<f32>(f_partial[at], f_partial[at + stride], f_partial[at + 2u * stride], f_partial[at + 3u * stride]);
+        db += vec4<f32>(f_partial[db_base + at], f_partial[db_base + at + stride],
+            f_partial[db_base + at + 2u * stride], f_partial[db_base + at + 3u * stride]);
     }
-    dweight[i] = dw;
-    dbias[i] = db;
+    for (; k < p.chunks; k++) {
+        dw.x += f_partial[k * stride + i];
+        db.x += f_partial[db_base + k * stride + i];
+    }
+    dweight[i] = (dw.x + dw.y) + (dw.z + dw.w);
+    dbias[i] = (db.x + db.y) + (db.z + db.w);
 }
