@@ -144,6 +144,39 @@ async fn scope_in_parts_body() {
 }
 
 gpu_test!(
+    parts_of_a_scope_double_from_four_dispatches,
+    doubling_parts_body()
+);
+async fn doubling_parts_body() {
+    // submit_every 16, 40 dispatches: parts of 4, 8 and 16, then the last 12 at the
+    // scope's end (equal parts of 16 would submit 3 times).
+    let ctx = WgpuContext::with_options(tidepool::gpu::ContextOptions {
+        submit_every: 16,
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let n = 29;
+    let x = ctx.upload(&(0..n).map(|i| i as f32).collect::<Vec<_>>());
+    for round in 0..2 {
+        let before = ctx.counters();
+        let out = ctx.scope(|| {
+            let mut acc = residual_forward(&ctx, &x, &x, n);
+            for _ in 0..39 {
+                acc = residual_forward(&ctx, &acc, &x, n);
+            }
+            acc
+        });
+        let after = ctx.counters();
+        assert_eq!(after.dispatches - before.dispatches, 40);
+        assert_eq!(after.submits - before.submits, 4, "round {round}");
+        let want: Vec<f32> = (0..n).map(|i| 41.0 * i as f32).collect();
+        assert_eq!(read(&ctx, &out, n).await, want, "round {round}");
+    }
+    ctx.take_error().expect("no GPU error");
+}
+
+gpu_test!(
     dispatches_are_timed_where_the_adapter_can,
     timed_dispatches_body()
 );

@@ -26,9 +26,10 @@ pub struct ContextOptions {
     /// Operands of the matmuls. `F16` needs the adapter's shader-f16 and is refused
     /// (a `config` error) without it.
     pub precision: Precision,
-    /// Inside a scope, submit what has been recorded after this many dispatches
-    /// (0: only when the outermost scope ends). A scope's work then reaches the GPU
-    /// in parts, and the GPU runs the first while the host records the rest; what
+    /// Inside a scope, submit what has been recorded after at most this many
+    /// dispatches (0: only when the outermost scope ends). A scope's work then reaches
+    /// the GPU in parts, and the GPU runs the first while the host records the rest
+    /// (the first part is 4 dispatches, each next one twice the last, up to this); what
     /// waits for "the scope's submit" (destroys, the staging belt, the pool's clock)
     /// still waits for the scope's end.
     pub submit_every: u32,
@@ -69,6 +70,8 @@ pub(crate) struct Recorder {
     pub depth: u32,
     /// Dispatches recorded since the last submit.
     pub dispatches: u32,
+    /// Parts of the open scope submitted so far (`submit_every`).
+    pub parts: u32,
 }
 
 impl Recorder {
@@ -81,7 +84,7 @@ impl Recorder {
 }
 
 /// What follows a dispatch: outside any scope it is submitted at once; inside one,
-/// the scope's work so far goes out every `submit_every` dispatches.
+/// the scope's work so far goes out in parts of up to `submit_every` dispatches.
 enum AfterDispatch {
     Record,
     SubmitPart,
@@ -552,7 +555,9 @@ impl WgpuContext {
             rec.dispatches += 1;
             if rec.depth == 0 {
                 AfterDispatch::Submit
-            } else if self.submit_every > 0 && rec.dispatches >= self.submit_every {
+            } else if self.submit_every > 0
+                && rec.dispatches >= part_size(self.submit_every, rec.parts)
+            {
                 AfterDispatch::SubmitPart
             } else {
                 AfterDispatch::Record
@@ -610,7 +615,12 @@ impl WgpuContext {
     /// (destroys, staging, the pool's clock) waits for the scope's end, as it would
     /// with one submit.
     fn submit_part(&self) {
-        if let Some(encoder) = lock(&self.recorder).take_encoder() {
+        let encoder = {
+            let mut rec = lock(&self.recorder);
+            rec.parts += 1;
+            rec.take_encoder()
+        };
+        if let Some(encoder) = encoder {
             self.memory.before_submit(&self.queue);
             self.queue.submit([encoder.finish()]);
             self.memory.counters.submits.fetch_add(1, Relaxed);
@@ -668,7 +678,11 @@ impl WgpuContext {
     /// buffers let go during recording are destroyed, used staging chunks start
     /// mapping for their next use, the pool's clock ticks (idle eviction).
     pub fn flush(&self) {
-        let encoder = lock(&self.recorder).take_encoder();
+        let encoder = {
+            let mut rec = lock(&self.recorder);
+            rec.parts = 0;
+            rec.take_encoder()
+        };
         let submitted = encoder.is_some();
         if let Some(encoder) = encoder {
             self.memory.before_submit(&self.queue);
@@ -757,6 +771,20 @@ fn device_features(
                 })
         }
     }
+}
+
+/// Dispatches in the first part of a scope (`submit_every`): each later part is twice
+/// the one before, up to `submit_every`. The GPU starts after a few dispatches instead
+/// of a whole part, and the host, recording twice as much while the GPU runs each
+/// part, stays ahead of it. Measured against equal parts of 32 on the H200
+/// (BENCHMARKS.md, round six); 4 beat 8.
+const FIRST_PART: u32 = 4;
+
+/// How many dispatches part `part` (from 0) of a scope takes before it is submitted.
+fn part_size(submit_every: u32, part: u32) -> u32 {
+    // In u64, so that far parts saturate instead of shifting bits out.
+    let size = u64::from(FIRST_PART) << part.min(32);
+    size.min(u64::from(submit_every)) as u32
 }
 
 /// What `time_dispatches` needs: timestamp-query (refused without it).
@@ -867,8 +895,24 @@ async fn web_adapter_label() -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{device_features, Precision};
+    use super::{device_features, part_size, Precision};
     use wgpu::Features as F;
+
+    #[test]
+    fn parts_start_at_four_dispatches_and_double_up_to_submit_every() {
+        let sizes = |every| {
+            (0..8)
+                .map(|part| part_size(every, part))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sizes(32), [4, 8, 16, 32, 32, 32, 32, 32]);
+        assert_eq!(sizes(20), [4, 8, 16, 20, 20, 20, 20, 20]);
+        assert_eq!(sizes(3), [3; 8]);
+        assert_eq!(sizes(1), [1; 8]);
+        // Far parts of a huge submit_every neither overflow nor pass it.
+        assert_eq!(part_size(u32::MAX, 40), u32::MAX);
+        assert_eq!(part_size(1 << 20, 31), 1 << 20);
+    }
 
     fn adapter() -> wgpu::AdapterInfo {
         wgpu::AdapterInfo {
