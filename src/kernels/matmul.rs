@@ -29,9 +29,14 @@ const TARGET_WORKGROUPS: usize = 1024;
 /// weight gradient's rows are split only when its output has fewer than this many,
 /// since each split costs a pass that adds the partial outputs.
 const CPU_TARGET_WORKGROUPS: usize = 4;
-/// Fewest reduction steps (rows) one split of dweight / dbias takes: below that the
-/// extra partials cost more than the parallelism gains.
-const MIN_SPLIT: usize = 256;
+/// Fewest reduction steps (rows) one split of dweight / dbias takes on a GPU: below
+/// that the extra partials cost more than the parallelism gains. On the H200 64 beat
+/// 256 (the page's presets 12-17% faster natively and through Dawn), 128 and 32
+/// (BENCHMARKS.md, round six); the shakespeare step splits by TARGET_WORKGROUPS first
+/// and does not change.
+const MIN_SPLIT: usize = 64;
+/// The same on CPU adapters, where a split's partials cost a pass over memory.
+const CPU_MIN_SPLIT: usize = 256;
 /// The same for the split-K forward and dinp, whose partials are whole outputs.
 const MIN_SPLIT_K: usize = 128;
 
@@ -209,6 +214,14 @@ impl MatmulVariant {
         match self {
             MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_TARGET_WORKGROUPS,
             _ => TARGET_WORKGROUPS,
+        }
+    }
+
+    /// Fewest rows a split of a weight gradient takes.
+    fn min_split(self) -> usize {
+        match self {
+            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_MIN_SPLIT,
+            _ => MIN_SPLIT,
         }
     }
 
@@ -657,7 +670,7 @@ pub fn matmul_backward_fused(
     let dinp = matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, gelu_of);
     let variant = MatmulVariant::choose(ctx, n, k, rows);
     let dweight = matmul_dweight_fused_variant(ctx, variant, dout, inp, rows, k, n, gelu_inp);
-    let dbias = with_bias.then(|| matmul_dbias(ctx, dout, rows, n));
+    let dbias = with_bias.then(|| matmul_dbias(ctx, variant, dout, rows, n));
     (dinp, dweight, dbias)
 }
 
@@ -795,7 +808,7 @@ pub fn matmul_dweight_fused_variant(
     let [gx, gy, _] = variant.grid(n, k, 1);
     let groups = (gx * gy) as usize;
     let want = variant.target_workgroups().div_ceil(groups);
-    let (chunk, splits) = split(rows, want, BK, MIN_SPLIT);
+    let (chunk, splits) = split(rows, want, BK, variant.min_split());
     let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, gelu_inp);
     let inp = act.as_ref().unwrap_or(inp);
     let params = GemmParams::new(n, k, rows, chunk, prologue);
@@ -838,11 +851,19 @@ fn gelu_operand(
 }
 
 /// `dbias[j] = sum_r dout[r, j]`.
-fn matmul_dbias(ctx: &WgpuContext, dout: &PooledBuffer, rows: usize, n: usize) -> PooledBuffer {
+/// Split over rows as `variant` splits the weight gradient beside it.
+fn matmul_dbias(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    rows: usize,
+    n: usize,
+) -> PooledBuffer {
     check_len(dout, rows * n, "matmul_dbias dout");
     let dbias = ctx.create_pooled(n * 4);
     let col_groups = n.div_ceil(64);
-    let (chunk, splits) = split(rows, TARGET_WORKGROUPS.div_ceil(col_groups), 1, MIN_SPLIT);
+    let want = TARGET_WORKGROUPS.div_ceil(col_groups);
+    let (chunk, splits) = split(rows, want, 1, variant.min_split());
     let params = ReduceParams {
         rows: u32_of(rows, "rows"),
         row_chunk: u32_of(chunk, "chunk"),
