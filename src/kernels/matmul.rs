@@ -399,6 +399,12 @@ const SUM_SPLITS_FUSED: Kernel = Kernel {
     entry: "sum_splits_fused",
     unchecked: UNCHECKED,
 };
+const SUM_SPLITS_PAIR: Kernel = Kernel {
+    name: "matmul_sum_splits_pair",
+    source: REDUCE_SOURCE,
+    entry: "sum_splits_pair",
+    unchecked: UNCHECKED,
+};
 const COLSUM: Kernel = Kernel {
     name: "matmul_colsum",
     source: REDUCE_SOURCE,
@@ -440,6 +446,16 @@ struct ReduceParams {
     seed: u32,
     threshold: u32,
     scale: f32,
+}
+
+/// `sum_splits_pair`'s uniform: two sums of partials.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PairParams {
+    len: u32,
+    splits: u32,
+    len_b: u32,
+    splits_b: u32,
 }
 
 impl GemmParams {
@@ -669,9 +685,13 @@ pub fn matmul_backward_fused(
     let variant = MatmulVariant::choose(ctx, rows, k, n);
     let dinp = matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, gelu_of);
     let variant = MatmulVariant::choose(ctx, n, k, rows);
-    let dweight = matmul_dweight_fused_variant(ctx, variant, dout, inp, rows, k, n, gelu_inp);
-    let dbias = with_bias.then(|| matmul_dbias(ctx, variant, dout, rows, n));
-    (dinp, dweight, dbias)
+    let dweight = dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp);
+    if !with_bias {
+        return (dinp, dweight.finish(ctx), None);
+    }
+    let dbias = dbias_partials(ctx, variant, dout, rows, n);
+    let (dweight, dbias) = dweight.finish_pair(dbias, ctx);
+    (dinp, dweight, Some(dbias))
 }
 
 /// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of
@@ -802,6 +822,63 @@ pub fn matmul_dweight_fused_variant(
         rows > 0 && k > 0 && n > 0,
         "matmul_dweight of an empty matrix"
     );
+    dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp).finish(ctx)
+}
+
+/// A gradient recorded up to its split partials: `out`, and where the rows were
+/// split, the partials still to add into it (by [`Partials::finish`], or paired with
+/// another's in one dispatch by [`Partials::finish_pair`]).
+struct Partials {
+    out: PooledBuffer,
+    /// (partials `[splits, len]`, len, splits)
+    pending: Option<(PooledBuffer, usize, usize)>,
+}
+
+impl Partials {
+    fn finish(self, ctx: &WgpuContext) -> PooledBuffer {
+        if let Some((part, len, splits)) = &self.pending {
+            sum_splits(ctx, part, &self.out, *len, *splits);
+        }
+        self.out
+    }
+
+    /// Both sums in one dispatch when both are pending (a weight gradient and its
+    /// bias's: one dispatch fewer a layer with a bias).
+    fn finish_pair(self, other: Partials, ctx: &WgpuContext) -> (PooledBuffer, PooledBuffer) {
+        match (&self.pending, &other.pending) {
+            (Some((part, len, splits)), Some((part_b, len_b, splits_b))) => {
+                let params = PairParams {
+                    len: u32_of(*len, "len"),
+                    splits: u32_of(*splits, "splits"),
+                    len_b: u32_of(*len_b, "len"),
+                    splits_b: u32_of(*splits_b, "splits"),
+                };
+                let total = u32_of(len + len_b, "len");
+                ctx.dispatch(
+                    &SUM_SPLITS_PAIR,
+                    &params,
+                    &[part, &self.out, part_b, &other.out],
+                    grid_1d(total, 256),
+                );
+                (self.out, other.out)
+            }
+            _ => (self.finish(ctx), other.finish(ctx)),
+        }
+    }
+}
+
+/// [`matmul_dweight_fused_variant`] up to its split partials.
+#[allow(clippy::too_many_arguments)]
+fn dweight_partials(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+) -> Partials {
     check_len(dout, rows * n, "matmul_dweight dout");
     check_len(inp, rows * k, "matmul_dweight inp");
     let dweight = ctx.create_pooled(n * k * 4);
@@ -812,26 +889,21 @@ pub fn matmul_dweight_fused_variant(
     let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, gelu_inp);
     let inp = act.as_ref().unwrap_or(inp);
     let params = GemmParams::new(n, k, rows, chunk, prologue);
-    let kernel = variant.kernel(Layout::Dweight);
+    let kernel = specialized(variant.kernel(Layout::Dweight), params.flags);
     let groups = variant.grid(n, k, splits);
     if splits == 1 {
-        ctx.dispatch(
-            specialized(kernel, params.flags),
-            &params,
-            &[dout, inp, &dweight],
-            groups,
-        );
-    } else {
-        let part = ctx.create_pooled(splits * n * k * 4);
-        ctx.dispatch(
-            specialized(kernel, params.flags),
-            &params,
-            &[dout, inp, &part],
-            groups,
-        );
-        sum_splits(ctx, &part, &dweight, n * k, splits);
+        ctx.dispatch(kernel, &params, &[dout, inp, &dweight], groups);
+        return Partials {
+            out: dweight,
+            pending: None,
+        };
     }
-    dweight
+    let part = ctx.create_pooled(splits * n * k * 4);
+    ctx.dispatch(kernel, &params, &[dout, inp, &part], groups);
+    Partials {
+        out: dweight,
+        pending: Some((part, n * k, splits)),
+    }
 }
 
 /// How `variant` reads GELU of `inp` (`len` floats) when `gelu`: a prologue flag, or
@@ -850,15 +922,15 @@ fn gelu_operand(
     }
 }
 
-/// `dbias[j] = sum_r dout[r, j]`.
-/// Split over rows as `variant` splits the weight gradient beside it.
-fn matmul_dbias(
+/// `dbias[j] = sum_r dout[r, j]`, split over rows as `variant` splits the weight
+/// gradient beside it, up to its partials.
+fn dbias_partials(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     dout: &PooledBuffer,
     rows: usize,
     n: usize,
-) -> PooledBuffer {
+) -> Partials {
     check_len(dout, rows * n, "matmul_dbias dout");
     let dbias = ctx.create_pooled(n * 4);
     let col_groups = n.div_ceil(64);
@@ -872,12 +944,17 @@ fn matmul_dbias(
     let groups = [col_groups as u32, splits as u32, 1];
     if splits == 1 {
         ctx.dispatch(&COLSUM, &params, &[dout, &dbias], groups);
-    } else {
-        let part = ctx.create_pooled(splits * n * 4);
-        ctx.dispatch(&COLSUM, &params, &[dout, &part], groups);
-        sum_splits(ctx, &part, &dbias, n, splits);
+        return Partials {
+            out: dbias,
+            pending: None,
+        };
     }
-    dbias
+    let part = ctx.create_pooled(splits * n * 4);
+    ctx.dispatch(&COLSUM, &params, &[dout, &part], groups);
+    Partials {
+        out: dbias,
+        pending: Some((part, n, splits)),
+    }
 }
 
 impl ReduceParams {
