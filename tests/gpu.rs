@@ -600,10 +600,10 @@ async fn steady_step_creates_nothing_body() {
             s.step
         );
         assert_eq!(s.pipelines_created_step, 0, "step {}", s.step);
-        // One encoder for each part of the step's work (`submit_every` dispatches
-        // a part; the last holds the rest and the loss's copy), one for the loss's
-        // download.
-        let parts = s.dispatches_step / u64::from(trainer.config().submit_every.max(1)) + 1;
+        // One encoder for each part of the step's work (up to `submit_every`
+        // dispatches a part; the last holds the rest and the loss's copy), one for
+        // the loss's download.
+        let parts = tidepool::gpu::scope_submits(s.dispatches_step, trainer.config().submit_every);
         assert!(
             s.encoders_created_step <= parts + 1,
             "step {}: {} encoders for {} dispatches",

@@ -787,6 +787,23 @@ fn part_size(submit_every: u32, part: u32) -> u32 {
     size.min(u64::from(submit_every)) as u32
 }
 
+/// How many submits a scope of `dispatches` dispatches takes with `submit_every`
+/// (0: one): its parts ([`ContextOptions::submit_every`]), the last holding the rest.
+pub fn scope_submits(dispatches: u64, submit_every: u32) -> u64 {
+    if submit_every == 0 {
+        return 1;
+    }
+    let (mut left, mut parts) = (dispatches, 0u32);
+    loop {
+        let size = u64::from(part_size(submit_every, parts));
+        parts += 1;
+        if left <= size {
+            return u64::from(parts);
+        }
+        left -= size;
+    }
+}
+
 /// What `time_dispatches` needs: timestamp-query (refused without it).
 fn timing_features(
     wanted: bool,
@@ -912,6 +929,20 @@ mod tests {
         // Far parts of a huge submit_every neither overflow nor pass it.
         assert_eq!(part_size(u32::MAX, 40), u32::MAX);
         assert_eq!(part_size(1 << 20, 31), 1 << 20);
+    }
+
+    #[test]
+    fn a_scope_is_submitted_in_as_many_parts_as_its_sizes_take() {
+        use super::scope_submits;
+        assert_eq!(scope_submits(0, 32), 1);
+        assert_eq!(scope_submits(4, 32), 1);
+        assert_eq!(scope_submits(5, 32), 2);
+        assert_eq!(scope_submits(28, 32), 3);
+        assert_eq!(scope_submits(29, 32), 4);
+        assert_eq!(scope_submits(60, 32), 4);
+        assert_eq!(scope_submits(61, 32), 5);
+        assert_eq!(scope_submits(40, 3), 14);
+        assert_eq!(scope_submits(1_000, 0), 1);
     }
 
     fn adapter() -> wgpu::AdapterInfo {

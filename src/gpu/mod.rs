@@ -52,7 +52,7 @@ mod uniforms;
 #[cfg(target_arch = "wasm32")]
 mod web_subgroups;
 
-pub use context::{ContextOptions, WgpuContext};
+pub use context::{scope_submits, ContextOptions, WgpuContext};
 pub use kernel::{grid_1d, Kernel};
 pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
