@@ -1,6 +1,6 @@
 // Runs the wasm build's benchmarks in headless Chromium (WebGPU; SwiftShader on a
 // machine without a GPU) and prints a table, or JSON lines with --json.
-//   node scripts/bench-browser.mjs [pool|step|policies] [--preset tiny] [--steps 10] [--warmup 3] [--json]
+//   node scripts/bench-browser.mjs [pool|step|kernels|policies] [--preset tiny] [--steps 10] [--warmup 3] [--json]
 // Needs pkg/ (make pkg) and the npm packages (scripts/setup.sh web).
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
@@ -17,6 +17,10 @@ const { values: opt, positionals } = parseArgs({
   },
 });
 const which = positionals[0] ?? 'step';
+if (!['pool', 'step', 'kernels', 'policies'].includes(which)) {
+  console.error(`unknown benchmark ${which}: pool, step, kernels or policies`);
+  process.exit(2);
+}
 
 const server = await startServer({ port: 0 });
 const browser = await chromium.launch({
@@ -36,6 +40,9 @@ try {
     const info = probe.adapter();
     probe.free();
     if (which === 'pool') return { info, rows: await m.benchPool(Number(opt.batches)) };
+    // GPU ms per kernel: needs timestamp-query, which Chromium rounds to 100 µs
+    // unless started with --enable-dawn-features=allow_unsafe_apis.
+    if (which === 'kernels') return { info, rows: await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
     if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
     return { info, rows: await m.benchStep(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
   }, { which, opt });

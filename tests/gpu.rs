@@ -570,22 +570,68 @@ fn a_panic_inside_a_scope_leaves_the_context_usable() {
     });
 }
 
-gpu_test!(
-    a_steady_training_step_creates_no_buffers_and_no_bind_groups,
-    steady_step_creates_nothing_body()
-);
-async fn steady_step_creates_nothing_body() {
-    use tidepool::train::{TrainConfig, Trainer};
-    let cfg = TrainConfig {
+/// A one-layer model small enough to train in a test on a CPU adapter.
+fn small_model(dropout: f32) -> tidepool::train::TrainConfig {
+    tidepool::train::TrainConfig {
         layers: 1,
         width: 32,
         heads: 2,
         context: 16,
         batch: 2,
-        dropout: 0.1,
-        ..TrainConfig::preset("tiny").unwrap()
+        dropout,
+        ..tidepool::train::TrainConfig::preset("tiny").unwrap()
+    }
+}
+
+gpu_test!(kernel_times_add_up_to_the_step, kernel_times_body());
+/// `bench::kernel_times` (`tidepool bench kernels`, the wasm API's `benchKernels`):
+/// a row for the whole step, then one a kernel, whose launches and milliseconds add
+/// up to it; a config error naming timestamp-query where the adapter lacks it.
+async fn kernel_times_body() {
+    let offered = context()
+        .await
+        .adapter_features()
+        .contains(wgpu::Features::TIMESTAMP_QUERY);
+    let rows =
+        tidepool::bench::kernel_times(&small_model(0.0), "tiny", &common::corpus(), 1, 2).await;
+    let rows = match rows {
+        Err(e) => {
+            assert!(
+                !offered,
+                "refused though the adapter offers timestamp-query: {e}"
+            );
+            assert!(e.to_string().contains("timestamp-query"), "{e}");
+            return;
+        }
+        Ok(rows) => rows,
     };
-    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    let (all, kernels) = rows.split_first().expect("rows");
+    assert_eq!(all.kernel, "all");
+    assert!(kernels.len() > 5, "{} kernels", kernels.len());
+    let launches: f64 = kernels.iter().map(|r| r.launches_per_step).sum();
+    assert_eq!(launches, all.launches_per_step);
+    let ms: f64 = kernels.iter().map(|r| r.ms_per_step).sum();
+    assert!((ms - all.ms_per_step).abs() <= 1e-9 * all.ms_per_step.max(1.0));
+    let shares: f64 = kernels.iter().map(|r| r.share).sum();
+    assert!(
+        (shares - 1.0).abs() < 1e-9 || all.ms_per_step == 0.0,
+        "shares {shares}"
+    );
+    for r in &rows {
+        assert!(r.ms_per_step.is_finite() && r.ms_per_step >= 0.0, "{r:?}");
+        assert!(r.step_ms > 0.0, "{r:?}");
+    }
+    assert!(kernels.iter().any(|r| r.kernel.starts_with("matmul_")));
+}
+
+gpu_test!(
+    a_steady_training_step_creates_no_buffers_and_no_bind_groups,
+    steady_step_creates_nothing_body()
+);
+async fn steady_step_creates_nothing_body() {
+    let mut trainer = tidepool::train::Trainer::new(small_model(0.1), common::corpus())
+        .await
+        .expect("trainer");
     let first = trainer.step().await.expect("step");
     assert!(first.bind_groups_created_step > 0 && first.pipelines_created_step > 0);
     for _ in 0..2 {
