@@ -119,8 +119,9 @@ pub struct Overrides {
     /// needs shader-f16, and uses tensor cores where cooperative matrices exist).
     #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
     pub precision: Option<String>,
-    /// Dispatches a step sends to the GPU at a time, so the GPU starts while the
-    /// rest is recorded (0: the whole step in one submit).
+    /// Most dispatches a step sends to the GPU at a time (the first part 4, each next
+    /// twice the last), so the GPU starts while the rest is recorded (0: the whole
+    /// step in one submit).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
         arg(long, allow_negative_numbers = true)

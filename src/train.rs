@@ -60,9 +60,10 @@ pub struct TrainConfig {
     pub belt: bool,
     /// Operands of the matmuls (`f16`: rounded to f16, f32 accumulation).
     pub precision: Precision,
-    /// A step's work goes to the GPU in parts of this many dispatches, so the GPU
-    /// starts on the first part while the host records the rest (0: one submit a
-    /// step). See [`ContextOptions::submit_every`].
+    /// A step's work goes to the GPU in parts of up to this many dispatches (the
+    /// first 4, each next twice the last), so the GPU starts on the first part while
+    /// the host records the rest (0: one submit a step). See
+    /// [`ContextOptions::submit_every`].
     pub submit_every: u32,
     /// Time every dispatch on the GPU (`tidepool bench kernels`; see
     /// [`ContextOptions::time_dispatches`]). Not a setting of the config surface,
