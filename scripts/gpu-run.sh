@@ -28,6 +28,10 @@
 #                               per-shape cuBLAS, and Dawn against native on the page's
 #                               presets with Dawn's defaults and without its robustness
 #                               checks (~7 min)
+#   scripts/gpu-run.sh round6   op parity, per-kernel GPU time natively and through Dawn,
+#                               the page's presets beside the previous build (five
+#                               rounds), Dawn with --no-liftoff and a longer warm-up,
+#                               the shakespeare step (~6 min)
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
 #   scripts/gpu-run.sh gap      Dawn's GPU time against native's: per kernel, and steps
@@ -66,6 +70,21 @@ run() {
   cat "$out/$name.tmp" >> "$out/results.jsonl"
   tail -n 4 "$out/$name.tmp" >&2
   rm -f "$out/$name.tmp"
+}
+# The page's presets, this build against the previous one (tidepool-prev, pkg-prev,
+# when carried), natively and through Dawn, taking turns, one trainer a process, for
+# $1 rounds.
+against_previous() {
+  for round in $(seq 1 "$1"); do
+    for b in tidepool-prev tidepool; do
+      [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    done
+    for p in tiny small; do
+      for pkg in pkg-prev pkg; do
+        [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+      done
+    done
+  done
 }
 case "${1:-bench}" in
   bench)
@@ -212,6 +231,33 @@ case "${1:-bench}" in
       done
     done
     ;;
+  round6)
+    # This round's figures (~6 min): op parity on the GPU; each kernel's GPU time
+    # natively and through Dawn; then the page's presets natively and through Dawn,
+    # this build beside the previous one (PREV_TIDEPOOL, PREV_PKG), five rounds, one
+    # trainer a process; Dawn again with V8's optimizing wasm compiler from the start
+    # (--no-liftoff) and after a longer warm-up; the shakespeare step.
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    # The GPU idles at a low clock: a few seconds of work first.
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    run kernels ./tidepool bench kernels --presets tiny,small --warmup 5 --steps 5 --corpus tinyshakespeare.txt --json
+    for p in tiny small; do
+      run "dawn_kernels_$p" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 5 --kernels --dawn-disable timestamp_quantization
+    done
+    against_previous 5
+    for round in 1 2 3; do
+      for p in tiny small; do
+        run "dawn_noliftoff_${p}_$round" /tmp/node --no-liftoff dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+        run "dawn_warm50_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 50 --steps 30
+      done
+    done
+    run step ./tidepool bench step --presets shakespeare --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
+    [ -x ./tidepool-prev ] && run step_prev ./tidepool-prev bench step --presets shakespeare --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
+    run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 20
+    ;;
   calls)
     # Where the browser build's host time goes on the page's presets (~3 min): native
     # and Dawn steps, then Dawn with every WebGPU call timed (bench-dawn.mjs
@@ -252,16 +298,7 @@ case "${1:-bench}" in
   previous)
     # This build against an earlier one (PREV_TIDEPOOL and PREV_PKG given to
     # gpu-pack.sh), natively and through Dawn, taking turns, three rounds (~2 min).
-    for round in 1 2 3; do
-      for b in tidepool-prev tidepool; do
-        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
-      done
-      for p in tiny small; do
-        for pkg in pkg-prev pkg; do
-          [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
-        done
-      done
-    done
+    against_previous 3
     ;;
   final)
     # This round's closing figures (~4 min): PyTorch, the shakespeare step in f32 and
