@@ -567,6 +567,36 @@ fn a_panic_inside_a_scope_leaves_the_context_usable() {
         assert_eq!(ctx.counters().submits, before + 1);
         assert_eq!(read(&ctx, &z, 32).await, vec![6.0; 32]);
         ctx.take_error().expect("no GPU error");
+
+        // In parts: a panic after one part went out leaves the next scope's parts
+        // starting from the first again (4 dispatches, then 8).
+        let ctx = WgpuContext::with_options(ContextOptions {
+            submit_every: 32,
+            ..Default::default()
+        })
+        .await
+        .expect("context");
+        let x = ctx.upload(&[2.0f32; 32]);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.scope(|| {
+                for _ in 0..6 {
+                    drop(residual_forward(&ctx, &x, &x, 32));
+                }
+                panic!("after a part");
+            })
+        }));
+        assert!(caught.is_err());
+        let before = ctx.counters().submits;
+        let z = ctx.scope(|| {
+            let mut acc = residual_forward(&ctx, &x, &x, 32);
+            for _ in 0..4 {
+                acc = residual_forward(&ctx, &acc, &x, 32);
+            }
+            acc
+        });
+        assert_eq!(ctx.counters().submits, before + 2, "parts of 4, then 1");
+        assert_eq!(read(&ctx, &z, 32).await, vec![12.0; 32]);
+        ctx.take_error().expect("no GPU error");
     });
 }
 

@@ -452,6 +452,7 @@ impl WgpuContext {
             let mut rec = lock(&self.recorder);
             rec.depth = outer_depth;
             if outer_depth == 0 {
+                rec.parts = 0;
                 rec.take_encoder()
             } else {
                 None
