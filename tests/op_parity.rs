@@ -560,7 +560,7 @@ mod matmul {
     use crate::gpu_test;
     use tidepool::kernels::{
         matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant,
-        MatmulVariant,
+        matmul_weight_grads_variant, MatmulVariant,
     };
     use tidepool::reference;
     use tidepool::rng::{fresh_seed, Rng};
@@ -692,6 +692,18 @@ mod matmul {
                         "dweight {what} rerun"
                     );
                 }
+                // With the bias: Tiled and SplitK sum dbias in dweight's own pass.
+                let (dw, db) = poisoned(&ctx, &[n, n * k], || {
+                    let (dw, db) = matmul_weight_grads_variant(
+                        &ctx, variant, &g_dout, &g_inp, rows, k, n, true,
+                    );
+                    (dw, db.expect("dbias asked for"))
+                });
+                let got_dw_b = read(&ctx, &dw, n * k).await;
+                assert_eq!(got_dw_b, got_dw, "dweight {what} with its bias's sums");
+                let got_db = read(&ctx, &db, n).await;
+                let want = want_db.as_ref().expect("reference dbias");
+                assert_close(&format!("dbias {what}"), &got_db, want, MM_DW_TOL, seed);
             }
             for with_bias in [false, true] {
                 let lens: &[usize] = if with_bias {

@@ -195,6 +195,12 @@ impl MatmulVariant {
         !self.is_cpu()
     }
 
+    /// Whether this variant's dweight core also sums dout's columns, giving dbias
+    /// (`FUSE_BIAS_GRAD`): matmul.wgsl's, that of `Tiled` and `SplitK`.
+    fn sums_bias(self) -> bool {
+        matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
+    }
+
     /// Whether this is one of the CPU adapters' cores.
     pub fn is_cpu(self) -> bool {
         self.cpu_rows().is_some()
@@ -419,6 +425,7 @@ mod fuse {
     pub const RESIDUAL: u32 = 4;
     pub const DROPOUT: u32 = 8;
     pub const GELU_GRAD: u32 = 16;
+    pub const BIAS_GRAD: u32 = 32;
 }
 
 #[repr(C)]
@@ -685,13 +692,54 @@ pub fn matmul_backward_fused(
     let variant = MatmulVariant::choose(ctx, rows, k, n);
     let dinp = matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, gelu_of);
     let variant = MatmulVariant::choose(ctx, n, k, rows);
-    let dweight = dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp);
+    let (dweight, dbias) = weight_grads(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
+    (dinp, dweight, dbias)
+}
+
+/// The weight gradient of [`matmul_backward`] and, `with_bias`, the bias gradient,
+/// computed by `variant` (for tests that pin one): in the GEMM's own pass where the
+/// variant's core sums dout as it loads it (`Tiled` and `SplitK`), else by a pass of
+/// its own.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_weight_grads_variant(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    with_bias: bool,
+) -> (PooledBuffer, Option<PooledBuffer>) {
+    assert!(
+        rows > 0 && k > 0 && n > 0,
+        "matmul_dweight of an empty matrix"
+    );
+    weight_grads(ctx, variant, dout, inp, rows, k, n, false, with_bias)
+}
+
+/// dweight and, `with_bias`, dbias: both sums of partials in one dispatch where both
+/// were split.
+#[allow(clippy::too_many_arguments)]
+fn weight_grads(
+    ctx: &WgpuContext,
+    variant: MatmulVariant,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    gelu_inp: bool,
+    with_bias: bool,
+) -> (PooledBuffer, Option<PooledBuffer>) {
+    let (dweight, fused_bias) =
+        dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
     if !with_bias {
-        return (dinp, dweight.finish(ctx), None);
+        return (dweight.finish(ctx), None);
     }
-    let dbias = dbias_partials(ctx, variant, dout, rows, n);
+    let dbias = fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n));
     let (dweight, dbias) = dweight.finish_pair(dbias, ctx);
-    (dinp, dweight, Some(dbias))
+    (dweight, Some(dbias))
 }
 
 /// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of
@@ -822,7 +870,9 @@ pub fn matmul_dweight_fused_variant(
         rows > 0 && k > 0 && n > 0,
         "matmul_dweight of an empty matrix"
     );
-    dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp).finish(ctx)
+    dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, false)
+        .0
+        .finish(ctx)
 }
 
 /// A gradient recorded up to its split partials: `out`, and where the rows were
@@ -867,7 +917,9 @@ impl Partials {
     }
 }
 
-/// [`matmul_dweight_fused_variant`] up to its split partials.
+/// [`matmul_dweight_fused_variant`] up to its split partials; with `bias`, where the
+/// variant's core can (`MatmulVariant::sums_bias`), also dbias's partials from the same
+/// pass, split as dweight's.
 #[allow(clippy::too_many_arguments)]
 fn dweight_partials(
     ctx: &WgpuContext,
@@ -878,7 +930,8 @@ fn dweight_partials(
     k: usize,
     n: usize,
     gelu_inp: bool,
-) -> Partials {
+    bias: bool,
+) -> (Partials, Option<Partials>) {
     check_len(dout, rows * n, "matmul_dweight dout");
     check_len(inp, rows * k, "matmul_dweight inp");
     let dweight = ctx.create_pooled(n * k * 4);
@@ -888,22 +941,33 @@ fn dweight_partials(
     let (chunk, splits) = split(rows, want, BK, variant.min_split());
     let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, gelu_inp);
     let inp = act.as_ref().unwrap_or(inp);
-    let params = GemmParams::new(n, k, rows, chunk, prologue);
+    let sums_bias = bias && variant.sums_bias();
+    let flags = prologue | if sums_bias { fuse::BIAS_GRAD } else { 0 };
+    let params = GemmParams::new(n, k, rows, chunk, flags);
     let kernel = specialized(variant.kernel(Layout::Dweight), params.flags);
     let groups = variant.grid(n, k, splits);
-    if splits == 1 {
-        ctx.dispatch(kernel, &params, &[dout, inp, &dweight], groups);
-        return Partials {
-            out: dweight,
-            pending: None,
-        };
+    let part = (splits > 1).then(|| ctx.create_pooled(splits * n * k * 4));
+    let dbias = sums_bias.then(|| Partials {
+        out: ctx.create_pooled(n * 4),
+        pending: (splits > 1).then(|| (ctx.create_pooled(splits * n * 4), n, splits)),
+    });
+    let out = part.as_ref().unwrap_or(&dweight);
+    match &dbias {
+        Some(b) => {
+            let out_b = b.pending.as_ref().map_or(&b.out, |(part_b, _, _)| part_b);
+            ctx.dispatch(kernel, &params, &[dout, inp, out, out_b], groups);
+        }
+        // The core declares dbias's binding: it gets the output again, unwritten.
+        None if variant.sums_bias() => {
+            ctx.dispatch(kernel, &params, &[dout, inp, out, out], groups)
+        }
+        None => ctx.dispatch(kernel, &params, &[dout, inp, out], groups),
     }
-    let part = ctx.create_pooled(splits * n * k * 4);
-    ctx.dispatch(kernel, &params, &[dout, inp, &part], groups);
-    Partials {
+    let dweight = Partials {
         out: dweight,
-        pending: Some((part, n * k, splits)),
-    }
+        pending: part.map(|part| (part, n * k, splits)),
+    };
+    (dweight, dbias)
 }
 
 /// How `variant` reads GELU of `inp` (`len` floats) when `gelu`: a prologue flag, or

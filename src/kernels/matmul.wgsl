@@ -77,7 +77,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var c60 = vec4<f32>(0.0); var c61 = vec4<f32>(0.0);
     var c70 = vec4<f32>(0.0); var c71 = vec4<f32>(0.0);
 
+    // FUSE_BIAS_GRAD: the first column of tiles also sums A over the split (each
+    // thread its 4 columns of A's rows t / 32, t / 32 + 8, ...; a uniform branch).
+    let a_sums = A_SUMS && fused(p.flags, FUSE_BIAS_GRAD) && wg.x == 0u;
+    var asum = vec4<f32>(0.0);
     var ra = load_a(m0, k_begin, k_end, t);
+    if (a_sums) { asum += ra; }
     var rb = load_b(n0, k_begin, k_end, t);
     put_a(0u, t, ra);
     put_b(0u, t, rb);
@@ -90,6 +95,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             // Issue the next step's global loads before this step's math.
             ra = load_a(m0, k_begin + (s + 1u) * BK, k_end, t);
             rb = load_b(n0, k_begin + (s + 1u) * BK, k_end, t);
+            if (a_sums) { asum += ra; }
         }
         for (var kk = 0u; kk < BK; kk++) {
             let base = (cur * BK + kk) * 32u;
@@ -112,6 +118,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             put_b(1u - cur, t, rb);
         }
         workgroupBarrier();
+    }
+
+    if (a_sums) {
+        // The 8 threads of each 4 columns add their sums through As (free after the
+        // loop's last barrier), in a fixed order.
+        As[t] = asum;
+        workgroupBarrier();
+        if (t < 32u) {
+            var s = As[t];
+            for (var q = 1u; q < 8u; q++) { s += As[t + 32u * q]; }
+            write_a_sums(z, m0 + t * 4u, s);
+        }
     }
 
     let r0 = m0 + ty * 4u;

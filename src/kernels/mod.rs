@@ -203,7 +203,7 @@ pub use matmul::{
     matmul_backward, matmul_backward_fused, matmul_dinp, matmul_dinp_fused_variant,
     matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant, matmul_dweight_variant,
     matmul_forward, matmul_forward_fused, matmul_forward_fused_variant, matmul_forward_variant,
-    ForwardFusion, MatmulVariant,
+    matmul_weight_grads_variant, ForwardFusion, MatmulVariant,
 };
 
 // ---- attention ----
