@@ -11,7 +11,8 @@
 // timestamp_quantization for --kernels.
 // --time-calls: times every WebGPU method the build calls during the timed steps and
 // prints one {"bench":"calls"} line a method (µs a step, calls a step): where a step's
-// host time goes on Dawn's side of the boundary.
+// host time goes on Dawn's side of the boundary; with --at-once 1 also one
+// {"bench":"submits"} line: the median µs of each submit of a step, in order.
 // --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
 import { readFileSync } from 'node:fs';
@@ -48,6 +49,9 @@ globalThis.navigator = { gpu: create(toggles) };
 // timed steps start, so warm-up (pipeline compilation) stays out of the totals.
 const callTimes = new Map();
 let timingCalls = false;
+// Each submit's time in order within a step (the step's parts), for a per-part line.
+let stepSubmits = [];
+const submitsByStep = [];
 if (opt['time-calls']) {
   for (const cls of ['GPUDevice', 'GPUQueue', 'GPUCommandEncoder', 'GPUComputePassEncoder', 'GPUBuffer']) {
     const proto = globals[cls].prototype;
@@ -63,6 +67,7 @@ if (opt['time-calls']) {
         entry.ms += performance.now() - t0;
         entry.calls += 1;
         callTimes.set(name, entry);
+        if (name === 'GPUQueue.submit') stepSubmits.push(performance.now() - t0);
         return result;
       };
     }
@@ -98,7 +103,9 @@ const last = [];
 timingCalls = true;
 for (let i = 0; i < Number(opt.steps); i++) {
   for (const [t, trainer] of trainers.entries()) {
+    stepSubmits = [];
     const stats = await advance(trainer);
+    if (atOnce === 1 && t === 0) submitsByStep.push(stepSubmits);
     last[t] = stats[stats.length - 1];
     ms[t].push(last[t].ms);
     recordMs[t].push(last[t].record_ms);
@@ -125,6 +132,17 @@ for (const [method, { ms: total, calls }] of [...callTimes].sort((a, b) => b[1].
     runner: 'dawn', bench: 'calls', preset: opt.preset, method,
     us_per_step: (1e3 * total) / stepsTimed, calls_per_step: calls / stepsTimed, us_per_call: (1e3 * total) / calls,
   }));
+}
+// --time-calls, one step at a time: the median µs of each submit of the first
+// trainer's steps, in order (a step's parts start small and double).
+if (submitsByStep.length > 0 && submitsByStep[0].length > 0) {
+  const parts = Math.max(...submitsByStep.map((s) => s.length));
+  const us = [];
+  for (let i = 0; i < parts; i++) {
+    const xs = submitsByStep.filter((s) => s.length > i).map((s) => s[i]).sort((a, b) => a - b);
+    us.push(Math.round(1e4 * xs[Math.floor(xs.length / 2)]) / 10);
+  }
+  console.log(JSON.stringify({ runner: 'dawn', bench: 'submits', preset: opt.preset, median_us_by_part: us }));
 }
 if (opt.pool) {
   for (const row of await m.benchPool(50)) console.log(JSON.stringify({ runner: 'dawn', bench: 'pool', ...row }));

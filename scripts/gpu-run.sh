@@ -34,6 +34,9 @@
 #                               the shakespeare step (~6 min)
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
+#   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
+#                               one and eight steps at once, checks off, each submit
+#                               timed, parts of 8-64 dispatches (~4 min)
 #   scripts/gpu-run.sh gap      Dawn's GPU time against native's: per kernel, and steps
 #                               eight at once with each of Dawn's checks off in turn
 #   scripts/gpu-run.sh previous this build against an earlier one (gpu-pack.sh's PREV_TIDEPOOL,
@@ -275,6 +278,27 @@ case "${1:-bench}" in
         run "dawn_${p}_prof" /tmp/node --cpu-prof --cpu-prof-dir "$out/prof" --cpu-prof-name "$p.cpuprofile" dawn/bench-dawn.mjs --pkg ./pkg-prof --preset $p --corpus tinyshakespeare.txt --warmup 20 --steps 300
       done
     fi
+    ;;
+  bound)
+    # Is Dawn's step bound by its host or by the GPU (~4 min)? Two rounds of: native
+    # steps one and eight at once; through Dawn the same, eight at once also without
+    # its robustness checks, and one at a time with every call timed (each submit's
+    # time by part); then Dawn's tiny step with parts of 8, 16, 32, 64 and one submit.
+    # Also the GPU's clocks before and after.
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/clocks-before.csv" 2>&1
+    run warm ./tidepool bench step --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    for round in 1 2; do
+      run "native_$round" ./tidepool bench step --presets tiny,small --at-once 1,8 --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
+        run "dawn_${p}_eight_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 2 --steps 10 --at-once 8
+        run "dawn_${p}_eight_unchecked_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 2 --steps 10 --at-once 8 --dawn-toggles disable_robustness
+        run "dawn_${p}_calls_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --time-calls
+      done
+    done
+    run dawn_tiny_parts /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --submit-every 8,16,32,64,0
+    run native_tiny_parts ./tidepool bench step --presets tiny --submit-every 8,16,32,64,0 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/clocks-after.csv" 2>&1
     ;;
   gap)
     # Where Dawn's GPU time goes against native's on tiny and small (~3 min): each
