@@ -196,7 +196,8 @@ impl MatmulVariant {
     }
 
     /// Whether this variant's dweight core also sums dout's columns, giving dbias
-    /// (`FUSE_BIAS_GRAD`): matmul.wgsl's, that of `Tiled` and `SplitK`.
+    /// (`DWEIGHT_BIAS`, matmul_tn_sums.wgsl): matmul.wgsl's, that of `Tiled` and
+    /// `SplitK`.
     fn sums_bias(self) -> bool {
         matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
     }
@@ -342,7 +343,23 @@ const UNCHECKED: bool = true;
 
 const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
 const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
-const DWEIGHT: Kernel = gemm_kernel!("matmul_backward_dweight", "matmul_tn.wgsl", "matmul.wgsl");
+const DWEIGHT: Kernel = gemm_kernel!(
+    "matmul_backward_dweight",
+    "matmul_tn.wgsl",
+    "const A_SUMS: bool = false;\nfn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}\n",
+    "matmul.wgsl"
+);
+/// [`DWEIGHT`] that also sums dbias's partials (`MatmulVariant::sums_bias`).
+const DWEIGHT_BIAS: Kernel = Kernel {
+    name: "matmul_backward_dweight_bias",
+    source: concat!(
+        gemm_prelude!("matmul_tn.wgsl"),
+        include_str!("matmul_tn_sums.wgsl"),
+        include_str!("matmul.wgsl")
+    ),
+    entry: "main",
+    unchecked: UNCHECKED,
+};
 const FORWARD_NARROW: Kernel = gemm_kernel!(
     "matmul_forward_narrow",
     "matmul_nt.wgsl",
@@ -425,7 +442,6 @@ mod fuse {
     pub const RESIDUAL: u32 = 4;
     pub const DROPOUT: u32 = 8;
     pub const GELU_GRAD: u32 = 16;
-    pub const BIAS_GRAD: u32 = 32;
 }
 
 #[repr(C)]
@@ -942,9 +958,13 @@ fn dweight_partials(
     let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, gelu_inp);
     let inp = act.as_ref().unwrap_or(inp);
     let sums_bias = bias && variant.sums_bias();
-    let flags = prologue | if sums_bias { fuse::BIAS_GRAD } else { 0 };
-    let params = GemmParams::new(n, k, rows, chunk, flags);
-    let kernel = specialized(variant.kernel(Layout::Dweight), params.flags);
+    let params = GemmParams::new(n, k, rows, chunk, prologue);
+    let kernel = if sums_bias {
+        &DWEIGHT_BIAS
+    } else {
+        variant.kernel(Layout::Dweight)
+    };
+    let kernel = specialized(kernel, params.flags);
     let groups = variant.grid(n, k, splits);
     let part = (splits > 1).then(|| ctx.create_pooled(splits * n * k * 4));
     let dbias = sums_bias.then(|| Partials {
@@ -956,10 +976,6 @@ fn dweight_partials(
         Some(b) => {
             let out_b = b.pending.as_ref().map_or(&b.out, |(part_b, _, _)| part_b);
             ctx.dispatch(kernel, &params, &[dout, inp, out, out_b], groups);
-        }
-        // The core declares dbias's binding: it gets the output again, unwritten.
-        None if variant.sums_bias() => {
-            ctx.dispatch(kernel, &params, &[dout, inp, out, out], groups)
         }
         None => ctx.dispatch(kernel, &params, &[dout, inp, out], groups),
     }

@@ -77,9 +77,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var c60 = vec4<f32>(0.0); var c61 = vec4<f32>(0.0);
     var c70 = vec4<f32>(0.0); var c71 = vec4<f32>(0.0);
 
-    // FUSE_BIAS_GRAD: the first column of tiles also sums A over the split (each
-    // thread its 4 columns of A's rows t / 32, t / 32 + 8, ...; a uniform branch).
-    let a_sums = A_SUMS && fused(p.flags, FUSE_BIAS_GRAD) && wg.x == 0u;
+    // A_SUMS (matmul_tn_sums.wgsl): the first column of tiles also sums A over the
+    // split (each thread its 4 columns of A's rows t / 32, t / 32 + 8, ...; a
+    // uniform branch).
+    let a_sums = A_SUMS && wg.x == 0u;
     var asum = vec4<f32>(0.0);
     var ra = load_a(m0, k_begin, k_end, t);
     if (a_sums) { asum += ra; }

@@ -8,7 +8,6 @@ const FUSE_GELU_INP: u32 = 2u;   // forward, dweight: the activation operand thr
 const FUSE_RESIDUAL: u32 = 4u;   // forward: resid[r, j] + the rest
 const FUSE_DROPOUT: u32 = 8u;    // forward: dropout mask (seed, threshold, scale) at element r * n + j
 const FUSE_GELU_GRAD: u32 = 16u; // dinp: times gelu'(aux), the gradient through that GELU
-const FUSE_BIAS_GRAD: u32 = 32u; // dweight (matmul.wgsl): also dbias, A's sums over k (A_SUMS)
 
 fn fused(flags: u32, bit: u32) -> bool {
     return (flags & bit) != 0u;

@@ -28,7 +28,7 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const A_ALONG_K: bool = true;
 
-// Whether FUSE_BIAS_GRAD applies (matmul_tn.wgsl's A is dout: its sums over k are dbias).
+// matmul.wgsl's sums of A (matmul_tn_sums.wgsl): none here.
 const A_SUMS: bool = false;
 fn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}
 

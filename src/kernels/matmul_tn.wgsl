@@ -9,9 +9,6 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> inp: array<f32>;
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
-// FUSE_BIAS_GRAD (matmul.wgsl's core only): dbias partials, [splits, m]; otherwise
-// bound to `part` again.
-@group(0) @binding(4) var<storage, read_write> part_b: array<f32>;
 
 // dout read along its columns j (the GEMM's m), one row r a step.
 fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
@@ -29,16 +26,6 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 }
 
 const A_ALONG_K: bool = false;
-
-// With FUSE_BIAS_GRAD the core sums the A it loads (dout) over its split's rows, in
-// the workgroups of the first column of tiles, and hands the sums of 4 columns j..j+3
-// here: dbias's partial of split z, with no pass of its own.
-const A_SUMS: bool = true;
-fn write_a_sums(z: u32, j: u32, v: vec4<f32>) {
-    for (var c = 0u; c < 4u; c++) {
-        if (j + c < p.m) { part_b[z * p.m + j + c] = v[c]; }
-    }
-}
 
 // load_a / load_b without the bounds checks, for matmul_coop2.wgsl's interior steps
 // (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
