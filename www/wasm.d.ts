@@ -45,8 +45,8 @@ export interface TrainerConfig {
   precision?: 'f32' | 'f16';
   /**
    * A step's work goes to the GPU in parts of up to this many dispatches (the first 4,
-   * each next twice the last, the last 8 on their own), so the GPU starts while the
-   * rest is recorded (0: one submit a step; default 32; at most 2^20).
+   * each next twice the last), so the GPU starts while the rest is recorded (0: one
+   * submit a step; default 32; at most 2^20).
    */
   submit_every?: number;
 }

@@ -29,8 +29,7 @@ pub struct ContextOptions {
     /// Inside a scope, submit what has been recorded after at most this many
     /// dispatches (0: only when the outermost scope ends). A scope's work then reaches
     /// the GPU in parts, and the GPU runs the first while the host records the rest
-    /// (the first part is 4 dispatches, each next one twice the last, up to this, and
-    /// where the scope before was as long, its last 8 dispatches are a part); what
+    /// (the first part is 4 dispatches, each next one twice the last, up to this); what
     /// waits for "the scope's submit" (destroys, the staging belt, the pool's clock)
     /// still waits for the scope's end.
     pub submit_every: u32,
@@ -73,11 +72,6 @@ pub(crate) struct Recorder {
     pub dispatches: u32,
     /// Parts of the open scope submitted so far (`submit_every`).
     pub parts: u32,
-    /// Dispatches recorded in the open outermost scope so far.
-    pub scope_dispatches: u32,
-    /// Dispatches of the last scope that ended: what the next one likely takes (a
-    /// steady training step repeats the last), so its last part can be kept short.
-    pub forecast: u32,
 }
 
 impl Recorder {
@@ -459,7 +453,6 @@ impl WgpuContext {
             rec.depth = outer_depth;
             if outer_depth == 0 {
                 rec.parts = 0;
-                rec.scope_dispatches = 0;
                 rec.take_encoder()
             } else {
                 None
@@ -479,9 +472,6 @@ impl WgpuContext {
         let submit = {
             let mut rec = lock(&self.recorder);
             rec.depth = rec.depth.saturating_sub(1);
-            if rec.depth == 0 {
-                rec.forecast = std::mem::take(&mut rec.scope_dispatches);
-            }
             rec.depth == 0
         };
         if submit {
@@ -566,10 +556,9 @@ impl WgpuContext {
             rec.dispatches += 1;
             if rec.depth == 0 {
                 AfterDispatch::Submit
-            } else if self.submit_every > 0 && {
-                rec.scope_dispatches += 1;
-                part_ends(self.submit_every, &rec)
-            } {
+            } else if self.submit_every > 0
+                && rec.dispatches >= part_size(self.submit_every, rec.parts)
+            {
                 AfterDispatch::SubmitPart
             } else {
                 AfterDispatch::Record
@@ -799,48 +788,21 @@ fn part_size(submit_every: u32, part: u32) -> u32 {
     size.min(u64::from(submit_every)) as u32
 }
 
-/// Dispatches of a scope's last part where the scope before it was as long: the GPU
-/// runs the last part after the host has recorded it, so where the host is the slower
-/// (the browser build on the page's presets) the step ends that much after the
-/// recording. Each submit costs the host about as much as 8 dispatches through Dawn
-/// (BENCHMARKS.md, round seven).
-const LAST_PART: u32 = 8;
-
-/// Whether the part being recorded (`rec.parts` before it, `rec.dispatches` in it)
-/// ends with the dispatch just recorded: it is full, or it holds at least
-/// [`FIRST_PART`] and only the last part's dispatches are left of the forecast.
-fn part_ends(submit_every: u32, rec: &Recorder) -> bool {
-    rec.dispatches >= part_size(submit_every, rec.parts)
-        || (rec.dispatches >= FIRST_PART
-            && rec.forecast > LAST_PART
-            && rec.scope_dispatches + LAST_PART == rec.forecast)
-}
-
 /// How many submits a scope of `dispatches` dispatches takes with `submit_every`
-/// (0: one) after a scope of as many: its parts ([`ContextOptions::submit_every`]),
-/// the last holding the rest.
+/// (0: one): its parts ([`ContextOptions::submit_every`]), the last holding the rest.
 pub fn scope_submits(dispatches: u64, submit_every: u32) -> u64 {
     if submit_every == 0 {
         return 1;
     }
-    let Ok(forecast) = u32::try_from(dispatches) else {
-        panic!("{dispatches} dispatches in one scope");
-    };
-    let mut rec = Recorder {
-        forecast,
-        ..Default::default()
-    };
-    let mut submits = 1;
-    for i in 1..=forecast {
-        rec.dispatches += 1;
-        rec.scope_dispatches = i;
-        if part_ends(submit_every, &rec) && i < forecast {
-            submits += 1;
-            rec.parts += 1;
-            rec.dispatches = 0;
+    let (mut left, mut parts) = (dispatches, 0u32);
+    loop {
+        let size = u64::from(part_size(submit_every, parts));
+        parts += 1;
+        if left <= size {
+            return u64::from(parts);
         }
+        left -= size;
     }
-    submits
 }
 
 /// What `time_dispatches` needs: timestamp-query (refused without it).
@@ -976,18 +938,10 @@ mod tests {
         assert_eq!(scope_submits(0, 32), 1);
         assert_eq!(scope_submits(4, 32), 1);
         assert_eq!(scope_submits(5, 32), 2);
-        // Past 8, the last 8 dispatches are a part of their own: 4 + 8 + 16 = 28
-        // splits as 4 + 8 + 8 + 8; 4 + 8 + 16 + 1 as 4 + 8 + 9 + 8.
-        assert_eq!(scope_submits(9, 32), 2);
-        assert_eq!(scope_submits(12, 32), 2);
-        // Not after a part of fewer than 4: 4 + 8 + 1.
-        assert_eq!(scope_submits(13, 32), 3);
-        assert_eq!(scope_submits(28, 32), 4);
+        assert_eq!(scope_submits(28, 32), 3);
         assert_eq!(scope_submits(29, 32), 4);
-        assert_eq!(scope_submits(60, 32), 5);
+        assert_eq!(scope_submits(60, 32), 4);
         assert_eq!(scope_submits(61, 32), 5);
-        // The page's tiny step through Dawn: 4 + 8 + 16 + 32 + 20 + 8.
-        assert_eq!(scope_submits(88, 32), 6);
         assert_eq!(scope_submits(40, 3), 14);
         assert_eq!(scope_submits(1_000, 0), 1);
     }
