@@ -22,16 +22,19 @@ cp "$parity_test" .gpu/op_parity
 strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16 .gpu/op_parity
 # The previous build for before/after rows (gpu-run.sh round3), when given.
 if [ -n "${PREV_TIDEPOOL:-}" ]; then cp "$PREV_TIDEPOOL" .gpu/tidepool-prev && strip .gpu/tidepool-prev; fi
+# And a build between the two (gpu-run.sh round7), when given.
+if [ -n "${MID_TIDEPOOL:-}" ]; then cp "$MID_TIDEPOOL" .gpu/tidepool-mid && strip .gpu/tidepool-mid; fi
 if [ -n "${PREV_MATMUL_BENCH:-}" ]; then cp "$PREV_MATMUL_BENCH" .gpu/matmul_bench_prev && strip .gpu/matmul_bench_prev; fi
 # The carry limit is 64 MiB: all but tidepool travel xz-packed (gpu-run.sh unpacks them).
-for b in matmul_bench matmul_bench_prev matmul_f16 op_parity tidepool-prev; do
+for b in matmul_bench matmul_bench_prev matmul_f16 op_parity tidepool-prev tidepool-mid; do
   if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
 done
 dawn=.gpu/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
 if [ -f "$dawn" ]; then xz -6 -T2 -c "$dawn" > "$dawn.bin.xz" && rm "$dawn"; fi
-rm -rf .gpu/pkg .gpu/pkg-prev && cp -r pkg .gpu/pkg
-# The previous build's wasm package (gpu-run.sh previous), when given.
+rm -rf .gpu/pkg .gpu/pkg-prev .gpu/pkg-mid && cp -r pkg .gpu/pkg
+# The previous build's wasm package (gpu-run.sh previous), when given; a middle one.
 if [ -n "${PREV_PKG:-}" ]; then cp -r "$PREV_PKG" .gpu/pkg-prev; fi
+if [ -n "${MID_PKG:-}" ]; then cp -r "$MID_PKG" .gpu/pkg-mid; fi
 # PROF_PKG=1: the same wasm with its function names kept (gpu-run.sh calls profiles it).
 rm -rf .gpu/pkg-prof
 if [ -n "${PROF_PKG:-}" ]; then

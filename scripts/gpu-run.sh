@@ -32,6 +32,9 @@
 #                               the page's presets beside the previous build (five
 #                               rounds), Dawn with --no-liftoff and a longer warm-up,
 #                               the shakespeare step (~6 min)
+#   scripts/gpu-run.sh round7   op parity on the GPU, the page's presets beside the
+#                               previous build and a middle one (five rounds), Dawn's
+#                               calls by submit, the shakespeare step (~7 min)
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
 #   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
@@ -75,15 +78,15 @@ run() {
   rm -f "$out/$name.tmp"
 }
 # The page's presets, this build against the previous one (tidepool-prev, pkg-prev,
-# when carried), natively and through Dawn, taking turns, one trainer a process, for
-# $1 rounds.
+# when carried) and a build between them (tidepool-mid, pkg-mid), natively and
+# through Dawn, taking turns, one trainer a process, for $1 rounds.
 against_previous() {
   for round in $(seq 1 "$1"); do
-    for b in tidepool-prev tidepool; do
+    for b in tidepool-prev tidepool-mid tidepool; do
       [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     done
     for p in tiny small; do
-      for pkg in pkg-prev pkg; do
+      for pkg in pkg-prev pkg-mid pkg; do
         [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
       done
     done
@@ -299,6 +302,24 @@ case "${1:-bench}" in
     run dawn_tiny_parts /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --submit-every 8,16,32,64,0
     run native_tiny_parts ./tidepool bench step --presets tiny --submit-every 8,16,32,64,0 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/clocks-after.csv" 2>&1
+    ;;
+  round7)
+    # This round's figures (~7 min): op parity on the GPU; the page's presets natively
+    # and through Dawn, this build beside the previous one and a middle one
+    # (PREV_*, MID_* in gpu-pack.sh), five rounds, one trainer a process; Dawn's
+    # calls and submits of this build; the shakespeare step natively and through Dawn.
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    # The GPU idles at a low clock: a few seconds of work first.
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    against_previous 5
+    for p in tiny small; do
+      run "dawn_${p}_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --time-calls
+    done
+    run step_shakespeare ./tidepool bench step --presets shakespeare --submit-every 32 --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
+    run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10
     ;;
   gap)
     # Where Dawn's GPU time goes against native's on tiny and small (~3 min): each
