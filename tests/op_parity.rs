@@ -13,7 +13,9 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 // about k * 6e-8 relative error in the worst case and far less on random data.
 
 mod support {
-    pub use crate::common::{assert_close, context, poisoned, read, reduction_contexts};
+    pub use crate::common::{
+        assert_close, parity_context as context, poisoned, read, reduction_contexts,
+    };
 
     /// [`assert_close`] with the scale at least `floor`: for values whose absolute
     /// error is what matters (a loss near 0 has ~1e-7 absolute error from log(sum)).
@@ -1047,7 +1049,7 @@ mod fused_matmul {
 //   exp and log (a few ulp), and for the backward a difference dp - D whose terms
 //   are larger than the result.
 
-use common::{assert_close, context, poisoned, read, reduction_contexts};
+use common::{assert_close, parity_context as context, poisoned, read, reduction_contexts};
 use tidepool::kernels::{attention_backward_on, attention_forward_on, attention_subgroups, Target};
 use tidepool::reference;
 use tidepool::rng::{fresh_seed, Rng};

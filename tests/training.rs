@@ -305,7 +305,7 @@ fn tiny_preset_learns_the_default_corpus() {
             .expect("trainer");
         let val_before = trainer.evaluate().await.expect("eval");
         let mut last = 0.0;
-        for _ in 0..300 {
+        for _ in 0..200 {
             last = trainer.step().await.expect("step").loss;
         }
         let val_after = trainer.evaluate().await.expect("eval");

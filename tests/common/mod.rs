@@ -2,6 +2,8 @@
 //! Chromium (wasm-bindgen-test), plus helpers for parity checks.
 #![allow(dead_code)]
 
+use std::rc::Rc;
+
 use tidepool::{PooledBuffer, WgpuContext};
 
 /// `gpu_test!(name, body())` makes `name` a native `#[test]` and a browser
@@ -47,13 +49,45 @@ pub async fn context_with(subgroups: bool) -> WgpuContext {
     .expect("a GPU context (lavapipe natively, WebGPU in the browser)")
 }
 
+/// The parity tests' context ([`context_with`]): natively a fresh one a call (tests
+/// run on threads of their own, each with its device); in the browser one a test
+/// binary and `subgroups`, kept across its tests. SwiftShader compiles each pipeline
+/// for seconds, and the tests of a kernel compile the same ones (dropout, shapes and
+/// seeds are uniforms): a fresh device a test spent most of the browser suite's time
+/// compiling. The tests stay independent of what earlier ones left in the pool:
+/// [`poisoned`] puts its NaN buffers on top of their buckets, which hand them out
+/// first; what a kernel reads comes from fresh uploads.
+pub async fn parity_context_with(subgroups: bool) -> Rc<WgpuContext> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use std::cell::RefCell;
+        thread_local! {
+            static KEPT: RefCell<[Option<Rc<WgpuContext>>; 2]> = const { RefCell::new([None, None]) };
+        }
+        let slot = usize::from(subgroups);
+        if let Some(ctx) = KEPT.with(|kept| kept.borrow()[slot].clone()) {
+            return ctx;
+        }
+        let ctx = Rc::new(context_with(subgroups).await);
+        KEPT.with(|kept| kept.borrow_mut()[slot] = Some(ctx.clone()));
+        ctx
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    Rc::new(context_with(subgroups).await)
+}
+
+/// [`parity_context_with`] the context's default: subgroups wherever the device has them.
+pub async fn parity_context() -> Rc<WgpuContext> {
+    parity_context_with(true).await
+}
+
 /// The contexts a test of a kernel that calls the prelude's block reductions runs
 /// on, each with its name: by subgroups wherever the device has them, and by shared
 /// memory everywhere. A device with subgroups whose context does not use them fails
 /// the test (a test must not pass without running the variant it names where it
 /// could); one without says so and runs the shared-memory variant alone.
-pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
-    let ctx = context_with(true).await;
+pub async fn reduction_contexts() -> Vec<(&'static str, Rc<WgpuContext>)> {
+    let ctx = parity_context_with(true).await;
     let info = ctx.adapter_info();
     // Natively what wgpu reports; in the browser what the browser's own adapter
     // says (wgpu 30 reports no subgroups there), so both are checked against the
@@ -102,7 +136,7 @@ pub async fn reduction_contexts() -> Vec<(&'static str, WgpuContext)> {
             ctx.adapter_name()
         ));
     }
-    let fallback = context_with(false).await;
+    let fallback = parity_context_with(false).await;
     assert!(!fallback.subgroups(), "subgroups used though turned off");
     contexts.push(("shared-memory reductions", fallback));
     contexts
