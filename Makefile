@@ -11,7 +11,7 @@ export CHROMEDRIVER ?= /usr/bin/chromedriver
 PORT ?= 8000
 
 .PHONY: demo test setup setup-web pkg serve test-native test-web test-e2e \
-	test-examples test-crate test-types test-package
+	test-examples test-crate test-types test-package test-web-and-crate
 
 demo: setup-web pkg serve
 
@@ -30,7 +30,7 @@ pkg:
 serve:
 	node www/serve.mjs --port $(PORT)
 
-test: setup test-native test-examples test-crate test-web test-e2e test-types test-package
+test: setup test-native test-examples test-web-and-crate test-e2e test-types test-package
 
 test-native:
 	cargo test --release
@@ -43,6 +43,20 @@ test-web:
 # Two test files at a time: a file spends about half its time waiting (page loads,
 # timers, the worker's messages), so two keep a 2-core machine busy; every wait in
 # them allows for it (measured: 525 s one at a time, 329 s two).
+# The crate's checks beside the browser tests: those leave about half of a 2-core
+# machine idle (SwiftShader compiles on one thread), and the checks are
+# metadata-only builds that share nothing with the test builds, so one core of
+# cargo in a target folder of their own (cargo locks a folder a build) takes them
+# off the critical path. Their output follows the browser tests'.
+test-web-and-crate:
+	@mkdir -p target
+	@CARGO_BUILD_JOBS=1 CARGO_TARGET_DIR=$(CURDIR)/target/crate-checks \
+		$(MAKE) --no-print-directory test-crate > target/test-crate.log 2>&1 & checks=$$!; \
+	$(MAKE) --no-print-directory test-web; web=$$?; \
+	wait $$checks; checks=$$?; \
+	echo "--- make test-crate, run beside test-web (exit $$checks):"; cat target/test-crate.log; \
+	test $$web = 0 && test $$checks = 0
+
 test-e2e: pkg
 	node --test --test-concurrency=2 tests/e2e/
 
