@@ -295,8 +295,18 @@ mod layernorm {
                         .fold(0.0f32, f32::max);
                     let got = read(&ctx, &out, rows * c).await;
                     assert_close_floor(&format!("out, {what}"), &got, &want_out, 1e-5, terms, seed);
+                    // The mean too, against its terms (|x|): a row of 3 can average
+                    // near 0, where f32 sums' rounding is large next to the mean.
+                    let x_max = inp.iter().fold(0.0f32, |m, x| m.max(x.abs()));
                     let got = read(&ctx, &mean, rows).await;
-                    assert_close(&format!("mean, {what}"), &got, &want_mean, 1e-5, seed);
+                    assert_close_floor(
+                        &format!("mean, {what}"),
+                        &got,
+                        &want_mean,
+                        1e-5,
+                        x_max,
+                        seed,
+                    );
                     let got = read(&ctx, &rstd, rows).await;
                     assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
                 }
@@ -1060,8 +1070,9 @@ const ATT_BWD_TOL: f32 = 2e-5;
 /// (b, t, c, nh) per compiled head-size variant (hs <= 16, <= 64, <= 128): t not a
 /// multiple of any block (1, 5, 33, 67, 70, 100, 129, 130), head sizes 4, 8, 12, 16,
 /// 64, 96, 128, and GPT-2's layer natively. The browser (SwiftShader) gets smaller
-/// shapes and skips the hs <= 128 variant: the same template as hs <= 64 with a
-/// larger HS4, whose pipelines take SwiftShader about ten seconds to compile.
+/// shapes, and the hs <= 128 variant (the same template as hs <= 64 with a larger
+/// HS4, whose pipelines take SwiftShader about ten seconds to compile) only in the
+/// two tests of its own below, where WebGPU's workgroup memory limit is the point.
 #[cfg(not(target_arch = "wasm32"))]
 const ATT_SMALL_HEADS: &[(usize, usize, usize, usize)] =
     &[(1, 1, 4, 1), (2, 5, 16, 2), (1, 33, 32, 2), (2, 70, 36, 3)];
