@@ -307,8 +307,22 @@ mod layernorm {
                         x_max,
                         seed,
                     );
+                    // rstd's relative error grows as a row's spread shrinks next to its
+                    // values (x - mean keeps |x| * 6e-8 of absolute error): measured
+                    // against rstd * |x| * rstd, its size times that growth.
+                    let rstd_terms = want_rstd
+                        .iter()
+                        .map(|r| r * r * x_max)
+                        .fold(0.0f32, f32::max);
                     let got = read(&ctx, &rstd, rows).await;
-                    assert_close(&format!("rstd, {what}"), &got, &want_rstd, 1e-5, seed);
+                    assert_close_floor(
+                        &format!("rstd, {what}"),
+                        &got,
+                        &want_rstd,
+                        1e-5,
+                        rstd_terms,
+                        seed,
+                    );
                 }
             }
         }
