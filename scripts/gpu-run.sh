@@ -35,6 +35,7 @@
 #   scripts/gpu-run.sh round7   op parity on the GPU, the page's presets beside the
 #                               previous build and a middle one (five rounds), Dawn's
 #                               calls by submit, the shakespeare step (~7 min)
+#   scripts/gpu-run.sh round8   round7 with seven rounds and every build's Dawn calls
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
 #   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
@@ -303,20 +304,23 @@ case "${1:-bench}" in
     run native_tiny_parts ./tidepool bench step --presets tiny --submit-every 8,16,32,64,0 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/clocks-after.csv" 2>&1
     ;;
-  round7)
-    # This round's figures (~7 min): op parity on the GPU; the page's presets natively
-    # and through Dawn, this build beside the previous one and a middle one
-    # (PREV_*, MID_* in gpu-pack.sh), five rounds, one trainer a process; Dawn's
-    # calls and submits of this build; the shakespeare step natively and through Dawn.
+  round7|round8)
+    # These rounds' figures (~7 min): op parity on the GPU; the page's presets
+    # natively and through Dawn, this build beside the previous one and a middle one
+    # (PREV_*, MID_* in gpu-pack.sh), five rounds (round8: seven), one trainer a
+    # process; Dawn's calls and submits of each build; the shakespeare step natively
+    # and through Dawn.
     ./tidepool info | tee "$out/info.txt"
     for t in ${GPU_TESTS:-op_parity}; do
       [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
     done
     # The GPU idles at a low clock: a few seconds of work first.
     ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
-    against_previous 5
+    if [ "$1" = round8 ]; then against_previous 7; else against_previous 5; fi
     for p in tiny small; do
-      run "dawn_${p}_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --time-calls
+      for pkg in pkg-prev pkg-mid pkg; do
+        [ -d ./$pkg ] && run "dawn_${pkg}_${p}_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --time-calls
+      done
     done
     run step_shakespeare ./tidepool bench step --presets shakespeare --submit-every 32 --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
     run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10

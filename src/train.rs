@@ -5,7 +5,7 @@
 use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
-use crate::gpu::{ContextCounters, ContextOptions, PooledBuffer, WgpuContext};
+use crate::gpu::{ContextCounters, ContextOptions, PendingRead, PooledBuffer, WgpuContext};
 use crate::kernels::{self, AdamW, Moments, StepTensor};
 use crate::model::{
     self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
@@ -508,9 +508,12 @@ impl Trainer {
     pub async fn step_on(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
         self.check_batch(inputs, targets)?;
         let start = now_ms();
-        let (recorded, report) = self.record_step(inputs, targets, start);
-        let figures = self.ctx.download::<f32>(&report, 3).await?;
-        drop(report);
+        // Counted from before the readback is taken: a first step that creates it
+        // has the creation among its own.
+        let before = self.counters_now();
+        let report = self.ctx.pending_read(12);
+        let recorded = self.record_step(inputs, targets, (start, before), &report, 0);
+        let figures = self.ctx.read::<f32>(report, 3).await?;
         self.step = recorded.step;
         let after = (self.ctx.counters(), self.ctx.pool_stats());
         self.last = self.stats_of(&recorded, &figures, now_ms() - start, after)?;
@@ -536,20 +539,17 @@ impl Trainer {
         let (c, b) = (self.cfg.context, self.cfg.batch);
         let start = now_ms();
         // Each step's [loss, norm, scale] at 4 floats a step.
-        let figures = self.ctx.create_pooled(16 * n as usize);
+        let figures = self.ctx.pending_read(16 * u64::from(n));
         let mut recorded = Vec::new();
         for i in 0..n {
             let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
-            let (step, report) = self.record_step(&inputs, &targets, now_ms());
-            self.ctx
-                .copy_buffer(&report, 0, &figures, 16 * u64::from(i), 12);
-            drop(report);
+            let at = (now_ms(), self.counters_now());
+            let step = self.record_step(&inputs, &targets, at, &figures, 16 * u64::from(i));
             self.step = step.step;
             let after = (self.ctx.counters(), self.ctx.pool_stats());
             recorded.push((step, after));
         }
-        let values = self.ctx.download::<f32>(&figures, 4 * n as usize).await?;
-        drop(figures);
+        let values = self.ctx.read::<f32>(figures, 4 * n as usize).await?;
         let ms = (now_ms() - start) / f64::from(n);
         let mut stats = Vec::new();
         let mut due = false;
@@ -565,30 +565,35 @@ impl Trainer {
         Ok(stats)
     }
 
+    /// The context's and the pool's counters now.
+    fn counters_now(&self) -> (ContextCounters, BufferPoolStats) {
+        (self.ctx.counters(), self.ctx.pool_stats())
+    }
+
     /// Records training step `self.step + 1` on a batch (one scope: forward,
-    /// backward, clip, AdamW) and returns what its stats need, with a 4-float buffer
-    /// holding [loss, norm, scale] once the GPU is done.
+    /// backward, clip, AdamW) and returns what its stats need (`start`: its start
+    /// time and counters). Its [loss, norm, scale] go to `report` at byte `at`,
+    /// copied in the scope's own submits.
     fn record_step(
         &mut self,
         inputs: &[u32],
         targets: &[u32],
-        start: f64,
-    ) -> (RecordedStep, PooledBuffer) {
-        let before = (self.ctx.counters(), self.ctx.pool_stats());
+        (start, before): (f64, (ContextCounters, BufferPoolStats)),
+        report: &PendingRead,
+        at: u64,
+    ) -> RecordedStep {
         let step = self.step + 1;
-        let report = self.ctx.scope(|| {
-            let (grads, report) = self.gradients(inputs, targets, step);
+        self.ctx.scope(|| {
+            let grads = self.gradients(inputs, targets, step, report, at);
             self.update(&grads, step);
             self.ctx
-                .copy_buffer(self.moments.norm_scale(), 0, &report, 4, 8);
-            report
+                .copy_to_read(self.moments.norm_scale(), 0, report, at + 4, 8);
         });
-        let recorded = RecordedStep {
+        RecordedStep {
             step,
             record_ms: now_ms() - start,
             before,
-        };
-        (recorded, report)
+        }
     }
 
     /// A recorded step's stats from its [loss, norm, scale], its wall time and the
@@ -647,14 +652,16 @@ impl Trainer {
     }
 
     /// Records forward and backward for one batch of training step `step` (whose
-    /// dropout masks it uses); returns the gradients and a 4-float report buffer
-    /// whose first element is the loss.
+    /// dropout masks it uses) and a copy of the loss into `loss_to` at byte `at`;
+    /// returns the gradients.
     fn gradients(
         &self,
         inputs: &[u32],
         targets: &[u32],
         step: u32,
-    ) -> (Vec<PooledBuffer>, PooledBuffer) {
+        loss_to: &PendingRead,
+        at: u64,
+    ) -> Vec<PooledBuffer> {
         let ops = GpuOps(&self.ctx);
         let batch = GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
@@ -673,8 +680,7 @@ impl Trainer {
             t,
             dropout.as_ref(),
         );
-        let report = self.ctx.create_pooled(16);
-        self.ctx.copy_buffer(&acts.loss, 0, &report, 0, 4);
+        self.ctx.copy_to_read(&acts.loss, 0, loss_to, at, 4);
         let grads = model::backward(
             &ops,
             &self.model,
@@ -683,7 +689,7 @@ impl Trainer {
             acts,
             dropout.as_ref(),
         );
-        (grads.into_flat(), report)
+        grads.into_flat()
     }
 
     /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
@@ -762,8 +768,11 @@ impl Trainer {
     ) -> Result<(f32, Vec<Vec<f32>>)> {
         self.check_batch(inputs, targets)?;
         let step = self.step + 1;
-        let (grads, report) = self.ctx.scope(|| self.gradients(inputs, targets, step));
-        let loss = self.ctx.download::<f32>(&report, 1).await?[0];
+        let report = self.ctx.pending_read(4);
+        let grads = self
+            .ctx
+            .scope(|| self.gradients(inputs, targets, step, &report, 0));
+        let loss = self.ctx.read::<f32>(report, 1).await?[0];
         let mut out = Vec::with_capacity(grads.len());
         for (grad, spec) in grads.iter().zip(&self.specs) {
             out.push(self.ctx.download::<f32>(grad, spec.len).await?);
@@ -786,10 +795,12 @@ impl Trainer {
     pub async fn evaluate(&mut self) -> Result<f32> {
         let mut batcher = Batcher::new(EVAL_SEED);
         let (b, c) = (self.cfg.batch, self.cfg.context);
-        let mut total = 0.0f64;
-        for _ in 0..self.cfg.eval_batches {
+        // Every batch's loss goes to one readback, read once at the end: the GPU
+        // goes from batch to batch without waiting for the host.
+        let losses = self.ctx.pending_read(4 * self.cfg.eval_batches as u64);
+        for i in 0..self.cfg.eval_batches {
             let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
-            let loss = self.ctx.scope(|| {
+            self.ctx.scope(|| {
                 let batch = GpuBatch::upload(
                     &self.ctx,
                     &inputs,
@@ -799,10 +810,12 @@ impl Trainer {
                 );
                 let ops = GpuOps(&self.ctx);
                 let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
-                acts.loss
+                self.ctx
+                    .copy_to_read(&acts.loss, 0, &losses, 4 * i as u64, 4);
             });
-            total += self.ctx.download::<f32>(&loss, 1).await?[0] as f64;
         }
+        let losses = self.ctx.read::<f32>(losses, self.cfg.eval_batches).await?;
+        let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
         let loss = (total / self.cfg.eval_batches as f64) as f32;
         self.val_loss = Some(loss);
         self.last.val_loss = Some(loss);

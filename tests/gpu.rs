@@ -677,15 +677,51 @@ async fn steady_step_creates_nothing_body() {
         );
         assert_eq!(s.pipelines_created_step, 0, "step {}", s.step);
         // One encoder for each part of the step's work (up to `submit_every`
-        // dispatches a part; the last holds the rest and the loss's copy), one for
-        // the loss's download.
+        // dispatches a part; the last holds the rest and the copies of the loss and
+        // the norm into the readback), none for the readback on its own.
         let parts = tidepool::gpu::scope_submits(s.dispatches_step, trainer.config().submit_every);
-        assert!(
-            s.encoders_created_step <= parts + 1,
+        assert_eq!(
+            s.encoders_created_step, parts,
             "step {}: {} encoders for {} dispatches",
-            s.step,
-            s.encoders_created_step,
-            s.dispatches_step
+            s.step, s.encoders_created_step, s.dispatches_step
         );
+    }
+}
+
+gpu_test!(
+    a_steady_step_rewrites_only_the_uniforms_that_changed,
+    uniform_writes_body()
+);
+/// The kernels' shapes are the same every step; only the optimizer's step-dependent
+/// parameters (learning rate, bias corrections) change without dropout. A steady
+/// step writes them and leaves the other parts' parameters alone; with dropout the
+/// masks' per-step seeds are written too.
+async fn uniform_writes_body() {
+    for (dropout, at_most_parts) in [(0.0, false), (0.1, true)] {
+        let mut trainer = tidepool::train::Trainer::new(small_model(dropout), common::corpus())
+            .await
+            .expect("trainer");
+        let mut last = trainer.step().await.expect("step").context.uniform_writes;
+        for _ in 0..3 {
+            let s = trainer.step().await.expect("step");
+            let writes = s.context.uniform_writes - last;
+            last = s.context.uniform_writes;
+            let parts =
+                tidepool::gpu::scope_submits(s.dispatches_step, trainer.config().submit_every);
+            assert!(
+                writes >= 1,
+                "dropout {dropout}: the optimizer's parameters change every step"
+            );
+            assert!(
+                writes <= parts,
+                "dropout {dropout}: {writes} writes for {parts} parts"
+            );
+            if !at_most_parts {
+                assert!(
+                    writes < parts,
+                    "dropout {dropout}: {writes} writes for {parts} parts rewrote unchanged shapes"
+                );
+            }
+        }
     }
 }

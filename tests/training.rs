@@ -206,12 +206,13 @@ async fn submit_in_parts_body() {
     }
     let (one, parts) = (&runs[0], &runs[1]);
     for (&(whole, dispatches), &(split, _)) in one.2.iter().zip(&parts.2) {
-        // The step's work, then the loss's download. In parts: 4 dispatches, then 5
-        // a part, and the last part holds the rest and the loss's copy (one more
+        // The step's work, with the copies of its loss and norm into the readback:
+        // the read needs no submit of its own. In parts: 4 dispatches, then 5 a
+        // part, and the last part holds the rest and the norm's copy (one more
         // command: counted as one more item of the scope).
-        assert_eq!(whole, 2, "one submit a step, then the download");
+        assert_eq!(whole, 1, "one submit a step");
         let parts = tidepool::gpu::scope_submits(dispatches + 1, 5);
-        assert_eq!(split, parts + 1, "{dispatches} dispatches");
+        assert_eq!(split, parts, "{dispatches} dispatches");
     }
     assert_eq!(one.0, parts.0, "losses");
     assert!(one.1 == parts.1, "parameters differ after 3 steps");

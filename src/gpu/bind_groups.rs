@@ -7,7 +7,7 @@
 //! with any buffer it binds: the memory manager calls [`BindGroupCache::forget`]
 //! whenever it lets a buffer go.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// One binding: the buffer, offset and size (0: the whole buffer).
 type Binding = (wgpu::Buffer, u64, u64);
@@ -25,9 +25,9 @@ const MAX_ENTRIES: usize = 16 * 1024;
 
 #[derive(Default)]
 pub(crate) struct BindGroupCache {
-    groups: HashMap<Key, wgpu::BindGroup>,
+    groups: FxHashMap<Key, wgpu::BindGroup>,
     /// Buffer -> the keys that bind it, to forget them with it.
-    by_buffer: HashMap<wgpu::Buffer, Vec<Key>>,
+    by_buffer: FxHashMap<wgpu::Buffer, Vec<Key>>,
 }
 
 impl BindGroupCache {

@@ -1,9 +1,10 @@
 //! `WgpuContext`: one device and queue, the command recorder (the dispatch scope)
 //! and the pipeline cache. Every buffer comes from its [`MemoryManager`].
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
 
 use super::kernel::Kernel;
 use super::lock;
@@ -112,7 +113,7 @@ pub struct WgpuContext {
     pub(crate) memory: Arc<MemoryManager>,
     /// Pipelines by kernel name, with their bind group layout (asked for once: on the
     /// web each `getBindGroupLayout` call makes a new object).
-    pipelines: Mutex<HashMap<&'static str, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
+    pipelines: Mutex<FxHashMap<&'static str, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
     recorder: Mutex<Recorder>,
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -611,10 +612,10 @@ impl WgpuContext {
         })
     }
 
-    /// Submits what a scope has recorded so far (`submit_every`). The uniform slots
-    /// go out with it and start over; the rest of the memory manager's catching up
-    /// (destroys, staging, the pool's clock) waits for the scope's end, as it would
-    /// with one submit.
+    /// Submits what a scope has recorded so far (`submit_every`). The uniform slots'
+    /// bytes go out with it (they stay taken until the scope ends); the rest of the
+    /// memory manager's catching up (destroys, staging, the pool's clock) waits for
+    /// the scope's end, as it would with one submit.
     fn submit_part(&self) {
         let encoder = {
             let mut rec = lock(&self.recorder);

@@ -6,10 +6,11 @@
 //! and let go by [`MemoryManager::retire`], so "created" and "destroyed" are counted
 //! by construction, whatever path asked.
 
-use std::collections::HashMap;
 use std::sync::atomic::AtomicU64 as IdCounter;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
+
+use rustc_hash::FxHashMap;
 
 use super::bind_groups::BindGroupCache;
 use super::lock;
@@ -85,6 +86,9 @@ pub struct ContextCounters {
     pub encoders_created: u64,
     /// Compute pipelines created (one per kernel, on first use).
     pub pipelines_created: u64,
+    /// `write_buffer` calls that brought the kernels' uniform parameters up to date
+    /// (at most one per arena chunk a submit, none when no parameter changed).
+    pub uniform_writes: u64,
     /// Bytes of live `PooledBuffer`s (their size classes) now.
     pub bytes_in_use: u64,
     /// The most `bytes_in_use` has been.
@@ -109,6 +113,7 @@ pub(crate) struct Counters {
     pub bind_groups_created: AtomicU64,
     pub encoders_created: AtomicU64,
     pub pipelines_created: AtomicU64,
+    pub uniform_writes: AtomicU64,
     pub bytes_in_use: AtomicU64,
     pub peak_bytes_in_use: AtomicU64,
     pub bytes_requested_in_use: AtomicU64,
@@ -127,6 +132,7 @@ impl Counters {
             bind_groups_created: self.bind_groups_created.load(Relaxed),
             encoders_created: self.encoders_created.load(Relaxed),
             pipelines_created: self.pipelines_created.load(Relaxed),
+            uniform_writes: self.uniform_writes.load(Relaxed),
             bytes_in_use: self.bytes_in_use.load(Relaxed),
             peak_bytes_in_use: self.peak_bytes_in_use.load(Relaxed),
             bytes_requested_in_use: self.bytes_requested_in_use.load(Relaxed),
@@ -151,7 +157,7 @@ pub(crate) struct MemoryManager {
     uniforms: Mutex<UniformArena>,
     bind_groups: Mutex<BindGroupCache>,
     /// Stable ids of the live GPU buffers, from 1 in creation order (for the trace).
-    ids: Mutex<HashMap<wgpu::Buffer, u64>>,
+    ids: Mutex<FxHashMap<wgpu::Buffer, u64>>,
     next_id: IdCounter,
     pub trace: Recorder,
 }
@@ -472,9 +478,12 @@ impl MemoryManager {
         self.recording.store(true, Relaxed);
     }
 
-    /// Just before the submit: the uniform slots' bytes go out.
+    /// Just before the submit: the uniform slots' changed bytes go out.
     pub fn before_submit(&self, queue: &wgpu::Queue) {
-        lock(&self.uniforms).write(queue);
+        let writes = lock(&self.uniforms).write(queue);
+        self.counters
+            .uniform_writes
+            .fetch_add(writes as u64, Relaxed);
     }
 
     /// After a submit (or when nothing was recorded): buffers let go during recording
@@ -482,6 +491,7 @@ impl MemoryManager {
     /// pool's clock ticks and idle buffers are evicted.
     pub fn after_submit(&self, submitted: bool) {
         self.recording.store(false, Relaxed);
+        lock(&self.uniforms).reset();
         if submitted {
             self.counters.submits.fetch_add(1, Relaxed);
             self.belt.recall();
@@ -498,7 +508,6 @@ impl MemoryManager {
     /// The open encoder was dropped unsubmitted (a panic in a scope): its uniform
     /// slots are free again and what waited for its submit can go now.
     pub fn abandon_recording(&self) {
-        lock(&self.uniforms).reset();
         self.after_submit(false);
     }
 

@@ -57,6 +57,7 @@ pub use kernel::{grid_1d, Kernel};
 pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
 pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
+pub use transfer::PendingRead;
 
 /// Locks a mutex, ignoring poisoning: a panic elsewhere leaves these lists valid.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

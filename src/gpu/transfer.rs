@@ -1,8 +1,10 @@
 //! Moving bytes between host and GPU: uploads through a staging belt recorded in the
 //! encoder (ordered, so pooled: rule 3), and asynchronous downloads.
 
+use std::sync::Arc;
+
 use super::context::WgpuContext;
-use super::memory::write_mapped;
+use super::memory::{write_mapped, MemoryManager};
 use super::pooled::PooledBuffer;
 use super::staging::staging_class;
 use crate::error::{Error, Result};
@@ -13,19 +15,43 @@ impl WgpuContext {
     /// it: the destination may be a recycled buffer, and returns to the pool on drop.
     /// After the first steps this creates no buffers at all.
     pub fn upload_pooled<T: bytemuck::Pod>(&self, data: &[T]) -> PooledBuffer {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        let len = bytes.len().max(4).div_ceil(4) * 4;
-        let dst = self.create_pooled(len);
-        let chunk = self.memory.staging_chunk(staging_class(len as u64));
+        let mut one = self.upload_pooled_all(&[bytemuck::cast_slice(data)]);
+        one.pop().expect("one array in, one buffer out")
+    }
+
+    /// [`WgpuContext::upload_pooled`] for several arrays at once, through one staging
+    /// chunk: one map, one unmap and one remap for all of them instead of one each
+    /// (through Dawn each costs the host 3-10 us; a training step uploads four).
+    pub fn upload_pooled_all(&self, arrays: &[&[u8]]) -> Vec<PooledBuffer> {
+        // Copies move whole 4-byte words (COPY_BUFFER_ALIGNMENT): each array takes
+        // its length rounded up, and at least one word.
+        let lens: Vec<usize> = arrays
+            .iter()
+            .map(|a| a.len().max(4).div_ceil(4) * 4)
+            .collect();
+        let total: usize = lens.iter().sum();
+        let dsts: Vec<PooledBuffer> = lens.iter().map(|&len| self.create_pooled(len)).collect();
+        let chunk = self.memory.staging_chunk(staging_class(total as u64));
+        let mut bytes = Vec::with_capacity(total);
+        for (array, &len) in arrays.iter().zip(&lens) {
+            bytes.extend_from_slice(array);
+            bytes.resize(bytes.len() + len - array.len(), 0);
+        }
         // A chunk that cannot be mapped means the device is gone: report it at the
-        // next download instead of panicking, and leave the destination unwritten.
-        if let Err(e) = write_mapped(&chunk, len as u64, bytes) {
+        // next download instead of panicking, and leave the destinations unwritten.
+        if let Err(e) = write_mapped(&chunk, total as u64, &bytes) {
             self.report(e);
-            return dst;
+            return dsts;
         }
         self.memory.staging_in_flight(chunk.clone());
-        self.record(|encoder| encoder.copy_buffer_to_buffer(&chunk, 0, &dst, 0, len as u64));
-        dst
+        self.record(|encoder| {
+            let mut at = 0;
+            for (dst, &len) in dsts.iter().zip(&lens) {
+                encoder.copy_buffer_to_buffer(&chunk, at as u64, dst, 0, len as u64);
+                at += len;
+            }
+        });
+        dsts
     }
 
     /// Copies `bytes` bytes between buffers, recorded in the encoder (ordered).
@@ -75,10 +101,58 @@ impl WgpuContext {
                 buffer.size()
             )));
         }
-        let class = staging_class(padded);
-        let staging = self.memory.readback_buffer(class);
-        self.record(|encoder| encoder.copy_buffer_to_buffer(buffer, offset, &staging, 0, padded));
+        let pending = self.pending_read(padded);
+        self.copy_to_read(buffer, offset, &pending, 0, padded);
+        self.read::<T>(pending, count).await
+    }
+
+    /// A readback buffer of at least `bytes` bytes for copies recorded now (in a
+    /// scope, they go out with its submits) and read later by
+    /// [`WgpuContext::read`]: a step reads its loss without a submit of its own.
+    pub fn pending_read(&self, bytes: u64) -> PendingRead {
+        let class = staging_class(bytes.max(4));
+        PendingRead {
+            buffer: Some(self.memory.readback_buffer(class)),
+            home: self.memory.clone(),
+        }
+    }
+
+    /// Records a copy of `bytes` bytes of `src` from `src_offset` into `dst` at
+    /// `dst_offset` (all multiples of 4).
+    pub fn copy_to_read(
+        &self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &PendingRead,
+        dst_offset: u64,
+        bytes: u64,
+    ) {
+        self.copy_buffer(src, src_offset, dst.buffer(), dst_offset, bytes);
+    }
+
+    /// The first `count` elements copied into `pending`: submits what is recorded
+    /// (even inside a scope), then awaits the map. Also reports any GPU error since
+    /// the last check.
+    pub async fn read<T: bytemuck::Pod>(
+        &self,
+        mut pending: PendingRead,
+        count: usize,
+    ) -> Result<Vec<T>> {
+        let staging = pending.buffer.take().expect("present until read or drop");
+        let bytes = count * std::mem::size_of::<T>();
+        let padded = (bytes.div_ceil(4) * 4) as u64;
+        if padded > staging.size() {
+            let size = staging.size();
+            self.memory.readback_done(staging);
+            return Err(Error::Map(format!(
+                "asked for {padded} bytes of a {size}-byte readback"
+            )));
+        }
         self.flush();
+        if bytes == 0 {
+            self.memory.readback_done(staging);
+            return Ok(Vec::new());
+        }
         let (tx, rx) = futures_channel::oneshot::channel();
         staging
             .slice(..padded)
@@ -103,5 +177,32 @@ impl WgpuContext {
         staging.unmap();
         self.memory.readback_done(staging);
         Ok(data)
+    }
+}
+
+/// A readback buffer that copies are recorded into, read once by
+/// [`WgpuContext::read`]. Dropped unread, it goes back to the memory manager's
+/// readback buffers (unmapped: nothing mapped it).
+pub struct PendingRead {
+    buffer: Option<wgpu::Buffer>,
+    home: Arc<MemoryManager>,
+}
+
+impl PendingRead {
+    fn buffer(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("present until read or drop")
+    }
+
+    /// Its size in bytes (a power of two, at least 256).
+    pub fn size(&self) -> u64 {
+        self.buffer().size()
+    }
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.home.readback_done(buffer);
+        }
     }
 }
