@@ -145,6 +145,11 @@ export interface ContextCounters {
   buffers_created: number;
   bytes_created: number;
   buffers_destroyed: number;
+  bind_groups_created: number;
+  encoders_created: number;
+  pipelines_created: number;
+  /** `writeBuffer` calls for the kernels' parameters: only changed bytes are written. */
+  uniform_writes: number;
   bytes_in_use: number;
   peak_bytes_in_use: number;
   bytes_requested_in_use: number;
