@@ -85,6 +85,10 @@ pub const MAX_WIDTH: usize = 1 << 20;
 pub const MAX_TOKENS: usize = 1 << 24;
 pub const MAX_EVAL_BATCHES: usize = 100_000;
 
+/// Evaluation batches recorded before their losses are read (see
+/// [`Trainer::evaluate`]).
+const EVAL_BATCHES_AT_ONCE: usize = 16;
+
 /// Most characters one [`Trainer::sample`] call generates (each is a forward pass).
 pub const MAX_SAMPLE_CHARS: usize = 10_000;
 
@@ -795,27 +799,34 @@ impl Trainer {
     pub async fn evaluate(&mut self) -> Result<f32> {
         let mut batcher = Batcher::new(EVAL_SEED);
         let (b, c) = (self.cfg.batch, self.cfg.context);
-        // Every batch's loss goes to one readback, read once at the end: the GPU
-        // goes from batch to batch without waiting for the host.
-        let losses = self.ctx.pending_read(4 * self.cfg.eval_batches as u64);
-        for i in 0..self.cfg.eval_batches {
-            let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
-            self.ctx.scope(|| {
-                let batch = GpuBatch::upload(
-                    &self.ctx,
-                    &inputs,
-                    &targets,
-                    self.model.vocab,
-                    self.cfg.belt,
-                );
-                let ops = GpuOps(&self.ctx);
-                let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
-                self.ctx
-                    .copy_to_read(&acts.loss, 0, &losses, 4 * i as u64, 4);
-            });
+        // The losses of up to EVAL_BATCHES_AT_ONCE batches go to one readback, read
+        // once: the GPU goes from batch to batch without waiting for the host, and a
+        // long evaluation still hands control back (and bounds the queued work).
+        let mut total = 0.0f64;
+        let mut left = self.cfg.eval_batches;
+        while left > 0 {
+            let n = left.min(EVAL_BATCHES_AT_ONCE);
+            left -= n;
+            let losses = self.ctx.pending_read(4 * n as u64);
+            for i in 0..n {
+                let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
+                self.ctx.scope(|| {
+                    let batch = GpuBatch::upload(
+                        &self.ctx,
+                        &inputs,
+                        &targets,
+                        self.model.vocab,
+                        self.cfg.belt,
+                    );
+                    let ops = GpuOps(&self.ctx);
+                    let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
+                    self.ctx
+                        .copy_to_read(&acts.loss, 0, &losses, 4 * i as u64, 4);
+                });
+            }
+            let losses = self.ctx.read::<f32>(losses, n).await?;
+            total += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
         }
-        let losses = self.ctx.read::<f32>(losses, self.cfg.eval_batches).await?;
-        let total: f64 = losses.iter().map(|&l| f64::from(l)).sum();
         let loss = (total / self.cfg.eval_batches as f64) as f32;
         self.val_loss = Some(loss);
         self.last.val_loss = Some(loss);

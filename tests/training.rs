@@ -277,6 +277,37 @@ async fn steps_at_once_body() {
     assert_eq!(many.steps_done(), 9, "a refused call takes no step");
 }
 
+gpu_test!(
+    evaluation_is_the_mean_of_the_reference_losses,
+    evaluation_body()
+);
+/// `evaluate` records its batches in groups and reads each group's losses at once:
+/// its mean over 19 held-out batches (a group of 16, then 3) matches the CPU
+/// reference's losses on the same windows, averaged on the host.
+async fn evaluation_body() {
+    let cfg = TrainConfig {
+        eval_batches: 19,
+        ..parity_config()
+    };
+    let corpus = common::corpus();
+    let reference = ReferenceTrainer::new(cfg.clone(), corpus.clone()).expect("reference");
+    let mut trainer = Trainer::new(cfg.clone(), corpus.clone())
+        .await
+        .expect("trainer");
+    let got = trainer.evaluate().await.expect("eval");
+    let mut batcher = tidepool::train::Batcher::new(tidepool::train::EVAL_SEED);
+    let mut total = 0.0f64;
+    for _ in 0..cfg.eval_batches {
+        let (inputs, targets) = batcher.next(&corpus.val, cfg.batch, cfg.context);
+        total += f64::from(reference.gradients(&inputs, &targets).0);
+    }
+    let want = (total / cfg.eval_batches as f64) as f32;
+    assert!(
+        (got - want).abs() <= 1e-5 * want.abs(),
+        "evaluate {got} against the reference's mean {want}"
+    );
+}
+
 gpu_test!(no_pool_mode_creates_buffers_every_step, no_pool_body());
 async fn no_pool_body() {
     let cfg = TrainConfig {
