@@ -41,6 +41,11 @@
 #   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
 #                               one and eight steps at once, checks off, each submit
 #                               timed, parts of 8-64 dispatches (~4 min)
+#   scripts/gpu-run.sh dawngpu  a tiny step through Dawn, bound by its GPU or its host:
+#                               kernels timed alone; one and eight steps at once,
+#                               with and without Dawn's robustness checks (~4 min)
+#   scripts/gpu-run.sh tiering  Dawn's slow processes against V8's wasm tiers: node's
+#                               defaults, --no-liftoff, 300 warm-up steps (~2 min)
 #   scripts/gpu-run.sh gap      Dawn's GPU time against native's: per kernel, and steps
 #                               eight at once with each of Dawn's checks off in turn
 #   scripts/gpu-run.sh previous this build against an earlier one (gpu-pack.sh's PREV_TIDEPOOL,
@@ -324,6 +329,36 @@ case "${1:-bench}" in
     done
     run step_shakespeare ./tidepool bench step --presets shakespeare --submit-every 32 --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
     run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10
+    ;;
+  dawngpu)
+    # What bounds a tiny step through Dawn where the host is fast (~4 min): each
+    # kernel timed on its own natively and through Dawn, then four rounds of steps
+    # one and eight at once natively, and through Dawn with its defaults and without
+    # its robustness checks, one trainer a process.
+    run kernels ./tidepool bench kernels --presets tiny --warmup 5 --steps 5 --corpus tinyshakespeare.txt --json
+    run dawn_kernels_tiny /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 5 --kernels --dawn-disable timestamp_quantization
+    for round in 1 2 3 4; do
+      run "native_$round" ./tidepool bench step --presets tiny --at-once 1,8 --warmup 5 --steps 40 --corpus tinyshakespeare.txt --json
+      for t in none disable_robustness; do
+        flags=""; [ $t != none ] && flags="--dawn-toggles $t"
+        for n in 1 8; do
+          run "dawn_tiny_${t}_at${n}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 40 --at-once $n $flags
+        done
+      done
+    done
+    ;;
+  tiering)
+    # Whether Dawn's slow processes are V8 still running Liftoff code (~2 min): six
+    # rounds of tiny one step at a time through Dawn with node's defaults, with
+    # optimized wasm from the start (--no-liftoff), and after 300 warm-up steps;
+    # natively beside them.
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in 1 2 3 4 5 6; do
+      run "native_$round" ./tidepool bench step --presets tiny --warmup 5 --steps 40 --corpus tinyshakespeare.txt --json
+      run "dawn_default_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 40
+      run "dawn_noliftoff_$round" /tmp/node --no-liftoff dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 40
+      run "dawn_warm300_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 300 --steps 40
+    done
     ;;
   gap)
     # Where Dawn's GPU time goes against native's on tiny and small (~3 min): each

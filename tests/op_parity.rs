@@ -224,19 +224,34 @@ mod layernorm {
 
     /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
     /// natively a training-sized one whose rows are not a multiple of the 64-row chunk.
-    /// Fixed shapes plus a fresh random one: odd (never a power of two), with more
+    /// Fixed shapes plus fresh random ones, odd (never a power of two): one with more
     /// than 4 row chunks of 64 so the weight gradients' unrolled loops and their tails
-    /// both run on every target.
+    /// both run on every target, and one past the 4096 rows whose weight gradients
+    /// GPUs sum in one pass, so that both ways run on GPUs.
     fn shapes(rng: &mut Rng) -> Vec<(usize, usize)> {
         let mut shapes: Vec<_> = [1, 7, 130]
             .iter()
             .flat_map(|&r| [3, 48, 130, 384].map(|c| (r, c)))
             .collect();
         shapes.push((257 + 2 * rng.below(200), 3 + 2 * rng.below(200)));
+        // Past the 4096 rows that GPUs sum in one pass, narrow enough for the browser.
+        shapes.push((4097 + 2 * rng.below(300), 3 + 2 * rng.below(10)));
         if cfg!(not(target_arch = "wasm32")) {
             shapes.push((16_000 + 37, 384));
         }
         shapes
+    }
+
+    /// Lengths of the buffers a backward draws from the pool: dinp, with a mask its
+    /// masked copy, the weight gradients' scratch where they take two passes, dweight
+    /// and dbias.
+    fn outputs(target: Target, rows: usize, c: usize, masked: bool) -> Vec<usize> {
+        let scratch = kernels::layernorm_backward_scratch(target, rows, c);
+        let mut lens = vec![rows * c];
+        lens.extend(masked.then_some(rows * c));
+        lens.extend((scratch > 0).then_some(scratch));
+        lens.extend([c, c]);
+        lens
     }
 
     /// The largest term of layernorm's input gradient: dinp = rstd * (g - mean(g) -
@@ -344,8 +359,8 @@ mod layernorm {
                     let (_, mean, rstd) = cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
                     let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
                     let (gm, gr) = (ctx.upload(&mean), ctx.upload(&rstd));
-                    let chunks = rows.div_ceil(64);
-                    let (dinp, dw, db) = poisoned(&ctx, &[rows * c, 2 * chunks * c, c, c], || {
+                    let lens = outputs(target, rows, c, false);
+                    let (dinp, dw, db) = poisoned(&ctx, &lens, || {
                         kernels::layernorm_backward_on(
                             &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c,
                         )
@@ -379,7 +394,7 @@ mod layernorm {
         for (reductions, ctx) in reduction_contexts().await {
             let mut shapes: Vec<_> = shapes(&mut rng)
                 .into_iter()
-                .filter(|&(r, _)| r < 1000)
+                .filter(|&(r, c)| r < 1000 || r * c < 100_000)
                 .collect();
             // Odd, so never a power of two.
             shapes.push((3 + 2 * rng.below(149), 5 + 2 * rng.below(150)));
@@ -398,11 +413,7 @@ mod layernorm {
                         let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
                         let (gm, gr, gres) =
                             (ctx.upload(&mean), ctx.upload(&rstd), ctx.upload(&resid));
-                        let chunks = rows.div_ceil(64);
-                        let mut lens = vec![rows * c, 2 * chunks * c, c, c];
-                        if mask.is_some() {
-                            lens.insert(0, rows * c);
-                        }
+                        let lens = outputs(target, rows, c, mask.is_some());
                         let r = with_resid.then_some(&gres);
                         let (dinp, masked, dw, db) = poisoned(&ctx, &lens, || {
                             kernels::layernorm_backward_fused_on(

@@ -73,6 +73,9 @@ pub(crate) struct Recorder {
     pub dispatches: u32,
     /// Parts of the open scope submitted so far (`submit_every`).
     pub parts: u32,
+    /// The kernel whose pipeline the open pass has set, if any: a dispatch of the same
+    /// kernel skips `set_pipeline` (a WebGPU call of 1-2 us through Dawn).
+    pub pipeline_set: Option<&'static str>,
 }
 
 impl Recorder {
@@ -546,9 +549,14 @@ impl WgpuContext {
                     })
                     .forget_lifetime();
                 rec.pass = Some(pass);
+                rec.pipeline_set = None;
             }
+            let same_pipeline = rec.pipeline_set == Some(kernel.name);
+            rec.pipeline_set = Some(kernel.name);
             let pass = rec.pass.as_mut().expect("just opened");
-            pass.set_pipeline(&pipeline);
+            if !same_pipeline {
+                pass.set_pipeline(&pipeline);
+            }
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
             if timed.is_some() {

@@ -46,6 +46,12 @@ const BACKWARD_FINAL: Kernel = Kernel {
     entry: "backward_final",
     unchecked: false,
 };
+const BACKWARD_PARAMS: Kernel = Kernel {
+    name: "layernorm_backward_params",
+    source: SOURCE,
+    entry: "backward_params",
+    unchecked: false,
+};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -85,6 +91,30 @@ const CHUNK_ROWS: usize = 64;
 
 /// Workgroup size of every entry point (`WG` in layernorm.wgsl).
 const WG: u32 = 128;
+
+/// Channels a workgroup of the one-pass weight gradients (`PC` in layernorm.wgsl).
+const ONE_PASS_CHANNELS: usize = 2;
+
+/// Most rows whose weight gradients a GPU sums in one pass (`backward_params`): a
+/// thread then adds up to 64 rows, and the step saves the second pass's dispatch. The
+/// page's presets (512 and 2048 rows) take it; larger batches keep the two passes,
+/// whose first spreads the rows over many more threads.
+const ONE_PASS_MAX_ROWS: usize = 4096;
+
+/// Floats of pooled scratch that [`layernorm_backward_on`] draws for its weight
+/// gradients: 0 where one pass sums them (GPUs, at most 4096 rows), else two passes'
+/// `2 * ceil(rows / 64) * c` partial sums.
+pub fn layernorm_backward_scratch(target: Target, rows: usize, c: usize) -> usize {
+    if one_pass(target, rows) {
+        0
+    } else {
+        2 * rows.div_ceil(CHUNK_ROWS).max(1) * c
+    }
+}
+
+fn one_pass(target: Target, rows: usize) -> bool {
+    target == Target::Gpu && rows <= ONE_PASS_MAX_ROWS
+}
 
 /// GPUs: one workgroup a row. CPU adapters: one thread a row.
 fn row_grid(target: Target, rows: usize) -> [u32; 3] {
@@ -135,9 +165,9 @@ pub fn layernorm_forward_on(
 }
 
 /// Gradients of [`layernorm_forward`]: `dinp` (`rows*c`), `dweight` and `dbias` (`c`,
-/// summed over rows). The sum over rows runs in two passes (chunks of rows, then the
-/// chunks), in a fixed order; it draws one scratch buffer of `2 * ceil(rows/64) * c`
-/// floats from the pool.
+/// summed over rows). The sum over rows runs in a fixed order: in one pass on GPUs
+/// for up to 4096 rows, else in two (chunks of rows, then the chunks) through a scratch
+/// buffer from the pool ([`layernorm_backward_scratch`] floats).
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward(
     ctx: &WgpuContext,
@@ -236,13 +266,21 @@ pub fn layernorm_backward_fused_on(
     }
     let dinp = ctx.create_pooled(rows * c * 4);
     let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
-    let partial = ctx.create_pooled(2 * chunks * c * 4);
+    let one_pass = one_pass(target, rows);
+    // Drawn before the dinp pass, which binds it in place of `masked` when there is no
+    // mask (that binding is written only with one): dweight in one pass, the scratch
+    // of partial sums in two; either is written only by a later pass.
+    let spare = if one_pass {
+        ctx.create_pooled(c * 4)
+    } else {
+        ctx.create_pooled(2 * chunks * c * 4)
+    };
     let kernel = match target {
         Target::Gpu => &BACKWARD_DINP,
         Target::Cpu => &BACKWARD_DINP_ROWS,
     };
     let resid_or_any = resid.unwrap_or(dout);
-    let masked_or_any = masked.as_ref().unwrap_or(&partial);
+    let masked_or_any = masked.as_ref().unwrap_or(&spare);
     ctx.dispatch(
         kernel,
         &params,
@@ -258,19 +296,33 @@ pub fn layernorm_backward_fused_on(
         ],
         row_grid(target, rows),
     );
-    ctx.dispatch(
-        &BACKWARD_PARTIAL,
-        &params,
-        &[dout, inp, mean, rstd, &partial],
-        grid_1d((chunks * c) as u32, WG),
-    );
-    let dweight = ctx.create_pooled(c * 4);
-    let dbias = ctx.create_pooled(c * 4);
-    ctx.dispatch(
-        &BACKWARD_FINAL,
-        &params,
-        &[&partial, &dweight, &dbias],
-        grid_1d(c as u32, WG),
-    );
+    let (dweight, dbias) = if one_pass {
+        let (dweight, dbias) = (spare, ctx.create_pooled(c * 4));
+        let groups = c.div_ceil(ONE_PASS_CHANNELS) as u32;
+        ctx.dispatch(
+            &BACKWARD_PARAMS,
+            &params,
+            &[dout, inp, mean, rstd, &dweight, &dbias],
+            grid_1d(groups * WG, WG),
+        );
+        (dweight, dbias)
+    } else {
+        let partial = spare;
+        ctx.dispatch(
+            &BACKWARD_PARTIAL,
+            &params,
+            &[dout, inp, mean, rstd, &partial],
+            grid_1d((chunks * c) as u32, WG),
+        );
+        let dweight = ctx.create_pooled(c * 4);
+        let dbias = ctx.create_pooled(c * 4);
+        ctx.dispatch(
+            &BACKWARD_FINAL,
+            &params,
+            &[&partial, &dweight, &dbias],
+            grid_1d(c as u32, WG),
+        );
+        (dweight, dbias)
+    };
     (dinp, masked, dweight, dbias)
 }

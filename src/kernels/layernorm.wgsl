@@ -11,6 +11,9 @@
 //   backward_partial  dweight/dbias, first pass: one thread per (chunk of CHUNK rows,
 //                  channel) sums its chunk into `partial` ([dweight chunks; dbias chunks])
 //   backward_final second pass: one thread a channel sums its chunks in order
+//   backward_params dweight/dbias in one pass, for few rows (GPUs): workgroup w sums
+//                  channels [w * PC, w * PC + PC) over every row, PL lanes of rows a
+//                  channel, then adds the lanes in a fixed tree
 // Every output element has one writer, so the row reduction needs no atomics.
 // Entry points share bindings; each uses exactly those its launcher passes.
 
@@ -54,6 +57,10 @@ const MASK: u32 = 2u;
 @group(0) @binding(1) var<storage, read> f_partial: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dweight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dbias: array<f32>;
+
+// backward_params: dout, inp, mean, rstd (as backward_partial), dweight, dbias
+@group(0) @binding(5) var<storage, read_write> one_dweight: array<f32>;
+@group(0) @binding(6) var<storage, read_write> one_dbias: array<f32>;
 
 const EPS: f32 = 1e-5;
 const WG: u32 = 128u;
@@ -239,4 +246,51 @@ fn backward_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     }
     dweight[i] = (dw.x + dw.y) + (dw.z + dw.w);
     dbias[i] = (db.x + db.y) + (db.z + db.w);
+}
+
+// Channels a workgroup of backward_params, and its lanes of rows a channel.
+const PC: u32 = 2u;
+const PL: u32 = WG / PC;
+var<workgroup> red_db: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn backward_params(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.x + wid.y * nwg.x) * PC + lid % PC;
+    let lane = lid / PC;
+    // Two rows a trip into two sums, as in backward_partial.
+    var dw = vec2<f32>(0.0);
+    var db = vec2<f32>(0.0);
+    if (i < p.c) {
+        var r = lane;
+        for (; r + PL < p.rows; r += 2u * PL) {
+            let s = r + PL;
+            let d = vec2<f32>(dout[r * p.c + i], dout[s * p.c + i]);
+            let x = vec2<f32>(b_inp[r * p.c + i], b_inp[s * p.c + i]);
+            dw += d * (x - vec2<f32>(p_mean[r], p_mean[s])) * vec2<f32>(p_rstd[r], p_rstd[s]);
+            db += d;
+        }
+        if (r < p.rows) {
+            let d = dout[r * p.c + i];
+            dw.x += d * (b_inp[r * p.c + i] - p_mean[r]) * p_rstd[r];
+            db.x += d;
+        }
+    }
+    red[lid] = dw.x + dw.y;
+    red_db[lid] = db.x + db.y;
+    workgroupBarrier();
+    for (var s = PL / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            red[lid] += red[lid + s * PC];
+            red_db[lid] += red_db[lid + s * PC];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && i < p.c) {
+        one_dweight[i] = red[lid];
+        one_dbias[i] = red_db[lid];
+    }
 }

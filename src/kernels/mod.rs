@@ -181,7 +181,7 @@ pub use crossentropy::{
 };
 pub use layernorm::{
     layernorm_backward, layernorm_backward_fused, layernorm_backward_fused_on,
-    layernorm_backward_on, layernorm_forward, layernorm_forward_on,
+    layernorm_backward_on, layernorm_backward_scratch, layernorm_forward, layernorm_forward_on,
 };
 
 // ---- embedding ----

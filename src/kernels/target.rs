@@ -53,8 +53,13 @@ impl Target {
     /// WARP) and in the browser for a fallback adapter; Chromium's SwiftShader is
     /// not always flagged as one, so its name decides too.
     pub fn for_adapter(info: &wgpu::AdapterInfo) -> Target {
-        let name = info.name.to_ascii_lowercase();
-        if info.device_type == wgpu::DeviceType::Cpu || name.contains("swiftshader") {
+        // Without allocating: every launch asks.
+        let swiftshader = info
+            .name
+            .as_bytes()
+            .windows(b"swiftshader".len())
+            .any(|w| w.eq_ignore_ascii_case(b"swiftshader"));
+        if info.device_type == wgpu::DeviceType::Cpu || swiftshader {
             Target::Cpu
         } else {
             Target::Gpu
