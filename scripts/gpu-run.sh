@@ -36,6 +36,7 @@
 #                               previous build and a middle one (five rounds), Dawn's
 #                               calls by submit, the shakespeare step (~7 min)
 #   scripts/gpu-run.sh round8   round7 with seven rounds and every build's Dawn calls
+#   scripts/gpu-run.sh round9   the same with nine rounds
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
 #   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
@@ -309,10 +310,10 @@ case "${1:-bench}" in
     run native_tiny_parts ./tidepool bench step --presets tiny --submit-every 8,16,32,64,0 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/clocks-after.csv" 2>&1
     ;;
-  round7|round8)
+  round7|round8|round9)
     # These rounds' figures (~7 min): op parity on the GPU; the page's presets
     # natively and through Dawn, this build beside the previous one and a middle one
-    # (PREV_*, MID_* in gpu-pack.sh), five rounds (round8: seven), one trainer a
+    # (PREV_*, MID_* in gpu-pack.sh), five rounds (round8: seven, round9: nine), one trainer a
     # process; Dawn's calls and submits of each build; the shakespeare step natively
     # and through Dawn.
     ./tidepool info | tee "$out/info.txt"
@@ -321,7 +322,7 @@ case "${1:-bench}" in
     done
     # The GPU idles at a low clock: a few seconds of work first.
     ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
-    if [ "$1" = round8 ]; then against_previous 7; else against_previous 5; fi
+    case $1 in round7) against_previous 5 ;; round8) against_previous 7 ;; *) against_previous 9 ;; esac
     for p in tiny small; do
       for pkg in pkg-prev pkg-mid pkg; do
         [ -d ./$pkg ] && run "dawn_${pkg}_${p}_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --time-calls

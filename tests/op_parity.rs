@@ -563,28 +563,34 @@ mod crossentropy {
 
     gpu_test!(mean_matches_reference, mean_body());
     /// Tolerance 1e-5 of the largest input: a tree of f32 sums, sizes from one
-    /// partial to the 256-partial cap.
+    /// partial to the 256-partial cap, each target's one pass and two; fresh odd sizes
+    /// on both sides of the GPUs' one-pass limit (4096).
     async fn mean_body() {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
+        let fresh = [1 + 2 * rng.below(2047), 4097 + 2 * rng.below(30_000)];
         for (reductions, ctx) in reduction_contexts().await {
-            for n in [1usize, 7, 130, 1024, 1025, 16_384, 70_001, 300_001] {
-                let x = rng.vec(n, 0.0, 5.0);
-                let gx = ctx.upload(&x);
-                // The output, and the scratch partials of the two-pass sum (GPUs, or CPU
-                // adapters past 65536 floats).
-                let parts = n.div_ceil(1024).clamp(1, 256);
-                let one_pass = Target::of(&ctx) == Target::Cpu && n <= 65536;
-                let lens: &[usize] = if one_pass { &[1] } else { &[1, parts] };
-                let out = poisoned(&ctx, lens, || kernels::mean(&ctx, &gx, n));
-                let got = read(&ctx, &out, 1).await;
-                let want = cpu::mean(&x);
-                let err = (got[0] - want).abs() / 5.0;
-                assert!(
-                    err <= 1e-5,
-                    "mean n {n}, {reductions}: got {} want {want} (seed {seed})",
-                    got[0]
-                );
+            for n in [1usize, 7, 130, 1024, 1025, 4096, 16_384, 70_001, 300_001]
+                .into_iter()
+                .chain(fresh)
+            {
+                for target in Target::ALL {
+                    let x = rng.vec(n, 0.0, 5.0);
+                    let gx = ctx.upload(&x);
+                    // The output, and the scratch partials of a two-pass sum.
+                    let parts = n.div_ceil(1024).clamp(1, 256);
+                    let one_pass = kernels::sum_in_one_pass(target, n);
+                    let lens: &[usize] = if one_pass { &[1] } else { &[1, parts] };
+                    let out = poisoned(&ctx, lens, || kernels::mean_on(&ctx, target, &gx, n));
+                    let got = read(&ctx, &out, 1).await;
+                    let want = cpu::mean(&x);
+                    let err = (got[0] - want).abs() / 5.0;
+                    assert!(
+                        err <= 1e-5,
+                        "mean n {n}, {reductions}, {target:?}: got {} want {want} (seed {seed})",
+                        got[0]
+                    );
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 //! Softmax + cross-entropy (fused), its backward, and the mean of the losses.
 
-use super::optimizer::sum_into;
+use super::optimizer::sum_into_on;
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
@@ -105,7 +105,12 @@ pub fn crossentropy_backward(
 /// The mean of `n` floats, as a 1-float buffer: a two-pass parallel sum (see
 /// the optimizer module), fixed order, so the same input gives the same bits.
 pub fn mean(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuffer {
+    mean_on(ctx, Target::of(ctx), x, n)
+}
+
+/// [`mean`] in the variant for `target`.
+pub fn mean_on(ctx: &WgpuContext, target: Target, x: &PooledBuffer, n: usize) -> PooledBuffer {
     let out = ctx.create_pooled(4);
-    sum_into(ctx, x, n, false, 1.0 / n.max(1) as f32, &out, 0);
+    sum_into_on(ctx, target, x, n, false, 1.0 / n.max(1) as f32, &out, 0);
     out
 }

@@ -177,7 +177,7 @@ mod crossentropy;
 mod layernorm;
 
 pub use crossentropy::{
-    crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean,
+    crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean, mean_on,
 };
 pub use layernorm::{
     layernorm_backward, layernorm_backward_fused, layernorm_backward_fused_on,
@@ -218,8 +218,8 @@ pub use attention::{
 mod optimizer;
 
 pub use optimizer::{
-    adamw_step, adamw_step_on, scale_in_place, scratch_floats, AdamW, Moments, StepTensor,
-    TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
+    adamw_step, adamw_step_on, scale_in_place, scratch_floats, sum_in_one_pass, AdamW, Moments,
+    StepTensor, TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
 };
 
 #[cfg(test)]

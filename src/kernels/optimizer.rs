@@ -100,6 +100,17 @@ const MAX_PARTS: usize = 256;
 /// Largest sum that CPU adapters do in one pass of one workgroup: a dispatch and a
 /// reduction tree fewer, and at the sizes they train, no less parallel in practice.
 const CPU_ONE_PASS_MAX: usize = 1 << 16;
+/// The same on GPUs: up to 16 loads a thread, as short as the first of two passes
+/// (the loss's mean of the page's presets: 512 and 2048 rows).
+const GPU_ONE_PASS_MAX: usize = 16 * WG as usize;
+
+/// Whether [`sum_into`] sums `n` floats in one pass of one workgroup (no scratch).
+pub fn sum_in_one_pass(target: Target, n: usize) -> bool {
+    n <= match target {
+        Target::Cpu => CPU_ONE_PASS_MAX,
+        Target::Gpu => GPU_ONE_PASS_MAX,
+    }
+}
 /// Elements one AdamW workgroup updates: 4 a thread on GPUs (enough workgroups to
 /// fill one, fewer to map to their tensors); 16 on CPU adapters, whose cost is per
 /// workgroup more than per element.
@@ -107,9 +118,9 @@ const ADAMW_SPAN_GPU: u32 = 4 * WG;
 const ADAMW_SPAN_CPU: u32 = 16 * WG;
 
 /// `out[slot] = mul * sum(x[i])` (or of `x[i]^2` when `square`) over `n` floats, in
-/// two passes with a fixed order. Writes only `out[slot]`. Draws one scratch buffer
-/// of `min(ceil(n/1024), 256)` floats from the pool, except on CPU adapters up to
-/// `CPU_ONE_PASS_MAX` floats (one pass, no scratch).
+/// one or two passes with a fixed order. Writes only `out[slot]`. In two passes it
+/// draws one scratch buffer of `min(ceil(n/1024), 256)` floats from the pool; in one
+/// ([`sum_in_one_pass`]: up to 4096 floats on GPUs, 65536 on CPU adapters) none.
 pub(crate) fn sum_into(
     ctx: &WgpuContext,
     x: &PooledBuffer,
@@ -123,7 +134,7 @@ pub(crate) fn sum_into(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sum_into_on(
+pub(crate) fn sum_into_on(
     ctx: &WgpuContext,
     target: Target,
     x: &PooledBuffer,
@@ -133,7 +144,7 @@ fn sum_into_on(
     out: &PooledBuffer,
     slot: usize,
 ) {
-    if target == Target::Cpu && n <= CPU_ONE_PASS_MAX {
+    if sum_in_one_pass(target, n) {
         let params = Params {
             n: n as u32,
             slot: slot as u32,
