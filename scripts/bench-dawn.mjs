@@ -4,7 +4,7 @@
 //   node scripts/bench-dawn.mjs [--pkg DIR] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
 //                               [--submit-every 0,16,32] [--at-once N] [--pool]
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
-//                               [--time-calls] [--kernels]
+//                               [--time-calls] [--kernels] [--windows N]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
 // costs the browser build time against native (Chrome itself keeps its defaults);
 // --dawn-disable: toggles to turn off (`disable-dawn-features=`), e.g.
@@ -13,6 +13,9 @@
 // prints one {"bench":"calls"} line a method (µs a step, calls a step): where a step's
 // host time goes on Dawn's side of the boundary; with --at-once 1 also one
 // {"bench":"submits"} line: the median µs of each submit of a step, in order.
+// --windows N: also one {"bench":"windows"} line: the median ms a step (and of its
+// recording) of each N timed steps in turn, to show how long the process takes to
+// reach its steady speed.
 // --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
 import { readFileSync } from 'node:fs';
@@ -33,6 +36,7 @@ const { values: opt } = parseArgs({
     'dawn-toggles': { type: 'string' },
     'dawn-disable': { type: 'string' },
     'time-calls': { type: 'boolean', default: false },
+    windows: { type: 'string' },
     kernels: { type: 'boolean', default: false },
   },
 });
@@ -112,6 +116,15 @@ for (let i = 0; i < Number(opt.steps); i++) {
   }
 }
 timingCalls = false;
+const medianOf = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+if (opt.windows) {
+  const n = Number(opt.windows);
+  const windows = [];
+  for (let i = 0; i + n <= ms[0].length; i += n) {
+    windows.push([medianOf(ms[0].slice(i, i + n)), medianOf(recordMs[0].slice(i, i + n))].map((x) => Math.round(1e3 * x) / 1e3));
+  }
+  console.log(JSON.stringify({ runner: 'dawn', bench: 'windows', preset: opt.preset, at_once: atOnce, window: n, median_and_record_ms: windows }));
+}
 const { batch, context } = trainers[0].model();
 for (const [t, times] of ms.entries()) {
   times.sort((a, b) => a - b);

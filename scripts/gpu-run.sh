@@ -47,6 +47,16 @@
 #                               with and without Dawn's robustness checks (~4 min)
 #   scripts/gpu-run.sh tiering  Dawn's slow processes against V8's wasm tiers: node's
 #                               defaults, --no-liftoff, 300 warm-up steps (~2 min)
+#   scripts/gpu-run.sh threads  Dawn's slow processes: each thread sampled from /proc,
+#                               node's defaults and --single-threaded (~2 min)
+#   scripts/gpu-run.sh steady   tiny and small at their steady speed: 2000 steps a
+#                               process, natively and through Dawn, this build and
+#                               the previous one, five rounds (~4 min)
+#   scripts/gpu-run.sh spinner  Dawn's slow phases against the host's idle CPUs: alone,
+#                               sampled, beside a busy shell loop (~3 min)
+#   scripts/gpu-run.sh irq      Dawn pinned to the CPU taking the GPU's interrupts and to
+#                               one taking none (~2 min)
+#   scripts/gpu-run.sh pipe     Dawn writing to a file, into a pipe, and sampled (~1 min)
 #   scripts/gpu-run.sh gap      Dawn's GPU time against native's: per kernel, and steps
 #                               eight at once with each of Dawn's checks off in turn
 #   scripts/gpu-run.sh previous this build against an earlier one (gpu-pack.sh's PREV_TIDEPOOL,
@@ -359,6 +369,93 @@ case "${1:-bench}" in
       run "dawn_default_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 40
       run "dawn_noliftoff_$round" /tmp/node --no-liftoff dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 40
       run "dawn_warm300_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 300 --steps 40
+    done
+    ;;
+  threads)
+    # Why some Dawn processes record 1.6-1.9x slower for their whole life (~2 min):
+    # six rounds of 2000 tiny steps through Dawn under scripts/thread_sample.py (each
+    # thread's CPU time, CPUs and context switches), with node's defaults and with V8's
+    # helper threads off (--single-threaded); natively beside them.
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in 1 2 3 4 5 6; do
+      run "native_$round" ./tidepool bench step --presets tiny --submit-every 32 --warmup 5 --steps 400 --corpus tinyshakespeare.txt --json
+      run "dawn_default_$round" python3 ../scripts/thread_sample.py -- /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 2000
+      run "dawn_single_$round" python3 ../scripts/thread_sample.py -- /tmp/node --single-threaded dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 2000
+    done
+    ;;
+  steady)
+    # The page's presets at their steady speed (~4 min): five rounds of 2000 steps a
+    # process, natively and through Dawn, this build and the previous one (PREV_* in
+    # gpu-pack.sh) taking turns; Dawn's medians of each 100 steps show its warm-up.
+    ./tidepool info | tee "$out/info.txt"
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in 1 2 3 4 5; do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --submit-every 32 --warmup 5 --steps 2000 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        for pkg in pkg-prev pkg; do
+          [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 2000 --windows 100
+        done
+      done
+    done
+    ;;
+  spinner)
+    # Whether Dawn's slow phases follow the host's idle CPUs (~3 min): four rounds of
+    # 2000 tiny steps through Dawn alone, under thread_sample.py, and beside a shell
+    # loop that keeps one other CPU busy; natively alone and beside the loop.
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    dawn_tiny="/tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 2000 --windows 200"
+    native_tiny="./tidepool bench step --presets tiny --submit-every 32 --warmup 5 --steps 2000 --corpus tinyshakespeare.txt --json"
+    for round in 1 2 3 4; do
+      run "native_$round" $native_tiny
+      run "dawn_alone_$round" $dawn_tiny
+      run "dawn_sampled_$round" python3 ../scripts/thread_sample.py -- $dawn_tiny
+      (while :; do :; done) & spin=$!
+      run "native_spinner_$round" $native_tiny
+      run "dawn_spinner_$round" $dawn_tiny
+      kill $spin
+    done
+    ;;
+  irq)
+    # Whether Dawn's slow phases are its thread sharing a CPU with the GPU's
+    # interrupts (~2 min): the interrupt counts per CPU, then 2000 tiny steps through
+    # Dawn pinned (taskset) to the CPU that takes most of the GPU's interrupts and to
+    # one that takes none, three rounds, natively the same.
+    grep -iE "nvidia|CPU0" /proc/interrupts | tee "$out/interrupts-before.txt"
+    irq_cpu=$(python3 - <<'PY'
+rows = [l.split() for l in open('/proc/interrupts')]
+ncpu = len(rows[0])
+counts = [0] * ncpu
+for r in rows[1:]:
+    if any('nvidia' in x.lower() for x in r):
+        for i in range(ncpu):
+            if i + 1 < len(r) and r[i + 1].isdigit():
+                counts[i] += int(r[i + 1])
+print(max(range(ncpu), key=lambda i: counts[i]))
+PY
+)
+    quiet_cpu=$(( (irq_cpu + 8) % 16 ))
+    echo "irq cpu $irq_cpu, quiet cpu $quiet_cpu" | tee -a "$out/interrupts-before.txt"
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in 1 2 3; do
+      for c in $irq_cpu $quiet_cpu; do
+        run "native_cpu${c}_$round" taskset -c $c ./tidepool bench step --presets tiny --submit-every 32 --warmup 5 --steps 2000 --corpus tinyshakespeare.txt --json
+        run "dawn_cpu${c}_$round" taskset -c $c /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 2000 --windows 200
+      done
+    done
+    grep -iE "nvidia|CPU0" /proc/interrupts > "$out/interrupts-after.txt"
+    ;;
+  pipe)
+    # Whether it is the sampler's /proc reads or its pipe that keeps Dawn fast (~1
+    # min): 2000 tiny steps through Dawn writing to a file, writing into a pipe, and
+    # under thread_sample.py, four rounds.
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    dawn_tiny="/tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 2000 --windows 200"
+    for round in 1 2 3 4; do
+      run "dawn_file_$round" $dawn_tiny
+      run "dawn_pipe_$round" bash -c "$dawn_tiny | cat"
+      run "dawn_sampled_$round" python3 ../scripts/thread_sample.py -- $dawn_tiny
     done
     ;;
   gap)

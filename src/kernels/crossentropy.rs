@@ -1,6 +1,6 @@
 //! Softmax + cross-entropy (fused), its backward, and the mean of the losses.
 
-use super::optimizer::sum_into_on;
+use super::optimizer::sum_into;
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
@@ -111,6 +111,6 @@ pub fn mean(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuffer {
 /// [`mean`] in the variant for `target`.
 pub fn mean_on(ctx: &WgpuContext, target: Target, x: &PooledBuffer, n: usize) -> PooledBuffer {
     let out = ctx.create_pooled(4);
-    sum_into_on(ctx, target, x, n, false, 1.0 / n.max(1) as f32, &out, 0);
+    sum_into(ctx, target, x, n, false, 1.0 / n.max(1) as f32, &out, 0);
     out
 }

@@ -118,23 +118,12 @@ const ADAMW_SPAN_GPU: u32 = 4 * WG;
 const ADAMW_SPAN_CPU: u32 = 16 * WG;
 
 /// `out[slot] = mul * sum(x[i])` (or of `x[i]^2` when `square`) over `n` floats, in
-/// one or two passes with a fixed order. Writes only `out[slot]`. In two passes it
-/// draws one scratch buffer of `min(ceil(n/1024), 256)` floats from the pool; in one
-/// ([`sum_in_one_pass`]: up to 4096 floats on GPUs, 65536 on CPU adapters) none.
-pub(crate) fn sum_into(
-    ctx: &WgpuContext,
-    x: &PooledBuffer,
-    n: usize,
-    square: bool,
-    mul: f32,
-    out: &PooledBuffer,
-    slot: usize,
-) {
-    sum_into_on(ctx, Target::of(ctx), x, n, square, mul, out, slot)
-}
-
+/// one or two passes with a fixed order, in the variant for `target`. Writes only
+/// `out[slot]`. In two passes it draws one scratch buffer of `min(ceil(n/1024), 256)`
+/// floats from the pool; in one ([`sum_in_one_pass`]: up to 4096 floats on GPUs, 65536
+/// on CPU adapters) none.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn sum_into_on(
+pub(crate) fn sum_into(
     ctx: &WgpuContext,
     target: Target,
     x: &PooledBuffer,
