@@ -104,7 +104,8 @@ const CPU_ONE_PASS_MAX: usize = 1 << 16;
 /// (the loss's mean of the page's presets: 512 and 2048 rows).
 const GPU_ONE_PASS_MAX: usize = 16 * WG as usize;
 
-/// Whether [`sum_into`] sums `n` floats in one pass of one workgroup (no scratch).
+/// Whether a sum of `n` floats on `target` (the loss's mean, [`crate::kernels::mean`]) runs
+/// in one pass of one workgroup, drawing no scratch from the pool.
 pub fn sum_in_one_pass(target: Target, n: usize) -> bool {
     n <= match target {
         Target::Cpu => CPU_ONE_PASS_MAX,
