@@ -678,14 +678,19 @@ fn settled_buckets_do_not_depend_on_release_order() {
     let order_after = |release: &[usize]| {
         let p = pool(BufferPoolConfig::default());
         let fakes: Vec<Fake> = (0..4).map(|_| fresh(&p, 512)).collect();
-        let base = fakes[0].id;
+        // Ids come from a counter that tests running beside this one draw from too:
+        // each buffer is named by its place among these four, not by id arithmetic.
+        let ids: Vec<u64> = fakes.iter().map(|f| f.id).collect();
         let mut fakes: Vec<Option<Fake>> = fakes.into_iter().map(Some).collect();
         for &i in release {
             assert!(p.release(fakes[i].take().unwrap(), 512));
         }
         p.settle();
         (0..4)
-            .map(|_| p.acquire(512).unwrap().id - base)
+            .map(|_| {
+                let id = p.acquire(512).unwrap().id;
+                ids.iter().position(|&x| x == id).expect("one of the four")
+            })
             .collect::<Vec<_>>()
     };
     let a = order_after(&[0, 1, 2, 3]);
