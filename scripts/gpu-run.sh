@@ -37,6 +37,10 @@
 #                               calls by submit, the shakespeare step (~7 min)
 #   scripts/gpu-run.sh round8   round7 with seven rounds and every build's Dawn calls
 #   scripts/gpu-run.sh round9   the same with nine rounds
+#   scripts/gpu-run.sh round10  the page's presets one step a call and 16 a call (what the
+#                               page's worker now does), this build against the previous
+#                               one, natively and through Dawn, seven rounds; then every
+#                               WebGPU call of tiny 16 a call timed, each build (~6 min)
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
 #   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
@@ -340,6 +344,25 @@ case "${1:-bench}" in
     done
     run step_shakespeare ./tidepool bench step --presets shakespeare --submit-every 32 --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
     run dawn_shakespeare /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 10
+    ;;
+  round10)
+    ./tidepool info | tee "$out/info.txt"
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in $(seq 1 7); do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 1,16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        for n in 1 16; do
+          for pkg in pkg-prev pkg; do
+            [ -d ./$pkg ] && run "dawn_${pkg}_${p}_at${n}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once $n
+          done
+        done
+      done
+    done
+    for pkg in pkg-prev pkg; do
+      [ -d ./$pkg ] && run "dawn_${pkg}_tiny_at16_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --time-calls
+    done
     ;;
   dawngpu)
     # What bounds a tiny step through Dawn where the host is fast (~4 min): each

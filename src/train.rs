@@ -516,7 +516,7 @@ impl Trainer {
         // has the creation among its own.
         let before = self.counters_now();
         let report = self.ctx.pending_read(12);
-        let recorded = self.record_step(inputs, targets, (start, before), &report, 0);
+        let recorded = self.record_step(inputs, targets, (start, before), (&report, 0), false);
         let figures = self.ctx.read::<f32>(report, 3).await?;
         self.step = recorded.step;
         let after = (self.ctx.counters(), self.ctx.pool_stats());
@@ -548,7 +548,10 @@ impl Trainer {
         for i in 0..n {
             let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
             let at = (now_ms(), self.counters_now());
-            let step = self.record_step(&inputs, &targets, at, &figures, 16 * u64::from(i));
+            // Steps after the first go out in one submit each: the GPU is still busy
+            // with the one before, so parts would only add host work.
+            let step =
+                self.record_step(&inputs, &targets, at, (&figures, 16 * u64::from(i)), i > 0);
             self.step = step.step;
             let after = (self.ctx.counters(), self.ctx.pool_stats());
             recorded.push((step, after));
@@ -577,22 +580,28 @@ impl Trainer {
     /// Records training step `self.step + 1` on a batch (one scope: forward,
     /// backward, clip, AdamW) and returns what its stats need (`start`: its start
     /// time and counters). Its [loss, norm, scale] go to `report` at byte `at`,
-    /// copied in the scope's own submits.
+    /// copied in the scope's own submits; `whole`: in one submit
+    /// ([`WgpuContext::scope_in_one_submit`]), else in the context's parts.
     fn record_step(
         &mut self,
         inputs: &[u32],
         targets: &[u32],
         (start, before): (f64, (ContextCounters, BufferPoolStats)),
-        report: &PendingRead,
-        at: u64,
+        (report, at): (&PendingRead, u64),
+        whole: bool,
     ) -> RecordedStep {
         let step = self.step + 1;
-        self.ctx.scope(|| {
+        let record = || {
             let grads = self.gradients(inputs, targets, step, report, at);
             self.update(&grads, step);
             self.ctx
                 .copy_to_read(self.moments.norm_scale(), 0, report, at + 4, 8);
-        });
+        };
+        if whole {
+            self.ctx.scope_in_one_submit(record);
+        } else {
+            self.ctx.scope(record);
+        }
         RecordedStep {
             step,
             record_ms: now_ms() - start,

@@ -177,6 +177,42 @@ async fn doubling_parts_body() {
 }
 
 gpu_test!(
+    a_scope_in_one_submit_ignores_submit_every_and_the_next_scope_has_parts,
+    one_submit_scope_body()
+);
+async fn one_submit_scope_body() {
+    // submit_every 4: ten dispatches are parts of 4, 4 and 2 in a scope, one submit in a
+    // scope_in_one_submit (with a scope nested inside it), and parts again after it.
+    let ctx = WgpuContext::with_options(tidepool::gpu::ContextOptions {
+        submit_every: 4,
+        ..Default::default()
+    })
+    .await
+    .expect("context");
+    let n = 23;
+    let x = ctx.upload(&(0..n).map(|i| i as f32).collect::<Vec<_>>());
+    let ten = || {
+        let mut acc = residual_forward(&ctx, &x, &x, n);
+        for _ in 0..9 {
+            acc = residual_forward(&ctx, &acc, &x, n);
+        }
+        acc
+    };
+    let want: Vec<f32> = (0..n).map(|i| 11.0 * i as f32).collect();
+    for (whole, submits) in [(false, 3), (true, 1), (false, 3)] {
+        let before = ctx.counters().submits;
+        let out = if whole {
+            ctx.scope_in_one_submit(|| ctx.scope(ten))
+        } else {
+            ctx.scope(ten)
+        };
+        assert_eq!(ctx.counters().submits - before, submits, "whole {whole}");
+        assert_eq!(read(&ctx, &out, n).await, want, "whole {whole}");
+    }
+    ctx.take_error().expect("no GPU error");
+}
+
+gpu_test!(
     dispatches_are_timed_where_the_adapter_can,
     timed_dispatches_body()
 );

@@ -223,8 +223,9 @@ gpu_test!(
     steps_at_once_body()
 );
 /// `steps(n)` records n steps before reading their losses: the same losses,
-/// parameters and learning rates, bit for bit, as n calls of `step()`; after warm-up
-/// it creates nothing either; a bad n is a config error.
+/// parameters and learning rates, bit for bit, as n calls of `step()`; the steps
+/// after the first go out in one submit each; after warm-up it creates nothing
+/// either; a bad n is a config error.
 async fn steps_at_once_body() {
     let cfg = TrainConfig {
         dropout: 0.1,
@@ -245,9 +246,28 @@ async fn steps_at_once_body() {
         ));
     }
     let mut got = Vec::new();
+    let submit_every = many.config().submit_every;
+    assert!(submit_every > 0, "the parts below need submit_every");
     for n in [3, 3, 3] {
+        let mut last = many.context().counters().submits;
         let stats = many.steps(n).await.expect("steps");
         assert_eq!(stats.len(), n as usize);
+        // The first step goes out in parts (the GPU waits for it); the ones after
+        // it in one submit each, recorded while the GPU runs the one before.
+        for (i, s) in stats.iter().enumerate() {
+            let parts = if i == 0 {
+                tidepool::gpu::scope_submits(s.dispatches_step + 1, submit_every)
+            } else {
+                1
+            };
+            assert!(
+                parts > 1 || i > 0,
+                "a step of {} dispatches",
+                s.dispatches_step
+            );
+            assert_eq!(s.submits - last, parts, "step {} of a call", i + 1);
+            last = s.submits;
+        }
         got.extend(stats.iter().map(|s| {
             (
                 s.step,

@@ -32,7 +32,7 @@ export class TrainerClient extends EventTarget {
   /**
    * @param {{pkgUrl?: string|URL, workerUrl?: string|URL, schedule?: object, watchdog?: object}} [options]
    *   schedule: evalEvery, firstSample, sampleSeconds, sampleShare, sampleLength,
-   *   temperature, topK, maxSteps (see worker.mjs); watchdog: every, answer, busy (ms)
+   *   temperature, topK, maxSteps, batchMs, maxAtOnce (see worker.mjs); watchdog: every, answer, busy (ms)
    */
   constructor({ pkgUrl = PKG_URL, workerUrl = WORKER_URL, schedule = {}, watchdog = {} } = {}) {
     super();

@@ -30,6 +30,14 @@ export interface TidepoolSchedule {
   topK?: number;
   /** Pause at this step (0: the length of the learning-rate schedule). */
   maxSteps?: number;
+  /**
+   * While running, steps are trained several a call, as many as take at most this
+   * many ms by the last call's time a step (16), so a Pause waits at most about that
+   * long; a slower step goes alone.
+   */
+  batchMs?: number;
+  /** Steps a call, at most (16; 1 trains one step a call). */
+  maxAtOnce?: number;
 }
 
 /** `mount(element, options)`; every field is optional. Settings apply on Reset. */
@@ -161,7 +169,7 @@ export interface TidepoolRun {
 export interface TidepoolController {
   /** Trains continuously (builds the model first if needed). */
   start(): void;
-  /** Stops after the step in flight. */
+  /** Stops after the steps in flight (at most `schedule.batchMs` of training). */
   pause(): void;
   /** One step, when paused. */
   stepOnce(): void;

@@ -423,7 +423,7 @@ class TidepoolWidget {
 
   // Start and Pause show at once, though the worker may be busy building a trainer
   // for seconds: it confirms every run and pause with a 'state', which corrects this.
-  // A pause is "Pausing" until then: the step in flight still lands.
+  // A pause is "Pausing" until then: the steps in flight still land.
   setRunning(running) {
     this.pausing = !running && this.running;
     this.running = running;
@@ -698,7 +698,7 @@ class TidepoolWidget {
     const { el } = this;
     el.start.disabled = this.running;
     el.pause.disabled = !this.running;
-    // while pausing, the step in flight is still to land: one more now would be two
+    // while pausing, the steps in flight are still to land: one more now would be extra
     el.stepOnce.disabled = this.running || this.pausing || !this.hasTrainer || this.creating;
     el.sampleNow.disabled = !this.hasTrainer;
     el.start.textContent = this.hasTrainer && this.cur.n > 0 ? 'Resume' : 'Start';
@@ -711,7 +711,7 @@ class TidepoolWidget {
 
   stateText(step = this.cur.latest?.step ?? 0) {
     if (this.running) return 'Training…';
-    if (this.pausing) return 'Pausing after the step in flight…';
+    if (this.pausing) return 'Pausing after the steps in flight…';
     return step > 0 ? `Paused at step ${step}.` : 'Ready: press Start.';
   }
 

@@ -14,7 +14,8 @@
 //   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
 //   {type:'trace', id}        one training step with the allocation trace on (its 'step' is
 //                             posted too)                      -> 'trace' {trace, replay} (docs/trace.md)
-//   {type:'run'} / {type:'pause'}   train continuously / stop after the step in flight; each
+//   {type:'run'} / {type:'pause'}   train continuously / stop after the steps in flight (see
+//                             schedule.batchMs: at most that much training); each
 //                             is confirmed by a 'state', at once or after the request in flight
 //   {type:'free'}             release GPU memory now
 //   {type:'ping', seq}        answered at once, whatever runs     -> 'pong' {seq, op, ms}: the request
@@ -49,8 +50,16 @@ const queue = [];
 // When to evaluate and sample. Both cost GPU time (on SwiftShader a 200-character
 // sample is a minute), so each is held to a share of the wall clock, a sample's
 // length follows the measured time per character, and neither runs once a pause
-// is asked for: Pause takes effect right after the step in flight.
+// is asked for: Pause takes effect right after the steps in flight.
+//
+// While running, the worker trains several steps a call (trainer.steps(n)): the GPU
+// then goes from one step to the next while the host records, instead of waiting for
+// each loss to be read. As many as fit in batchMs by the last call's time a step, at
+// most maxAtOnce, and never past a step that evaluates, saves or ends the run. A step
+// slower than batchMs / 2 (a CPU adapter) goes one at a time, as before.
 const schedule = {
+  batchMs: 16, // training a call, at most: what a Pause may wait for
+  maxAtOnce: 16, // steps a call, at most
   evalEvery: 20, // steps between held-out evaluations...
   evalShare: 0.15, // ...unless that would spend more than this share of the time
   firstSample: 10, // step of the first sample
@@ -68,6 +77,7 @@ const schedule = {
 let lastSample = { at: 0, ms: 0, step: 0 };
 let lastEval = { at: 0, ms: 0 };
 let msPerChar = 0; // measured by each sample
+let msPerStep = 0; // measured by each training call (0: none yet)
 let maxSteps = 0;
 
 // console_error_panic_hook prints a Rust panic with console.error, then the wasm
@@ -257,6 +267,7 @@ function started(run) {
   lastSample = { at: performance.now(), ms: 0, step: 0 };
   lastEval = { at: performance.now(), ms: 0 };
   msPerChar = 0;
+  msPerStep = 0;
   const model = plain(trainer.model());
   maxSteps = schedule.maxSteps || model.steps || 0;
   wantRun = Boolean(run);
@@ -301,9 +312,26 @@ function fail(op, err, id, { escaped = false } = {}) {
 // What the pump now waits on, for the watchdog's pings.
 const phase = (op) => (current = { ...current, op, since: performance.now() });
 
+// How many steps the next training call takes from `step` (see schedule.batchMs).
+function stepsAtOnce(step) {
+  const whole = (v, min, max) => Math.min(max, Math.max(min, Math.floor(Number(v) || 0)));
+  let n = msPerStep > 0 ? whole(schedule.batchMs / msPerStep, 1, whole(schedule.maxAtOnce, 1, 1024)) : 1;
+  // steps to the next multiple of `every` (itself included)
+  const toNext = (every) => (every > 0 ? every - (step % every) : Infinity);
+  n = Math.min(n, toNext(whole(schedule.evalEvery, 0, 1e9)), toNext(whole(schedule.autosaveEvery, 0, 1e9)));
+  if (maxSteps > step) n = Math.min(n, maxSteps - step);
+  return Math.max(1, n);
+}
+
 async function trainStep(id) {
   phase('step');
-  const stats = plain(await trainer.step());
+  // Step once (an id) takes exactly one step; the running loop takes as many as fit.
+  const n = id === undefined && wantRun ? stepsAtOnce(currentStep()) : 1;
+  const t0 = performance.now();
+  const all = n === 1 ? [plain(await trainer.step())] : plain(await trainer.steps(n));
+  msPerStep = (performance.now() - t0) / all.length;
+  for (const s of all.slice(0, -1)) post({ type: 'step', stats: s });
+  const stats = all[all.length - 1];
   post({ type: 'step', id, stats });
   const step = stats.step;
   // evaluation and samples only while running on: a pause is not kept waiting
@@ -413,7 +441,7 @@ self.onmessage = (event) => {
     if (m.id !== undefined) post({ type: 'error', ...crash, id: m.id, op: m.type, fatal: true });
     return;
   }
-  // run/pause only flip the flag, so a pause takes effect after the step in flight;
+  // run/pause only flip the flag, so a pause takes effect after the steps in flight;
   // a create still waiting (or in flight) then starts its trainer as last asked
   if (m.type === 'run' || m.type === 'pause') {
     wantRun = m.type === 'run';

@@ -76,6 +76,9 @@ pub(crate) struct Recorder {
     /// The kernel whose pipeline the open pass has set, if any: a dispatch of the same
     /// kernel skips `set_pipeline` (a WebGPU call of 1-2 us through Dawn).
     pub pipeline_set: Option<&'static str>,
+    /// The open outermost scope goes out in one submit, whatever `submit_every`
+    /// ([`WgpuContext::scope_in_one_submit`]).
+    pub whole: bool,
 }
 
 impl Recorder {
@@ -422,6 +425,19 @@ impl WgpuContext {
     /// outermost scope, what it recorded is dropped unsubmitted (its uniform slots
     /// freed, buffers let go during it destroyed), so the context stays usable.
     pub fn scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.scope_with(false, f)
+    }
+
+    /// [`Self::scope`], submitted once at its end even with `submit_every` (when it
+    /// is the outermost scope). Parts let the GPU start on a scope before the host has
+    /// recorded all of it; when the GPU is still busy with earlier work (a step
+    /// recorded behind another, [`crate::Trainer::steps`]) they buy nothing, and
+    /// through Dawn each submit costs the host as much as a dozen dispatches.
+    pub fn scope_in_one_submit<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.scope_with(true, f)
+    }
+
+    fn scope_with<R>(&self, whole: bool, f: impl FnOnce() -> R) -> R {
         /// Undoes the scope when dropped during a panic.
         struct Unwind<'a> {
             ctx: &'a WgpuContext,
@@ -436,6 +452,9 @@ impl WgpuContext {
         }
         let outer_depth = {
             let mut rec = lock(&self.recorder);
+            if rec.depth == 0 {
+                rec.whole = whole;
+            }
             rec.depth += 1;
             rec.depth - 1
         };
@@ -457,6 +476,7 @@ impl WgpuContext {
             rec.depth = outer_depth;
             if outer_depth == 0 {
                 rec.parts = 0;
+                rec.whole = false;
                 rec.take_encoder()
             } else {
                 None
@@ -566,6 +586,7 @@ impl WgpuContext {
             if rec.depth == 0 {
                 AfterDispatch::Submit
             } else if self.submit_every > 0
+                && !rec.whole
                 && rec.dispatches >= part_size(self.submit_every, rec.parts)
             {
                 AfterDispatch::SubmitPart
@@ -691,6 +712,9 @@ impl WgpuContext {
         let encoder = {
             let mut rec = lock(&self.recorder);
             rec.parts = 0;
+            if rec.depth == 0 {
+                rec.whole = false;
+            }
             rec.take_encoder()
         };
         let submitted = encoder.is_some();

@@ -1,7 +1,7 @@
 // The training worker's failures: a crash (a Rust panic ends in a wasm trap) settles
 // every request waiting on it and Restart trains again on a new worker; a worker that
 // stops answering, or whose step never finishes, is noticed by the watchdog, says so,
-// and Restart trains again.
+// and Restart trains again. While running, the worker trains several steps a call.
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -87,13 +87,42 @@ describe('the watchdog', () => {
     await page.evaluate(async () => {
       const { mount } = await import('/www/tidepool.mjs');
       const el = document.body.appendChild(document.createElement('div'));
-      mount(el, { batch: 2, context: 8, watchdog: { every: 300, answer: 2000 } });
+      // The schedule is the batching test's (Step once ignores it).
+      const schedule = { batchMs: 1e9, maxAtOnce: 4, evalEvery: 6, evalShare: 1, sampleLength: 0, maxSteps: 14 };
+      mount(el, { batch: 2, context: 8, watchdog: { every: 300, answer: 2000 }, schedule });
     });
     await waitReady(page);
     await page.evaluate(() => document.querySelector('.tp').tidepool.stepOnce());
     await waitNumber(page, 'step-count', (n) => n === 1, { timeout: 60_000, what: 'the first step' });
   });
   const tighten = () => page.evaluate(() => (document.querySelector('.tp').tidepool.watchdog.busy = 3000));
+
+  test('running trains several steps a call, never past an evaluation or the last step', { timeout: 120_000 }, async () => {
+    // batchMs lets every call take maxAtOnce (4) steps, but a call ends at each
+    // evaluation (every 6) and at maxSteps (14): from step 1, calls of 4, 1, 4, 2, 2.
+    await page.evaluate(() => {
+      window.seen = [];
+      document.querySelector('.tp').addEventListener('tidepool:step', (e) => window.seen.push({ step: e.detail.step, ms: e.detail.ms }));
+      document.querySelector('.tp').tidepool.start();
+    });
+    await page.waitForFunction(() => document.querySelector('.tp').tidepool.running === false && window.seen.length >= 13, null, { timeout: 90_000 });
+    await page.waitForTimeout(500); // nothing more comes
+    const seen = await page.evaluate(() => window.seen);
+    assert.deepEqual(seen.map((s) => s.step), [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14], 'each step once, in order, none past maxSteps');
+    // A call's steps share its time (the call's over its steps): one value a call.
+    const calls = [[2, 5], [6, 6], [7, 10], [11, 12], [13, 14]];
+    for (const [first, last] of calls) {
+      const ms = seen.filter((s) => s.step >= first && s.step <= last).map((s) => s.ms);
+      assert.ok(ms.every((m) => m === ms[0] && m > 0), `steps ${first}-${last} were one call: ${ms}`);
+    }
+    const h = await page.evaluate(() => {
+      const { x, val } = document.querySelector('.tp').tidepool.history;
+      return { x: Array.from(x.slice(0, 14)), val: Array.from(val.slice(0, 14)) };
+    });
+    const evaluated = h.x.filter((_, i) => h.val[i] != null);
+    assert.deepEqual(evaluated, [6, 12], 'evaluated at each multiple of evalEvery, after its own step');
+    assert.match(await page.locator('.tp-status').innerText(), /14/, 'paused at the last step');
+  });
 
   test('a step that never finishes is noticed, and Restart trains again', { timeout: 120_000 }, async () => {
     await tighten();
