@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tidepool::config::Overrides;
 use tidepool::data::Corpus;
-use tidepool::train::{now_ms, TrainConfig, Trainer};
+use tidepool::train::{now_ms, StepStats, TrainConfig, Trainer};
 use tidepool::{fmt_bytes, WgpuContext};
 
 #[path = "cli_trace.rs"]
@@ -640,26 +640,20 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     let start = now_ms();
     let mut out = std::io::stdout().lock();
     let mut tracing = std::mem::take(&mut args.trace).start();
-    for _ in done..steps {
-        // Evaluates every `eval_every` steps itself.
-        let s = tracing.step(&mut trainer).await?;
-        if ckpt.save_every > 0 && s.step % ckpt.save_every == 0 {
-            save(&trainer, ckpt.save.as_deref()).await?;
+    while trainer.steps_done() < steps {
+        // Several steps a call (the GPU goes on to the next while the host records),
+        // each call ending where an evaluation or a save is due, so that they follow
+        // their own step. The trainer evaluates every `eval_every` steps itself.
+        let at = trainer.steps_done();
+        let n = STEPS_A_CALL
+            .min(steps - at)
+            .min(to_next(at, trainer.config().eval_every))
+            .min(to_next(at, ckpt.save_every));
+        for s in tracing.steps(&mut trainer, n).await? {
+            report_step(&s, &mut out, &bar, args.json);
         }
-        if args.json {
-            let line = serde_json::to_string(&s).expect("stats serialize");
-            writeln!(out, "{line}").ok();
-        } else {
-            bar.set_message(format!(
-                "loss {:.4} | {:.0} tok/s | hit rate {:.1}% | created {} (+{}) | held {}",
-                s.loss,
-                s.tokens_per_s,
-                s.hit_rate * 100.0,
-                s.buffers_created,
-                s.buffers_created_step,
-                fmt_bytes(s.bytes_held)
-            ));
-            bar.inc(1);
+        if ckpt.save_every > 0 && trainer.steps_done() % ckpt.save_every == 0 {
+            save(&trainer, ckpt.save.as_deref()).await?;
         }
     }
     bar.finish();
@@ -709,4 +703,37 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
         println!("--- sample ---\n{text}");
     }
     Ok(())
+}
+
+/// Most steps one call of `train` records before reading their losses
+/// ([`Trainer::steps`]): on the page's presets a call takes a few ms on a large GPU.
+const STEPS_A_CALL: u32 = 16;
+
+/// Steps from `done` to the next multiple of `every` (that step included);
+/// `u32::MAX` when `every` is 0 (never).
+fn to_next(done: u32, every: u32) -> u32 {
+    if every == 0 {
+        u32::MAX
+    } else {
+        every - done % every
+    }
+}
+
+/// One step's line: JSON, or the progress bar's message.
+fn report_step(s: &StepStats, out: &mut impl Write, bar: &ProgressBar, json: bool) {
+    if json {
+        let line = serde_json::to_string(s).expect("stats serialize");
+        writeln!(out, "{line}").ok();
+    } else {
+        bar.set_message(format!(
+            "loss {:.4} | {:.0} tok/s | hit rate {:.1}% | created {} (+{}) | held {}",
+            s.loss,
+            s.tokens_per_s,
+            s.hit_rate * 100.0,
+            s.buffers_created,
+            s.buffers_created_step,
+            fmt_bytes(s.bytes_held)
+        ));
+        bar.inc(1);
+    }
 }

@@ -35,13 +35,39 @@ impl TraceArgs {
 }
 
 impl Tracing {
+    /// The next steps, at most `n` (at least 1), in one call of [`Trainer::steps`]:
+    /// fewer where a traced step comes, which goes alone, traced.
+    pub async fn steps(
+        &mut self,
+        trainer: &mut Trainer,
+        n: u32,
+    ) -> Result<Vec<StepStats>, tidepool::Error> {
+        let next = trainer.steps_done() + 1;
+        let n = match self.next_traced(next) {
+            Some(t) if t == next => return Ok(vec![self.step(trainer).await?]),
+            Some(t) => n.min(t - next),
+            None => n,
+        };
+        if n <= 1 {
+            return Ok(vec![trainer.step().await?]);
+        }
+        trainer.steps(n).await
+    }
+
+    /// The first step from `from` on that is still to be traced.
+    fn next_traced(&self, from: u32) -> Option<u32> {
+        let steady = self.args.trace_steady.max(2);
+        self.args.trace.as_ref()?;
+        [1, steady].into_iter().find(|&t| t >= from)
+    }
+
     /// One training step, traced when it is the first or the steady step.
     pub async fn step(&mut self, trainer: &mut Trainer) -> Result<StepStats, tidepool::Error> {
         let next = trainer.steps_done() + 1;
-        let steady = self.args.trace_steady.max(2);
-        if self.args.trace.is_none() || (next != 1 && next != steady) {
+        if self.next_traced(next) != Some(next) {
             return trainer.step().await;
         }
+        let steady = self.args.trace_steady.max(2);
         let label = if next == 1 { "first" } else { "steady" };
         let (stats, step) = trainer.step_traced(label).await?;
         self.trace

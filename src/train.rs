@@ -344,7 +344,8 @@ impl Batcher {
 pub struct StepStats {
     pub step: u32,
     pub loss: f32,
-    /// Wall time of the step, from the batch's upload to the loss on the host.
+    /// Wall time of the step, from the batch's upload to the loss on the host; for
+    /// steps recorded together ([`Trainer::steps`]), the call's time over its steps.
     pub ms: f64,
     /// The host's part of it: recording and submitting the step's work (the GPU
     /// runs the parts submitted so far meanwhile, see `submit_every`).
