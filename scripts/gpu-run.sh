@@ -37,10 +37,15 @@
 #                               calls by submit, the shakespeare step (~7 min)
 #   scripts/gpu-run.sh round8   round7 with seven rounds and every build's Dawn calls
 #   scripts/gpu-run.sh round9   the same with nine rounds
-#   scripts/gpu-run.sh round10  the page's presets one step a call and 16 a call (what the
+#   scripts/gpu-run.sh round10  op parity and each kernel's GPU time (tiny, natively and
+#                               through Dawn), then the page's presets one step a call and 16 a call (what the
 #                               page's worker now does), this build against the previous
 #                               one, natively and through Dawn, seven rounds; then every
 #                               WebGPU call of tiny 16 a call timed, each build (~6 min)
+#   scripts/gpu-run.sh steady16 tiny and small 16 steps a call at their steady speed (2000
+#                               steps a process, both builds, natively and through Dawn,
+#                               three rounds), `tidepool train` on tiny (2000 steps) with
+#                               each build's binary, and shakespeare one and 4 a call (~5 min)
 #   scripts/gpu-run.sh calls    Dawn's host time on tiny and small: every WebGPU call
 #                               timed, and a V8 profile (pkg-prof/, when carried)
 #   scripts/gpu-run.sh bound    whether Dawn's step waits on its host or on the GPU:
@@ -347,7 +352,12 @@ case "${1:-bench}" in
     ;;
   round10)
     ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
     ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    run kernels ./tidepool bench kernels --presets tiny --warmup 5 --steps 5 --corpus tinyshakespeare.txt --json
+    run dawn_kernels_tiny /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 5 --kernels --dawn-disable timestamp_quantization
     for round in $(seq 1 7); do
       for b in tidepool-prev tidepool; do
         [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 1,16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
@@ -363,6 +373,27 @@ case "${1:-bench}" in
     for pkg in pkg-prev pkg; do
       [ -d ./$pkg ] && run "dawn_${pkg}_tiny_at16_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --time-calls
     done
+    ;;
+  steady16)
+    ./tidepool info | tee "$out/info.txt"
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in 1 2 3; do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 125 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        for pkg in pkg-prev pkg; do
+          [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 125 --at-once 16 --windows 10
+        done
+      done
+      for b in tidepool-prev tidepool; do
+        # its last line only: the run's time and tokens a second
+        [ -x ./$b ] && run "train_${b}_$round" bash -c "./$b train --preset tiny --steps 2000 --corpus tinyshakespeare.txt --json --eval-every 0 | tail -n 1"
+      done
+    done
+    run shakespeare ./tidepool bench step --presets shakespeare --at-once 1,4 --warmup 3 --steps 8 --corpus tinyshakespeare.txt --json
+    run dawn_shakespeare_at1 /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 8
+    run dawn_shakespeare_at4 /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 2 --steps 2 --at-once 4
     ;;
   dawngpu)
     # What bounds a tiny step through Dawn where the host is fast (~4 min): each

@@ -569,7 +569,7 @@ impl Trainer {
         let loss = self.ctx.scope(|| {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
-            let ops = GpuOps(&self.ctx);
+            let ops = GpuOps::new(&self.ctx);
             model::forward(&ops, &self.model, &self.params, &batch, b, t, None).loss
         });
         Ok(self.ctx.download::<f32>(&loss, 1).await?[0])

@@ -676,7 +676,7 @@ impl Trainer {
         loss_to: &PendingRead,
         at: u64,
     ) -> Vec<PooledBuffer> {
-        let ops = GpuOps(&self.ctx);
+        let ops = GpuOps::new(&self.ctx);
         let batch = GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
         let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
         let dropout = Dropout::new(
@@ -828,7 +828,7 @@ impl Trainer {
                         self.model.vocab,
                         self.cfg.belt,
                     );
-                    let ops = GpuOps(&self.ctx);
+                    let ops = GpuOps::new(&self.ctx);
                     let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
                     self.ctx
                         .copy_to_read(&acts.loss, 0, &losses, 4 * i as u64, 4);
@@ -889,7 +889,7 @@ impl Trainer {
             inputs.resize(c, 0);
             let logits = self.ctx.scope(|| {
                 let batch = GpuBatch::upload(&self.ctx, &inputs, &inputs, v, self.cfg.belt);
-                let ops = GpuOps(&self.ctx);
+                let ops = GpuOps::new(&self.ctx);
                 model::forward(&ops, &self.model, &self.params, &batch, 1, c, None).logits
             });
             let row = self.ctx.download_at::<f32>(&logits, last * v, v).await?;

@@ -791,8 +791,10 @@ mod fused_matmul {
     use super::support::{assert_close, context, normals, poisoned, read};
     use crate::gpu_test;
     use tidepool::kernels::{
-        matmul_backward_fused, matmul_dinp_fused_variant, matmul_dweight_fused_variant,
-        matmul_forward_fused_variant, ForwardFusion, MatmulVariant,
+        matmul_backward, matmul_backward_deferred, matmul_backward_fused,
+        matmul_dinp_fused_variant, matmul_dweight_fused_variant, matmul_forward_fused_variant,
+        sum_splits_together, ForwardFusion, MatmulVariant, SplitSum, SplitSums, TensorsPerDispatch,
+        MAX_TENSORS_PER_DISPATCH,
     };
     use tidepool::reference::{self, DropoutMask};
     use tidepool::rng::{fresh_seed, Rng};
@@ -838,6 +840,143 @@ mod fused_matmul {
         match variant {
             v if v.is_cpu() && act > 0 => vec![out, act],
             _ => vec![out],
+        }
+    }
+
+    gpu_test!(
+        weight_grads_summed_together_match_each_summed_alone,
+        split_sums_body()
+    );
+    /// Weight gradients whose split partials wait in a `SplitSums` (as the model's
+    /// backward pass leaves them) and are added together by its `finish` give the
+    /// same bits as each gradient summed alone by `matmul_backward`, on fresh shapes
+    /// long enough to split on either target; and `sum_splits_together` gives the
+    /// same bits whatever number of sums a dispatch takes.
+    async fn split_sums_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        // CPU adapters split weight gradients from 512 rows, GPUs from 128.
+        let layers: Vec<(usize, usize, usize, bool)> = (0..2 + rng.below(4))
+            .map(|_| {
+                let rows = 520 + rng.below(700);
+                (
+                    rows,
+                    1 + rng.below(45),
+                    1 + rng.below(70),
+                    rng.below(2) == 1,
+                )
+            })
+            .collect();
+        let data: Vec<_> = layers
+            .iter()
+            .map(|&(rows, k, n, _)| {
+                let up = |rng: &mut Rng, len| ctx.upload(&rng.vec(len, -1.0, 1.0));
+                (
+                    up(&mut rng, rows * n),
+                    up(&mut rng, rows * k),
+                    up(&mut rng, n * k),
+                )
+            })
+            .collect();
+        let lens: Vec<usize> = layers
+            .iter()
+            .flat_map(|&(rows, k, n, bias)| [rows * k, n * k].into_iter().chain(bias.then_some(n)))
+            .collect();
+        let mut sums = SplitSums::new();
+        let grads = poisoned(&ctx, &lens, || {
+            let mut grads = Vec::new();
+            for (&(rows, k, n, bias), (dout, inp, w)) in layers.iter().zip(&data) {
+                grads.push(matmul_backward_deferred(
+                    &ctx,
+                    dout,
+                    inp,
+                    w,
+                    rows,
+                    k,
+                    n,
+                    bias,
+                    false,
+                    Some(&mut sums),
+                ));
+            }
+            grads
+        });
+        assert!(
+            !sums.is_empty(),
+            "{layers:?}: no gradient was split (seed {seed})"
+        );
+        sums.finish(&ctx);
+        assert!(sums.is_empty());
+        for (i, (&(rows, k, n, bias), (dout, inp, w))) in layers.iter().zip(&data).enumerate() {
+            let what = format!("layer {i} {rows}x{k}x{n} bias {bias} (seed {seed})");
+            let (_, dw, db) = &grads[i];
+            let (_, want_dw, want_db) = matmul_backward(&ctx, dout, inp, w, rows, k, n, bias);
+            assert_eq!(
+                read(&ctx, dw, n * k).await,
+                read(&ctx, &want_dw, n * k).await,
+                "dweight {what}"
+            );
+            assert_eq!(db.is_some(), bias);
+            if let (Some(db), Some(want_db)) = (db, want_db) {
+                assert_eq!(
+                    read(&ctx, db, n).await,
+                    read(&ctx, &want_db, n).await,
+                    "dbias {what}"
+                );
+            }
+        }
+
+        // Sums of partials by hand: f64 references, and the same bits for any number
+        // of sums a dispatch.
+        let parts: Vec<(usize, usize, Vec<f32>)> = (0..1 + rng.below(12))
+            .map(|_| {
+                let (len, splits) = (1 + rng.below(3000), 1 + rng.below(11));
+                (len, splits, rng.vec(len * splits, -1.0, 1.0))
+            })
+            .collect();
+        let uploaded: Vec<_> = parts.iter().map(|(.., x)| ctx.upload(x)).collect();
+        let mut first: Option<Vec<Vec<f32>>> = None;
+        for per in [1, 3, MAX_TENSORS_PER_DISPATCH] {
+            let lens: Vec<usize> = parts.iter().map(|&(len, ..)| len).collect();
+            let outs = poisoned(&ctx, &lens, || {
+                let outs: Vec<_> = lens.iter().map(|&len| ctx.create_pooled(len * 4)).collect();
+                let sums: Vec<SplitSum> = parts
+                    .iter()
+                    .zip(&uploaded)
+                    .zip(&outs)
+                    .map(|((&(len, splits, _), part), out)| SplitSum {
+                        part,
+                        out,
+                        len,
+                        splits,
+                    })
+                    .collect();
+                let per = TensorsPerDispatch {
+                    sumsq: 1,
+                    adamw: 1,
+                    sums: per,
+                };
+                sum_splits_together(&ctx, per, &sums);
+                outs
+            });
+            let mut got = Vec::new();
+            for ((len, splits, x), out) in parts.iter().zip(&outs) {
+                let g = read(&ctx, out, *len).await;
+                let want: Vec<f32> = (0..*len)
+                    .map(|i| (0..*splits).map(|s| f64::from(x[s * len + i])).sum::<f64>() as f32)
+                    .collect();
+                let what = format!("{len} floats in {splits} splits, {per} sums a dispatch");
+                assert_close(&what, &g, &want, 1e-5, seed);
+                got.push(g);
+            }
+            match &first {
+                None => first = Some(got),
+                Some(f) => assert!(
+                    *f == got,
+                    "{per} sums a dispatch changed the bits (seed {seed})"
+                ),
+            }
         }
     }
 

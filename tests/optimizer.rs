@@ -56,8 +56,16 @@ gpu_test!(adamw_step_matches_reference, step_body());
 async fn step_body() {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    let small = TensorsPerDispatch { sumsq: 3, adamw: 2 };
-    let one = TensorsPerDispatch { sumsq: 1, adamw: 1 };
+    let small = TensorsPerDispatch {
+        sumsq: 3,
+        adamw: 2,
+        sums: 2,
+    };
+    let one = TensorsPerDispatch {
+        sumsq: 1,
+        adamw: 1,
+        sums: 1,
+    };
     for (reductions, ctx) in reduction_contexts().await {
         for target in Target::ALL {
             let device = TensorsPerDispatch::of(&ctx).for_target(target);

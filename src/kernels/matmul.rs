@@ -6,6 +6,7 @@
 use std::sync::OnceLock;
 
 use super::matmul_coop;
+use super::optimizer::{sum_splits_together, SplitSum, TensorsPerDispatch};
 use super::target::Target;
 use super::unroll;
 use crate::config::Precision;
@@ -704,12 +705,139 @@ pub fn matmul_backward_fused(
     with_bias: bool,
     gelu_inp: bool,
 ) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
+    matmul_backward_deferred(
+        ctx, dout, inp, weight, rows, k, n, with_bias, gelu_inp, None,
+    )
+}
+
+/// [`matmul_backward_fused`] with its weight gradients' split partials left in
+/// `sums` (when given and under its cap), to be added by [`SplitSums::finish`]
+/// together with the other layers'.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward_deferred(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: &PooledBuffer,
+    rows: usize,
+    k: usize,
+    n: usize,
+    with_bias: bool,
+    gelu_inp: bool,
+    sums: Option<&mut SplitSums>,
+) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
     let gelu_of = gelu_inp.then_some(inp);
     let variant = MatmulVariant::choose(ctx, rows, k, n);
     let dinp = matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, gelu_of);
     let variant = MatmulVariant::choose(ctx, n, k, rows);
-    let (dweight, dbias) = weight_grads(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
-    (dinp, dweight, dbias)
+    let (dweight, fused_bias) =
+        dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
+    let dbias = with_bias
+        .then(|| fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n)));
+    match sums {
+        Some(sums) if sums.takes(&dweight, dbias.as_ref()) => {
+            let dbias = dbias.map(|b| sums.defer(b));
+            (dinp, sums.defer(dweight), dbias)
+        }
+        _ => {
+            let (dweight, dbias) = finish_grads(ctx, dweight, dbias);
+            (dinp, dweight, dbias)
+        }
+    }
+}
+
+/// Weight gradients of several `matmul_backward`s whose split partials are still to
+/// be added: each gradient's sum costs a dispatch of its own where they are added
+/// as they come, while here they go out together, as many a dispatch as the device
+/// binds ([`TensorsPerDispatch::sums`]: all of a tiny model's in one natively).
+/// A steady step holds the same partials in the same order every step, so its
+/// bind groups come back.
+///
+/// The gradients it returns hold their values only after [`SplitSums::finish`]:
+/// nothing may read them before, and they must live until then (a gradient let go
+/// would go back to the pool, and the sum would land in whatever took it).
+/// Partials are held up to [`SplitSums::MAX_BYTES`]; past it a gradient is summed at
+/// once as before.
+pub struct SplitSums {
+    pending: Vec<(PooledBuffer, wgpu::Buffer, usize, usize)>,
+    bytes: u64,
+}
+
+impl Default for SplitSums {
+    fn default() -> Self {
+        SplitSums::new()
+    }
+}
+
+impl SplitSums {
+    /// Bytes of partials held at once, at most: the page's presets stay under it
+    /// (tiny about 1 MiB, small about 4 MiB); larger models' partials (shakespeare's
+    /// run to tens of MiB a layer) are summed at once, holding no more memory than
+    /// before.
+    pub const MAX_BYTES: u64 = 16 << 20;
+
+    pub fn new() -> Self {
+        SplitSums {
+            pending: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Sums of partials waiting.
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Whether the partials of `dweight` and `dbias` fit under the cap.
+    fn takes(&self, dweight: &Partials, dbias: Option<&Partials>) -> bool {
+        let bytes = |p: &Partials| p.pending.as_ref().map_or(0, |(part, ..)| part.len() as u64);
+        self.bytes + bytes(dweight) + dbias.map_or(0, bytes) <= Self::MAX_BYTES
+    }
+
+    /// `p`'s sum, waiting here when it has partials.
+    fn defer(&mut self, p: Partials) -> PooledBuffer {
+        if let Some((part, len, splits)) = p.pending {
+            self.bytes += part.len() as u64;
+            self.pending.push((part, (*p.out).clone(), len, splits));
+        }
+        p.out
+    }
+
+    /// Adds every waiting sum into its gradient, and lets the partials go.
+    pub fn finish(&mut self, ctx: &WgpuContext) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let per = TensorsPerDispatch::of(ctx).for_target(Target::of(ctx));
+        let sums: Vec<SplitSum> = self
+            .pending
+            .iter()
+            .map(|(part, out, len, splits)| SplitSum {
+                part,
+                out,
+                len: *len,
+                splits: *splits,
+            })
+            .collect();
+        sum_splits_together(ctx, per, &sums);
+        drop(sums);
+        self.pending.clear();
+        self.bytes = 0;
+    }
+}
+
+impl Drop for SplitSums {
+    /// Sums still waiting here would never reach their gradients: a bug of the
+    /// caller's (a panic unwinding through the backward pass aside).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            debug_assert!(self.pending.is_empty(), "SplitSums dropped before finish");
+        }
+    }
 }
 
 /// The weight gradient of [`matmul_backward`] and, `with_bias`, the bias gradient,
@@ -750,12 +878,24 @@ fn weight_grads(
 ) -> (PooledBuffer, Option<PooledBuffer>) {
     let (dweight, fused_bias) =
         dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
-    if !with_bias {
-        return (dweight.finish(ctx), None);
+    let dbias = with_bias
+        .then(|| fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n)));
+    finish_grads(ctx, dweight, dbias)
+}
+
+/// dweight's and dbias's sums now: in one dispatch where both were split.
+fn finish_grads(
+    ctx: &WgpuContext,
+    dweight: Partials,
+    dbias: Option<Partials>,
+) -> (PooledBuffer, Option<PooledBuffer>) {
+    match dbias {
+        None => (dweight.finish(ctx), None),
+        Some(dbias) => {
+            let (dweight, dbias) = dweight.finish_pair(dbias, ctx);
+            (dweight, Some(dbias))
+        }
     }
-    let dbias = fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n));
-    let (dweight, dbias) = dweight.finish_pair(dbias, ctx);
-    (dweight, Some(dbias))
 }
 
 /// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of

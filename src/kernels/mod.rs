@@ -200,10 +200,10 @@ pub use matmul_coop::{
 };
 
 pub use matmul::{
-    matmul_backward, matmul_backward_fused, matmul_dinp, matmul_dinp_fused_variant,
-    matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant, matmul_dweight_variant,
-    matmul_forward, matmul_forward_fused, matmul_forward_fused_variant, matmul_forward_variant,
-    matmul_weight_grads_variant, ForwardFusion, MatmulVariant,
+    matmul_backward, matmul_backward_deferred, matmul_backward_fused, matmul_dinp,
+    matmul_dinp_fused_variant, matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant,
+    matmul_dweight_variant, matmul_forward, matmul_forward_fused, matmul_forward_fused_variant,
+    matmul_forward_variant, matmul_weight_grads_variant, ForwardFusion, MatmulVariant, SplitSums,
 };
 
 // ---- attention ----
@@ -218,8 +218,9 @@ pub use attention::{
 mod optimizer;
 
 pub use optimizer::{
-    adamw_step, adamw_step_on, scale_in_place, scratch_floats, sum_in_one_pass, AdamW, Moments,
-    StepTensor, TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
+    adamw_step, adamw_step_on, scale_in_place, scratch_floats, sum_in_one_pass,
+    sum_splits_together, AdamW, Moments, SplitSum, StepTensor, TensorsPerDispatch,
+    MAX_TENSORS_PER_DISPATCH,
 };
 
 #[cfg(test)]

@@ -361,6 +361,8 @@ pub struct TensorsPerDispatch {
     pub sumsq: usize,
     /// `adamw` binds two a tensor (parameter, gradient) and the two moment chunks.
     pub adamw: usize,
+    /// `sum_splits` binds two a tensor (partials, sum).
+    pub sums: usize,
 }
 
 impl TensorsPerDispatch {
@@ -374,6 +376,7 @@ impl TensorsPerDispatch {
         TensorsPerDispatch {
             sumsq: n.saturating_sub(1).clamp(1, MAX_K),
             adamw: (n.saturating_sub(2) / 2).clamp(1, MAX_K),
+            sums: (n / 2).clamp(1, MAX_K),
         }
     }
 
@@ -395,6 +398,7 @@ impl TensorsPerDispatch {
             Target::Gpu => self,
             Target::Cpu => TensorsPerDispatch {
                 adamw: self.adamw.min(CPU_ADAMW_TENSORS),
+                sums: self.sums.min(CPU_ADAMW_TENSORS),
                 ..self
             },
         }
@@ -402,7 +406,7 @@ impl TensorsPerDispatch {
 }
 
 /// AdamW's tensors a dispatch on CPU adapters: the fastest on lavapipe of 1 to 15
-/// (BENCHMARKS.md).
+/// (BENCHMARKS.md). Sums of split partials take as many.
 pub const CPU_ADAMW_TENSORS: usize = 4;
 
 /// One parameter tensor of an optimizer step: updated in place from its gradient;
@@ -551,12 +555,41 @@ pub fn adamw_step_on(
     }
 }
 
+// ---- sums of split partials ---------------------------------------------------------
+
+/// One sum of split partials: `out[i] = sum over s of part[s * len + i]`.
+pub struct SplitSum<'a> {
+    pub part: &'a wgpu::Buffer,
+    pub out: &'a wgpu::Buffer,
+    pub len: usize,
+    pub splits: usize,
+}
+
+/// Every sum of `sums`, `per.sums` a dispatch, each with the same bits as
+/// matmul_reduce.wgsl's `sum_splits` alone.
+pub fn sum_splits_together(ctx: &WgpuContext, per: TensorsPerDispatch, sums: &[SplitSum]) {
+    assert!((1..=MAX_K).contains(&per.sums));
+    let u = |x: usize| u32::try_from(x).expect("partials of a binding fit in u32");
+    for group in sums.chunks(per.sums) {
+        let mut params: TensorsParams = bytemuck::Zeroable::zeroed();
+        let mut buffers: Vec<&wgpu::Buffer> = Vec::with_capacity(2 * group.len());
+        for (entry, sum) in params.tensors.iter_mut().zip(group) {
+            *entry = [params.groups, u(sum.len), u(sum.splits), 0];
+            params.groups += u(sum.len.div_ceil(WG as usize));
+            buffers.extend([sum.part, sum.out]);
+        }
+        let kernel = tensors_kernel(Pass::SumSplits, group.len());
+        ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
+    }
+}
+
 // ---- the generated kernels ---------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pass {
     Sumsq,
     Adamw,
+    SumSplits,
 }
 
 impl Pass {
@@ -564,6 +597,7 @@ impl Pass {
         match self {
             Pass::Sumsq => "sumsq",
             Pass::Adamw => "adamw",
+            Pass::SumSplits => "sum_splits",
         }
     }
 }
@@ -571,7 +605,7 @@ impl Pass {
 /// The generated kernels for one and for several tensors a dispatch (the naga test
 /// compiles them with each prelude).
 pub(super) fn generated_kernels() -> Vec<Kernel> {
-    [Pass::Sumsq, Pass::Adamw]
+    [Pass::Sumsq, Pass::Adamw, Pass::SumSplits]
         .into_iter()
         .flat_map(|pass| [1, 3].map(|k| tensors_kernel(pass, k)))
         .collect()
@@ -581,15 +615,21 @@ pub(super) fn generated_kernels() -> Vec<Kernel> {
 fn tensors_kernel(pass: Pass, k: usize) -> Kernel {
     assert!((1..=MAX_K).contains(&k), "{k} tensors a dispatch");
     // Each (pass, k) is generated once and leaked: `Kernel` and the pipeline cache
-    // hold `&'static str`s, and k <= MAX_K bounds the whole set at 2 * MAX_K small
-    // sources a process (a model uses two or three).
+    // hold `&'static str`s, and k <= MAX_K bounds the whole set at 3 * MAX_K small
+    // sources a process (a model uses a few).
     static MADE: Mutex<Vec<(Pass, usize, Kernel)>> = Mutex::new(Vec::new());
     let mut made = crate::gpu::lock(&MADE);
     if let Some((.., kernel)) = made.iter().find(|(p, n, _)| (*p, *n) == (pass, k)) {
         return *kernel;
     }
     let kernel = Kernel {
-        name: Box::leak(format!("optimizer_{}_{k}", pass.name()).into_boxed_str()),
+        name: Box::leak(
+            match pass {
+                Pass::SumSplits => format!("matmul_sum_splits_of_{k}"),
+                _ => format!("optimizer_{}_{k}", pass.name()),
+            }
+            .into_boxed_str(),
+        ),
         source: Box::leak(tensors_source(pass, k).into_boxed_str()),
         entry: pass.name(),
         unchecked: false,
@@ -623,6 +663,12 @@ fn tensors_source(pass: Pass, k: usize) -> String {
             }
             bind(1 + 2 * k, "read_write", "m".into());
             bind(2 + 2 * k, "read_write", "v".into());
+        }
+        Pass::SumSplits => {
+            for i in 0..k {
+                bind(1 + 2 * i, "read", format!("part{i}"));
+                bind(2 + 2 * i, "read_write", format!("out{i}"));
+            }
         }
     }
     writeln!(out, "const K: u32 = {k}u;\nconst MAX_K: u32 = {MAX_K}u;")
@@ -696,23 +742,30 @@ mod tests {
         let src = tensors_source(Pass::Sumsq, 2);
         assert!(src.contains("@binding(3) var<storage, read_write> partials"));
         assert!(!src.contains("fn adamw"));
+        let src = tensors_source(Pass::SumSplits, 2);
+        assert!(src.contains("@binding(4) var<storage, read_write> out1"));
+        assert!(src.contains("case 1u: { out1[i] = split_sum_1("));
+        assert!(!src.contains("case 2u") && !src.contains("fn adamw"));
     }
 
     #[test]
     fn tensors_per_dispatch_follow_the_binding_limit() {
         let per = |storage, all| {
             let t = TensorsPerDispatch::for_limits(storage, all);
-            (t.sumsq, t.adamw)
+            (t.sumsq, t.adamw, t.sums)
         };
-        assert_eq!(per(8, u32::MAX), (7, 3));
-        assert_eq!(per(10, u32::MAX), (9, 4));
-        assert_eq!(per(32, u32::MAX), (31, 15));
-        assert_eq!(per(1_000_000, u32::MAX), (MAX_K, MAX_K));
+        assert_eq!(per(8, u32::MAX), (7, 3, 4));
+        assert_eq!(per(10, u32::MAX), (9, 4, 5));
+        assert_eq!(per(32, u32::MAX), (31, 15, 16));
+        assert_eq!(per(1_000_000, u32::MAX), (MAX_K, MAX_K, MAX_K));
         // Metal: 29 buffers of all kinds, one of them the uniform.
-        assert_eq!(per(29, 29), (27, 13));
+        assert_eq!(per(29, 29), (27, 13, 14));
         let lavapipe = TensorsPerDispatch::for_limits(32, u32::MAX);
         assert_eq!(lavapipe.for_target(Target::Gpu), lavapipe);
         let cpu = lavapipe.for_target(Target::Cpu);
-        assert_eq!((cpu.sumsq, cpu.adamw), (31, CPU_ADAMW_TENSORS));
+        assert_eq!(
+            (cpu.sumsq, cpu.adamw, cpu.sums),
+            (31, CPU_ADAMW_TENSORS, CPU_ADAMW_TENSORS)
+        );
     }
 }

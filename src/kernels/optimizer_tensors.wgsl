@@ -1,4 +1,6 @@
-// The optimizer over many tensors a dispatch. A template: `optimizer.rs` stamps it
+// Kernels over many tensors a dispatch: the optimizer's two, and the sums of weight
+// gradients' split partials (matmul.rs defers them to the end of the backward pass).
+// A template: `optimizer.rs` stamps it
 // for k tensors (1 <= k <= MAX_K) when a kernel is first needed. It prepends the
 // prelude, the bindings, `const K` (= k) and `const MAX_K`, keeps the shared part
 // and one entry point's `//#if NAME` section, and copies each block between
@@ -13,6 +15,9 @@
 //   adamw  workgroup w updates elements [j * span, (j + 1) * span) of its tensor:
 //          AdamW on param, m, v with the gradient times the clipping scale, which
 //          the norm kernel (optimizer.wgsl `global_norm`) left in m[1]
+//   sum_splits  thread i of its tensor's workgroups: out[i] = the sum over s of
+//          part[s * len + i], in matmul_reduce.wgsl's `split_sum` order (the same bits
+//          as summing each gradient alone); the table's (offset, span) are (splits, 0)
 // Fixed summation orders: the same input always gives the same bits.
 
 // Per tensor of the dispatch: (first workgroup, length, offset, span): the offset
@@ -135,6 +140,47 @@ fn adamw(
     switch t {
         //#each
         case #u: { adamw_#(j, e, decay, scale, lid); }
+        //#end
+        default: {}
+    }
+}
+//#endif
+
+//#if sum_splits
+//#each
+fn split_sum_#(i: u32, len: u32, splits: u32) -> f32 {
+    var acc = vec4<f32>(0.0);
+    var s = 0u;
+    for (; s + 3u < splits; s += 4u) {
+        let at = s * len + i;
+        acc += vec4<f32>(part#[at], part#[at + len], part#[at + 2u * len], part#[at + 3u * len]);
+    }
+    for (; s < splits; s++) {
+        acc.x += part#[s * len + i];
+    }
+    return (acc.x + acc.y) + (acc.z + acc.w);
+}
+//#end
+
+@compute @workgroup_size(WG)
+fn sum_splits(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let group = group_index(wid, nwg);
+    if (group >= p.groups) {
+        return;
+    }
+    let t = tensor_of(group);
+    let e = p.tensors[t];
+    let i = (group - e.x) * WG + lid;
+    if (i >= e.y) {
+        return;
+    }
+    switch t {
+        //#each
+        case #u: { out#[i] = split_sum_#(i, e.y, e.z); }
         //#end
         default: {}
     }

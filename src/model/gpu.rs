@@ -1,12 +1,22 @@
 //! [`Ops`] on the GPU: every op a kernel launcher, every tensor a pooled buffer.
 
+use std::cell::RefCell;
+
 use super::Ops;
 use crate::gpu::{PooledBuffer, WgpuContext};
 use crate::kernels;
 use crate::reference::{AttnDropout, DropoutMask};
 
-/// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers.
-pub struct GpuOps<'a>(pub &'a WgpuContext);
+/// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. Weight
+/// gradients' split partials wait in it until [`Ops::finish_weight_grads`] adds
+/// them all together ([`kernels::SplitSums`]).
+pub struct GpuOps<'a>(pub &'a WgpuContext, RefCell<kernels::SplitSums>);
+
+impl<'a> GpuOps<'a> {
+    pub fn new(ctx: &'a WgpuContext) -> Self {
+        GpuOps(ctx, RefCell::new(kernels::SplitSums::new()))
+    }
+}
 
 /// A batch on the GPU: inputs and targets, and the inputs grouped by token id
 /// (`offsets`, `positions`) for the race-free embedding backward.
@@ -143,7 +153,22 @@ impl Ops for GpuOps<'_> {
         with_bias: bool,
         gelu_inp: bool,
     ) -> (T, T, Option<T>) {
-        kernels::matmul_backward_fused(self.0, dout, x, w, rows, k, n, with_bias, gelu_inp)
+        let mut sums = self.1.borrow_mut();
+        kernels::matmul_backward_deferred(
+            self.0,
+            dout,
+            x,
+            w,
+            rows,
+            k,
+            n,
+            with_bias,
+            gelu_inp,
+            Some(&mut sums),
+        )
+    }
+    fn finish_weight_grads(&self) {
+        self.1.borrow_mut().finish(self.0);
     }
     fn attention_forward(
         &self,

@@ -401,6 +401,10 @@ pub trait Ops {
         gelu_inp: bool,
         dropout: Option<DropoutMask>,
     ) -> Self::T;
+    /// Makes every weight gradient that `matmul_backward` returned so far hold its
+    /// value (a backend may add their split partials together here, in fewer
+    /// dispatches); `backward` calls it before it reads any of them.
+    fn finish_weight_grads(&self) {}
     /// With `gelu_inp`, of a product of GELU(`x`) (as [`Ops::residual_branch_forward`]
     /// takes it): the input gradient is the GELU input's.
     #[allow(clippy::too_many_arguments)]
@@ -795,6 +799,8 @@ pub fn backward<O: Ops>(
     ops.set_layer(None);
     // The gradient of x0 = dropout(embedded), through the embedding's mask.
     let dx = dbranch.unwrap_or(dx);
+    // encoder_backward adds the head's gradient into the embedding's.
+    ops.finish_weight_grads();
     let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
     GptParams {
         wte,
