@@ -411,22 +411,10 @@ fn cpu_kernel(v: usize, layout: Layout) -> &'static Kernel {
         }
     })
 }
-const SUM_SPLITS: Kernel = Kernel {
-    name: "matmul_sum_splits",
-    source: REDUCE_SOURCE,
-    entry: "sum_splits",
-    unchecked: UNCHECKED,
-};
 const SUM_SPLITS_FUSED: Kernel = Kernel {
     name: "matmul_sum_splits_fused",
     source: REDUCE_SOURCE,
     entry: "sum_splits_fused",
-    unchecked: UNCHECKED,
-};
-const SUM_SPLITS_PAIR: Kernel = Kernel {
-    name: "matmul_sum_splits_pair",
-    source: REDUCE_SOURCE,
-    entry: "sum_splits_pair",
     unchecked: UNCHECKED,
 };
 const COLSUM: Kernel = Kernel {
@@ -470,16 +458,6 @@ struct ReduceParams {
     seed: u32,
     threshold: u32,
     scale: f32,
-}
-
-/// `sum_splits_pair`'s uniform: two sums of partials.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct PairParams {
-    len: u32,
-    splits: u32,
-    len_b: u32,
-    splits_b: u32,
 }
 
 impl GemmParams {
@@ -1053,19 +1031,21 @@ impl Partials {
     fn finish_pair(self, other: Partials, ctx: &WgpuContext) -> (PooledBuffer, PooledBuffer) {
         match (&self.pending, &other.pending) {
             (Some((part, len, splits)), Some((part_b, len_b, splits_b))) => {
-                let params = PairParams {
-                    len: u32_of(*len, "len"),
-                    splits: u32_of(*splits, "splits"),
-                    len_b: u32_of(*len_b, "len"),
-                    splits_b: u32_of(*splits_b, "splits"),
-                };
-                let total = u32_of(len + len_b, "len");
-                ctx.dispatch(
-                    &SUM_SPLITS_PAIR,
-                    &params,
-                    &[part, &self.out, part_b, &other.out],
-                    grid_1d(total, 256),
-                );
+                let sums = [
+                    SplitSum {
+                        part,
+                        out: &self.out,
+                        len: *len,
+                        splits: *splits,
+                    },
+                    SplitSum {
+                        part: part_b,
+                        out: &other.out,
+                        len: *len_b,
+                        splits: *splits_b,
+                    },
+                ];
+                sum_splits_together(ctx, TensorsPerDispatch::of(ctx), &sums);
                 (self.out, other.out)
             }
             _ => (self.finish(ctx), other.finish(ctx)),
@@ -1193,7 +1173,7 @@ impl ReduceParams {
     }
 }
 
-/// `out[i] = sum_s part[s * len + i]`.
+/// `out[i] = sum_s part[s * len + i]` (the multi-tensor kernel with one tensor).
 fn sum_splits(
     ctx: &WgpuContext,
     part: &PooledBuffer,
@@ -1201,8 +1181,13 @@ fn sum_splits(
     len: usize,
     splits: usize,
 ) {
-    let params = ReduceParams::new(len, splits, 0);
-    ctx.dispatch(&SUM_SPLITS, &params, &[part, out], grid_1d(len as u32, 256));
+    let sum = SplitSum {
+        part,
+        out,
+        len,
+        splits,
+    };
+    sum_splits_together(ctx, TensorsPerDispatch::of(ctx), &[sum]);
 }
 
 /// The sum of split-K partials, then the epilogue of `params.flags`, reading

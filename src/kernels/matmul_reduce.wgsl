@@ -1,13 +1,11 @@
 // The race-free halves of matmul_backward's weight gradients.
 //
-// `sum_splits`: out[i] = sum over s of part[s * len + i], in a fixed order, so the result
-// is the same on every run (no atomics, one writer an element).
-// `sum_splits_fused`: the same, then the epilogue a split-K GEMM leaves out of its
-// partials (matmul_fuse.wgsl's flags): the forward's + bias[i % n] (n = row_chunk),
-// dropout at i and + resid[i]; dinp's times gelu'(aux[i]).
-// `sum_splits_pair`: two such sums in one dispatch (a weight gradient's and its
-// bias's): elements [0, len) from `part` into `out`, then [0, len_b) from `part_b`
-// into `out_b`, each over its own number of splits.
+// `sum_splits_fused`: out[i] = sum over s of part[s * len + i], in a fixed order, so the
+// result is the same on every run (no atomics, one writer an element), then the epilogue
+// a split-K GEMM leaves out of its partials (matmul_fuse.wgsl's flags): the forward's
+// + bias[i % n] (n = row_chunk), dropout at i and + resid[i]; dinp's times gelu'(aux[i]).
+// Plain sums, one or many a dispatch, are optimizer_tensors.wgsl's `sum_splits`, in
+// the same order.
 // `colsum_part`: dbias partials. Workgroup (x, y) sums rows y*row_chunk .. of 64
 // columns of dout with 4 lanes of rows each, then adds the lanes in a fixed order
 // into part[y, col].
@@ -20,12 +18,6 @@ struct Params { len: u32, splits: u32, rows: u32, row_chunk: u32, flags: u32, se
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> aux: array<f32>;
 @group(0) @binding(5) var<storage, read> resid: array<f32>;
-
-// sum_splits_pair's own uniform and second pair of buffers.
-struct PairParams { len: u32, splits: u32, len_b: u32, splits_b: u32 }
-@group(0) @binding(0) var<uniform> pair: PairParams;
-@group(0) @binding(3) var<storage, read> part_b: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out_b: array<f32>;
 
 // The sum over splits of part[s * len + i]: four splits a trip into four sums, so the
 // loads overlap even where the driver does not unroll the loop (WebGPU's bounds clamps
@@ -42,40 +34,6 @@ fn split_sum(i: u32, len: u32, splits: u32) -> f32 {
         acc.x += part[s * len + i];
     }
     return (acc.x + acc.y) + (acc.z + acc.w);
-}
-
-// split_sum over `part_b` (WGSL passes no pointers to storage into functions).
-fn split_sum_b(i: u32, len: u32, splits: u32) -> f32 {
-    var acc = vec4<f32>(0.0);
-    var s = 0u;
-    for (; s + 3u < splits; s += 4u) {
-        let at = s * len + i;
-        acc += vec4<f32>(part_b[at], part_b[at + len], part_b[at + 2u * len], part_b[at + 3u * len]);
-    }
-    for (; s < splits; s++) {
-        acc.x += part_b[s * len + i];
-    }
-    return (acc.x + acc.y) + (acc.z + acc.w);
-}
-
-@compute @workgroup_size(256)
-fn sum_splits(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i >= p.len) {
-        return;
-    }
-    out[i] = split_sum(i, p.len, p.splits);
-}
-
-@compute @workgroup_size(256)
-fn sum_splits_pair(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * 256u;
-    if (i < pair.len) {
-        out[i] = split_sum(i, pair.len, pair.splits);
-    } else if (i - pair.len < pair.len_b) {
-        let j = i - pair.len;
-        out_b[j] = split_sum_b(j, pair.len_b, pair.splits_b);
-    }
 }
 
 @compute @workgroup_size(256)

@@ -16,8 +16,8 @@
 //          AdamW on param, m, v with the gradient times the clipping scale, which
 //          the norm kernel (optimizer.wgsl `global_norm`) left in m[1]
 //   sum_splits  thread i of its tensor's workgroups: out[i] = the sum over s of
-//          part[s * len + i], in matmul_reduce.wgsl's `split_sum` order (the same bits
-//          as summing each gradient alone); the table's (offset, span) are (splits, 0)
+//          part[s * len + i], in matmul_reduce.wgsl's `split_sum` order (the fused
+//          sum's), for one sum or many; the table's (offset, span) are (splits, 0)
 // Fixed summation orders: the same input always gives the same bits.
 
 // Per tensor of the dispatch: (first workgroup, length, offset, span): the offset
