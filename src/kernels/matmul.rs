@@ -748,9 +748,9 @@ impl Default for SplitSums {
 }
 
 impl SplitSums {
-    /// Bytes of partials held at once, at most: the page's presets stay under it
-    /// (tiny about 1 MiB, small about 4 MiB); larger models' partials (shakespeare's
-    /// run to tens of MiB a layer) are summed at once, holding no more memory than
+    /// Bytes of partials held at once, at most: all of tiny's (about 3 MiB) wait;
+    /// of small's (about 100 MiB) the first few, and none of shakespeare's (tens of
+    /// MiB a gradient), which are summed as they come, holding no more memory than
     /// before.
     pub const MAX_BYTES: u64 = 16 << 20;
 
