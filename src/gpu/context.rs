@@ -431,7 +431,7 @@ impl WgpuContext {
     /// [`Self::scope`], submitted once at its end even with `submit_every` (when it
     /// is the outermost scope). Parts let the GPU start on a scope before the host has
     /// recorded all of it; when the GPU is still busy with earlier work (a step
-    /// recorded behind another, [`crate::Trainer::steps`]) they buy nothing, and
+    /// recorded behind another, [`crate::train::Trainer::steps`]) they buy nothing, and
     /// through Dawn each submit costs the host as much as a dozen dispatches.
     pub fn scope_in_one_submit<R>(&self, f: impl FnOnce() -> R) -> R {
         self.scope_with(true, f)
