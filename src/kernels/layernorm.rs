@@ -1,5 +1,6 @@
 //! LayerNorm (eps 1e-5, biased variance as PyTorch), forward and backward.
 
+use super::split_sums::{Partials, SplitSums};
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
@@ -46,10 +47,10 @@ const BACKWARD_FINAL: Kernel = Kernel {
     entry: "backward_final",
     unchecked: false,
 };
-const BACKWARD_PARAMS: Kernel = Kernel {
-    name: "layernorm_backward_params",
+const BACKWARD_DINP_PARAMS: Kernel = Kernel {
+    name: "layernorm_backward_dinp_params",
     source: SOURCE,
-    entry: "backward_params",
+    entry: "backward_dinp_params",
     unchecked: false,
 };
 
@@ -92,28 +93,46 @@ const CHUNK_ROWS: usize = 64;
 /// Workgroup size of every entry point (`WG` in layernorm.wgsl).
 const WG: u32 = 128;
 
-/// Channels a workgroup of the one-pass weight gradients (`PC` in layernorm.wgsl).
-const ONE_PASS_CHANNELS: usize = 2;
+/// Rows a workgroup of `backward_dinp_params` takes: tiny's 512 rows make 128
+/// workgroups, and as many split partials for `sum_splits` to add.
+const PARAMS_CHUNK_ROWS: usize = 4;
 
-/// Most rows whose weight gradients a GPU sums in one pass (`backward_params`): a
-/// thread then adds up to 64 rows, and the step saves the second pass's dispatch. The
-/// page's presets (512 and 2048 rows) take it; larger batches keep the two passes,
-/// whose first spreads the rows over many more threads.
-const ONE_PASS_MAX_ROWS: usize = 4096;
+/// Most channels `backward_dinp_params` keeps sums for (`WG * PT` in layernorm.wgsl).
+const PARAMS_MAX_C: usize = 1024;
 
-/// Floats of pooled scratch that [`layernorm_backward_on`] draws for its weight
-/// gradients: 0 where one pass sums them (GPUs, at most 4096 rows), else two passes'
-/// `2 * ceil(rows / 64) * c` partial sums.
-pub fn layernorm_backward_scratch(target: Target, rows: usize, c: usize) -> usize {
-    if one_pass(target, rows) {
-        0
-    } else {
-        2 * rows.div_ceil(CHUNK_ROWS).max(1) * c
-    }
+/// Most rows whose weight gradients a GPU sums in the dinp pass
+/// (`backward_dinp_params`): past them the partials would outgrow the two-pass
+/// scratch, whose first pass spreads the rows over more threads.
+const PARAMS_MAX_ROWS: usize = 4096;
+
+/// Storage buffers `backward_dinp_params` binds: the dinp pass's 8 and the two
+/// partials. WebGPU's default is 8; SwiftShader offers 10, native GPUs more.
+const PARAMS_STORAGE_BUFFERS: u32 = 10;
+
+/// Whether the weight gradients come from the dinp pass's partials
+/// (`backward_dinp_params`) rather than two passes of their own.
+fn params_in_dinp(ctx: &WgpuContext, target: Target, rows: usize, c: usize) -> bool {
+    target == Target::Gpu
+        && rows <= PARAMS_MAX_ROWS
+        && c <= PARAMS_MAX_C
+        && ctx.limits().max_storage_buffers_per_shader_stage >= PARAMS_STORAGE_BUFFERS
 }
 
-fn one_pass(target: Target, rows: usize) -> bool {
-    target == Target::Gpu && rows <= ONE_PASS_MAX_ROWS
+/// Lengths (floats) of the scratch buffers that [`layernorm_backward_on`] draws from
+/// the pool for its weight gradients, in the order drawn: two `[chunks of 4 rows,
+/// c]` partials where the dinp pass sums them, else the two passes' one `2 * ceil(rows
+/// / 64) * c`.
+pub fn layernorm_backward_scratch(
+    ctx: &WgpuContext,
+    target: Target,
+    rows: usize,
+    c: usize,
+) -> Vec<usize> {
+    if params_in_dinp(ctx, target, rows, c) {
+        vec![rows.div_ceil(PARAMS_CHUNK_ROWS).max(1) * c; 2]
+    } else {
+        vec![2 * rows.div_ceil(CHUNK_ROWS).max(1) * c]
+    }
 }
 
 /// GPUs: one workgroup a row. CPU adapters: one thread a row.
@@ -165,9 +184,9 @@ pub fn layernorm_forward_on(
 }
 
 /// Gradients of [`layernorm_forward`]: `dinp` (`rows*c`), `dweight` and `dbias` (`c`,
-/// summed over rows). The sum over rows runs in a fixed order: in one pass on GPUs
-/// for up to 4096 rows, else in two (chunks of rows, then the chunks) through a scratch
-/// buffer from the pool ([`layernorm_backward_scratch`] floats).
+/// summed over rows). The sum over rows runs in a fixed order, in chunks of rows then
+/// the chunks, through scratch buffers from the pool ([`layernorm_backward_scratch`]):
+/// on GPUs up to 4096 rows the dinp pass sums the chunks, else a pass of their own.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward(
     ctx: &WgpuContext,
@@ -195,44 +214,22 @@ pub fn layernorm_backward_on(
     rows: usize,
     c: usize,
 ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
-    let (dinp, _, dweight, dbias) = layernorm_backward_fused_on(
-        ctx, target, dout, inp, weight, mean, rstd, rows, c, None, None,
+    let (dinp, _, dweight, dbias) = layernorm_backward_deferred_on(
+        ctx, target, dout, inp, weight, mean, rstd, rows, c, None, None, None,
     );
     (dinp, dweight, dbias)
 }
 
-/// [`layernorm_backward`] where the input was also the residual stream: `dinp` is
+/// [`layernorm_backward_on`] where the input was also the residual stream: `dinp` is
 /// `resid + ` the layernorm's input gradient (`resid`: the stream's gradient from
 /// above), and with `mask` also returned through that dropout mask (the gradient of
 /// the residual branch whose output the input was). Returns (dinp, masked, dweight,
-/// dbias).
+/// dbias). The weight gradients' partials, where the dinp pass leaves them (GPUs, up
+/// to 4096 rows), wait in `sums` when given (and under its cap) for
+/// [`SplitSums::finish`] to add them with the backward pass's others; else they are
+/// added now.
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_fused(
-    ctx: &WgpuContext,
-    dout: &PooledBuffer,
-    inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    mean: &PooledBuffer,
-    rstd: &PooledBuffer,
-    rows: usize,
-    c: usize,
-    resid: Option<&PooledBuffer>,
-    mask: Option<DropoutMask>,
-) -> (
-    PooledBuffer,
-    Option<PooledBuffer>,
-    PooledBuffer,
-    PooledBuffer,
-) {
-    let target = Target::of(ctx);
-    layernorm_backward_fused_on(
-        ctx, target, dout, inp, weight, mean, rstd, rows, c, resid, mask,
-    )
-}
-
-/// [`layernorm_backward_fused`] in the variant for `target`.
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_fused_on(
+pub fn layernorm_backward_deferred_on(
     ctx: &WgpuContext,
     target: Target,
     dout: &PooledBuffer,
@@ -244,14 +241,21 @@ pub fn layernorm_backward_fused_on(
     c: usize,
     resid: Option<&PooledBuffer>,
     mask: Option<DropoutMask>,
+    sums: Option<&mut SplitSums>,
 ) -> (
     PooledBuffer,
     Option<PooledBuffer>,
     PooledBuffer,
     PooledBuffer,
 ) {
-    let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
-    let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
+    let in_dinp = params_in_dinp(ctx, target, rows, c);
+    let chunk_rows = if in_dinp {
+        PARAMS_CHUNK_ROWS
+    } else {
+        CHUNK_ROWS
+    };
+    let chunks = rows.div_ceil(chunk_rows).max(1);
+    let mut params = Params::new(rows, c, chunks, chunk_rows);
     if let Some(resid) = resid {
         assert!(
             resid.size() >= (rows * c * 4) as u64,
@@ -266,21 +270,52 @@ pub fn layernorm_backward_fused_on(
     }
     let dinp = ctx.create_pooled(rows * c * 4);
     let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
-    let one_pass = one_pass(target, rows);
-    // Drawn before the dinp pass, which binds it in place of `masked` when there is no
-    // mask (that binding is written only with one): dweight in one pass, the scratch
-    // of partial sums in two; either is written only by a later pass.
-    let spare = if one_pass {
-        ctx.create_pooled(c * 4)
-    } else {
-        ctx.create_pooled(2 * chunks * c * 4)
-    };
+    let scratch: Vec<PooledBuffer> = layernorm_backward_scratch(ctx, target, rows, c)
+        .into_iter()
+        .map(|len| ctx.create_pooled(len * 4))
+        .collect();
+    let resid_or_any = resid.unwrap_or(dout);
+    if in_dinp {
+        let dweight = ctx.create_pooled(c * 4);
+        let dbias = ctx.create_pooled(c * 4);
+        // Without a mask `masked` is never written, and takes dweight, which the sum
+        // of partials writes later: WebGPU forbids two writable bindings of one buffer
+        // in a dispatch, whether or not both are written.
+        let masked_or_any = masked.as_ref().unwrap_or(&dweight);
+        ctx.dispatch(
+            &BACKWARD_DINP_PARAMS,
+            &params,
+            &[
+                dout,
+                inp,
+                weight,
+                mean,
+                rstd,
+                &dinp,
+                resid_or_any,
+                masked_or_any,
+                &scratch[0],
+                &scratch[1],
+            ],
+            grid_1d(chunks as u32 * WG, WG),
+        );
+        let mut scratch = scratch.into_iter();
+        let mut partials = |out| Partials {
+            out,
+            pending: Some((scratch.next().expect("two partials"), c, chunks)),
+        };
+        let (dweight, dbias) = (partials(dweight), partials(dbias));
+        let (dweight, dbias) = SplitSums::defer_or_finish(sums, ctx, dweight, Some(dbias));
+        return (dinp, masked, dweight, dbias.expect("a bias gradient"));
+    }
+    // The scratch is written only by a later pass: without a mask the dinp pass
+    // binds it in place of `masked` (written only with one).
+    let partial = &scratch[0];
+    let masked_or_any = masked.as_ref().unwrap_or(partial);
     let kernel = match target {
         Target::Gpu => &BACKWARD_DINP,
         Target::Cpu => &BACKWARD_DINP_ROWS,
     };
-    let resid_or_any = resid.unwrap_or(dout);
-    let masked_or_any = masked.as_ref().unwrap_or(&spare);
     ctx.dispatch(
         kernel,
         &params,
@@ -296,33 +331,19 @@ pub fn layernorm_backward_fused_on(
         ],
         row_grid(target, rows),
     );
-    let (dweight, dbias) = if one_pass {
-        let (dweight, dbias) = (spare, ctx.create_pooled(c * 4));
-        let groups = c.div_ceil(ONE_PASS_CHANNELS) as u32;
-        ctx.dispatch(
-            &BACKWARD_PARAMS,
-            &params,
-            &[dout, inp, mean, rstd, &dweight, &dbias],
-            grid_1d(groups * WG, WG),
-        );
-        (dweight, dbias)
-    } else {
-        let partial = spare;
-        ctx.dispatch(
-            &BACKWARD_PARTIAL,
-            &params,
-            &[dout, inp, mean, rstd, &partial],
-            grid_1d((chunks * c) as u32, WG),
-        );
-        let dweight = ctx.create_pooled(c * 4);
-        let dbias = ctx.create_pooled(c * 4);
-        ctx.dispatch(
-            &BACKWARD_FINAL,
-            &params,
-            &[&partial, &dweight, &dbias],
-            grid_1d(c as u32, WG),
-        );
-        (dweight, dbias)
-    };
+    ctx.dispatch(
+        &BACKWARD_PARTIAL,
+        &params,
+        &[dout, inp, mean, rstd, partial],
+        grid_1d((chunks * c) as u32, WG),
+    );
+    let dweight = ctx.create_pooled(c * 4);
+    let dbias = ctx.create_pooled(c * 4);
+    ctx.dispatch(
+        &BACKWARD_FINAL,
+        &params,
+        &[partial, &dweight, &dbias],
+        grid_1d(c as u32, WG),
+    );
     (dinp, masked, dweight, dbias)
 }

@@ -8,12 +8,14 @@
 //                  gradient of the residual branch that produced the input)
 //   forward_rows, backward_dinp_rows  the same with one thread a row (CPU adapters:
 //                  no barriers)
-//   backward_partial  dweight/dbias, first pass: one thread per (chunk of CHUNK rows,
-//                  channel) sums its chunk into `partial` ([dweight chunks; dbias chunks])
+//   backward_dinp_params  backward_dinp for a chunk of chunk_rows rows a workgroup,
+//                  which also sums its rows' dweight/dbias terms into part_dw/part_db
+//                  ([chunks, c] each, added by the multi-tensor `sum_splits`), so the
+//                  weight gradients take no pass of their own (GPUs, up to 4096 rows)
+//   backward_partial  dweight/dbias otherwise, first pass: one thread per (chunk of
+//                  chunk_rows rows, channel) sums its chunk into `partial` ([dweight
+//                  chunks; dbias chunks])
 //   backward_final second pass: one thread a channel sums its chunks in order
-//   backward_params dweight/dbias in one pass, for few rows (GPUs): workgroup w sums
-//                  channels [w * PC, w * PC + PC) over every row, PL lanes of rows a
-//                  channel, then adds the lanes in a fixed tree
 // Every output element has one writer, so the row reduction needs no atomics.
 // Entry points share bindings; each uses exactly those its launcher passes.
 
@@ -48,6 +50,10 @@ const MASK: u32 = 2u;
 @group(0) @binding(7) var<storage, read> d_resid: array<f32>;
 @group(0) @binding(8) var<storage, read_write> d_masked: array<f32>;
 
+// backward_dinp_params: backward_dinp's, then the weight gradients' partials
+@group(0) @binding(9) var<storage, read_write> part_dw: array<f32>;
+@group(0) @binding(10) var<storage, read_write> part_db: array<f32>;
+
 // backward_partial: dout, inp, mean, rstd, partial
 @group(0) @binding(3) var<storage, read> p_mean: array<f32>;
 @group(0) @binding(4) var<storage, read> p_rstd: array<f32>;
@@ -57,10 +63,6 @@ const MASK: u32 = 2u;
 @group(0) @binding(1) var<storage, read> f_partial: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dweight: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dbias: array<f32>;
-
-// backward_params: dout, inp, mean, rstd (as backward_partial), dweight, dbias
-@group(0) @binding(5) var<storage, read_write> one_dweight: array<f32>;
-@group(0) @binding(6) var<storage, read_write> one_dbias: array<f32>;
 
 const EPS: f32 = 1e-5;
 const WG: u32 = 128u;
@@ -107,6 +109,20 @@ fn store_dinp(at: u32, v: f32) {
     }
 }
 
+// mean(g) and mean(g * n) of the row at `base` (g = weight * dout, n the normalized
+// input), over the workgroup.
+fn dinp_means(base: u32, m: f32, rs: f32, lid: u32) -> vec2<f32> {
+    var sg = 0.0;
+    var sgn = 0.0;
+    for (var i = lid; i < p.c; i += WG) {
+        let g = b_weight[i] * dout[base + i];
+        sg += g;
+        sgn += g * (b_inp[base + i] - m) * rs;
+    }
+    let cf = f32(p.c);
+    return vec2<f32>(block_sum(sg, lid) / cf, block_sum(sgn, lid) / cf);
+}
+
 @compute @workgroup_size(WG)
 fn backward_dinp(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -120,20 +136,53 @@ fn backward_dinp(
     let base = row * p.c;
     let m = b_mean[row];
     let rs = b_rstd[row];
-    var sg = 0.0;
-    var sgn = 0.0;
-    for (var i = lid; i < p.c; i += WG) {
-        let g = b_weight[i] * dout[base + i];
-        sg += g;
-        sgn += g * (b_inp[base + i] - m) * rs;
-    }
-    let cf = f32(p.c);
-    let g_mean = block_sum(sg, lid) / cf;
-    let gn_mean = block_sum(sgn, lid) / cf;
+    let means = dinp_means(base, m, rs, lid);
     for (var i = lid; i < p.c; i += WG) {
         let g = b_weight[i] * dout[base + i];
         let n = (b_inp[base + i] - m) * rs;
-        store_dinp(base + i, rs * (g - g_mean - n * gn_mean));
+        store_dinp(base + i, rs * (g - means.x - n * means.y));
+    }
+}
+
+// Channels a thread of backward_dinp_params keeps sums for: c <= WG * PT.
+const PT: u32 = 8u;
+
+@compute @workgroup_size(WG)
+fn backward_dinp_params(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let chunk = wid.x + wid.y * nwg.x;
+    if (chunk >= p.chunks) {
+        return;
+    }
+    let first = chunk * p.chunk_rows;
+    let last = min(first + p.chunk_rows, p.rows);
+    var dw: array<f32, PT>;
+    var db: array<f32, PT>;
+    for (var row = first; row < last; row++) {
+        let base = row * p.c;
+        let m = b_mean[row];
+        let rs = b_rstd[row];
+        let means = dinp_means(base, m, rs, lid);
+        for (var k = 0u; k < PT; k++) {
+            let i = lid + k * WG;
+            if (i < p.c) {
+                let d = dout[base + i];
+                let n = (b_inp[base + i] - m) * rs;
+                store_dinp(base + i, rs * (b_weight[i] * d - means.x - n * means.y));
+                dw[k] += d * n;
+                db[k] += d;
+            }
+        }
+    }
+    for (var k = 0u; k < PT; k++) {
+        let i = lid + k * WG;
+        if (i < p.c) {
+            part_dw[chunk * p.c + i] = dw[k];
+            part_db[chunk * p.c + i] = db[k];
+        }
     }
 }
 
@@ -246,51 +295,4 @@ fn backward_final(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     }
     dweight[i] = (dw.x + dw.y) + (dw.z + dw.w);
     dbias[i] = (db.x + db.y) + (db.z + db.w);
-}
-
-// Channels a workgroup of backward_params, and its lanes of rows a channel.
-const PC: u32 = 2u;
-const PL: u32 = WG / PC;
-var<workgroup> red_db: array<f32, WG>;
-
-@compute @workgroup_size(WG)
-fn backward_params(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let i = (wid.x + wid.y * nwg.x) * PC + lid % PC;
-    let lane = lid / PC;
-    // Two rows a trip into two sums, as in backward_partial.
-    var dw = vec2<f32>(0.0);
-    var db = vec2<f32>(0.0);
-    if (i < p.c) {
-        var r = lane;
-        for (; r + PL < p.rows; r += 2u * PL) {
-            let s = r + PL;
-            let d = vec2<f32>(dout[r * p.c + i], dout[s * p.c + i]);
-            let x = vec2<f32>(b_inp[r * p.c + i], b_inp[s * p.c + i]);
-            dw += d * (x - vec2<f32>(p_mean[r], p_mean[s])) * vec2<f32>(p_rstd[r], p_rstd[s]);
-            db += d;
-        }
-        if (r < p.rows) {
-            let d = dout[r * p.c + i];
-            dw.x += d * (b_inp[r * p.c + i] - p_mean[r]) * p_rstd[r];
-            db.x += d;
-        }
-    }
-    red[lid] = dw.x + dw.y;
-    red_db[lid] = db.x + db.y;
-    workgroupBarrier();
-    for (var s = PL / 2u; s > 0u; s >>= 1u) {
-        if (lane < s) {
-            red[lid] += red[lid + s * PC];
-            red_db[lid] += red_db[lid + s * PC];
-        }
-        workgroupBarrier();
-    }
-    if (lane == 0u && i < p.c) {
-        one_dweight[i] = red[lid];
-        one_dbias[i] = red_db[lid];
-    }
 }

@@ -180,8 +180,8 @@ pub use crossentropy::{
     crossentropy_backward, crossentropy_forward, crossentropy_forward_on, mean, mean_on,
 };
 pub use layernorm::{
-    layernorm_backward, layernorm_backward_fused, layernorm_backward_fused_on,
-    layernorm_backward_on, layernorm_backward_scratch, layernorm_forward, layernorm_forward_on,
+    layernorm_backward, layernorm_backward_deferred_on, layernorm_backward_on,
+    layernorm_backward_scratch, layernorm_forward, layernorm_forward_on,
 };
 
 // ---- embedding ----
@@ -203,8 +203,13 @@ pub use matmul::{
     matmul_backward, matmul_backward_deferred, matmul_backward_fused, matmul_dinp,
     matmul_dinp_fused_variant, matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant,
     matmul_dweight_variant, matmul_forward, matmul_forward_fused, matmul_forward_fused_variant,
-    matmul_forward_variant, matmul_weight_grads_variant, ForwardFusion, MatmulVariant, SplitSums,
+    matmul_forward_variant, matmul_weight_grads_variant, ForwardFusion, MatmulVariant,
 };
+
+// ---- weight gradients from split partials (matmuls, layernorms) ----
+mod split_sums;
+
+pub use split_sums::SplitSums;
 
 // ---- attention ----
 mod attention;

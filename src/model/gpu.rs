@@ -8,7 +8,7 @@ use crate::kernels;
 use crate::reference::{AttnDropout, DropoutMask};
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. Weight
-/// gradients' split partials wait in it until [`Ops::finish_weight_grads`] adds
+/// gradients' split partials (matmuls' and layernorms') wait in it until [`Ops::finish_weight_grads`] adds
 /// them all together ([`kernels::SplitSums`]).
 pub struct GpuOps<'a>(pub &'a WgpuContext, RefCell<kernels::SplitSums>);
 
@@ -118,7 +118,21 @@ impl Ops for GpuOps<'_> {
         resid: Option<&T>,
         dropout: Option<DropoutMask>,
     ) -> (T, Option<T>, T, T) {
-        kernels::layernorm_backward_fused(self.0, dout, x, w, mean, rstd, rows, c, resid, dropout)
+        let mut sums = self.1.borrow_mut();
+        kernels::layernorm_backward_deferred_on(
+            self.0,
+            kernels::Target::of(self.0),
+            dout,
+            x,
+            w,
+            mean,
+            rstd,
+            rows,
+            c,
+            resid,
+            dropout,
+            Some(&mut sums),
+        )
     }
     fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
         kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
