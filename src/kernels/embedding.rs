@@ -16,16 +16,10 @@ const FORWARD: Kernel = Kernel {
     entry: "forward",
     unchecked: false,
 };
-const DWTE: Kernel = Kernel {
-    name: "encoder_backward_dwte",
+const DWTE_DWPE: Kernel = Kernel {
+    name: "encoder_backward_dwte_dwpe",
     source: SOURCE,
-    entry: "dwte_only",
-    unchecked: false,
-};
-const DWTE_EXTRA: Kernel = Kernel {
-    name: "encoder_backward_dwte_extra",
-    source: SOURCE,
-    entry: "dwte_extra",
+    entry: "dwte_dwpe",
     unchecked: false,
 };
 const DWTE_ROWS: Kernel = Kernel {
@@ -58,7 +52,8 @@ struct Params {
     seed: u32,
     threshold: u32,
     scale: f32,
-    _pad: u32,
+    /// dwte_dwpe: 1 when it adds `extra` into dwte.
+    has_extra: u32,
 }
 
 impl Params {
@@ -71,7 +66,7 @@ impl Params {
             seed: 0,
             threshold: 0,
             scale: 1.0,
-            _pad: 0,
+            has_extra: 0,
         }
     }
 }
@@ -188,38 +183,48 @@ pub fn encoder_backward_on(
     (b, t, c, v): (usize, usize, usize, usize),
     extra_dwte: Option<&PooledBuffer>,
 ) -> (PooledBuffer, PooledBuffer) {
-    let params = Params::new(b, t, c, v);
+    let mut params = Params::new(b, t, c, v);
     let dwte = ctx.create_pooled(v * c * 4);
-    let (kernel, grid) = match target {
-        // A workgroup a token and DWTE_CHANNELS channels (embedding.wgsl's CB), spread
-        // over x and y like a 1-D launch of single-thread groups.
-        Target::Gpu => (
-            if extra_dwte.is_some() {
-                &DWTE_EXTRA
-            } else {
-                &DWTE
-            },
-            grid_1d((v * c.div_ceil(DWTE_CHANNELS)) as u32, 1),
-        ),
-        Target::Cpu => (
-            if extra_dwte.is_some() {
-                &DWTE_ROWS_EXTRA
-            } else {
-                &DWTE_ROWS
-            },
-            grid_1d((v * c) as u32, WG),
-        ),
-    };
-    match extra_dwte {
-        Some(extra) => ctx.dispatch(
-            kernel,
-            &params,
-            &[dout, offsets, positions, &dwte, extra],
-            grid,
-        ),
-        None => ctx.dispatch(kernel, &params, &[dout, offsets, positions, &dwte], grid),
-    }
     let dwpe = ctx.create_pooled(t * c * 4);
-    ctx.dispatch(&DWPE, &params, &[dout, &dwpe], grid_1d((t * c) as u32, WG));
+    match target {
+        // A workgroup a token and DWTE_CHANNELS channels (embedding.wgsl's CB), then
+        // dwpe's workgroups of WG elements, spread over x and y like a 1-D launch of
+        // single-thread groups.
+        Target::Gpu => {
+            params.has_extra = extra_dwte.is_some() as u32;
+            let groups = v * c.div_ceil(DWTE_CHANNELS) + (t * c).div_ceil(WG as usize);
+            ctx.dispatch(
+                &DWTE_DWPE,
+                &params,
+                &[
+                    dout,
+                    offsets,
+                    positions,
+                    &dwte,
+                    extra_dwte.unwrap_or(dout),
+                    &dwpe,
+                ],
+                grid_1d(groups as u32, 1),
+            );
+        }
+        Target::Cpu => {
+            let grid = grid_1d((v * c) as u32, WG);
+            match extra_dwte {
+                Some(extra) => ctx.dispatch(
+                    &DWTE_ROWS_EXTRA,
+                    &params,
+                    &[dout, offsets, positions, &dwte, extra],
+                    grid,
+                ),
+                None => ctx.dispatch(
+                    &DWTE_ROWS,
+                    &params,
+                    &[dout, offsets, positions, &dwte],
+                    grid,
+                ),
+            }
+            ctx.dispatch(&DWPE, &params, &[dout, &dwpe], grid_1d((t * c) as u32, WG));
+        }
+    }
     (dwte, dwpe)
 }

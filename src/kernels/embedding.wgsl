@@ -1,17 +1,19 @@
 // Token + position embedding, forward and backward. Entry points:
 //   forward      out[r, i] = wte[tokens[r], i] + wpe[r % t, i]      (one thread an element),
 //                through the embedding's dropout mask (threshold 0, scale 1: none)
-//   dwte         dwte[k, i] = sum of dout[r, i] over the rows r holding token k
-//                (GPUs: a workgroup a token and 32 channels, its rows split eight
-//                ways; CPU adapters: a thread a (token, channel))
-//   dwte_extra   the same plus extra[k, i] (the tied output head's gradient)
-//   dwpe         dwpe[s, i] = sum over the batch of dout[b*t + s, i]
+//   dwte_rows_only  dwte[k, i] = sum of dout[r, i] over the rows r holding token k
+//                (CPU adapters: a thread a (token, channel))
+//   dwte_rows_extra the same plus extra[k, i] (the tied output head's gradient)
+//   dwpe_sum     dwpe[s, i] = sum over the batch of dout[b*t + s, i] (CPU adapters)
+//   dwte_dwpe    both in one dispatch (GPUs): dwte (plus extra with p.has_extra) in
+//                a workgroup a token and 32 channels, its rows split eight ways, then
+//                dwpe in the workgroups after those, WG elements each
 // The backward is a gather, not a scatter: `offsets`/`positions` (built on the host by
 // `token_index`) list each token's rows, so every output element has one writer and
 // sums its terms in a fixed order (deterministic, nothing lost when a token repeats).
 // Entry points share bindings; each uses exactly those its launcher passes.
 
-struct Params { b: u32, t: u32, c: u32, v: u32, seed: u32, threshold: u32, scale: f32, _pad: u32 }
+struct Params { b: u32, t: u32, c: u32, v: u32, seed: u32, threshold: u32, scale: f32, has_extra: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 
@@ -27,7 +29,10 @@ struct Params { b: u32, t: u32, c: u32, v: u32, seed: u32, threshold: u32, scale
 @group(0) @binding(3) var<storage, read> positions: array<u32>;
 @group(0) @binding(4) var<storage, read_write> dwte: array<f32>;
 @group(0) @binding(5) var<storage, read> extra: array<f32>;
+// dwpe_sum: dout, dwpe
 @group(0) @binding(2) var<storage, read_write> dwpe: array<f32>;
+// dwte_dwpe: dout, offsets, positions, dwte, extra (dout without it), dwpe
+@group(0) @binding(6) var<storage, read_write> dwpe_6: array<f32>;
 
 const WG: u32 = 256u;
 
@@ -112,25 +117,37 @@ fn token_sum(at: Slot, lid: u32) -> f32 {
     return total;
 }
 
-// Row group 0 writes; the others only helped.
-@compute @workgroup_size(WG)
-fn dwte_only(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
-    let at = slot(wg, nwg, lid);
-    let total = token_sum(at, lid);
-    if (at.live && lid < CB) {
-        dwte[at.k * p.c + at.i] = total;
+// The sum over the batch of dout[bi * t * c + idx] (position idx / c, channel idx % c).
+fn position_sum(idx: u32) -> f32 {
+    var s = 0.0;
+    for (var bi = 0u; bi < p.b; bi++) {
+        s += dout[bi * p.t * p.c + idx];
     }
+    return s;
 }
 
+// In the dwte workgroups row group 0 writes; the others only helped.
 @compute @workgroup_size(WG)
-fn dwte_extra(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_index) lid: u32) {
-    let at = slot(wg, nwg, lid);
-    let total = token_sum(at, lid);
-    if (at.live && lid < CB) {
-        let idx = at.k * p.c + at.i;
-        dwte[idx] = total + extra[idx];
+fn dwte_dwpe(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let dwte_groups = p.v * ((p.c + CB - 1u) / CB);
+    let group = wg.x + wg.y * nwg.x;
+    if (group < dwte_groups) {
+        let at = slot(wg, nwg, lid);
+        let total = token_sum(at, lid);
+        if (at.live && lid < CB) {
+            let idx = at.k * p.c + at.i;
+            if (p.has_extra != 0u) {
+                dwte[idx] = total + extra[idx];
+            } else {
+                dwte[idx] = total;
+            }
+        }
+        return;
+    }
+    let idx = (group - dwte_groups) * WG + lid;
+    if (idx < p.t * p.c) {
+        dwpe_6[idx] = position_sum(idx);
     }
 }
 
@@ -140,9 +157,5 @@ fn dwpe_sum(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     if (idx >= p.t * p.c) {
         return;
     }
-    var s = 0.0;
-    for (var bi = 0u; bi < p.b; bi++) {
-        s += dout[bi * p.t * p.c + idx];
-    }
-    dwpe[idx] = s;
+    dwpe[idx] = position_sum(idx);
 }
