@@ -1,4 +1,4 @@
-//! Softmax + cross-entropy (fused), its backward, and the mean of the losses.
+//! Softmax + cross-entropy with its gradient (fused), and the mean of the losses.
 
 use super::optimizer::sum_into;
 use super::target::Target;
@@ -18,12 +18,6 @@ const FORWARD_ROWS: Kernel = Kernel {
     entry: "forward_rows",
     unchecked: false,
 };
-const BACKWARD: Kernel = Kernel {
-    name: "crossentropy_backward",
-    source: SOURCE,
-    entry: "backward",
-    unchecked: false,
-};
 
 /// Workgroup size of every entry point (`WG` in crossentropy.wgsl).
 const WG: u32 = 128;
@@ -37,16 +31,20 @@ struct Params {
     _pad: u32,
 }
 
-/// Softmax of each of `rows` rows of `v` logits and the loss of its target (`targets`:
-/// `rows` u32): returns `losses` (`rows`) and `probs` (`rows*v`).
+/// Softmax cross-entropy of each of `rows` rows of `v` logits against its target
+/// (`targets`: `rows` u32), with its gradient: returns `losses` (`rows`) and `dlogits
+/// = (softmax - onehot(targets)) * dloss` (`rows*v`), the gradient of `dloss *
+/// sum(losses)` (`dloss = 1/rows` for the mean loss). One pass: the gradient needs
+/// no kernel of its own.
 pub fn crossentropy_forward(
     ctx: &WgpuContext,
     logits: &PooledBuffer,
     targets: &PooledBuffer,
     rows: usize,
     v: usize,
+    dloss: f32,
 ) -> (PooledBuffer, PooledBuffer) {
-    crossentropy_forward_on(ctx, Target::of(ctx), logits, targets, rows, v)
+    crossentropy_forward_on(ctx, Target::of(ctx), logits, targets, rows, v, dloss)
 }
 
 /// [`crossentropy_forward`] in the variant for `target`: one workgroup a row (GPUs)
@@ -58,48 +56,22 @@ pub fn crossentropy_forward_on(
     targets: &PooledBuffer,
     rows: usize,
     v: usize,
+    dloss: f32,
 ) -> (PooledBuffer, PooledBuffer) {
     let losses = ctx.create_pooled(rows * 4);
-    let probs = ctx.create_pooled(rows * v * 4);
+    let dlogits = ctx.create_pooled(rows * v * 4);
     let params = Params {
         rows: rows as u32,
         v: v as u32,
-        scale: 0.0,
+        scale: dloss,
         _pad: 0,
     };
     let (kernel, grid) = match target {
         Target::Gpu => (&FORWARD, grid_1d(rows as u32, 1)),
         Target::Cpu => (&FORWARD_ROWS, grid_1d(rows as u32, WG)),
     };
-    ctx.dispatch(kernel, &params, &[logits, targets, &losses, &probs], grid);
-    (losses, probs)
-}
-
-/// `dlogits = (probs - onehot(targets)) * scale` (`rows*v`): the gradient of
-/// `scale * sum(losses)`; `scale = 1/rows` for the mean loss.
-pub fn crossentropy_backward(
-    ctx: &WgpuContext,
-    probs: &PooledBuffer,
-    targets: &PooledBuffer,
-    rows: usize,
-    v: usize,
-    scale: f32,
-) -> PooledBuffer {
-    let n = rows * v;
-    let dlogits = ctx.create_pooled(n * 4);
-    let params = Params {
-        rows: rows as u32,
-        v: v as u32,
-        scale,
-        _pad: 0,
-    };
-    ctx.dispatch(
-        &BACKWARD,
-        &params,
-        &[probs, targets, &dlogits],
-        grid_1d(n as u32, WG),
-    );
-    dlogits
+    ctx.dispatch(kernel, &params, &[logits, targets, &losses, &dlogits], grid);
+    (losses, dlogits)
 }
 
 /// The mean of `n` floats, as a 1-float buffer: a two-pass parallel sum (see

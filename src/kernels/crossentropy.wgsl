@@ -1,25 +1,27 @@
-// Softmax + cross-entropy, fused. Entry points:
-//   forward   one workgroup a row of v logits: max, sum of exp, then the probs and
-//             loss = log(sum) + max - logit[target] (finite even when the target's
-//             probability underflows to 0)
+// Softmax + cross-entropy and its gradient, fused (llm.c's fused classifier). Entry
+// points:
+//   forward   one workgroup a row of v logits: max, sum of exp, then the loss =
+//             log(sum) + max - logit[target] (finite even when the target's
+//             probability underflows to 0) and dlogits = (probs - onehot(target)) *
+//             scale, the gradient of scale * (sum of the losses)
 //   forward_rows  the same with one thread a row (CPU adapters: no barriers)
-//   backward  one thread an element: dlogits = (probs - onehot(target)) * scale
 // (The mean of the losses is the optimizer's sum reduction; see optimizer.wgsl.)
-// Entry points share bindings; each uses exactly those its launcher passes.
 
 struct Params { rows: u32, v: u32, scale: f32, _pad0: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-// forward: logits, targets, losses, probs
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read> targets: array<u32>;
 @group(0) @binding(3) var<storage, read_write> losses: array<f32>;
-@group(0) @binding(4) var<storage, read_write> probs: array<f32>;
-// backward: probs, targets, dlogits
-@group(0) @binding(1) var<storage, read> b_probs: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dlogits: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dlogits: array<f32>;
 
 const WG: u32 = 128u;
+
+// dlogits of one logit: (its probability - onehot) * scale, the probability as the
+// reference computes it (exp(logit - max) / sum).
+fn grad(logit: f32, mx: f32, s: f32, is_target: bool) -> f32 {
+    return (exp(logit - mx) / s - select(0.0, 1.0, is_target)) * p.scale;
+}
 
 @compute @workgroup_size(WG)
 fn forward(
@@ -44,11 +46,12 @@ fn forward(
         s += exp(logits[base + i] - mx);
     }
     s = block_sum(s, lid);
+    let tgt = targets[row];
     for (var i = lid; i < p.v; i += WG) {
-        probs[base + i] = exp(logits[base + i] - mx) / s;
+        dlogits[base + i] = grad(logits[base + i], mx, s, i == tgt);
     }
     if (lid == 0u) {
-        losses[row] = log(s) + mx - logits[base + targets[row]];
+        losses[row] = log(s) + mx - logits[base + tgt];
     }
 }
 
@@ -67,19 +70,9 @@ fn forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
     for (var i = 0u; i < p.v; i++) {
         s += exp(logits[base + i] - mx);
     }
+    let tgt = targets[row];
     for (var i = 0u; i < p.v; i++) {
-        probs[base + i] = exp(logits[base + i] - mx) / s;
+        dlogits[base + i] = grad(logits[base + i], mx, s, i == tgt);
     }
-    losses[row] = log(s) + mx - logits[base + targets[row]];
-}
-
-@compute @workgroup_size(WG)
-fn backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = linear(gid, nwg);
-    if (idx >= p.rows * p.v) {
-        return;
-    }
-    let row = idx / p.v;
-    let onehot = select(0.0, 1.0, idx % p.v == targets[row]);
-    dlogits[idx] = (b_probs[idx] - onehot) * p.scale;
+    losses[row] = log(s) + mx - logits[base + tgt];
 }

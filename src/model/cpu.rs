@@ -117,18 +117,17 @@ impl Ops for CpuOps {
     ) -> T {
         r::attention_backward(dout, qkv, att, b, t, c, nh, dropout)
     }
-    fn crossentropy_forward(&self, logits: &T, batch: &CpuBatch, rows: usize, v: usize) -> (T, T) {
-        r::crossentropy_forward(logits, &batch.targets, rows, v)
-    }
-    fn crossentropy_backward(
+    fn crossentropy_forward(
         &self,
-        probs: &T,
+        logits: &T,
         batch: &CpuBatch,
         rows: usize,
         v: usize,
-        scale: f32,
-    ) -> T {
-        r::crossentropy_backward(probs, &batch.targets, rows, v, scale)
+        dloss: f32,
+    ) -> (T, T) {
+        let (losses, probs) = r::crossentropy_forward(logits, &batch.targets, rows, v);
+        let dlogits = r::crossentropy_backward(&probs, &batch.targets, rows, v, dloss);
+        (losses, dlogits)
     }
     fn mean(&self, x: &T, _n: usize) -> T {
         vec![r::mean(x)]

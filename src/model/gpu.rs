@@ -209,18 +209,15 @@ impl Ops for GpuOps<'_> {
     ) -> T {
         kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh, dropout)
     }
-    fn crossentropy_forward(&self, logits: &T, batch: &GpuBatch, rows: usize, v: usize) -> (T, T) {
-        kernels::crossentropy_forward(self.0, logits, &batch.targets, rows, v)
-    }
-    fn crossentropy_backward(
+    fn crossentropy_forward(
         &self,
-        probs: &T,
+        logits: &T,
         batch: &GpuBatch,
         rows: usize,
         v: usize,
-        scale: f32,
-    ) -> T {
-        kernels::crossentropy_backward(self.0, probs, &batch.targets, rows, v, scale)
+        dloss: f32,
+    ) -> (T, T) {
+        kernels::crossentropy_forward(self.0, logits, &batch.targets, rows, v, dloss)
     }
     fn mean(&self, x: &T, n: usize) -> T {
         kernels::mean(self.0, x, n)

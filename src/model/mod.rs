@@ -442,21 +442,15 @@ pub trait Ops {
         nh: usize,
         dropout: Option<AttnDropout>,
     ) -> Self::T;
+    /// Losses of each row and their gradient: `dlogits` of `dloss * sum(losses)`.
     fn crossentropy_forward(
         &self,
         logits: &Self::T,
         batch: &Self::Batch,
         rows: usize,
         v: usize,
+        dloss: f32,
     ) -> (Self::T, Self::T);
-    fn crossentropy_backward(
-        &self,
-        probs: &Self::T,
-        batch: &Self::Batch,
-        rows: usize,
-        v: usize,
-        scale: f32,
-    ) -> Self::T;
     fn mean(&self, x: &Self::T, n: usize) -> Self::T;
 }
 
@@ -557,7 +551,8 @@ pub struct Activations<T> {
     lnf_rstd: T,
     /// Logits, `b*t*vocab`.
     pub logits: T,
-    probs: T,
+    /// The mean loss's gradient with respect to the logits, from the forward pass.
+    dlogits: T,
     /// Per-position losses, `b*t`.
     pub losses: T,
     /// Mean loss, one element.
@@ -641,7 +636,8 @@ pub fn forward<O: Ops>(
     let (lnf, lnf_mean, lnf_rstd) =
         ops.layernorm_forward(x, &params.ln_f_weight, &params.ln_f_bias, rows, c);
     let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v);
-    let (losses, probs) = ops.crossentropy_forward(&logits, batch, rows, v);
+    // The loss is the mean over rows: its gradient comes with it.
+    let (losses, dlogits) = ops.crossentropy_forward(&logits, batch, rows, v, 1.0 / rows as f32);
     let loss = ops.mean(&losses, rows);
     Activations {
         x0,
@@ -650,7 +646,7 @@ pub fn forward<O: Ops>(
         lnf_mean,
         lnf_rstd,
         logits,
-        probs,
+        dlogits,
         losses,
         loss,
         b,
@@ -676,7 +672,7 @@ pub fn backward<O: Ops>(
         lnf_mean,
         lnf_rstd,
         logits,
-        probs,
+        dlogits,
         losses,
         loss,
         b,
@@ -685,8 +681,6 @@ pub fn backward<O: Ops>(
     drop((logits, losses, loss));
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
 
-    let dlogits = ops.crossentropy_backward(&probs, batch, rows, v, 1.0 / rows as f32);
-    drop(probs);
     let (dlnf, head_dwte, _) =
         ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false, false);
     drop((dlogits, lnf));
