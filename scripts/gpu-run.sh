@@ -42,6 +42,10 @@
 #                               page's worker now does), this build against the previous
 #                               one, natively and through Dawn, seven rounds; then every
 #                               WebGPU call of tiny 16 a call timed, each build (~6 min)
+#   scripts/gpu-run.sh round11  op parity, each kernel's GPU time (tiny and small natively,
+#                               tiny through Dawn, both builds), then tiny and small 16
+#                               steps a call beside the previous build, natively and
+#                               through Dawn, five rounds; Dawn's calls timed (~6 min)
 #   scripts/gpu-run.sh steady16 tiny and small 16 steps a call at their steady speed (2000
 #                               steps a process, both builds, natively and through Dawn,
 #                               three rounds), `tidepool train` on tiny (2000 steps) with
@@ -367,6 +371,33 @@ case "${1:-bench}" in
           for pkg in pkg-prev pkg; do
             [ -d ./$pkg ] && run "dawn_${pkg}_${p}_at${n}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once $n
           done
+        done
+      done
+    done
+    for pkg in pkg-prev pkg; do
+      [ -d ./$pkg ] && run "dawn_${pkg}_tiny_at16_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --time-calls
+    done
+    ;;
+  round11)
+    # Round eleven (~8 min): op parity, per-kernel GPU time natively and through Dawn
+    # (the dispatch count a step), then five rounds of the page's presets 16 steps a
+    # call beside the previous build, natively and through Dawn, and Dawn's calls timed.
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    run kernels ./tidepool bench kernels --presets tiny,small --warmup 5 --steps 5 --corpus tinyshakespeare.txt --json
+    for pkg in pkg-prev pkg; do
+      [ -d ./$pkg ] && run "dawn_${pkg}_kernels_tiny" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 5 --kernels --dawn-disable timestamp_quantization
+    done
+    for round in $(seq 1 5); do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        for pkg in pkg-prev pkg; do
+          [ -d ./$pkg ] && run "dawn_${pkg}_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
         done
       done
     done

@@ -252,9 +252,10 @@ mod layernorm {
         c: usize,
         masked: bool,
     ) -> Vec<usize> {
+        let scratch = kernels::layernorm_backward_scratch(ctx, target, rows, c);
         let mut lens = vec![rows * c];
         lens.extend(masked.then_some(rows * c));
-        lens.extend(kernels::layernorm_backward_scratch(ctx, target, rows, c));
+        lens.extend((scratch > 0).then_some(scratch));
         lens.extend([c, c]);
         lens
     }
@@ -392,7 +393,7 @@ mod layernorm {
     /// The fused backward: dinp = resid + the layernorm's input gradient (same
     /// tolerance as dinp), and with a mask that sum through it, which must be
     /// exactly the reference dropout of the GPU's own dinp (same mask bits, one
-    /// f32 multiply); the weight gradients deferred, three layernorms' together.
+    /// f32 multiply).
     async fn residual_body() {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
@@ -405,80 +406,38 @@ mod layernorm {
             shapes.push((3 + 2 * rng.below(149), 5 + 2 * rng.below(150)));
             for (rows, c) in shapes {
                 for target in Target::ALL {
-                    // The three cases' weight gradients wait together in one
-                    // SplitSums, as a training step's layernorms do, and are added
-                    // at its finish.
-                    let cases =
-                        [(true, 0.0f32), (true, 0.2), (false, 0.5)].map(|(with_resid, p)| {
-                            let (inp, w, _) = inputs(&mut rng, rows, c);
-                            let dout = normals(&mut rng, rows * c, 1.0);
-                            let resid = normals(&mut rng, rows * c, 1.0);
-                            let mask = (p > 0.0).then(|| DropoutMask {
-                                p,
-                                seed: rng.next_u64() as u32,
-                            });
-                            (with_resid, inp, w, dout, resid, mask)
+                    for (with_resid, p) in [(true, 0.0f32), (true, 0.2), (false, 0.5)] {
+                        let (inp, w, _) = inputs(&mut rng, rows, c);
+                        let dout = normals(&mut rng, rows * c, 1.0);
+                        let resid = normals(&mut rng, rows * c, 1.0);
+                        let mask = (p > 0.0).then(|| DropoutMask {
+                            p,
+                            seed: rng.next_u64() as u32,
                         });
-                    let mut uploaded = Vec::new();
-                    let mut lens = Vec::new();
-                    for (_, inp, w, dout, resid, mask) in &cases {
                         let (_, mean, rstd) =
-                            cpu::layernorm_forward(inp, w, &vec![0.0; c], rows, c);
-                        uploaded.push([dout, inp, w, &mean, &rstd, resid].map(|a| ctx.upload(a)));
-                        lens.extend(outputs(&ctx, target, rows, c, mask.is_some()));
-                    }
-                    let scratch = kernels::layernorm_backward_scratch(&ctx, target, rows, c);
-                    let mut sums = kernels::SplitSums::new();
-                    let got_all = poisoned(&ctx, &lens, || {
-                        let outs: Vec<_> = cases
-                            .iter()
-                            .zip(&uploaded)
-                            .map(|((with_resid, .., mask), [gd, gi, gw, gm, gr, gres])| {
-                                kernels::layernorm_backward_deferred_on(
-                                    &ctx,
-                                    target,
-                                    gd,
-                                    gi,
-                                    gw,
-                                    gm,
-                                    gr,
-                                    rows,
-                                    c,
-                                    with_resid.then_some(gres),
-                                    *mask,
-                                    Some(&mut sums),
-                                )
-                            })
-                            .collect();
-                        // Two partials (dweight's, dbias's) wait per case where the
-                        // dinp pass leaves them; none where two passes sum them.
-                        let waiting = if scratch.len() == 2 {
-                            2 * cases.len()
-                        } else {
-                            0
-                        };
-                        assert_eq!(sums.len(), waiting, "rows {rows} c {c} {target:?}");
-                        sums.finish(&ctx);
-                        outs
-                    });
-                    for ((with_resid, inp, w, dout, resid, mask), (dinp, masked, dw, db)) in
-                        cases.iter().zip(got_all)
-                    {
-                        let (with_resid, mask) = (*with_resid, *mask);
-                        let (_, mean, rstd) =
-                            cpu::layernorm_forward(inp, w, &vec![0.0; c], rows, c);
+                            cpu::layernorm_forward(&inp, &w, &vec![0.0; c], rows, c);
+                        let (gd, gi, gw) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&w));
+                        let (gm, gr, gres) =
+                            (ctx.upload(&mean), ctx.upload(&rstd), ctx.upload(&resid));
+                        let lens = outputs(&ctx, target, rows, c, mask.is_some());
+                        let r = with_resid.then_some(&gres);
+                        let (dinp, masked, dw, db) = poisoned(&ctx, &lens, || {
+                            kernels::layernorm_backward_fused_on(
+                                &ctx, target, &gd, &gi, &gw, &gm, &gr, rows, c, r, mask,
+                            )
+                        });
                         let want_resid = with_resid.then_some(&resid[..]);
                         let (want_dinp, _, want_dw, want_db) = cpu::layernorm_backward_residual(
-                            dout, inp, w, &mean, &rstd, rows, c, want_resid, mask,
+                            &dout, &inp, &w, &mean, &rstd, rows, c, want_resid, mask,
                         );
                         let what = format!(
-                            "{reductions}, {target:?} kernels, rows {rows} c {c} resid {with_resid} {mask:?}"
-                        );
+                        "{reductions}, {target:?} kernels, rows {rows} c {c} resid {with_resid} {mask:?}"
+                    );
                         let got = read(&ctx, &dinp, rows * c).await;
                         // The residual adds a term of its own size.
                         let resid_size = want_resid
                             .map_or(0.0, |r| r.iter().fold(0.0f32, |m, x| m.max(x.abs())));
-                        let terms = dinp_terms(dout, w, &rstd, c) + resid_size;
+                        let terms = dinp_terms(&dout, &w, &rstd, c) + resid_size;
                         assert_close_to_terms(
                             &format!("dinp, {what}"),
                             &got,
@@ -559,9 +518,11 @@ mod crossentropy {
     gpu_test!(crossentropy_matches_reference, crossentropy_body());
     /// Tolerances: losses 1e-5 of max(|loss|, 1) (log(sum) in f32 is good to ~1e-7
     /// absolute, so a confident row's loss near 0 is only absolutely accurate);
-    /// dlogits 1e-5 of the largest (f32 exp, sums over v terms, then one subtract and
-    /// multiply), against the reference's backward of the reference's probs with a
-    /// fresh odd scale.
+    /// dlogits 1e-5 of dloss, against the reference's backward of its own probs with a
+    /// fresh scale: the probs' error (f32 exp, sums over v terms) times the scale. Not
+    /// of the largest dlogit: when the target's probability is near 1 every dlogit of
+    /// the row is tiny, and p - 1 keeps only f32's absolute accuracy (the H200 showed
+    /// 1e-2 relative there).
     async fn crossentropy_body() {
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);

@@ -1,6 +1,5 @@
 //! LayerNorm (eps 1e-5, biased variance as PyTorch), forward and backward.
 
-use super::split_sums::{Partials, SplitSums};
 use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
@@ -93,45 +92,40 @@ const CHUNK_ROWS: usize = 64;
 /// Workgroup size of every entry point (`WG` in layernorm.wgsl).
 const WG: u32 = 128;
 
-/// Rows a workgroup of `backward_dinp_params` takes: tiny's 512 rows make 128
-/// workgroups, and as many split partials for `sum_splits` to add.
-const PARAMS_CHUNK_ROWS: usize = 4;
+/// Channels a column workgroup of `backward_dinp_params` sums (`PC` in
+/// layernorm.wgsl).
+const PARAMS_CHANNELS: usize = 2;
 
-/// Most channels `backward_dinp_params` keeps sums for (`WG * PT` in layernorm.wgsl).
-const PARAMS_MAX_C: usize = 1024;
-
-/// Most rows whose weight gradients a GPU sums in the dinp pass
-/// (`backward_dinp_params`): past them the partials would outgrow the two-pass
-/// scratch, whose first pass spreads the rows over more threads.
+/// Most rows whose weight gradients a GPU sums in the dinp pass's column workgroups
+/// (`backward_dinp_params`): a lane then adds up to 64 rows. Past them two passes
+/// of their own spread the rows over many more threads.
 const PARAMS_MAX_ROWS: usize = 4096;
 
-/// Storage buffers `backward_dinp_params` binds: the dinp pass's 8 and the two
-/// partials. WebGPU's default is 8; SwiftShader offers 10, native GPUs more.
+/// Storage buffers `backward_dinp_params` binds: the dinp pass's 8, dweight and
+/// dbias. WebGPU's default is 8; SwiftShader offers 10, native GPUs more.
 const PARAMS_STORAGE_BUFFERS: u32 = 10;
 
-/// Whether the weight gradients come from the dinp pass's partials
+/// Whether the weight gradients come from the dinp pass's own workgroups
 /// (`backward_dinp_params`) rather than two passes of their own.
-fn params_in_dinp(ctx: &WgpuContext, target: Target, rows: usize, c: usize) -> bool {
+fn params_in_dinp(ctx: &WgpuContext, target: Target, rows: usize) -> bool {
     target == Target::Gpu
         && rows <= PARAMS_MAX_ROWS
-        && c <= PARAMS_MAX_C
         && ctx.limits().max_storage_buffers_per_shader_stage >= PARAMS_STORAGE_BUFFERS
 }
 
-/// Lengths (floats) of the scratch buffers that [`layernorm_backward_on`] draws from
-/// the pool for its weight gradients, in the order drawn: two `[chunks of 4 rows,
-/// c]` partials where the dinp pass sums them, else the two passes' one `2 * ceil(rows
-/// / 64) * c`.
+/// Floats of pooled scratch that [`layernorm_backward_on`] draws for its weight
+/// gradients: 0 where the dinp pass sums them (GPUs, up to 4096 rows), else two
+/// passes' `2 * ceil(rows / 64) * c` partial sums.
 pub fn layernorm_backward_scratch(
     ctx: &WgpuContext,
     target: Target,
     rows: usize,
     c: usize,
-) -> Vec<usize> {
-    if params_in_dinp(ctx, target, rows, c) {
-        vec![rows.div_ceil(PARAMS_CHUNK_ROWS).max(1) * c; 2]
+) -> usize {
+    if params_in_dinp(ctx, target, rows) {
+        0
     } else {
-        vec![2 * rows.div_ceil(CHUNK_ROWS).max(1) * c]
+        2 * rows.div_ceil(CHUNK_ROWS).max(1) * c
     }
 }
 
@@ -214,8 +208,8 @@ pub fn layernorm_backward_on(
     rows: usize,
     c: usize,
 ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
-    let (dinp, _, dweight, dbias) = layernorm_backward_deferred_on(
-        ctx, target, dout, inp, weight, mean, rstd, rows, c, None, None, None,
+    let (dinp, _, dweight, dbias) = layernorm_backward_fused_on(
+        ctx, target, dout, inp, weight, mean, rstd, rows, c, None, None,
     );
     (dinp, dweight, dbias)
 }
@@ -224,12 +218,9 @@ pub fn layernorm_backward_on(
 /// `resid + ` the layernorm's input gradient (`resid`: the stream's gradient from
 /// above), and with `mask` also returned through that dropout mask (the gradient of
 /// the residual branch whose output the input was). Returns (dinp, masked, dweight,
-/// dbias). The weight gradients' partials, where the dinp pass leaves them (GPUs, up
-/// to 4096 rows), wait in `sums` when given (and under its cap) for
-/// [`SplitSums::finish`] to add them with the backward pass's others; else they are
-/// added now.
+/// dbias).
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_deferred_on(
+pub fn layernorm_backward_fused_on(
     ctx: &WgpuContext,
     target: Target,
     dout: &PooledBuffer,
@@ -241,21 +232,14 @@ pub fn layernorm_backward_deferred_on(
     c: usize,
     resid: Option<&PooledBuffer>,
     mask: Option<DropoutMask>,
-    sums: Option<&mut SplitSums>,
 ) -> (
     PooledBuffer,
     Option<PooledBuffer>,
     PooledBuffer,
     PooledBuffer,
 ) {
-    let in_dinp = params_in_dinp(ctx, target, rows, c);
-    let chunk_rows = if in_dinp {
-        PARAMS_CHUNK_ROWS
-    } else {
-        CHUNK_ROWS
-    };
-    let chunks = rows.div_ceil(chunk_rows).max(1);
-    let mut params = Params::new(rows, c, chunks, chunk_rows);
+    let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
+    let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
     if let Some(resid) = resid {
         assert!(
             resid.size() >= (rows * c * 4) as u64,
@@ -270,18 +254,17 @@ pub fn layernorm_backward_deferred_on(
     }
     let dinp = ctx.create_pooled(rows * c * 4);
     let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
-    let scratch: Vec<PooledBuffer> = layernorm_backward_scratch(ctx, target, rows, c)
-        .into_iter()
-        .map(|len| ctx.create_pooled(len * 4))
-        .collect();
     let resid_or_any = resid.unwrap_or(dout);
-    if in_dinp {
+    if params_in_dinp(ctx, target, rows) {
         let dweight = ctx.create_pooled(c * 4);
         let dbias = ctx.create_pooled(c * 4);
-        // Without a mask `masked` is never written, and takes dweight, which the sum
-        // of partials writes later: WebGPU forbids two writable bindings of one buffer
-        // in a dispatch, whether or not both are written.
-        let masked_or_any = masked.as_ref().unwrap_or(&dweight);
+        // Without a mask `masked` is never written; it takes a buffer bound nowhere
+        // else (WebGPU forbids two writable bindings of one buffer in a dispatch,
+        // written or not): dinp's own, which is read-write there too, would not do,
+        // so a pooled one of 4 bytes.
+        let spare = masked.is_none().then(|| ctx.create_pooled(4));
+        let masked_or_any = masked.as_ref().or(spare.as_ref()).expect("one of them");
+        let groups = rows + c.div_ceil(PARAMS_CHANNELS);
         ctx.dispatch(
             &BACKWARD_DINP_PARAMS,
             &params,
@@ -294,24 +277,17 @@ pub fn layernorm_backward_deferred_on(
                 &dinp,
                 resid_or_any,
                 masked_or_any,
-                &scratch[0],
-                &scratch[1],
+                &dweight,
+                &dbias,
             ],
-            grid_1d(chunks as u32 * WG, WG),
+            grid_1d(groups as u32, 1),
         );
-        let mut scratch = scratch.into_iter();
-        let mut partials = |out| Partials {
-            out,
-            pending: Some((scratch.next().expect("two partials"), c, chunks)),
-        };
-        let (dweight, dbias) = (partials(dweight), partials(dbias));
-        let (dweight, dbias) = SplitSums::defer_or_finish(sums, ctx, dweight, Some(dbias));
-        return (dinp, masked, dweight, dbias.expect("a bias gradient"));
+        return (dinp, masked, dweight, dbias);
     }
     // The scratch is written only by a later pass: without a mask the dinp pass
     // binds it in place of `masked` (written only with one).
-    let partial = &scratch[0];
-    let masked_or_any = masked.as_ref().unwrap_or(partial);
+    let partial = ctx.create_pooled(2 * chunks * c * 4);
+    let masked_or_any = masked.as_ref().unwrap_or(&partial);
     let kernel = match target {
         Target::Gpu => &BACKWARD_DINP,
         Target::Cpu => &BACKWARD_DINP_ROWS,
@@ -334,7 +310,7 @@ pub fn layernorm_backward_deferred_on(
     ctx.dispatch(
         &BACKWARD_PARTIAL,
         &params,
-        &[dout, inp, mean, rstd, partial],
+        &[dout, inp, mean, rstd, &partial],
         grid_1d((chunks * c) as u32, WG),
     );
     let dweight = ctx.create_pooled(c * 4);
@@ -342,7 +318,7 @@ pub fn layernorm_backward_deferred_on(
     ctx.dispatch(
         &BACKWARD_FINAL,
         &params,
-        &[partial, &dweight, &dbias],
+        &[&partial, &dweight, &dbias],
         grid_1d(c as u32, WG),
     );
     (dinp, masked, dweight, dbias)

@@ -8,10 +8,11 @@
 //                  gradient of the residual branch that produced the input)
 //   forward_rows, backward_dinp_rows  the same with one thread a row (CPU adapters:
 //                  no barriers)
-//   backward_dinp_params  backward_dinp for a chunk of chunk_rows rows a workgroup,
-//                  which also sums its rows' dweight/dbias terms into part_dw/part_db
-//                  ([chunks, c] each, added by the multi-tensor `sum_splits`), so the
-//                  weight gradients take no pass of their own (GPUs, up to 4096 rows)
+//   backward_dinp_params  backward_dinp in its first `rows` workgroups, and in the
+//                  ceil(c / PC) after them dweight/dbias in one pass: workgroup w sums
+//                  channels [w * PC, w * PC + PC) over every row, PL lanes of rows a
+//                  channel, then adds the lanes in a fixed tree (GPUs, up to 4096 rows:
+//                  the weight gradients take no dispatch of their own)
 //   backward_partial  dweight/dbias otherwise, first pass: one thread per (chunk of
 //                  chunk_rows rows, channel) sums its chunk into `partial` ([dweight
 //                  chunks; dbias chunks])
@@ -50,9 +51,9 @@ const MASK: u32 = 2u;
 @group(0) @binding(7) var<storage, read> d_resid: array<f32>;
 @group(0) @binding(8) var<storage, read_write> d_masked: array<f32>;
 
-// backward_dinp_params: backward_dinp's, then the weight gradients' partials
-@group(0) @binding(9) var<storage, read_write> part_dw: array<f32>;
-@group(0) @binding(10) var<storage, read_write> part_db: array<f32>;
+// backward_dinp_params: backward_dinp's, then the weight gradients
+@group(0) @binding(9) var<storage, read_write> c_dweight: array<f32>;
+@group(0) @binding(10) var<storage, read_write> c_dbias: array<f32>;
 
 // backward_partial: dout, inp, mean, rstd, partial
 @group(0) @binding(3) var<storage, read> p_mean: array<f32>;
@@ -123,16 +124,8 @@ fn dinp_means(base: u32, m: f32, rs: f32, lid: u32) -> vec2<f32> {
     return vec2<f32>(block_sum(sg, lid) / cf, block_sum(sgn, lid) / cf);
 }
 
-@compute @workgroup_size(WG)
-fn backward_dinp(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= p.rows) {
-        return;
-    }
+// backward_dinp of one row.
+fn dinp_row(row: u32, lid: u32) {
     let base = row * p.c;
     let m = b_mean[row];
     let rs = b_rstd[row];
@@ -144,8 +137,63 @@ fn backward_dinp(
     }
 }
 
-// Channels a thread of backward_dinp_params keeps sums for: c <= WG * PT.
-const PT: u32 = 8u;
+@compute @workgroup_size(WG)
+fn backward_dinp(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= p.rows) {
+        return;
+    }
+    dinp_row(row, lid);
+}
+
+// backward_dinp_params' column workgroups: PC channels each, PL lanes of rows a
+// channel.
+const PC: u32 = 2u;
+const PL: u32 = WG / PC;
+var<workgroup> red_db: array<f32, WG>;
+
+// dweight and dbias of channels [g * PC, g * PC + PC) over every row: each lane sums
+// every PL-th row, two rows a trip into two sums (as in backward_partial), then the
+// lanes are added in a fixed tree.
+fn column_sums(g: u32, lid: u32) {
+    let i = g * PC + lid % PC;
+    let lane = lid / PC;
+    var dw = vec2<f32>(0.0);
+    var db = vec2<f32>(0.0);
+    if (i < p.c) {
+        var r = lane;
+        for (; r + PL < p.rows; r += 2u * PL) {
+            let s = r + PL;
+            let d = vec2<f32>(dout[r * p.c + i], dout[s * p.c + i]);
+            let x = vec2<f32>(b_inp[r * p.c + i], b_inp[s * p.c + i]);
+            dw += d * (x - vec2<f32>(b_mean[r], b_mean[s])) * vec2<f32>(b_rstd[r], b_rstd[s]);
+            db += d;
+        }
+        if (r < p.rows) {
+            let d = dout[r * p.c + i];
+            dw.x += d * (b_inp[r * p.c + i] - b_mean[r]) * b_rstd[r];
+            db.x += d;
+        }
+    }
+    red[lid] = dw.x + dw.y;
+    red_db[lid] = db.x + db.y;
+    workgroupBarrier();
+    for (var s = PL / 2u; s > 0u; s >>= 1u) {
+        if (lane < s) {
+            red[lid] += red[lid + s * PC];
+            red_db[lid] += red_db[lid + s * PC];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && i < p.c) {
+        c_dweight[i] = red[lid];
+        c_dbias[i] = red_db[lid];
+    }
+}
 
 @compute @workgroup_size(WG)
 fn backward_dinp_params(
@@ -153,37 +201,14 @@ fn backward_dinp_params(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let chunk = wid.x + wid.y * nwg.x;
-    if (chunk >= p.chunks) {
+    let group = wid.x + wid.y * nwg.x;
+    if (group >= p.rows) {
+        if (group < p.rows + (p.c + PC - 1u) / PC) {
+            column_sums(group - p.rows, lid);
+        }
         return;
     }
-    let first = chunk * p.chunk_rows;
-    let last = min(first + p.chunk_rows, p.rows);
-    var dw: array<f32, PT>;
-    var db: array<f32, PT>;
-    for (var row = first; row < last; row++) {
-        let base = row * p.c;
-        let m = b_mean[row];
-        let rs = b_rstd[row];
-        let means = dinp_means(base, m, rs, lid);
-        for (var k = 0u; k < PT; k++) {
-            let i = lid + k * WG;
-            if (i < p.c) {
-                let d = dout[base + i];
-                let n = (b_inp[base + i] - m) * rs;
-                store_dinp(base + i, rs * (b_weight[i] * d - means.x - n * means.y));
-                dw[k] += d * n;
-                db[k] += d;
-            }
-        }
-    }
-    for (var k = 0u; k < PT; k++) {
-        let i = lid + k * WG;
-        if (i < p.c) {
-            part_dw[chunk * p.c + i] = dw[k];
-            part_db[chunk * p.c + i] = db[k];
-        }
-    }
+    dinp_row(group, lid);
 }
 
 @compute @workgroup_size(WG)

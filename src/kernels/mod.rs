@@ -178,7 +178,7 @@ mod layernorm;
 
 pub use crossentropy::{crossentropy_forward, crossentropy_forward_on, mean, mean_on};
 pub use layernorm::{
-    layernorm_backward, layernorm_backward_deferred_on, layernorm_backward_on,
+    layernorm_backward, layernorm_backward_fused_on, layernorm_backward_on,
     layernorm_backward_scratch, layernorm_forward, layernorm_forward_on,
 };
 
@@ -204,7 +204,7 @@ pub use matmul::{
     matmul_forward_variant, matmul_weight_grads_variant, ForwardFusion, MatmulVariant,
 };
 
-// ---- weight gradients from split partials (matmuls, layernorms) ----
+// ---- weight gradients from split partials ----
 mod split_sums;
 
 pub use split_sums::SplitSums;

@@ -7,8 +7,8 @@ use super::optimizer::{sum_splits_together, SplitSum, TensorsPerDispatch};
 use super::target::Target;
 use crate::gpu::{PooledBuffer, WgpuContext};
 
-/// Weight gradients of several backward ops (matmuls, layernorms) whose split
-/// partials are still to be added: each gradient's sum costs a dispatch of its own where they are added
+/// Weight gradients of several `matmul_backward`s whose split partials are still to
+/// be added: each gradient's sum costs a dispatch of its own where they are added
 /// as they come, while here they go out together, as many a dispatch as the device
 /// binds ([`TensorsPerDispatch::sums`]: all of a tiny model's in one natively).
 /// A steady step holds the same partials in the same order every step, so its

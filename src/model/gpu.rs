@@ -8,7 +8,7 @@ use crate::kernels;
 use crate::reference::{AttnDropout, DropoutMask};
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. Weight
-/// gradients' split partials (matmuls' and layernorms') wait in it until [`Ops::finish_weight_grads`] adds
+/// gradients' split partials wait in it until [`Ops::finish_weight_grads`] adds
 /// them all together ([`kernels::SplitSums`]).
 pub struct GpuOps<'a>(pub &'a WgpuContext, RefCell<kernels::SplitSums>);
 
@@ -118,8 +118,7 @@ impl Ops for GpuOps<'_> {
         resid: Option<&T>,
         dropout: Option<DropoutMask>,
     ) -> (T, Option<T>, T, T) {
-        let mut sums = self.1.borrow_mut();
-        kernels::layernorm_backward_deferred_on(
+        kernels::layernorm_backward_fused_on(
             self.0,
             kernels::Target::of(self.0),
             dout,
@@ -131,7 +130,6 @@ impl Ops for GpuOps<'_> {
             c,
             resid,
             dropout,
-            Some(&mut sums),
         )
     }
     fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
