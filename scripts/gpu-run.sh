@@ -46,6 +46,8 @@
 #                               tiny through Dawn, both builds), then tiny and small 16
 #                               steps a call beside the previous build, natively and
 #                               through Dawn, five rounds; Dawn's calls timed (~6 min)
+#   scripts/gpu-run.sh shakespeare3  the shakespeare step, both builds, natively and
+#                               through Dawn, three rounds (~1 min)
 #   scripts/gpu-run.sh steady16 tiny and small 16 steps a call at their steady speed (2000
 #                               steps a process, both builds, natively and through Dawn,
 #                               three rounds), `tidepool train` on tiny (2000 steps) with
@@ -403,6 +405,18 @@ case "${1:-bench}" in
     done
     for pkg in pkg-prev pkg; do
       [ -d ./$pkg ] && run "dawn_${pkg}_tiny_at16_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --time-calls
+    done
+    ;;
+  shakespeare3)
+    # The shakespeare step one a call, three rounds, this build and the previous one,
+    # natively and through Dawn (~1 min).
+    for round in 1 2 3; do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets shakespeare --at-once 1 --warmup 3 --steps 8 --corpus tinyshakespeare.txt --json
+      done
+      for pkg in pkg-prev pkg; do
+        [ -d ./$pkg ] && run "dawn_${pkg}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 8
+      done
     done
     ;;
   steady16)

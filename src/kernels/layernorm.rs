@@ -254,63 +254,47 @@ pub fn layernorm_backward_fused_on(
     }
     let dinp = ctx.create_pooled(rows * c * 4);
     let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
+    let in_dinp = params_in_dinp(ctx, target, rows);
+    // Without a mask the dinp pass binds `scratch` in place of `masked` (written only
+    // with one): WebGPU forbids two writable bindings of one buffer in a dispatch,
+    // written or not. In two passes it is their partial sums, written only by a later
+    // pass; in one, a 4-byte stand-in.
+    let scratch = ctx.create_pooled(if in_dinp { 4 } else { 2 * chunks * c * 4 });
     let resid_or_any = resid.unwrap_or(dout);
-    if params_in_dinp(ctx, target, rows) {
+    let masked_or_any = masked.as_ref().unwrap_or(&scratch);
+    let mut bound: Vec<&wgpu::Buffer> = vec![
+        dout,
+        inp,
+        weight,
+        mean,
+        rstd,
+        &dinp,
+        resid_or_any,
+        masked_or_any,
+    ];
+    if in_dinp {
         let dweight = ctx.create_pooled(c * 4);
         let dbias = ctx.create_pooled(c * 4);
-        // Without a mask `masked` is never written; it takes a buffer bound nowhere
-        // else (WebGPU forbids two writable bindings of one buffer in a dispatch,
-        // written or not): dinp's own, which is read-write there too, would not do,
-        // so a pooled one of 4 bytes.
-        let spare = masked.is_none().then(|| ctx.create_pooled(4));
-        let masked_or_any = masked.as_ref().or(spare.as_ref()).expect("one of them");
+        bound.extend([&*dweight, &*dbias]);
         let groups = rows + c.div_ceil(PARAMS_CHANNELS);
         ctx.dispatch(
             &BACKWARD_DINP_PARAMS,
             &params,
-            &[
-                dout,
-                inp,
-                weight,
-                mean,
-                rstd,
-                &dinp,
-                resid_or_any,
-                masked_or_any,
-                &dweight,
-                &dbias,
-            ],
+            &bound,
             grid_1d(groups as u32, 1),
         );
         return (dinp, masked, dweight, dbias);
     }
-    // The scratch is written only by a later pass: without a mask the dinp pass
-    // binds it in place of `masked` (written only with one).
-    let partial = ctx.create_pooled(2 * chunks * c * 4);
-    let masked_or_any = masked.as_ref().unwrap_or(&partial);
     let kernel = match target {
         Target::Gpu => &BACKWARD_DINP,
         Target::Cpu => &BACKWARD_DINP_ROWS,
     };
-    ctx.dispatch(
-        kernel,
-        &params,
-        &[
-            dout,
-            inp,
-            weight,
-            mean,
-            rstd,
-            &dinp,
-            resid_or_any,
-            masked_or_any,
-        ],
-        row_grid(target, rows),
-    );
+    ctx.dispatch(kernel, &params, &bound, row_grid(target, rows));
+    let partial = &scratch;
     ctx.dispatch(
         &BACKWARD_PARTIAL,
         &params,
-        &[dout, inp, mean, rstd, &partial],
+        &[dout, inp, mean, rstd, partial],
         grid_1d((chunks * c) as u32, WG),
     );
     let dweight = ctx.create_pooled(c * 4);
@@ -318,7 +302,7 @@ pub fn layernorm_backward_fused_on(
     ctx.dispatch(
         &BACKWARD_FINAL,
         &params,
-        &[&partial, &dweight, &dbias],
+        &[partial, &dweight, &dbias],
         grid_1d(c as u32, WG),
     );
     (dinp, masked, dweight, dbias)
