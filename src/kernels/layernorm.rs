@@ -178,9 +178,10 @@ pub fn layernorm_forward_on(
 }
 
 /// Gradients of [`layernorm_forward`]: `dinp` (`rows*c`), `dweight` and `dbias` (`c`,
-/// summed over rows). The sum over rows runs in a fixed order, in chunks of rows then
-/// the chunks, through scratch buffers from the pool ([`layernorm_backward_scratch`]):
-/// on GPUs up to 4096 rows the dinp pass sums the chunks, else a pass of their own.
+/// summed over rows). The sum over rows runs in a fixed order: on GPUs up to 4096 rows
+/// in the dinp pass's own column workgroups (lanes of rows, then a fixed tree), else
+/// in two passes (chunks of rows, then the chunks) through a scratch buffer from the
+/// pool ([`layernorm_backward_scratch`] floats).
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward(
     ctx: &WgpuContext,
