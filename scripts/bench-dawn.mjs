@@ -1,14 +1,18 @@
 // Runs the wasm build (pkg/, wasm-pack --target web) outside a browser through Dawn,
 // Chrome's WebGPU engine, from the npm package `webgpu`: how the H200 measures the
 // browser build on a real GPU. Prints one JSON line a result.
-//   node scripts/bench-dawn.mjs [--pkg DIR] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
+//   node scripts/bench-dawn.mjs [--pkg DIR[,DIR2...]] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
 //                               [--submit-every 0,16,32] [--at-once N] [--pool]
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
+//                               [--dawn-backend null]
 //                               [--time-calls] [--kernels] [--windows N]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
 // costs the browser build time against native (Chrome itself keeps its defaults);
 // --dawn-disable: toggles to turn off (`disable-dawn-features=`), e.g.
 // timestamp_quantization for --kernels.
+// --dawn-backend null: Dawn's null backend, which validates and records every call
+// and runs nothing: the host's side of a step alone, on any machine.
+// --pkg A,B: a trainer for each build, taking turns step by step, one line each.
 // --time-calls: times every WebGPU method the build calls during the timed steps and
 // prints one {"bench":"calls"} line a method (µs a step, calls a step): where a step's
 // host time goes on Dawn's side of the boundary; with --at-once 1 also one
@@ -35,6 +39,7 @@ const { values: opt } = parseArgs({
     'at-once': { type: 'string', default: '1' },
     'dawn-toggles': { type: 'string' },
     'dawn-disable': { type: 'string' },
+    'dawn-backend': { type: 'string' },
     'time-calls': { type: 'boolean', default: false },
     windows: { type: 'string' },
     kernels: { type: 'boolean', default: false },
@@ -46,6 +51,7 @@ globalThis.Window = function Window() {}; // wgpu looks for a window global
 const toggles = [
   ...(opt['dawn-toggles'] ? [`enable-dawn-features=${opt['dawn-toggles']}`] : []),
   ...(opt['dawn-disable'] ? [`disable-dawn-features=${opt['dawn-disable']}`] : []),
+  ...(opt['dawn-backend'] ? [`backend=${opt['dawn-backend']}`] : []),
 ];
 globalThis.navigator = { gpu: create(toggles) };
 
@@ -77,9 +83,15 @@ if (opt['time-calls']) {
     }
   }
 }
-const pkg = opt.pkg.startsWith('/') ? opt.pkg : `${process.cwd()}/${opt.pkg}`;
-const m = await import(`${pkg}/tidepool.js`);
-m.initSync({ module: readFileSync(`${pkg}/tidepool_bg.wasm`) });
+// --pkg A,B: one module a build, their trainers taking turns (side by side).
+const pkgs = opt.pkg.split(',').map((p) => (p.startsWith('/') ? p : `${process.cwd()}/${p}`));
+const modules = [];
+for (const pkg of pkgs) {
+  const m = await import(`${pkg}/tidepool.js`);
+  m.initSync({ module: readFileSync(`${pkg}/tidepool_bg.wasm`) });
+  modules.push(m);
+}
+const m = modules[0];
 
 // The wasm does not embed the default corpus (data/tinyshakespeare.txt): read it.
 const corpus = readFileSync(opt.corpus ?? 'data/tinyshakespeare.txt', 'utf8');
@@ -90,11 +102,17 @@ if (opt.kernels) {
 }
 // --submit-every 0,16,32: one trainer a value, their steps taken in turns so that a
 // busy machine slows them alike; without it, one trainer with the default.
-const values = opt['submit-every'] ? opt['submit-every'].split(',').map(Number) : [undefined];
+const everies = opt['submit-every'] ? opt['submit-every'].split(',').map(Number) : [undefined];
 const trainers = [];
-for (const submit_every of values) {
-  const config = submit_every === undefined ? { preset: opt.preset } : { preset: opt.preset, submit_every };
-  trainers.push(await m.Trainer.create(config, corpus, opt.corpus ?? 'tinyshakespeare.txt'));
+const values = []; // each trainer's submit_every
+const trainerPkgs = []; // and build
+for (const [k, mod] of modules.entries()) {
+  for (const submit_every of everies) {
+    const config = submit_every === undefined ? { preset: opt.preset } : { preset: opt.preset, submit_every };
+    trainers.push(await mod.Trainer.create(config, corpus, opt.corpus ?? 'tinyshakespeare.txt'));
+    values.push(submit_every);
+    trainerPkgs.push(pkgs.length > 1 ? pkgs[k] : undefined);
+  }
 }
 console.log(JSON.stringify({ runner: 'dawn', adapter: trainers[0].adapter(), model: trainers[0].model() }));
 const atOnce = Number(opt['at-once']);
@@ -131,7 +149,8 @@ for (const [t, times] of ms.entries()) {
   const median = times[Math.floor(times.length / 2)];
   const rec = recordMs[t].sort((a, b) => a - b)[Math.floor(times.length / 2)];
   console.log(JSON.stringify({
-    runner: 'dawn', preset: opt.preset, submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
+    runner: 'dawn', preset: opt.preset, ...(trainerPkgs[t] ? { pkg: trainerPkgs[t] } : {}),
+    submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
     dawn_toggles: opt['dawn-toggles'] ?? null, dawn_disable: opt['dawn-disable'] ?? null,
     median_ms: median, median_record_ms: rec, tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
     buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,

@@ -46,6 +46,10 @@
 #                               tiny through Dawn, both builds), then tiny and small 16
 #                               steps a call beside the previous build, natively and
 #                               through Dawn, five rounds; Dawn's calls timed (~6 min)
+#   scripts/gpu-run.sh round12  op parity, then tiny and small 16 steps a call beside the
+#                               previous build, natively and through Dawn (both builds'
+#                               trainers in one process), three rounds; submit_every
+#                               16-128 through Dawn; Dawn's null backend (~7 min)
 #   scripts/gpu-run.sh shakespeare3  the shakespeare step, both builds, natively and
 #                               through Dawn, three rounds (~1 min)
 #   scripts/gpu-run.sh steady16 tiny and small 16 steps a call at their steady speed (2000
@@ -405,6 +409,30 @@ case "${1:-bench}" in
     done
     for pkg in pkg-prev pkg; do
       [ -d ./$pkg ] && run "dawn_${pkg}_tiny_at16_calls" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --time-calls
+    done
+    ;;
+  round12)
+    # Round twelve (~7 min): op parity, then three rounds of the page's presets 16
+    # steps a call beside the previous build: natively (one process a build) and
+    # through Dawn (both builds' trainers in one process, taking turns); then
+    # submit_every 16-128 through Dawn, and the host's side alone on Dawn's null
+    # backend, both builds side by side.
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    for round in 1 2 3; do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        run "dawn_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
+      done
+    done
+    run dawn_tiny_submit_every /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --submit-every 16,32,64,128
+    for p in tiny small; do
+      run "dawn_null_$p" /tmp/node dawn/bench-dawn.mjs --dawn-backend null --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 3 --steps 60 --at-once 16
     done
     ;;
   shakespeare3)

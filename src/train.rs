@@ -474,7 +474,7 @@ impl Trainer {
             ..Default::default()
         })
         .await?;
-        crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(&ctx.limits()))?;
+        crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(ctx.limits()))?;
         Ok(ctx)
     }
 

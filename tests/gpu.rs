@@ -511,6 +511,38 @@ async fn trim_budget_body() {
 }
 
 gpu_test!(
+    bind_groups_are_reused_only_for_the_same_buffers,
+    bind_group_cache_body()
+);
+/// The cache hands a dispatch the bind group of exactly its buffers, in order: the
+/// same buffers again create nothing, swapped ones or a buffer made after the old one
+/// was destroyed create a new group, and the sums stay right throughout.
+async fn bind_group_cache_body() {
+    let ctx = context().await;
+    let a = ctx.upload(&[1.0f32; 16]);
+    let b = ctx.upload(&[2.5f32; 16]);
+    let created = || ctx.counters().bind_groups_created;
+    let y = residual_forward(&ctx, &a, &b, 16);
+    assert_eq!(read(&ctx, &y, 16).await, vec![3.5; 16]);
+    drop(y); // its buffer comes back for the next output
+    let before = created();
+    let y = residual_forward(&ctx, &a, &b, 16);
+    assert_eq!(created(), before, "the same buffers made a new bind group");
+    assert_eq!(read(&ctx, &y, 16).await, vec![3.5; 16]);
+    drop(y);
+    let y = residual_forward(&ctx, &b, &a, 16);
+    assert_eq!(created(), before + 1, "other buffers reused a bind group");
+    assert_eq!(read(&ctx, &y, 16).await, vec![3.5; 16]);
+    drop(y);
+    ctx.clear_pool(); // destroys the outputs' buffers and forgets their groups
+    let before = created();
+    let y = residual_forward(&ctx, &a, &b, 16);
+    assert_eq!(created(), before + 1, "a new buffer reused a bind group");
+    assert_eq!(read(&ctx, &y, 16).await, vec![3.5; 16]);
+    ctx.take_error().expect("no WebGPU error");
+}
+
+gpu_test!(
     clear_trim_evict_inside_a_scope_wait_for_its_submit,
     destroys_wait_for_the_submit_body()
 );

@@ -1291,7 +1291,7 @@ gpu_test!(
 async fn attention_hs128_body(shapes: &[(usize, usize, usize, usize)], dropout: Option<f32>) {
     let ctx = context().await;
     let need = tidepool::plan::attention_workgroup_bytes(128);
-    let limits = tidepool::plan::DeviceLimits::from_wgpu(&ctx.limits());
+    let limits = tidepool::plan::DeviceLimits::from_wgpu(ctx.limits());
     if limits.max_workgroup_storage_bytes >= need {
         drop(ctx);
         return attention_body(shapes, dropout).await;

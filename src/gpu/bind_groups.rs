@@ -6,17 +6,38 @@
 //! pooled buffer handed to a new tensor keeps its bind groups valid. An entry dies
 //! with any buffer it binds: the memory manager calls [`BindGroupCache::forget`]
 //! whenever it lets a buffer go.
+//!
+//! A lookup clones nothing. On the web a `wgpu::Buffer` or `wgpu::BindGroup` clone
+//! copies a JS reference (an externref table slot taken, and freed on drop), and a
+//! dispatch binds ten or so buffers; so the lookup hashes and compares borrowed
+//! buffers (by wgpu's identifiers), and hands out the group behind an `Arc`.
 
-use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
-/// One binding: the buffer, offset and size (0: the whole buffer).
-type Binding = (wgpu::Buffer, u64, u64);
+use rustc_hash::{FxHashMap, FxHasher};
 
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Key {
+/// Where a dispatch's uniform parameters are: the arena's chunk index, offset and
+/// size. A chunk index names one buffer for the arena's lifetime (the chunks go only
+/// all together, each forgotten then).
+pub(crate) type UniformSlot = (usize, u64, u64);
+
+struct Entry {
     /// The kernel's name (unique per kernel, like the pipeline cache's key).
     kernel: &'static str,
-    bindings: Vec<Binding>,
+    uniform: UniformSlot,
+    /// The uniform chunk, then the storage buffers at bindings 1.. (whole).
+    buffers: Vec<wgpu::Buffer>,
+    group: Arc<wgpu::BindGroup>,
+}
+
+impl Entry {
+    fn binds(&self, kernel: &str, uniform: UniformSlot, buffers: &[&wgpu::Buffer]) -> bool {
+        self.kernel == kernel
+            && self.uniform == uniform
+            && self.buffers.len() == buffers.len() + 1
+            && self.buffers[1..].iter().zip(buffers).all(|(a, b)| a == *b)
+    }
 }
 
 /// Entries kept before the cache starts over (buffers that never reach the memory
@@ -25,54 +46,98 @@ const MAX_ENTRIES: usize = 16 * 1024;
 
 #[derive(Default)]
 pub(crate) struct BindGroupCache {
-    groups: FxHashMap<Key, wgpu::BindGroup>,
-    /// Buffer -> the keys that bind it, to forget them with it.
-    by_buffer: FxHashMap<wgpu::Buffer, Vec<Key>>,
+    /// Entries by the hash of what they bind (a bucket holds the rare collisions).
+    groups: FxHashMap<u64, Vec<Entry>>,
+    entries: usize,
+    /// Buffer -> the hashes of the entries that bind it, to forget them with it.
+    by_buffer: FxHashMap<wgpu::Buffer, Vec<u64>>,
+}
+
+fn key_hash(kernel: &str, uniform: UniformSlot, buffers: &[&wgpu::Buffer]) -> u64 {
+    let mut h = FxHasher::default();
+    kernel.hash(&mut h);
+    uniform.hash(&mut h);
+    for b in buffers {
+        b.hash(&mut h);
+    }
+    h.finish()
 }
 
 impl BindGroupCache {
-    /// The bind group of `kernel` with `uniform` at binding 0 and `buffers` (whole)
-    /// at 1.., made by `create` on a miss. Returns it and whether it was created.
+    /// The bind group of `kernel` with the uniform slot at binding 0 and `buffers`
+    /// (whole) at 1... On a miss `create` makes it, given the slot's chunk from
+    /// `chunk`. Returns it and whether it was created.
     pub fn get(
         &mut self,
         kernel: &'static str,
-        uniform: Binding,
+        uniform: UniformSlot,
         buffers: &[&wgpu::Buffer],
-        create: impl FnOnce() -> wgpu::BindGroup,
-    ) -> (wgpu::BindGroup, bool) {
-        let mut bindings = Vec::with_capacity(buffers.len() + 1);
-        bindings.push(uniform);
-        bindings.extend(buffers.iter().map(|b| ((*b).clone(), 0, 0)));
-        let key = Key { kernel, bindings };
-        if let Some(group) = self.groups.get(&key) {
-            return (group.clone(), false);
+        chunk: impl FnOnce() -> wgpu::Buffer,
+        create: impl FnOnce(&wgpu::Buffer) -> wgpu::BindGroup,
+    ) -> (Arc<wgpu::BindGroup>, bool) {
+        let hash = key_hash(kernel, uniform, buffers);
+        if let Some(entry) = self
+            .groups
+            .get(&hash)
+            .and_then(|bucket| bucket.iter().find(|e| e.binds(kernel, uniform, buffers)))
+        {
+            return (entry.group.clone(), false);
         }
-        if self.groups.len() >= MAX_ENTRIES {
+        if self.entries >= MAX_ENTRIES {
             self.groups.clear();
             self.by_buffer.clear();
+            self.entries = 0;
         }
-        let group = create();
-        for (buffer, _, _) in &key.bindings {
-            let keys = self.by_buffer.entry(buffer.clone()).or_default();
-            if !keys.contains(&key) {
-                keys.push(key.clone());
+        let chunk = chunk();
+        #[allow(clippy::arc_with_non_send_sync)] // wasm32's wgpu types are not Send
+        let group = Arc::new(create(&chunk));
+        let mut owned = Vec::with_capacity(buffers.len() + 1);
+        owned.push(chunk);
+        owned.extend(buffers.iter().map(|b| (*b).clone()));
+        for buffer in &owned {
+            let hashes = self.by_buffer.entry(buffer.clone()).or_default();
+            if !hashes.contains(&hash) {
+                hashes.push(hash);
             }
         }
-        self.groups.insert(key, group.clone());
+        self.groups.entry(hash).or_default().push(Entry {
+            kernel,
+            uniform,
+            buffers: owned,
+            group: group.clone(),
+        });
+        self.entries += 1;
         (group, true)
     }
 
     /// Drops every bind group that binds `buffer` (it is being destroyed).
     pub fn forget(&mut self, buffer: &wgpu::Buffer) {
-        let Some(keys) = self.by_buffer.remove(buffer) else {
+        let Some(hashes) = self.by_buffer.remove(buffer) else {
             return;
         };
-        for key in keys {
-            self.groups.remove(&key);
-            for (other, _, _) in &key.bindings {
-                if other != buffer {
+        for hash in hashes {
+            let Some(bucket) = self.groups.get_mut(&hash) else {
+                continue;
+            };
+            let (gone, kept): (Vec<Entry>, Vec<Entry>) =
+                bucket.drain(..).partition(|e| e.buffers.contains(buffer));
+            self.entries -= gone.len();
+            if kept.is_empty() {
+                self.groups.remove(&hash);
+            } else {
+                *bucket = kept;
+            }
+            // The other buffers of the dropped entries stop naming this hash, unless
+            // a kept entry of the same bucket binds them too.
+            let still = self.groups.get(&hash);
+            for entry in &gone {
+                for other in entry.buffers.iter().filter(|b| *b != buffer) {
+                    if still.is_some_and(|bucket| bucket.iter().any(|e| e.buffers.contains(other)))
+                    {
+                        continue;
+                    }
                     if let Some(list) = self.by_buffer.get_mut(other) {
-                        list.retain(|k| k != &key);
+                        list.retain(|h| *h != hash);
                         if list.is_empty() {
                             self.by_buffer.remove(other);
                         }

@@ -98,11 +98,21 @@ enum AfterDispatch {
     Submit,
 }
 
+/// A kernel's pipeline and its bind group layout, shared by `Arc`: on the web a
+/// clone of either copies a JS reference, and every dispatch needs both.
+struct Compiled {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
 /// A device, its queue and the pool under every kernel.
 pub struct WgpuContext {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
+    /// The device's limits, read once: on the web `Device::limits` reads some fifty
+    /// JS getters, and launchers ask for them every step.
+    limits: wgpu::Limits,
     precision: Precision,
     submit_every: u32,
     timer: Option<Mutex<DispatchTimer>>,
@@ -119,7 +129,7 @@ pub struct WgpuContext {
     pub(crate) memory: Arc<MemoryManager>,
     /// Pipelines by kernel name, with their bind group layout (asked for once: on the
     /// web each `getBindGroupLayout` call makes a new object).
-    pipelines: Mutex<FxHashMap<&'static str, (wgpu::ComputePipeline, wgpu::BindGroupLayout)>>,
+    pipelines: Mutex<FxHashMap<&'static str, Arc<Compiled>>>,
     recorder: Mutex<Recorder>,
     errors: Arc<Mutex<Vec<String>>>,
     lost: Arc<Mutex<Option<String>>>,
@@ -213,10 +223,13 @@ impl WgpuContext {
             && device_subgroups
             && subgroup_widths_fit(&info)
             && !subgroups_off_by_env();
+        // What the device got (the adapter's, asked for in full above).
+        let limits = device.limits();
         Ok(WgpuContext {
             device,
             queue,
             info,
+            limits,
             precision: options.precision,
             submit_every: options.submit_every,
             timer,
@@ -284,8 +297,9 @@ impl WgpuContext {
         &self.cooperative_matrices
     }
 
-    pub fn limits(&self) -> wgpu::Limits {
-        self.device.limits()
+    /// The device's limits.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
     }
 
     /// The pool under every `PooledBuffer` of this context.
@@ -313,7 +327,7 @@ impl WgpuContext {
 
     /// The largest buffer one kernel binding can address on this device.
     pub fn max_binding_size(&self) -> u64 {
-        let l = self.device.limits();
+        let l = &self.limits;
         l.max_storage_buffer_binding_size.min(l.max_buffer_size)
     }
 
@@ -536,11 +550,11 @@ impl WgpuContext {
         buffers: &[&wgpu::Buffer],
         workgroups: [u32; 3],
     ) {
-        let (pipeline, layout) = self.compiled(kernel);
-        let (chunk, offset, size) = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let bind_group =
-            self.memory
-                .bind_group(kernel.name, &layout, (&chunk, offset, size), buffers);
+        let compiled = self.compiled(kernel);
+        let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
+        let bind_group = self
+            .memory
+            .bind_group(kernel.name, &compiled.layout, slot, buffers);
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
             // A specialized kernel (`name#flags`) is traced under its kernel's name.
@@ -575,9 +589,9 @@ impl WgpuContext {
             rec.pipeline_set = Some(kernel.name);
             let pass = rec.pass.as_mut().expect("just opened");
             if !same_pipeline {
-                pass.set_pipeline(&pipeline);
+                pass.set_pipeline(&compiled.pipeline);
             }
-            pass.set_bind_group(0, &bind_group, &[]);
+            pass.set_bind_group(0, &*bind_group, &[]);
             pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
             if timed.is_some() {
                 rec.pass = None;
@@ -660,11 +674,11 @@ impl WgpuContext {
 
     /// The compiled pipeline of `kernel`, built on first use.
     pub fn pipeline(&self, kernel: &Kernel) -> wgpu::ComputePipeline {
-        self.compiled(kernel).0
+        self.compiled(kernel).pipeline.clone()
     }
 
     /// The pipeline of `kernel` and its bind group layout, built on first use.
-    fn compiled(&self, kernel: &Kernel) -> (wgpu::ComputePipeline, wgpu::BindGroupLayout) {
+    fn compiled(&self, kernel: &Kernel) -> Arc<Compiled> {
         let mut cache = lock(&self.pipelines);
         cache
             .entry(kernel.name)
@@ -700,7 +714,8 @@ impl WgpuContext {
                             cache: None,
                         });
                 let layout = pipeline.get_bind_group_layout(0);
-                (pipeline, layout)
+                #[allow(clippy::arc_with_non_send_sync)] // wasm32's wgpu types are not Send
+                Arc::new(Compiled { pipeline, layout })
             })
             .clone()
     }

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::AtomicU64 as IdCounter;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
@@ -426,8 +426,8 @@ impl MemoryManager {
         self.readback.give_back(buffer);
     }
 
-    /// A uniform slot holding `bytes`: chunk, offset, binding size.
-    pub fn uniform_slot(&self, bytes: &[u8]) -> (wgpu::Buffer, u64, std::num::NonZeroU64) {
+    /// A uniform slot holding `bytes`: chunk index, offset, binding size.
+    pub fn uniform_slot(&self, bytes: &[u8]) -> (usize, u64, std::num::NonZeroU64) {
         lock(&self.uniforms).push(bytes, || self.create(CHUNK_BYTES as u64, Purpose::Uniform))
     }
 
@@ -437,11 +437,11 @@ impl MemoryManager {
         &self,
         kernel: &'static str,
         layout: &wgpu::BindGroupLayout,
-        uniform: (&wgpu::Buffer, u64, std::num::NonZeroU64),
+        uniform: (usize, u64, std::num::NonZeroU64),
         buffers: &[&wgpu::Buffer],
-    ) -> wgpu::BindGroup {
+    ) -> Arc<wgpu::BindGroup> {
         let (chunk, offset, size) = uniform;
-        let create = || {
+        let create = |chunk: &wgpu::Buffer| {
             let mut entries = Vec::with_capacity(buffers.len() + 1);
             entries.push(wgpu::BindGroupEntry {
                 binding: 0,
@@ -463,8 +463,14 @@ impl MemoryManager {
                 entries: &entries,
             })
         };
-        let uniform = (chunk.clone(), offset, size.get());
-        let (group, created) = lock(&self.bind_groups).get(kernel, uniform, buffers, create);
+        let chunk_buffer = || lock(&self.uniforms).chunk(chunk).clone();
+        let (group, created) = lock(&self.bind_groups).get(
+            kernel,
+            (chunk, offset, size.get()),
+            buffers,
+            chunk_buffer,
+            create,
+        );
         if created {
             self.counters.bind_groups_created.fetch_add(1, Relaxed);
         }

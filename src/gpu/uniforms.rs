@@ -45,12 +45,13 @@ impl UniformArena {
     }
 
     /// Stores `bytes` in a free slot, calling `create` for a new chunk of
-    /// [`CHUNK_BYTES`] when all are full; returns the chunk, offset and binding size.
+    /// [`CHUNK_BYTES`] when all are full; returns the chunk's index, the offset and
+    /// the binding size.
     pub fn push(
         &mut self,
         bytes: &[u8],
         create: impl FnOnce() -> wgpu::Buffer,
-    ) -> (wgpu::Buffer, u64, NonZeroU64) {
+    ) -> (usize, u64, NonZeroU64) {
         // Uniform bindings are read in 16-byte rows: pad the struct up to one. Slots
         // start at the device's uniform offset alignment (256, or 32 on lavapipe).
         let size = bytes.len().max(16).div_ceil(16) * 16;
@@ -79,7 +80,12 @@ impl UniformArena {
         }
         self.used += stride;
         let size = NonZeroU64::new(size as u64).expect("padded to 16");
-        (self.chunks[self.current].clone(), offset as u64, size)
+        (self.current, offset as u64, size)
+    }
+
+    /// Chunk `i` of [`Self::push`].
+    pub fn chunk(&self, i: usize) -> &wgpu::Buffer {
+        &self.chunks[i]
     }
 
     /// Writes the slots' changed bytes ahead of the coming submit; returns how many
