@@ -50,6 +50,9 @@
 #                               previous build, natively and through Dawn (both builds'
 #                               trainers in one process), three rounds; submit_every
 #                               16-128 through Dawn; Dawn's null backend (~7 min)
+#   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
+#                               tiny and small 16 a call and the shakespeare step beside
+#                               the previous build, natively and through Dawn (~6 min)
 #   scripts/gpu-run.sh shakespeare3  the shakespeare step, both builds, natively and
 #                               through Dawn, three rounds (~1 min)
 #   scripts/gpu-run.sh steady16 tiny and small 16 steps a call at their steady speed (2000
@@ -433,6 +436,31 @@ case "${1:-bench}" in
     run dawn_tiny_submit_every /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --submit-every 16,32,64,128
     for p in tiny small; do
       run "dawn_null_$p" /tmp/node dawn/bench-dawn.mjs --dawn-backend null --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 3 --steps 60 --at-once 16
+    done
+    ;;
+  attention1)
+    # The attention backward in one dispatch (~6 min): op parity, each kernel's GPU
+    # time (tiny, small, shakespeare) with each build, three rounds of tiny and small
+    # 16 steps a call beside the previous build (natively one process a build,
+    # through Dawn both in one process), and the shakespeare step, three rounds.
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    for b in tidepool-prev tidepool; do
+      [ -x ./$b ] && run "kernels_$b" ./$b bench kernels --presets tiny,small,shakespeare --warmup 3 --steps 3 --corpus tinyshakespeare.txt --json
+    done
+    for round in 1 2 3; do
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        run "dawn_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
+      done
+      for b in tidepool-prev tidepool; do
+        [ -x ./$b ] && run "shakespeare_${b}_$round" ./$b bench step --presets shakespeare --at-once 1 --warmup 3 --steps 8 --corpus tinyshakespeare.txt --json
+      done
+      run "dawn_shakespeare_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 8
     done
     ;;
   shakespeare3)

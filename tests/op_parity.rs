@@ -1384,7 +1384,12 @@ async fn attention_on(
                 seed,
             );
 
-            let dqkv = poisoned(ctx, &[b * nh * t, b * t * 3 * c], || {
+            // The CPU kernels' two passes also draw D's buffer; the GPU's one does not.
+            let outputs: &[usize] = match target {
+                Target::Gpu => &[b * t * 3 * c],
+                Target::Cpu => &[b * nh * t, b * t * 3 * c],
+            };
+            let dqkv = poisoned(ctx, outputs, || {
                 attention_backward_on(
                     ctx, target, &g_dout, &g_qkv, &out, &saved, b, t, c, nh, dropout,
                 )

@@ -123,11 +123,22 @@ impl Variant {
     }
 }
 
-/// [forward, dq, dkdv] of `variant`, for heads of at most
-/// `4 * HS4S[target][v]` channels, expanded once.
-fn kernels(variant: Variant, v: usize) -> &'static [Kernel; 3] {
-    static VARIANTS: [[OnceLock<[Kernel; 3]>; 4]; 3] =
-        [const { [const { OnceLock::new() }; 4] }; 3];
+/// A variant's kernels: the forward, and the backward in one dispatch (GPUs: dq
+/// blocks then dk/dv blocks) or two (CPUs: dq, which writes D, then dk/dv).
+struct Kernels {
+    forward: Kernel,
+    backward: Backward,
+}
+
+enum Backward {
+    Fused(Kernel),
+    Split { dq: Kernel, dkdv: Kernel },
+}
+
+/// The kernels of `variant`, for heads of at most `4 * HS4S[target][v]` channels,
+/// expanded once.
+fn kernels(variant: Variant, v: usize) -> &'static Kernels {
+    static VARIANTS: [[OnceLock<Kernels>; 4]; 3] = [const { [const { OnceLock::new() }; 4] }; 3];
     VARIANTS[variant.index()][v].get_or_init(|| {
         let hs4 = HS4S[variant.target() as usize][v];
         // Names tell the pair exchanges apart: pipelines are cached by name.
@@ -159,11 +170,17 @@ fn kernels(variant: Variant, v: usize) -> &'static [Kernel; 3] {
             entry,
             unchecked: true,
         };
-        [
-            kernel("forward", fwd, "main"),
-            kernel("dq", bwd, "dq"),
-            kernel("dkdv", bwd, "dkdv"),
-        ]
+        let backward = match variant {
+            Variant::Gpu { .. } => Backward::Fused(kernel("backward", bwd, "main")),
+            Variant::Cpu => Backward::Split {
+                dq: kernel("dq", bwd, "dq"),
+                dkdv: kernel("dkdv", bwd, "dkdv"),
+            },
+        };
+        Kernels {
+            forward: kernel("forward", fwd, "main"),
+            backward,
+        }
     })
 }
 
@@ -200,7 +217,7 @@ fn setup(
     c: usize,
     nh: usize,
     dropout: Option<AttnDropout>,
-) -> (Params, &'static [Kernel; 3], [[u32; 3]; 3]) {
+) -> (Params, &'static Kernels, [u32; 3]) {
     assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
     assert!(
         c.is_multiple_of(nh),
@@ -218,11 +235,13 @@ fn setup(
         Target::Cpu => Variant::Cpu,
     };
     let kernels = kernels(variant, v);
-    let blocks = match target {
-        Target::Gpu => [BLOCK; 3],
-        Target::Cpu => [CPU_LANES * CPU_ROWS[v]; 3],
+    // Workgroups of the forward and of each backward pass (the fused backward
+    // takes twice as many: its dq blocks, then its dk/dv blocks).
+    let block = match target {
+        Target::Gpu => BLOCK,
+        Target::Cpu => CPU_LANES * CPU_ROWS[v],
     };
-    let groups = blocks.map(|block| [t.div_ceil(block) as u32, (b * nh) as u32, 1]);
+    let groups = [t.div_ceil(block) as u32, (b * nh) as u32, 1];
     assert!(
         b * nh <= 65535,
         "b * nh = {} exceeds one grid dimension",
@@ -287,7 +306,7 @@ pub fn attention_forward_on(
     check_len(qkv, b * t * 3 * c, "attention_forward qkv");
     let out = ctx.create_pooled(b * t * c * 4);
     let lse = ctx.create_pooled(b * nh * t * 4);
-    ctx.dispatch(&kernels[0], &params, &[qkv, &out, &lse], groups[0]);
+    ctx.dispatch(&kernels.forward, &params, &[qkv, &out, &lse], groups);
     (out, lse)
 }
 
@@ -343,20 +362,19 @@ pub fn attention_backward_on(
     check_len(out, b * t * c, "attention_backward out");
     check_len(saved, b * nh * t, "attention_backward saved");
     let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
-    // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
-    let dsum = ctx.create_pooled(b * nh * t * 4);
-    ctx.dispatch(
-        &kernels[1],
-        &params,
-        &[dout, qkv, saved, &dsum, &dqkv, out],
-        groups[1],
-    );
-    ctx.dispatch(
-        &kernels[2],
-        &params,
-        &[dout, qkv, saved, &dsum, &dqkv],
-        groups[2],
-    );
+    match &kernels.backward {
+        Backward::Fused(kernel) => {
+            let [x, y, z] = groups;
+            let fused = [2 * x, y, z];
+            ctx.dispatch(kernel, &params, &[dout, qkv, saved, &dqkv, out], fused);
+        }
+        Backward::Split { dq, dkdv } => {
+            // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
+            let dsum = ctx.create_pooled(b * nh * t * 4);
+            ctx.dispatch(dq, &params, &[dout, qkv, saved, &dsum, &dqkv, out], groups);
+            ctx.dispatch(dkdv, &params, &[dout, qkv, saved, &dsum, &dqkv], groups);
+        }
+    }
     dqkv
 }
 

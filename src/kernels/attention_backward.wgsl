@@ -7,19 +7,21 @@
 // scale included, recomputed as FlashAttention does) dp_ij becomes
 // m_ij dout_i · v_j and dv_j sums p_ij m_ij dout_i; D_i = dout_i · out_i still
 // equals sum_j p_ij dp_ij because out_i = sum_j p_ij m_ij v_j.
-// No atomics: `dq` loops over keys for its queries and writes D; then `dkdv` loops
-// over queries for its keys. Each writes its own channels of dqkv.
+// One dispatch, no atomics: the first ceil(t / 64) workgroups of each (batch, head)
+// are `dq_block`s, each looping over keys for its queries; the rest are
+// `dkdv_block`s, each looping over queries for its keys. Each writes its own
+// channels of dqkv. A dkdv block needs D of every query it streams, so it works D
+// out from the tile's dout rows and `out` rather than wait for dq's: for t <= 64
+// (one key block) each D is still computed once there.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> qkv: array<f32>;
 @group(0) @binding(3) var<storage, read> lse: array<f32>;
-// D_i: written by `dq`, read by `dkdv`.
-@group(0) @binding(4) var<storage, read_write> dsum: array<f32>;
-@group(0) @binding(5) var<storage, read_write> dqkv: array<f32>;
-// Used by `dq` only (the last binding, so `dkdv` simply binds one buffer fewer).
-@group(0) @binding(6) var<storage, read> out: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dqkv: array<f32>;
+// The forward's output, for D.
+@group(0) @binding(5) var<storage, read> out: array<f32>;
 
 // Rows (queries for `dq`, keys for `dkdv`) of a workgroup, and the tile of the
 // other side that streams through shared memory.
@@ -32,6 +34,8 @@ var<workgroup> tile: array<vec4<f32>, 2u * BT * HS4>;
 var<workgroup> part: array<vec2<f32>, BT * 128u>;
 var<workgroup> lse_t: array<f32, BT>;
 var<workgroup> dsum_t: array<f32, BT>;
+// dkdv: each dout vec4 of the tile times out's, for the tile's D.
+var<workgroup> dprod: array<f32, BT * HS4>;
 
 fn qkv4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
@@ -75,7 +79,7 @@ fn hsum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }
 
-// Both kernels: 128 threads in two groups of 64 (whole warps). In each group,
+// Both blocks: 128 threads in two groups of 64 (whole warps). In each group,
 // threads 2r and 2r+1 hold halves (vec4s 2d + half) of rows x*64 + r ("a") and
 // x*64 + 32 + r ("b") of one operand and work out half dots of both rows with the
 // streamed tile; the halves meet in `part`. Then each group accumulates one of two
@@ -86,15 +90,13 @@ fn hsum(v: vec4<f32>) -> f32 {
 // subgroup may be narrower than a group, and a shuffle in `if (grp ..)` would be
 // in non-uniform control flow, which is why D's halves stay in `part` too).
 
-// Workgroup (x, y): queries x*64 .. of (batch, head) y. Group 0 holds q (scores
+// Block x: queries x*64 .. of (batch, head) bh. Group 0 holds q (scores
 // s = q·k), group 1 dout (dp = dout·v); group 0 accumulates dq of row a, group 1
 // of row b. Keys stream through shared memory 8 at a time.
-@compute @workgroup_size(128)
-fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let bh = wg.y;
+fn dq_block(x: u32, bh: u32, t: u32) {
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let row0 = wg.x * BQ;
+    let row0 = x * BQ;
     let grp = t / 64u;
     let tl = t % 64u;
     let hh = tl % 2u;
@@ -171,22 +173,17 @@ fn dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: 
 
     if (row < p.t) {
         store4(row, bi, 0u, h, (2u * #Du + hh) * 4u, acc#D * p.scale);
-        if (hh == 0u) {
-            dsum[bh * p.t + row] = dd;
-        }
     }
 }
 
-// Workgroup (x, y): keys x*64 .. of (batch, head) y. Group 0 holds k (scores
+// Block x: keys x*64 .. of (batch, head) bh. Group 0 holds k (scores
 // s = q·k) and accumulates dv of rows a and b; group 1 holds v (dp = dout·v) and
 // accumulates dk. Queries stream through shared memory 8 at a time from the
 // block's first key on.
-@compute @workgroup_size(128)
-fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let bh = wg.y;
+fn dkdv_block(x: u32, bh: u32, t: u32) {
     let bi = bh / p.nh;
     let h = bh % p.nh;
-    let row0 = wg.x * BQ;
+    let row0 = x * BQ;
     let grp = t / 64u;
     let tl = t % 64u;
     let hh = tl % 2u;
@@ -202,27 +199,39 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     var accb#D = vec4<f32>(0.0);
 
     for (var it = row0; it < p.t; it += BT) {
-        // Tile rows 0..BT: q; BT..2BT: dout.
+        // Tile rows 0..BT: q; BT..2BT: dout, each vec4's share of D beside it.
         for (var e = t; e < 2u * BT * HS4; e += 2u * BQ) {
             let f = e % (BT * HS4);
             let i = it + f / HS4;
             let d = (f % HS4) * 4u;
             var v = vec4<f32>(0.0);
+            var dv = 0.0;
             if (i < p.t) {
                 if (e < BT * HS4) {
                     v = qkv4(bi, i, 0u, h, d);
                 } else {
                     v = dout4(bi, i, h, d);
+                    dv = hsum(v * out4(bi, i, h, d));
                 }
             }
             tile[e] = v;
+            if (e >= BT * HS4) {
+                dprod[f] = dv;
+            }
         }
         if (t < BT) {
             let i = min(it + t, p.t - 1u);
             lse_t[t] = lse[bh * p.t + i];
-            dsum_t[t] = dsum[bh * p.t + i];
         }
         workgroupBarrier();
+        // D of the tile's queries, read after the next barrier.
+        if (t < BT) {
+            var dd = 0.0;
+            for (var d = 0u; d < HS4; d++) {
+                dd += dprod[t * HS4 + d];
+            }
+            dsum_t[t] = dd;
+        }
         let off = grp * BT * HS4 + hh;
         for (var ii = 0u; ii < BT; ii++) {
             let q0 = off + ii * HS4;
@@ -266,5 +275,17 @@ fn dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     if (keyb < p.t) {
         store4(keyb, bi, which, h, (2u * #Du + hh) * 4u, accb#D * scale);
+    }
+}
+
+// Workgroup (x, y) of (2 ceil(t / 64), b * nh): a dq block for x below ceil(t / 64),
+// else a dk/dv block.
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let blocks = (p.t + BQ - 1u) / BQ;
+    if (wg.x < blocks) {
+        dq_block(wg.x, wg.y, t);
+    } else {
+        dkdv_block(wg.x - blocks, wg.y, t);
     }
 }
