@@ -53,6 +53,9 @@
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
+#   scripts/gpu-run.sh minsplit  three builds of one setting (this, prev, mid): small's
+#                               kernels, tiny and small 16 a call natively and through
+#                               Dawn, three rounds (~5 min)
 #   scripts/gpu-run.sh shakespeare3  the shakespeare step, both builds, natively and
 #                               through Dawn, three rounds (~1 min)
 #   scripts/gpu-run.sh steady16 tiny and small 16 steps a call at their steady speed (2000
@@ -461,6 +464,25 @@ case "${1:-bench}" in
         [ -x ./$b ] && run "shakespeare_${b}_$round" ./$b bench step --presets shakespeare --at-once 1 --warmup 3 --steps 8 --corpus tinyshakespeare.txt --json
       done
       run "dawn_shakespeare_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset shakespeare --corpus tinyshakespeare.txt --warmup 3 --steps 8
+    done
+    ;;
+  minsplit)
+    # A sweep of one setting built three ways (~5 min): this build as it is, and the
+    # two carried as tidepool-prev/pkg-prev and tidepool-mid/pkg-mid (round twelve:
+    # MIN_SPLIT 64, 128, 256). Each kernel's GPU time on small, then three rounds of
+    # tiny and small 16 a call natively (one process a build) and through Dawn (the
+    # three builds' trainers in one process).
+    ./tidepool info | tee "$out/info.txt"
+    for b in tidepool tidepool-prev tidepool-mid; do
+      [ -x ./$b ] && run "kernels_$b" ./$b bench kernels --presets small --warmup 3 --steps 3 --corpus tinyshakespeare.txt --json
+    done
+    for round in 1 2 3; do
+      for b in tidepool tidepool-prev tidepool-mid; do
+        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        run "dawn_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg,./pkg-prev,./pkg-mid --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
+      done
     done
     ;;
   shakespeare3)
