@@ -19,14 +19,18 @@ cp "$f16_test" .gpu/matmul_f16
 parity_test=$(cargo test --release --test op_parity --no-run --message-format=json \
   | sed -n 's/.*"executable":"\([^"]*op_parity[^"]*\)".*/\1/p' | tail -n 1)
 cp "$parity_test" .gpu/op_parity
-strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16 .gpu/op_parity
+# And tests/gpu.rs: the context, the pool, the bind group cache, slices.
+gpu_test=$(cargo test --release --test gpu --no-run --message-format=json \
+  | sed -n 's/.*"executable":"\([^"]*deps\/gpu-[^"]*\)".*/\1/p' | tail -n 1)
+cp "$gpu_test" .gpu/gpu
+strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16 .gpu/op_parity .gpu/gpu
 # The previous build for before/after rows (gpu-run.sh round3), when given.
 if [ -n "${PREV_TIDEPOOL:-}" ]; then cp "$PREV_TIDEPOOL" .gpu/tidepool-prev && strip .gpu/tidepool-prev; fi
 # And a build between the two (gpu-run.sh round7), when given.
 if [ -n "${MID_TIDEPOOL:-}" ]; then cp "$MID_TIDEPOOL" .gpu/tidepool-mid && strip .gpu/tidepool-mid; fi
 if [ -n "${PREV_MATMUL_BENCH:-}" ]; then cp "$PREV_MATMUL_BENCH" .gpu/matmul_bench_prev && strip .gpu/matmul_bench_prev; fi
 # The carry limit is 64 MiB: all but tidepool travel xz-packed (gpu-run.sh unpacks them).
-for b in matmul_bench matmul_bench_prev matmul_f16 op_parity tidepool-prev tidepool-mid; do
+for b in matmul_bench matmul_bench_prev matmul_f16 op_parity gpu tidepool-prev tidepool-mid; do
   if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
 done
 dawn=.gpu/dawn/node_modules/webgpu/dist/linux-x64/dawn.node

@@ -50,6 +50,10 @@
 #                               previous build, natively and through Dawn (both builds'
 #                               trainers in one process), three rounds; submit_every
 #                               16-128 through Dawn; Dawn's null backend (~7 min)
+#   scripts/gpu-run.sh round13  op parity and tests/gpu.rs, then tiny and small 16 steps a
+#                               call beside the previous build, natively and through Dawn
+#                               (three rounds), two rounds of 2000-step processes of each,
+#                               and Dawn's null backend (~8 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -131,6 +135,18 @@ against_previous() {
       for pkg in pkg-prev pkg-mid pkg; do
         [ -d ./$pkg ] && run "dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30
       done
+    done
+  done
+}
+# The page's presets 16 steps a call, this build beside the previous one, for $1
+# rounds: natively one process a build, through Dawn both trainers in one process.
+beside_previous_16() {
+  for round in $(seq 1 "$1"); do
+    for b in tidepool-prev tidepool; do
+      [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+    done
+    for p in tiny small; do
+      run "dawn_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
     done
   done
 }
@@ -428,15 +444,33 @@ case "${1:-bench}" in
       [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
     done
     ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
-    for round in 1 2 3; do
+    beside_previous_16 3
+    run dawn_tiny_submit_every /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --submit-every 16,32,64,128
+    for p in tiny small; do
+      run "dawn_null_$p" /tmp/node dawn/bench-dawn.mjs --dawn-backend null --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 3 --steps 60 --at-once 16
+    done
+    ;;
+  round13)
+    # Round thirteen (~8 min): op parity and tests/gpu.rs on the H200, then three
+    # rounds of tiny and small 16 steps a call beside the previous build (natively one
+    # process a build, through Dawn both trainers in one process), then two rounds of
+    # 2000-step processes of each (the host's slow phases show there), both builds.
+    ./tidepool info | tee "$out/info.txt"
+    for t in ${GPU_TESTS:-op_parity gpu}; do
+      [ -x ./$t ] && run "test_$t" ./$t --test-threads 1
+    done
+    ./tidepool bench step --presets small --warmup 5 --steps 200 --corpus tinyshakespeare.txt --json > /dev/null 2>&1
+    beside_previous_16 3
+    for round in 1 2; do
       for b in tidepool-prev tidepool; do
-        [ -x ./$b ] && run "${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+        [ -x ./$b ] && run "steady_${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 125 --corpus tinyshakespeare.txt --json
       done
       for p in tiny small; do
-        run "dawn_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
+        for pkg in pkg-prev pkg; do
+          [ -d ./$pkg ] && run "steady_dawn_${pkg}_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./$pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 125 --at-once 16 --windows 10
+        done
       done
     done
-    run dawn_tiny_submit_every /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --submit-every 16,32,64,128
     for p in tiny small; do
       run "dawn_null_$p" /tmp/node dawn/bench-dawn.mjs --dawn-backend null --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 3 --steps 60 --at-once 16
     done

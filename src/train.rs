@@ -388,11 +388,21 @@ pub struct StepStats {
 pub fn now_ms() -> f64 {
     #[cfg(target_arch = "wasm32")]
     {
-        let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
-        perf.and_then(|p| {
-            let now = js_sys::Reflect::get(&p, &"now".into()).ok()?;
-            let now: &js_sys::Function = wasm_bindgen::JsCast::dyn_ref(&now)?;
-            now.call0(&p).ok()?.as_f64()
+        use wasm_bindgen::{JsCast, JsValue};
+        // Looked up once: a step reads the clock a few times, and each lookup
+        // crosses into JavaScript twice more than the call itself.
+        thread_local! {
+            static NOW: Option<(JsValue, js_sys::Function)> = {
+                let perf = js_sys::Reflect::get(&js_sys::global(), &"performance".into()).ok();
+                perf.and_then(|p| {
+                    let now = js_sys::Reflect::get(&p, &"now".into()).ok()?;
+                    Some((p, now.dyn_into::<js_sys::Function>().ok()?))
+                })
+            };
+        }
+        NOW.with(|now| {
+            now.as_ref()
+                .and_then(|(perf, now)| now.call0(perf).ok()?.as_f64())
         })
         .unwrap_or_else(js_sys::Date::now)
     }
@@ -517,7 +527,9 @@ impl Trainer {
         // has the creation among its own.
         let before = self.counters_now();
         let report = self.ctx.pending_read(12);
-        let recorded = self.record_step(inputs, targets, (start, before), (&report, 0), false);
+        let (vocab, belt) = (self.model.vocab, self.cfg.belt);
+        let batch = |ctx: &WgpuContext| GpuBatch::upload(ctx, inputs, targets, vocab, belt);
+        let recorded = self.record_step(batch, (start, before), (&report, 0), false);
         let figures = self.ctx.read::<f32>(report, 3).await?;
         self.step = recorded.step;
         let after = (self.ctx.counters(), self.ctx.pool_stats());
@@ -545,14 +557,35 @@ impl Trainer {
         let start = now_ms();
         // Each step's [loss, norm, scale] at 4 floats a step.
         let figures = self.ctx.pending_read(16 * u64::from(n));
+        let host: Vec<(Vec<u32>, Vec<u32>)> = (0..n)
+            .map(|_| self.batcher.next(&self.corpus.train, b, c))
+            .collect();
+        let (vocab, belt) = (self.model.vocab, self.cfg.belt);
+        // The first step's batch goes up alone, so that the GPU can start on it at
+        // once; all the others in the second step's scope, while the GPU runs the
+        // first, through one staging chunk and one run of copies (two map cycles a
+        // call, and no copy ending a later step's compute pass).
+        let mut uploaded: Vec<GpuBatch> = Vec::new();
         let mut recorded = Vec::new();
-        for i in 0..n {
-            let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
+        for i in 0..n as usize {
             let at = (now_ms(), self.counters_now());
+            let batch = |ctx: &WgpuContext| {
+                let to_upload = match i {
+                    0 => Some(0..1),
+                    1 => Some(1..host.len()),
+                    _ => None,
+                };
+                if let Some(range) = to_upload {
+                    let pairs: Vec<(&[u32], &[u32])> =
+                        host[range].iter().map(|(x, y)| (&x[..], &y[..])).collect();
+                    uploaded = GpuBatch::upload_all(ctx, &pairs, vocab, belt);
+                    uploaded.reverse();
+                }
+                uploaded.pop().expect("one batch a step")
+            };
             // Steps after the first go out in one submit each: the GPU is still busy
             // with the one before, so parts would only add host work.
-            let step =
-                self.record_step(&inputs, &targets, at, (&figures, 16 * u64::from(i)), i > 0);
+            let step = self.record_step(batch, at, (&figures, 16 * i as u64), i > 0);
             self.step = step.step;
             let after = (self.ctx.counters(), self.ctx.pool_stats());
             recorded.push((step, after));
@@ -578,22 +611,23 @@ impl Trainer {
         (self.ctx.counters(), self.ctx.pool_stats())
     }
 
-    /// Records training step `self.step + 1` on a batch (one scope: forward,
-    /// backward, clip, AdamW) and returns what its stats need (`start`: its start
-    /// time and counters). Its [loss, norm, scale] go to `report` at byte `at`,
-    /// copied in the scope's own submits; `whole`: in one submit
-    /// ([`WgpuContext::scope_in_one_submit`]), else in the context's parts.
+    /// Records training step `self.step + 1` on the batch that `batch` uploads or
+    /// hands over, in the step's scope (one scope: forward, backward, clip, AdamW),
+    /// and returns what its stats need (`start`: its start time and counters). Its
+    /// [loss, norm, scale] go to `report` at byte `at`, copied in the scope's own
+    /// submits; `whole`: in one submit ([`WgpuContext::scope_in_one_submit`]), else
+    /// in the context's parts.
     fn record_step(
         &mut self,
-        inputs: &[u32],
-        targets: &[u32],
+        batch: impl FnOnce(&WgpuContext) -> GpuBatch,
         (start, before): (f64, (ContextCounters, BufferPoolStats)),
         (report, at): (&PendingRead, u64),
         whole: bool,
     ) -> RecordedStep {
         let step = self.step + 1;
         let record = || {
-            let grads = self.gradients(inputs, targets, step, report, at);
+            let batch = batch(&self.ctx);
+            let grads = self.gradients(&batch, step, report, at);
             self.update(&grads, step);
             self.ctx
                 .copy_to_read(self.moments.norm_scale(), 0, report, at + 4, 8);
@@ -670,15 +704,13 @@ impl Trainer {
     /// returns the gradients.
     fn gradients(
         &self,
-        inputs: &[u32],
-        targets: &[u32],
+        batch: &GpuBatch,
         step: u32,
         loss_to: &PendingRead,
         at: u64,
     ) -> Vec<PooledBuffer> {
         let ops = GpuOps::new(&self.ctx);
-        let batch = GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
-        let (b, t) = (self.cfg.batch, inputs.len() / self.cfg.batch);
+        let (b, t) = (self.cfg.batch, self.cfg.context);
         let dropout = Dropout::new(
             self.cfg.dropout,
             self.cfg.seed,
@@ -689,7 +721,7 @@ impl Trainer {
             &ops,
             &self.model,
             &self.params,
-            &batch,
+            batch,
             b,
             t,
             dropout.as_ref(),
@@ -699,7 +731,7 @@ impl Trainer {
             &ops,
             &self.model,
             &self.params,
-            &batch,
+            batch,
             acts,
             dropout.as_ref(),
         );
@@ -783,9 +815,11 @@ impl Trainer {
         self.check_batch(inputs, targets)?;
         let step = self.step + 1;
         let report = self.ctx.pending_read(4);
-        let grads = self
-            .ctx
-            .scope(|| self.gradients(inputs, targets, step, &report, 0));
+        let grads = self.ctx.scope(|| {
+            let batch =
+                GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
+            self.gradients(&batch, step, &report, 0)
+        });
         let loss = self.ctx.read::<f32>(report, 1).await?[0];
         let mut out = Vec::with_capacity(grads.len());
         for (grad, spec) in grads.iter().zip(&self.specs) {

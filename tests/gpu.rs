@@ -542,6 +542,55 @@ async fn bind_group_cache_body() {
     ctx.take_error().expect("no WebGPU error");
 }
 
+gpu_test!(slices_bind_their_own_range, slices_body());
+/// A kernel bound to a range of a buffer ([`Slice`]) sees that range as its whole
+/// array, and the bind group cache tells two ranges of one buffer apart: token
+/// ids at byte 0 and at the device's offset alignment pick different embedding rows.
+async fn slices_body() {
+    use std::num::NonZeroU64;
+    use tidepool::gpu::Slice;
+    use tidepool::kernels::encoder_forward;
+    let ctx = context().await;
+    let mut rng = Rng::new(fresh_seed());
+    let (v, c, t) = (7usize, 3usize, 5usize);
+    let align = ctx.limits().min_storage_buffer_offset_alignment as usize / 4;
+    // Two windows of t ids: the first at word 0, the second at word `align`; the
+    // words between are ids that no window uses.
+    let mut ids = vec![v as u32 - 1; align + t];
+    let first: Vec<u32> = (0..t).map(|_| rng.below(v - 1) as u32).collect();
+    let mut second: Vec<u32> = (0..t).map(|_| rng.below(v - 1) as u32).collect();
+    second[0] = (first[0] + 1) % (v as u32 - 1); // the windows differ
+    ids[..t].copy_from_slice(&first);
+    ids[align..].copy_from_slice(&second);
+    let wte: Vec<f32> = (0..v * c).map(|i| i as f32).collect();
+    let (gids, gwte, gwpe) = (
+        ctx.upload(&ids),
+        ctx.upload(&wte),
+        ctx.upload(&vec![0.0f32; t * c]),
+    );
+    let size = NonZeroU64::new(4 * t as u64).unwrap();
+    let window = |at: usize| Slice::range(&gids, 4 * at as u64, size);
+    let rows = |ids: &[u32]| -> Vec<f32> {
+        ids.iter()
+            .flat_map(|&k| wte[k as usize * c..(k as usize + 1) * c].to_vec())
+            .collect()
+    };
+    let created = || ctx.counters().bind_groups_created;
+    let out = encoder_forward(&ctx, window(0), &gwte, &gwpe, 1, t, c);
+    assert_eq!(read(&ctx, &out, t * c).await, rows(&first));
+    drop(out); // its buffer comes back for the next output
+    let before = created();
+    let out = encoder_forward(&ctx, window(align), &gwte, &gwpe, 1, t, c);
+    assert_eq!(created(), before + 1, "another range reused a bind group");
+    assert_eq!(read(&ctx, &out, t * c).await, rows(&second));
+    drop(out);
+    let before = created();
+    let out = encoder_forward(&ctx, window(0), &gwte, &gwpe, 1, t, c);
+    assert_eq!(created(), before, "the same range made a new bind group");
+    assert_eq!(read(&ctx, &out, t * c).await, rows(&first));
+    ctx.take_error().expect("no WebGPU error");
+}
+
 gpu_test!(
     clear_trim_evict_inside_a_scope_wait_for_its_submit,
     destroys_wait_for_the_submit_body()

@@ -10,12 +10,16 @@
 //! A lookup clones nothing. On the web a `wgpu::Buffer` or `wgpu::BindGroup` clone
 //! copies a JS reference (an externref table slot taken, and freed on drop), and a
 //! dispatch binds ten or so buffers; so the lookup hashes and compares borrowed
-//! buffers (by wgpu's identifiers), and hands out the group behind an `Arc`.
+//! buffers (by wgpu's identifiers) and their ranges, and hands out the group behind
+//! an `Arc`.
 
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHasher};
+
+use super::slice::Bindable;
 
 /// Where a dispatch's uniform parameters are: the arena's chunk index, offset and
 /// size. A chunk index names one buffer for the arena's lifetime (the chunks go only
@@ -26,17 +30,26 @@ struct Entry {
     /// The kernel's name (unique per kernel, like the pipeline cache's key).
     kernel: &'static str,
     uniform: UniformSlot,
-    /// The uniform chunk, then the storage buffers at bindings 1.. (whole).
+    /// The uniform chunk, then the storage buffers at bindings 1...
     buffers: Vec<wgpu::Buffer>,
+    /// The ranges bound of `buffers[1..]` (offset, size; `None`: to the end).
+    ranges: Vec<(u64, Option<NonZeroU64>)>,
     group: Arc<wgpu::BindGroup>,
 }
 
 impl Entry {
-    fn binds(&self, kernel: &str, uniform: UniformSlot, buffers: &[&wgpu::Buffer]) -> bool {
+    fn binds<B: Bindable>(&self, kernel: &str, uniform: UniformSlot, bound: &[B]) -> bool {
         self.kernel == kernel
             && self.uniform == uniform
-            && self.buffers.len() == buffers.len() + 1
-            && self.buffers[1..].iter().zip(buffers).all(|(a, b)| a == *b)
+            && self.ranges.len() == bound.len()
+            && self.buffers[1..]
+                .iter()
+                .zip(&self.ranges)
+                .zip(bound)
+                .all(|((buffer, range), b)| {
+                    let s = b.slice();
+                    buffer == s.buffer() && *range == s.range_key()
+                })
     }
 }
 
@@ -53,33 +66,35 @@ pub(crate) struct BindGroupCache {
     by_buffer: FxHashMap<wgpu::Buffer, Vec<u64>>,
 }
 
-fn key_hash(kernel: &str, uniform: UniformSlot, buffers: &[&wgpu::Buffer]) -> u64 {
+fn key_hash<B: Bindable>(kernel: &str, uniform: UniformSlot, bound: &[B]) -> u64 {
     let mut h = FxHasher::default();
     kernel.hash(&mut h);
     uniform.hash(&mut h);
-    for b in buffers {
-        b.hash(&mut h);
+    for b in bound {
+        let s = b.slice();
+        s.buffer().hash(&mut h);
+        s.range_key().hash(&mut h);
     }
     h.finish()
 }
 
 impl BindGroupCache {
-    /// The bind group of `kernel` with the uniform slot at binding 0 and `buffers`
-    /// (whole) at 1... On a miss `create` makes it, given the slot's chunk from
-    /// `chunk`. Returns it and whether it was created.
-    pub fn get(
+    /// The bind group of `kernel` with the uniform slot at binding 0 and `bound`
+    /// (buffers or ranges of them) at 1... On a miss `create` makes it, given the
+    /// slot's chunk from `chunk`. Returns it and whether it was created.
+    pub fn get<B: Bindable>(
         &mut self,
         kernel: &'static str,
         uniform: UniformSlot,
-        buffers: &[&wgpu::Buffer],
+        bound: &[B],
         chunk: impl FnOnce() -> wgpu::Buffer,
         create: impl FnOnce(&wgpu::Buffer) -> wgpu::BindGroup,
     ) -> (Arc<wgpu::BindGroup>, bool) {
-        let hash = key_hash(kernel, uniform, buffers);
+        let hash = key_hash(kernel, uniform, bound);
         if let Some(entry) = self
             .groups
             .get(&hash)
-            .and_then(|bucket| bucket.iter().find(|e| e.binds(kernel, uniform, buffers)))
+            .and_then(|bucket| bucket.iter().find(|e| e.binds(kernel, uniform, bound)))
         {
             return (entry.group.clone(), false);
         }
@@ -91,9 +106,10 @@ impl BindGroupCache {
         let chunk = chunk();
         #[allow(clippy::arc_with_non_send_sync)] // wasm32's wgpu types are not Send
         let group = Arc::new(create(&chunk));
-        let mut owned = Vec::with_capacity(buffers.len() + 1);
+        let mut owned = Vec::with_capacity(bound.len() + 1);
         owned.push(chunk);
-        owned.extend(buffers.iter().map(|b| (*b).clone()));
+        owned.extend(bound.iter().map(|b| b.slice().buffer().clone()));
+        let ranges = bound.iter().map(|b| b.slice().range_key()).collect();
         for buffer in &owned {
             let hashes = self.by_buffer.entry(buffer.clone()).or_default();
             if !hashes.contains(&hash) {
@@ -104,6 +120,7 @@ impl BindGroupCache {
             kernel,
             uniform,
             buffers: owned,
+            ranges,
             group: group.clone(),
         });
         self.entries += 1;

@@ -10,6 +10,7 @@ use super::kernel::Kernel;
 use super::lock;
 use super::memory::{ContextCounters, MemoryManager};
 use super::pooled::PooledBuffer;
+use super::slice::{Bindable, Slice};
 use super::timing::{DispatchTimer, DispatchTimes};
 use crate::config::Precision;
 use crate::error::{Error, Result};
@@ -550,11 +551,33 @@ impl WgpuContext {
         buffers: &[&wgpu::Buffer],
         workgroups: [u32; 3],
     ) {
+        self.dispatch_bound(kernel, params, buffers, workgroups)
+    }
+
+    /// [`WgpuContext::dispatch`] binding `slices` (ranges of buffers, or whole
+    /// ones) at bindings 1...
+    pub fn dispatch_slices<P: bytemuck::Pod>(
+        &self,
+        kernel: &Kernel,
+        params: &P,
+        slices: &[Slice],
+        workgroups: [u32; 3],
+    ) {
+        self.dispatch_bound(kernel, params, slices, workgroups)
+    }
+
+    fn dispatch_bound<P: bytemuck::Pod, B: Bindable>(
+        &self,
+        kernel: &Kernel,
+        params: &P,
+        bound: &[B],
+        workgroups: [u32; 3],
+    ) {
         let compiled = self.compiled(kernel);
         let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
         let bind_group = self
             .memory
-            .bind_group(kernel.name, &compiled.layout, slot, buffers);
+            .bind_group(kernel.name, &compiled.layout, slot, bound);
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
             // A specialized kernel (`name#flags`) is traced under its kernel's name.

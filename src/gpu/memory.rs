@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 
 use super::bind_groups::BindGroupCache;
 use super::lock;
+use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
 use crate::pool::{BufferPool, BufferPoolConfig, LetGo, Rejection};
@@ -432,17 +433,18 @@ impl MemoryManager {
     }
 
     /// The bind group of `kernel` (whose pipeline's group 0 is `layout`) binding the
-    /// uniform slot and `buffers`: cached across steps (see `bind_groups`).
-    pub fn bind_group(
+    /// uniform slot and `bound` (buffers or ranges of them): cached across steps (see
+    /// `bind_groups`).
+    pub fn bind_group<B: Bindable>(
         &self,
         kernel: &'static str,
         layout: &wgpu::BindGroupLayout,
         uniform: (usize, u64, std::num::NonZeroU64),
-        buffers: &[&wgpu::Buffer],
+        bound: &[B],
     ) -> Arc<wgpu::BindGroup> {
         let (chunk, offset, size) = uniform;
         let create = |chunk: &wgpu::Buffer| {
-            let mut entries = Vec::with_capacity(buffers.len() + 1);
+            let mut entries = Vec::with_capacity(bound.len() + 1);
             entries.push(wgpu::BindGroupEntry {
                 binding: 0,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -451,10 +453,10 @@ impl MemoryManager {
                     size: Some(size),
                 }),
             });
-            for (i, buffer) in buffers.iter().enumerate() {
+            for (i, b) in bound.iter().enumerate() {
                 entries.push(wgpu::BindGroupEntry {
                     binding: i as u32 + 1,
-                    resource: buffer.as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(b.slice().binding()),
                 });
             }
             self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -467,7 +469,7 @@ impl MemoryManager {
         let (group, created) = lock(&self.bind_groups).get(
             kernel,
             (chunk, offset, size.get()),
-            buffers,
+            bound,
             chunk_buffer,
             create,
         );

@@ -34,7 +34,8 @@
 //!
 //! # Layout
 //!
-//! Imports run one way: `kernel`, `uniforms`, `staging` and `bind_groups` are leaves;
+//! Imports run one way: `kernel`, `slice`, `uniforms` and `staging` are leaves;
+//! `bind_groups` uses `slice`;
 //! `memory` (the memory manager under every buffer: pool, staging belt,
 //! readback buffers, uniform arena, counters, deferred destroys) uses them;
 //! `pooled` returns buffers to `memory`; `context` (device, queue, recorder,
@@ -45,6 +46,7 @@ mod context;
 mod kernel;
 mod memory;
 mod pooled;
+mod slice;
 mod staging;
 mod timing;
 mod transfer;
@@ -56,6 +58,7 @@ pub use context::{scope_submits, ContextOptions, WgpuContext};
 pub use kernel::{grid_1d, Kernel};
 pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
+pub use slice::Slice;
 pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
 pub use transfer::PendingRead;
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::memory::MemoryManager;
+use super::slice::Slice;
 
 /// A storage buffer that goes back to its context's pool when dropped, instead of
 /// being destroyed. Derefs to `wgpu::Buffer`.
@@ -77,6 +78,12 @@ impl std::ops::Deref for PooledBuffer {
 
     fn deref(&self) -> &wgpu::Buffer {
         self.buffer.as_ref().expect("present until drop")
+    }
+}
+
+impl<'a> From<&'a PooledBuffer> for Slice<'a> {
+    fn from(buffer: &'a PooledBuffer) -> Self {
+        Slice::whole(buffer)
     }
 }
 

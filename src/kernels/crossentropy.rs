@@ -2,7 +2,7 @@
 
 use super::optimizer::sum_into;
 use super::target::Target;
-use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 
 pub(super) const SOURCE: &str = with_prelude!("crossentropy.wgsl");
 
@@ -36,10 +36,10 @@ struct Params {
 /// = (softmax - onehot(targets)) * dloss` (`rows*v`), the gradient of `dloss *
 /// sum(losses)` (`dloss = 1/rows` for the mean loss). One pass: the gradient needs
 /// no kernel of its own.
-pub fn crossentropy_forward(
+pub fn crossentropy_forward<'a>(
     ctx: &WgpuContext,
     logits: &PooledBuffer,
-    targets: &PooledBuffer,
+    targets: impl Into<Slice<'a>>,
     rows: usize,
     v: usize,
     dloss: f32,
@@ -49,11 +49,11 @@ pub fn crossentropy_forward(
 
 /// [`crossentropy_forward`] in the variant for `target`: one workgroup a row (GPUs)
 /// or one thread a row (CPU adapters).
-pub fn crossentropy_forward_on(
+pub fn crossentropy_forward_on<'a>(
     ctx: &WgpuContext,
     target: Target,
     logits: &PooledBuffer,
-    targets: &PooledBuffer,
+    targets: impl Into<Slice<'a>>,
     rows: usize,
     v: usize,
     dloss: f32,
@@ -70,7 +70,17 @@ pub fn crossentropy_forward_on(
         Target::Gpu => (&FORWARD, grid_1d(rows as u32, 1)),
         Target::Cpu => (&FORWARD_ROWS, grid_1d(rows as u32, WG)),
     };
-    ctx.dispatch(kernel, &params, &[logits, targets, &losses, &dlogits], grid);
+    ctx.dispatch_slices(
+        kernel,
+        &params,
+        &[
+            logits.into(),
+            targets.into(),
+            (&losses).into(),
+            (&dlogits).into(),
+        ],
+        grid,
+    );
     (losses, dlogits)
 }
 

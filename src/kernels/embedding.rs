@@ -1,7 +1,7 @@
 //! Token + position embedding (llm.c's encoder), forward and backward.
 
 use super::Target;
-use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
 
 pub(super) const SOURCE: &str = concat!(
@@ -77,9 +77,9 @@ const DWTE_CHANNELS: usize = 32;
 
 /// `out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]`: `tokens` is `b*t` u32, `wte` `v*c`,
 /// `wpe` at least `t*c`; returns `b*t*c` floats.
-pub fn encoder_forward(
+pub fn encoder_forward<'a>(
     ctx: &WgpuContext,
-    tokens: &PooledBuffer,
+    tokens: impl Into<Slice<'a>>,
     wte: &PooledBuffer,
     wpe: &PooledBuffer,
     b: usize,
@@ -92,9 +92,9 @@ pub fn encoder_forward(
 /// [`encoder_forward`] through the embedding's dropout `mask` (element `r * c + i`
 /// of it), when there is one: the training forward's first op.
 #[allow(clippy::too_many_arguments)]
-pub fn encoder_forward_dropout(
+pub fn encoder_forward_dropout<'a>(
     ctx: &WgpuContext,
-    tokens: &PooledBuffer,
+    tokens: impl Into<Slice<'a>>,
     wte: &PooledBuffer,
     wpe: &PooledBuffer,
     b: usize,
@@ -109,10 +109,10 @@ pub fn encoder_forward_dropout(
         let (threshold, scale) = dropout_mask_params(m.p);
         (params.seed, params.threshold, params.scale) = (m.seed, threshold, scale);
     }
-    ctx.dispatch(
+    ctx.dispatch_slices(
         &FORWARD,
         &params,
-        &[tokens, wte, wpe, &out],
+        &[tokens.into(), wte.into(), wpe.into(), (&out).into()],
         grid_1d(n as u32, WG),
     );
     out
@@ -148,11 +148,11 @@ pub fn token_index(tokens: &[u32], v: usize) -> (Vec<u32>, Vec<u32>) {
 /// (`t*c`, summed over the batch). Deterministic: every element's terms are summed in
 /// a fixed order.
 #[allow(clippy::too_many_arguments)]
-pub fn encoder_backward(
+pub fn encoder_backward<'a>(
     ctx: &WgpuContext,
     dout: &PooledBuffer,
-    offsets: &PooledBuffer,
-    positions: &PooledBuffer,
+    offsets: impl Into<Slice<'a>>,
+    positions: impl Into<Slice<'a>>,
     b: usize,
     t: usize,
     c: usize,
@@ -174,15 +174,16 @@ pub fn encoder_backward(
 /// [`encoder_backward`] with the kernel tuning chosen: on GPUs a workgroup sums a
 /// token's rows for 32 channels, eight rows at a time; on CPU adapters a thread sums
 /// them for one channel.
-pub fn encoder_backward_on(
+pub fn encoder_backward_on<'a>(
     ctx: &WgpuContext,
     target: Target,
     dout: &PooledBuffer,
-    offsets: &PooledBuffer,
-    positions: &PooledBuffer,
+    offsets: impl Into<Slice<'a>>,
+    positions: impl Into<Slice<'a>>,
     (b, t, c, v): (usize, usize, usize, usize),
     extra_dwte: Option<&PooledBuffer>,
 ) -> (PooledBuffer, PooledBuffer) {
+    let (offsets, positions) = (offsets.into(), positions.into());
     let mut params = Params::new(b, t, c, v);
     let dwte = ctx.create_pooled(v * c * 4);
     let dwpe = ctx.create_pooled(t * c * 4);
@@ -193,16 +194,16 @@ pub fn encoder_backward_on(
         Target::Gpu => {
             params.has_extra = extra_dwte.is_some() as u32;
             let groups = v * c.div_ceil(DWTE_CHANNELS) + (t * c).div_ceil(WG as usize);
-            ctx.dispatch(
+            ctx.dispatch_slices(
                 &DWTE_DWPE,
                 &params,
                 &[
-                    dout,
+                    dout.into(),
                     offsets,
                     positions,
-                    &dwte,
-                    extra_dwte.unwrap_or(dout),
-                    &dwpe,
+                    (&dwte).into(),
+                    extra_dwte.unwrap_or(dout).into(),
+                    (&dwpe).into(),
                 ],
                 grid_1d(groups as u32, 1),
             );
@@ -210,16 +211,22 @@ pub fn encoder_backward_on(
         Target::Cpu => {
             let grid = grid_1d((v * c) as u32, WG);
             match extra_dwte {
-                Some(extra) => ctx.dispatch(
+                Some(extra) => ctx.dispatch_slices(
                     &DWTE_ROWS_EXTRA,
                     &params,
-                    &[dout, offsets, positions, &dwte, extra],
+                    &[
+                        dout.into(),
+                        offsets,
+                        positions,
+                        (&dwte).into(),
+                        extra.into(),
+                    ],
                     grid,
                 ),
-                None => ctx.dispatch(
+                None => ctx.dispatch_slices(
                     &DWTE_ROWS,
                     &params,
-                    &[dout, offsets, positions, &dwte],
+                    &[dout.into(), offsets, positions, (&dwte).into()],
                     grid,
                 ),
             }

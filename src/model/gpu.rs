@@ -1,9 +1,10 @@
 //! [`Ops`] on the GPU: every op a kernel launcher, every tensor a pooled buffer.
 
 use std::cell::RefCell;
+use std::num::NonZeroU64;
 
 use super::Ops;
-use crate::gpu::{PooledBuffer, WgpuContext};
+use crate::gpu::{PooledBuffer, Slice, WgpuContext};
 use crate::kernels;
 use crate::reference::{AttnDropout, DropoutMask};
 
@@ -21,15 +22,35 @@ impl<'a> GpuOps<'a> {
 /// A batch on the GPU: inputs and targets, and the inputs grouped by token id
 /// (`offsets`, `positions`) for the race-free embedding backward.
 pub struct GpuBatch {
-    pub tokens: PooledBuffer,
-    pub targets: PooledBuffer,
-    pub offsets: PooledBuffer,
-    pub positions: PooledBuffer,
+    store: BatchStore,
+}
+
+enum BatchStore {
+    /// The four arrays in one buffer, each bound as a range ([`Slice`]) at an
+    /// aligned byte offset: one pooled buffer and one copy a batch.
+    Packed(PooledBuffer, [(u64, NonZeroU64); 4]),
+    /// Four buffers of the seed's `upload`.
+    Separate([PooledBuffer; 4]),
+}
+
+/// Where each of a packed batch's four arrays of `bytes` starts (multiples of
+/// `align`) and how long it is (whole words), and the total.
+fn packed_layout(bytes: [usize; 4], align: usize) -> ([(u64, NonZeroU64); 4], usize) {
+    let mut at = 0usize;
+    let ranges = bytes.map(|n| {
+        let start = at.next_multiple_of(align);
+        let size = n.max(4).next_multiple_of(4);
+        at = start + size;
+        (
+            start as u64,
+            NonZeroU64::new(size as u64).expect("at least one word"),
+        )
+    });
+    (ranges, at)
 }
 
 impl GpuBatch {
-    /// Uploads through the staging belt (`belt`: ordered and pooled, so steady-state
-    /// steps create no buffers for their inputs either) or the seed's `upload`.
+    /// Uploads one batch; see [`GpuBatch::upload_all`].
     pub fn upload(
         ctx: &WgpuContext,
         tokens: &[u32],
@@ -37,25 +58,86 @@ impl GpuBatch {
         vocab: usize,
         belt: bool,
     ) -> Self {
-        let (offsets, positions) = kernels::token_index(tokens, vocab);
-        let arrays = [tokens, targets, &offsets, &positions];
-        let [tokens, targets, offsets, positions] = if belt {
-            // One staging chunk for the four (one map cycle instead of four).
-            let bytes = arrays.map(bytemuck::cast_slice::<u32, u8>);
-            let all: [PooledBuffer; 4] = ctx
-                .upload_pooled_all(&bytes)
-                .try_into()
-                .expect("four arrays in, four buffers out");
-            all
-        } else {
-            arrays.map(|a| ctx.upload(a))
-        };
-        GpuBatch {
-            tokens,
-            targets,
-            offsets,
-            positions,
+        let mut one = GpuBatch::upload_all(ctx, &[(tokens, targets)], vocab, belt);
+        one.pop().expect("one batch in, one out")
+    }
+
+    /// Uploads batches of `(tokens, targets)` through the staging belt (`belt`) or
+    /// the seed's `upload`. Through the belt each batch is one pooled buffer (so
+    /// steady-state steps create no buffers for their inputs), all of them written
+    /// through one staging chunk, one map cycle and one run of copies: a trainer
+    /// uploads a call's batches at once ([`crate::train::Trainer::steps`]).
+    pub fn upload_all(
+        ctx: &WgpuContext,
+        batches: &[(&[u32], &[u32])],
+        vocab: usize,
+        belt: bool,
+    ) -> Vec<Self> {
+        let indexed: Vec<[Vec<u32>; 4]> = batches
+            .iter()
+            .map(|&(tokens, targets)| {
+                let (offsets, positions) = kernels::token_index(tokens, vocab);
+                [tokens.to_vec(), targets.to_vec(), offsets, positions]
+            })
+            .collect();
+        if !belt {
+            return indexed
+                .iter()
+                .map(|arrays| GpuBatch {
+                    store: BatchStore::Separate(arrays.each_ref().map(|a| ctx.upload(a))),
+                })
+                .collect();
         }
+        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize;
+        let mut layouts = Vec::with_capacity(indexed.len());
+        let packed: Vec<Vec<u8>> = indexed
+            .iter()
+            .map(|arrays| {
+                let (ranges, total) = packed_layout(arrays.each_ref().map(|a| a.len() * 4), align);
+                let mut bytes = vec![0u8; total];
+                for (array, (start, _)) in arrays.iter().zip(ranges) {
+                    let src: &[u8] = bytemuck::cast_slice(array);
+                    bytes[start as usize..start as usize + src.len()].copy_from_slice(src);
+                }
+                layouts.push(ranges);
+                bytes
+            })
+            .collect();
+        let slices: Vec<&[u8]> = packed.iter().map(Vec::as_slice).collect();
+        ctx.upload_pooled_all(&slices)
+            .into_iter()
+            .zip(layouts)
+            .map(|(buffer, ranges)| GpuBatch {
+                store: BatchStore::Packed(buffer, ranges),
+            })
+            .collect()
+    }
+
+    fn array(&self, i: usize) -> Slice<'_> {
+        match &self.store {
+            BatchStore::Packed(buffer, ranges) => Slice::range(buffer, ranges[i].0, ranges[i].1),
+            BatchStore::Separate(buffers) => (&buffers[i]).into(),
+        }
+    }
+
+    /// The input tokens, `b*t` u32.
+    pub fn tokens(&self) -> Slice<'_> {
+        self.array(0)
+    }
+
+    /// The targets, `b*t` u32.
+    pub fn targets(&self) -> Slice<'_> {
+        self.array(1)
+    }
+
+    /// [`kernels::token_index`]'s `offsets`, `vocab + 1` u32.
+    pub fn offsets(&self) -> Slice<'_> {
+        self.array(2)
+    }
+
+    /// [`kernels::token_index`]'s `positions`, `b*t` u32.
+    pub fn positions(&self) -> Slice<'_> {
+        self.array(3)
     }
 }
 
@@ -79,7 +161,7 @@ impl Ops for GpuOps<'_> {
         c: usize,
         dropout: Option<DropoutMask>,
     ) -> T {
-        kernels::encoder_forward_dropout(self.0, &batch.tokens, wte, wpe, b, t, c, dropout)
+        kernels::encoder_forward_dropout(self.0, batch.tokens(), wte, wpe, b, t, c, dropout)
     }
     fn encoder_backward(
         &self,
@@ -94,8 +176,8 @@ impl Ops for GpuOps<'_> {
         kernels::encoder_backward(
             self.0,
             dout,
-            &batch.offsets,
-            &batch.positions,
+            batch.offsets(),
+            batch.positions(),
             b,
             t,
             c,
@@ -215,7 +297,7 @@ impl Ops for GpuOps<'_> {
         v: usize,
         dloss: f32,
     ) -> (T, T) {
-        kernels::crossentropy_forward(self.0, logits, &batch.targets, rows, v, dloss)
+        kernels::crossentropy_forward(self.0, logits, batch.targets(), rows, v, dloss)
     }
     fn mean(&self, x: &T, n: usize) -> T {
         kernels::mean(self.0, x, n)
