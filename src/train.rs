@@ -627,8 +627,10 @@ impl Trainer {
         let step = self.step + 1;
         let record = || {
             let batch = batch(&self.ctx);
-            let grads = self.gradients(&batch, step, report, at);
+            let (grads, loss) = self.gradients(&batch, step);
             self.update(&grads, step);
+            // Both copies at the step's end, where its compute pass ends anyway.
+            self.ctx.copy_to_read(&loss, 0, report, at, 4);
             self.ctx
                 .copy_to_read(self.moments.norm_scale(), 0, report, at + 4, 8);
         };
@@ -700,15 +702,8 @@ impl Trainer {
     }
 
     /// Records forward and backward for one batch of training step `step` (whose
-    /// dropout masks it uses) and a copy of the loss into `loss_to` at byte `at`;
-    /// returns the gradients.
-    fn gradients(
-        &self,
-        batch: &GpuBatch,
-        step: u32,
-        loss_to: &PendingRead,
-        at: u64,
-    ) -> Vec<PooledBuffer> {
+    /// dropout masks it uses); returns the gradients and the mean loss.
+    fn gradients(&self, batch: &GpuBatch, step: u32) -> (Vec<PooledBuffer>, PooledBuffer) {
         let ops = GpuOps::new(&self.ctx);
         let (b, t) = (self.cfg.batch, self.cfg.context);
         let dropout = Dropout::new(
@@ -726,8 +721,7 @@ impl Trainer {
             t,
             dropout.as_ref(),
         );
-        self.ctx.copy_to_read(&acts.loss, 0, loss_to, at, 4);
-        let grads = model::backward(
+        let (grads, loss) = model::backward_keeping_loss(
             &ops,
             &self.model,
             &self.params,
@@ -735,7 +729,7 @@ impl Trainer {
             acts,
             dropout.as_ref(),
         );
-        grads.into_flat()
+        (grads.into_flat(), loss)
     }
 
     /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
@@ -818,7 +812,9 @@ impl Trainer {
         let grads = self.ctx.scope(|| {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
-            self.gradients(&batch, step, &report, 0)
+            let (grads, loss) = self.gradients(&batch, step);
+            self.ctx.copy_to_read(&loss, 0, &report, 0, 4);
+            grads
         });
         let loss = self.ctx.read::<f32>(report, 1).await?[0];
         let mut out = Vec::with_capacity(grads.len());

@@ -665,6 +665,20 @@ pub fn backward<O: Ops>(
     acts: Activations<O::T>,
     dropout: Option<&Dropout>,
 ) -> GptParams<O::T> {
+    backward_keeping_loss(ops, cfg, params, batch, acts, dropout).0
+}
+
+/// [`backward`], handing the mean loss back with the gradients, for a caller that
+/// reads it after the whole step: on the GPU a copy ends the compute pass, so the
+/// trainer copies the loss out at the step's end, beside the gradient norm.
+pub fn backward_keeping_loss<O: Ops>(
+    ops: &O,
+    cfg: &GptConfig,
+    params: &GptParams<O::T>,
+    batch: &O::Batch,
+    acts: Activations<O::T>,
+    dropout: Option<&Dropout>,
+) -> (GptParams<O::T>, O::T) {
     let Activations {
         x0,
         mut blocks,
@@ -678,7 +692,7 @@ pub fn backward<O: Ops>(
         b,
         t,
     } = acts;
-    drop((logits, losses, loss));
+    drop((logits, losses));
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
 
     let (dlnf, head_dwte, _) =
@@ -796,11 +810,12 @@ pub fn backward<O: Ops>(
     // encoder_backward adds the head's gradient into the embedding's.
     ops.finish_weight_grads();
     let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
-    GptParams {
+    let grads = GptParams {
         wte,
         wpe,
         blocks: dblocks,
         ln_f_weight,
         ln_f_bias,
-    }
+    };
+    (grads, loss)
 }
