@@ -570,7 +570,8 @@ impl Trainer {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
             let ops = GpuOps::new(&self.ctx);
-            model::forward(&ops, &self.model, &self.params, &batch, b, t, None).loss
+            let acts = model::forward(&ops, &self.model, &self.params, &batch, b, t, None);
+            model::mean_loss(&ops, &acts)
         });
         Ok(self.ctx.download::<f32>(&loss, 1).await?[0])
     }

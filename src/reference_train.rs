@@ -70,7 +70,7 @@ impl ReferenceTrainer {
         let params = GptParams::from_flat(self.params.clone()).expect("from GptConfig::params");
         let m = &self.model;
         let acts = model::forward(&CpuOps, m, &params, &batch, b, t, dropout.as_ref());
-        let loss = acts.loss[0];
+        let loss = model::mean_loss(&CpuOps, &acts)[0];
         let grads = model::backward(&CpuOps, m, &params, &batch, acts, dropout.as_ref());
         (loss, grads.into_flat())
     }

@@ -526,10 +526,13 @@ impl Trainer {
         // Counted from before the readback is taken: a first step that creates it
         // has the creation among its own.
         let before = self.counters_now();
-        let report = self.ctx.pending_read(12);
+        let report = self.ctx.pending_read(16);
+        let gathered = self.ctx.create_pooled(16);
         let (vocab, belt) = (self.model.vocab, self.cfg.belt);
         let batch = |ctx: &WgpuContext| GpuBatch::upload(ctx, inputs, targets, vocab, belt);
-        let recorded = self.record_step(batch, (start, before), (&report, 0), false);
+        let figures = ((&gathered, 0), Some(&report));
+        let recorded = self.record_step(batch, (start, before), figures, false);
+        drop(gathered);
         let figures = self.ctx.read::<f32>(report, 3).await?;
         self.step = recorded.step;
         let after = (self.ctx.counters(), self.ctx.pool_stats());
@@ -555,8 +558,10 @@ impl Trainer {
         self.corpus.check_context(self.cfg.context)?;
         let (c, b) = (self.cfg.context, self.cfg.batch);
         let start = now_ms();
-        // Each step's [loss, norm, scale] at 4 floats a step.
+        // Each step's [loss, norm, scale] at 4 floats a step, gathered on the GPU by
+        // the kernels that make them and copied out once, at the last step's end.
         let figures = self.ctx.pending_read(16 * u64::from(n));
+        let gathered = self.ctx.create_pooled(16 * n as usize);
         let host: Vec<(Vec<u32>, Vec<u32>)> = (0..n)
             .map(|_| self.batcher.next(&self.corpus.train, b, c))
             .collect();
@@ -585,11 +590,13 @@ impl Trainer {
             };
             // Steps after the first go out in one submit each: the GPU is still busy
             // with the one before, so parts would only add host work.
-            let step = self.record_step(batch, at, (&figures, 16 * i as u64), i > 0);
+            let last = (i + 1 == n as usize).then_some(&figures);
+            let step = self.record_step(batch, at, ((&gathered, 4 * i), last), i > 0);
             self.step = step.step;
             let after = (self.ctx.counters(), self.ctx.pool_stats());
             recorded.push((step, after));
         }
+        drop(gathered);
         let values = self.ctx.read::<f32>(figures, 4 * n as usize).await?;
         let ms = (now_ms() - start) / f64::from(n);
         let mut stats = Vec::new();
@@ -614,25 +621,26 @@ impl Trainer {
     /// Records training step `self.step + 1` on the batch that `batch` uploads or
     /// hands over, in the step's scope (one scope: forward, backward, clip, AdamW),
     /// and returns what its stats need (`start`: its start time and counters). Its
-    /// [loss, norm, scale] go to `report` at byte `at`, copied in the scope's own
-    /// submits; `whole`: in one submit ([`WgpuContext::scope_in_one_submit`]), else
-    /// in the context's parts.
+    /// [loss, norm, scale] go to floats `at..at + 3` of `gathered`, written by the
+    /// kernels that make them (a copy would end the compute pass); `report`: the
+    /// readback all of `gathered` is copied into at the step's end. `whole`: in one
+    /// submit ([`WgpuContext::scope_in_one_submit`]), else in the context's parts.
     fn record_step(
         &mut self,
         batch: impl FnOnce(&WgpuContext) -> GpuBatch,
         (start, before): (f64, (ContextCounters, BufferPoolStats)),
-        (report, at): (&PendingRead, u64),
+        ((gathered, at), report): ((&PooledBuffer, usize), Option<&PendingRead>),
         whole: bool,
     ) -> RecordedStep {
         let step = self.step + 1;
         let record = || {
             let batch = batch(&self.ctx);
-            let (grads, loss) = self.gradients(&batch, step);
-            self.update(&grads, step);
-            // Both copies at the step's end, where its compute pass ends anyway.
-            self.ctx.copy_to_read(&loss, 0, report, at, 4);
-            self.ctx
-                .copy_to_read(self.moments.norm_scale(), 0, report, at + 4, 8);
+            let grads = self.gradients(&batch, step, (gathered, at));
+            self.update(&grads, step, (gathered, at + 1));
+            if let Some(report) = report {
+                self.ctx
+                    .copy_to_read(gathered, 0, report, 0, gathered.len() as u64);
+            }
         };
         if whole {
             self.ctx.scope_in_one_submit(record);
@@ -702,8 +710,14 @@ impl Trainer {
     }
 
     /// Records forward and backward for one batch of training step `step` (whose
-    /// dropout masks it uses); returns the gradients and the mean loss.
-    fn gradients(&self, batch: &GpuBatch, step: u32) -> (Vec<PooledBuffer>, PooledBuffer) {
+    /// dropout masks it uses), the mean loss into float `slot` of `loss_to`; returns
+    /// the gradients.
+    fn gradients(
+        &self,
+        batch: &GpuBatch,
+        step: u32,
+        (loss_to, slot): (&PooledBuffer, usize),
+    ) -> Vec<PooledBuffer> {
         let ops = GpuOps::new(&self.ctx);
         let (b, t) = (self.cfg.batch, self.cfg.context);
         let dropout = Dropout::new(
@@ -721,7 +735,16 @@ impl Trainer {
             t,
             dropout.as_ref(),
         );
-        let (grads, loss) = model::backward_keeping_loss(
+        let rows = b * t;
+        kernels::mean_into(
+            &self.ctx,
+            kernels::Target::of(&self.ctx),
+            &acts.losses,
+            rows,
+            loss_to,
+            slot,
+        );
+        let grads = model::backward(
             &ops,
             &self.model,
             &self.params,
@@ -729,12 +752,12 @@ impl Trainer {
             acts,
             dropout.as_ref(),
         );
-        (grads.into_flat(), loss)
+        grads.into_flat()
     }
 
     /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
-    /// [`Moments::norm_scale`].
-    fn update(&self, grads: &[PooledBuffer], step: u32) {
+    /// [`Moments::norm_scale`] and at floats `slot`, `slot + 1` of `report`.
+    fn update(&self, grads: &[PooledBuffer], step: u32, report: (&PooledBuffer, usize)) {
         let tensors: Vec<StepTensor> = self
             .params
             .iter()
@@ -748,7 +771,8 @@ impl Trainer {
             .collect();
         // `decay` says which tensors the weight decay applies to.
         let hp = self.cfg.adamw_decayed(step);
-        kernels::adamw_step(&self.ctx, &tensors, &self.moments, &hp, self.cfg.grad_clip);
+        let clip = self.cfg.grad_clip;
+        kernels::adamw_step(&self.ctx, &tensors, &self.moments, &hp, clip, Some(report));
     }
 
     /// `inputs` and `targets` must be `batch` full windows of `context` tokens (the
@@ -812,7 +836,8 @@ impl Trainer {
         let grads = self.ctx.scope(|| {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
-            let (grads, loss) = self.gradients(&batch, step);
+            let loss = self.ctx.create_pooled(4);
+            let grads = self.gradients(&batch, step, (&loss, 0));
             self.ctx.copy_to_read(&loss, 0, &report, 0, 4);
             grads
         });
@@ -848,6 +873,8 @@ impl Trainer {
             let n = left.min(EVAL_BATCHES_AT_ONCE);
             left -= n;
             let losses = self.ctx.pending_read(4 * n as u64);
+            // Each batch's mean goes straight into `gathered`, copied out once.
+            let gathered = self.ctx.create_pooled(4 * n);
             for i in 0..n {
                 let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
                 self.ctx.scope(|| {
@@ -860,10 +887,13 @@ impl Trainer {
                     );
                     let ops = GpuOps::new(&self.ctx);
                     let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
-                    self.ctx
-                        .copy_to_read(&acts.loss, 0, &losses, 4 * i as u64, 4);
+                    let target = kernels::Target::of(&self.ctx);
+                    kernels::mean_into(&self.ctx, target, &acts.losses, b * c, &gathered, i);
                 });
             }
+            self.ctx
+                .copy_to_read(&gathered, 0, &losses, 0, 4 * n as u64);
+            drop(gathered);
             let losses = self.ctx.read::<f32>(losses, n).await?;
             total += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
         }

@@ -141,11 +141,16 @@ async fn run_case(
             .zip(&case.decay)
             .map(|((param, grad), &decay)| StepTensor { param, grad, decay })
             .collect();
+        // [norm, scale] also go to a report at a slot that moves with the step; the
+        // floats around it must stay as they were.
+        let report = ctx.upload(&[f32::NAN; 8]);
+        let slot = step as usize;
         let before = ctx.counters().dispatches;
         let scratch = kernels::scratch_floats(target, &lens);
         ctx.scope(|| {
             poisoned(ctx, &[scratch], || {
-                kernels::adamw_step_on(ctx, target, per, &tensors, &moments, &hp, max_norm)
+                let report = Some((&report, slot));
+                kernels::adamw_step_on(ctx, target, per, &tensors, &moments, &hp, max_norm, report)
             })
         });
         let dispatches = ctx.counters().dispatches - before;
@@ -208,6 +213,15 @@ async fn run_case(
             seed,
         );
         assert_close(&format!("scale, {what}"), &got[1..], &[scale], 1e-5, seed);
+        let reported = read(ctx, &report, 8).await;
+        for (i, r) in reported.iter().enumerate() {
+            match i.checked_sub(slot) {
+                Some(k @ (0 | 1)) => {
+                    assert_eq!(r.to_bits(), got[k].to_bits(), "report {i}: {what}")
+                }
+                _ => assert!(r.is_nan(), "report {i} written outside its slot: {what}"),
+            }
+        }
         if step == 3 {
             assert!(got[1] < 0.3, "clipped: {what}");
         } else {

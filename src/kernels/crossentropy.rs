@@ -93,6 +93,23 @@ pub fn mean(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuffer {
 /// [`mean`] in the variant for `target`.
 pub fn mean_on(ctx: &WgpuContext, target: Target, x: &PooledBuffer, n: usize) -> PooledBuffer {
     let out = ctx.create_pooled(4);
-    sum_into(ctx, target, x, n, false, 1.0 / n.max(1) as f32, &out, 0);
+    mean_into(ctx, target, x, n, &out, 0);
     out
+}
+
+/// [`mean_on`] into float `slot` of `out` (the same bits), writing nothing else.
+pub fn mean_into(
+    ctx: &WgpuContext,
+    target: Target,
+    x: &PooledBuffer,
+    n: usize,
+    out: &PooledBuffer,
+    slot: usize,
+) {
+    assert!(
+        out.len() >= (slot + 1) * 4,
+        "slot {slot} of a {}-byte buffer",
+        out.len()
+    );
+    sum_into(ctx, target, x, n, false, 1.0 / n.max(1) as f32, out, slot);
 }

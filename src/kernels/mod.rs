@@ -176,7 +176,7 @@ pub use residual::residual_forward;
 mod crossentropy;
 mod layernorm;
 
-pub use crossentropy::{crossentropy_forward, crossentropy_forward_on, mean, mean_on};
+pub use crossentropy::{crossentropy_forward, crossentropy_forward_on, mean, mean_into, mean_on};
 pub use layernorm::{
     layernorm_backward, layernorm_backward_fused_on, layernorm_backward_on,
     layernorm_backward_scratch, layernorm_forward, layernorm_forward_on,

@@ -50,6 +50,12 @@ const GLOBAL_NORM: Kernel = Kernel {
     entry: "global_norm",
     unchecked: false,
 };
+const GLOBAL_NORM_REPORT: Kernel = Kernel {
+    name: "optimizer_global_norm_report",
+    source: SOURCE,
+    entry: "global_norm_report",
+    unchecked: false,
+};
 const SCALE: Kernel = Kernel {
     name: "optimizer_scale",
     source: SOURCE,
@@ -445,20 +451,24 @@ pub fn scratch_floats(target: Target, lens: &[usize]) -> usize {
 /// [`Moments::norm_scale`] holds `[norm, scale]`. The CPU specification is
 /// [`crate::reference::clip_scale`] over the sums of
 /// [`crate::reference::grad_sumsq`], then [`crate::reference::adamw_update`].
+/// `report`: `(buffer, slot)` where `[norm, scale]` go too, at floats `slot` and
+/// `slot + 1` (the trainer gathers a call's figures so, and copies them out once).
 pub fn adamw_step(
     ctx: &WgpuContext,
     tensors: &[StepTensor],
     moments: &Moments,
     hp: &AdamW,
     max_norm: f32,
+    report: Option<(&PooledBuffer, usize)>,
 ) {
     let target = Target::of(ctx);
     let per = TensorsPerDispatch::of(ctx).for_target(target);
-    adamw_step_on(ctx, target, per, tensors, moments, hp, max_norm)
+    adamw_step_on(ctx, target, per, tensors, moments, hp, max_norm, report)
 }
 
 /// [`adamw_step`] in the variant for `target`, with `per` tensors a dispatch (at
 /// most what the device binds).
+#[allow(clippy::too_many_arguments)]
 pub fn adamw_step_on(
     ctx: &WgpuContext,
     target: Target,
@@ -467,6 +477,7 @@ pub fn adamw_step_on(
     moments: &Moments,
     hp: &AdamW,
     max_norm: f32,
+    report: Option<(&PooledBuffer, usize)>,
 ) {
     assert_eq!(tensors.len(), moments.len(), "one moment slot a tensor");
     assert!((1..=MAX_K).contains(&per.sumsq) && (1..=MAX_K).contains(&per.adamw));
@@ -504,14 +515,27 @@ pub fn adamw_step_on(
         ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
     }
 
-    // 2. The norm and the clipping scale, into the head of every m chunk.
-    let params = Params {
+    // 2. The norm and the clipping scale, into the head of every m chunk (and the
+    //    first one's dispatch into `report`).
+    let mut params = Params {
         n: u(part_offset),
         max_norm,
         ..Default::default()
     };
-    for chunk in &moments.m {
-        ctx.dispatch(&GLOBAL_NORM, &params, &[&partials, chunk], [1, 1, 1]);
+    for (i, chunk) in moments.m.iter().enumerate() {
+        match report.filter(|_| i == 0) {
+            Some((report, slot)) => {
+                assert!(
+                    report.len() >= (slot + 2) * 4,
+                    "report slot {slot} of a {}-byte buffer",
+                    report.len()
+                );
+                params.slot = u(slot);
+                let bound: [&wgpu::Buffer; 3] = [&partials, chunk, report];
+                ctx.dispatch(&GLOBAL_NORM_REPORT, &params, &bound, [1, 1, 1]);
+            }
+            None => ctx.dispatch(&GLOBAL_NORM, &params, &[&partials, chunk], [1, 1, 1]),
+        }
     }
 
     // 3. AdamW over runs of tensors in one chunk.

@@ -9,6 +9,8 @@
 //                   that optimizer_tensors.wgsl's sumsq wrote), scale = max_norm /
 //                   (norm + 1e-6) if 0 < max_norm < norm, else 1; writes [norm, scale]
 //                   to the head of a first-moment arena chunk
+//   global_norm_report  the same, and [norm, scale] to report[slot], report[slot + 1]
+//                   too (the trainer's per-call figures)
 //   scale           x *= norm_scale[1]
 // Fixed summation orders: the same input always gives the same bits.
 // Entry points share bindings; each uses exactly those its launcher passes.
@@ -35,6 +37,8 @@ struct Params {
 // global_norm: partial sums of squares, the arena chunk whose head gets [norm, scale]
 @group(0) @binding(1) var<storage, read> sumsq: array<f32>;
 @group(0) @binding(2) var<storage, read_write> norm_scale_out: array<f32>;
+// global_norm_report: those two, and the figures that get a copy
+@group(0) @binding(3) var<storage, read_write> report: array<f32>;
 // scale: x_io, norm_scale
 @group(0) @binding(1) var<storage, read_write> x_io: array<f32>;
 @group(0) @binding(2) var<storage, read> s_norm_scale: array<f32>;
@@ -84,18 +88,34 @@ fn reduce_final(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-@compute @workgroup_size(WG)
-fn global_norm(@builtin(local_invocation_index) lid: u32) {
+// [norm, scale] from the partial sums of squares (every invocation gets them).
+fn norm_and_scale(lid: u32) -> vec2<f32> {
     var s = 0.0;
     for (var i = lid; i < p.n; i += WG) {
         s += sumsq[i];
     }
-    let total = block_sum(s, lid);
+    let norm = sqrt(block_sum(s, lid));
+    let clip = p.max_norm > 0.0 && norm > p.max_norm;
+    return vec2<f32>(norm, select(1.0, p.max_norm / (norm + 1e-6), clip));
+}
+
+@compute @workgroup_size(WG)
+fn global_norm(@builtin(local_invocation_index) lid: u32) {
+    let ns = norm_and_scale(lid);
     if (lid == 0u) {
-        let norm = sqrt(total);
-        let clip = p.max_norm > 0.0 && norm > p.max_norm;
-        norm_scale_out[0] = norm;
-        norm_scale_out[1] = select(1.0, p.max_norm / (norm + 1e-6), clip);
+        norm_scale_out[0] = ns.x;
+        norm_scale_out[1] = ns.y;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn global_norm_report(@builtin(local_invocation_index) lid: u32) {
+    let ns = norm_and_scale(lid);
+    if (lid == 0u) {
+        norm_scale_out[0] = ns.x;
+        norm_scale_out[1] = ns.y;
+        report[p.slot] = ns.x;
+        report[p.slot + 1u] = ns.y;
     }
 }
 

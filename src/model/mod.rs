@@ -542,7 +542,8 @@ struct BlockActs<T> {
     x_out: T,
 }
 
-/// Everything forward keeps for backward, and the loss.
+/// Everything forward keeps for backward, and the losses ([`mean_loss`] averages
+/// them).
 pub struct Activations<T> {
     x0: T,
     blocks: Vec<BlockActs<T>>,
@@ -555,10 +556,14 @@ pub struct Activations<T> {
     dlogits: T,
     /// Per-position losses, `b*t`.
     pub losses: T,
-    /// Mean loss, one element.
-    pub loss: T,
     b: usize,
     t: usize,
+}
+
+/// The mean of the forward's losses, one element. The trainer writes it straight
+/// into its per-call figures instead ([`crate::kernels::mean_into`]).
+pub fn mean_loss<O: Ops>(ops: &O, acts: &Activations<O::T>) -> O::T {
+    ops.mean(&acts.losses, acts.b * acts.t)
 }
 
 /// Runs the GPT on `b` sequences of `t` tokens (`t <= context`), with dropout when
@@ -638,7 +643,6 @@ pub fn forward<O: Ops>(
     let logits = ops.matmul_forward(&lnf, &params.wte, None, rows, c, v);
     // The loss is the mean over rows: its gradient comes with it.
     let (losses, dlogits) = ops.crossentropy_forward(&logits, batch, rows, v, 1.0 / rows as f32);
-    let loss = ops.mean(&losses, rows);
     Activations {
         x0,
         blocks,
@@ -648,7 +652,6 @@ pub fn forward<O: Ops>(
         logits,
         dlogits,
         losses,
-        loss,
         b,
         t,
     }
@@ -665,20 +668,6 @@ pub fn backward<O: Ops>(
     acts: Activations<O::T>,
     dropout: Option<&Dropout>,
 ) -> GptParams<O::T> {
-    backward_keeping_loss(ops, cfg, params, batch, acts, dropout).0
-}
-
-/// [`backward`], handing the mean loss back with the gradients, for a caller that
-/// reads it after the whole step: on the GPU a copy ends the compute pass, so the
-/// trainer copies the loss out at the step's end, beside the gradient norm.
-pub fn backward_keeping_loss<O: Ops>(
-    ops: &O,
-    cfg: &GptConfig,
-    params: &GptParams<O::T>,
-    batch: &O::Batch,
-    acts: Activations<O::T>,
-    dropout: Option<&Dropout>,
-) -> (GptParams<O::T>, O::T) {
     let Activations {
         x0,
         mut blocks,
@@ -688,7 +677,6 @@ pub fn backward_keeping_loss<O: Ops>(
         logits,
         dlogits,
         losses,
-        loss,
         b,
         t,
     } = acts;
@@ -810,12 +798,11 @@ pub fn backward_keeping_loss<O: Ops>(
     // encoder_backward adds the head's gradient into the embedding's.
     ops.finish_weight_grads();
     let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
-    let grads = GptParams {
+    GptParams {
         wte,
         wpe,
         blocks: dblocks,
         ln_f_weight,
         ln_f_bias,
-    };
-    (grads, loss)
+    }
 }
