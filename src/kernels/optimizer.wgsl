@@ -88,32 +88,32 @@ fn reduce_final(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-// [norm, scale] from the partial sums of squares (every invocation gets them).
-fn norm_and_scale(lid: u32) -> vec2<f32> {
+// [norm, scale] from the partial sums of squares, written to the arena chunk's head
+// and returned to every invocation.
+fn global_norm_into_head(lid: u32) -> vec2<f32> {
     var s = 0.0;
     for (var i = lid; i < p.n; i += WG) {
         s += sumsq[i];
     }
     let norm = sqrt(block_sum(s, lid));
     let clip = p.max_norm > 0.0 && norm > p.max_norm;
-    return vec2<f32>(norm, select(1.0, p.max_norm / (norm + 1e-6), clip));
-}
-
-@compute @workgroup_size(WG)
-fn global_norm(@builtin(local_invocation_index) lid: u32) {
-    let ns = norm_and_scale(lid);
+    let ns = vec2<f32>(norm, select(1.0, p.max_norm / (norm + 1e-6), clip));
     if (lid == 0u) {
         norm_scale_out[0] = ns.x;
         norm_scale_out[1] = ns.y;
     }
+    return ns;
+}
+
+@compute @workgroup_size(WG)
+fn global_norm(@builtin(local_invocation_index) lid: u32) {
+    _ = global_norm_into_head(lid);
 }
 
 @compute @workgroup_size(WG)
 fn global_norm_report(@builtin(local_invocation_index) lid: u32) {
-    let ns = norm_and_scale(lid);
+    let ns = global_norm_into_head(lid);
     if (lid == 0u) {
-        norm_scale_out[0] = ns.x;
-        norm_scale_out[1] = ns.y;
         report[p.slot] = ns.x;
         report[p.slot + 1u] = ns.y;
     }
