@@ -53,7 +53,7 @@
 #   scripts/gpu-run.sh round13  op parity and tests/gpu.rs, then tiny and small 16 steps a
 #                               call beside the previous build, natively and through Dawn
 #                               (three rounds), two rounds of 2000-step processes of each,
-#                               and Dawn's null backend (~8 min)
+#                               and Dawn's null backend (~4 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -451,7 +451,7 @@ case "${1:-bench}" in
     done
     ;;
   round13)
-    # Round thirteen (~8 min): op parity and tests/gpu.rs on the H200, then three
+    # Round thirteen (~4 min): op parity and tests/gpu.rs on the H200, then three
     # rounds of tiny and small 16 steps a call beside the previous build (natively one
     # process a build, through Dawn both trainers in one process), then two rounds of
     # 2000-step processes of each (the host's slow phases show there), both builds.
