@@ -92,14 +92,18 @@ describe('the page', { timeout: 900_000 }, () => {
     }
   });
 
-  test('Pause stops steps within one step', { timeout: 60_000 }, async () => {
+  test('Pause stops steps within the call in flight', { timeout: 60_000 }, async () => {
     const before = (await history(page)).n;
+    // The worker trains as many steps a call as fit in 16 ms (schedule.batchMs) by its
+    // last call's time a step: one at a time where a step takes more than 8 ms.
+    const ms = await page.evaluate(() => document.querySelector('.tp').tidepool.latest.ms);
+    const call = Math.min(16, Math.max(1, Math.floor(16 / ms)));
     await page.click(tid('pause'));
     const paused = await waitPaused(page);
-    // The step in flight finishes. Steps the worker finished before the press may still
-    // be on their way to the page: at batch 2 x context 8 a step is a few tens of ms,
-    // and the page takes their messages between frames, so it can be two behind.
-    assert.ok(paused <= before + 3, `paused at ${paused}, pressed at ${before}`);
+    // The call in flight finishes. Steps the worker finished before the press may still
+    // be on their way to the page, which takes their messages between frames, so it can
+    // be two behind.
+    assert.ok(paused <= before + call + 2, `paused at ${paused}, pressed at ${before}, ${call} a call (${ms} ms a step)`);
     await page.waitForTimeout(2500); // several SwiftShader steps' worth
     assert.equal(await num(page, 'step-count'), paused, 'no steps while paused');
     assert.equal((await history(page)).n, paused);
