@@ -95,6 +95,28 @@ pub const MAX_SAMPLE_CHARS: usize = 10_000;
 /// Most steps [`Trainer::steps`] records before reading their losses.
 pub const MAX_STEPS_AT_ONCE: u32 = 1024;
 
+/// Bytes of a call's batches that go up together, at most (one batch if it is
+/// larger): their staging chunk, and their buffers waiting for their steps.
+const UPLOAD_GROUP_BYTES: usize = 8 << 20;
+
+/// Which of a call's `n` batches, of about `batch_bytes` each, go up together, in
+/// order: the first alone, so that the GPU can start on it at once; then as many as
+/// fit in [`UPLOAD_GROUP_BYTES`], at least one, each group in the scope of its first
+/// step while the GPU runs the steps before. One staging chunk, one map cycle and one
+/// run of copies a group; no copy ends a step's compute pass midway.
+fn upload_groups(n: usize, batch_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    let per = (UPLOAD_GROUP_BYTES / batch_bytes.max(1)).max(1);
+    let mut groups = Vec::with_capacity(n.div_ceil(per) + 1);
+    groups.push(0..n.min(1));
+    let mut at = n.min(1);
+    while at < n {
+        let end = at.saturating_add(per).min(n);
+        groups.push(at..end);
+        at = end;
+    }
+    groups
+}
+
 /// What a recorded step's stats need besides its figures: the counters before it.
 struct RecordedStep {
     step: u32,
@@ -562,27 +584,28 @@ impl Trainer {
         // the kernels that make them and copied out once, at the last step's end.
         let figures = self.ctx.pending_read(16 * u64::from(n));
         let gathered = self.ctx.create_pooled(16 * n as usize);
-        let host: Vec<(Vec<u32>, Vec<u32>)> = (0..n)
-            .map(|_| self.batcher.next(&self.corpus.train, b, c))
-            .collect();
         let (vocab, belt) = (self.model.vocab, self.cfg.belt);
-        // The first step's batch goes up alone, so that the GPU can start on it at
-        // once; all the others in the second step's scope, while the GPU runs the
-        // first, through one staging chunk and one run of copies (two map cycles a
-        // call, and no copy ending a later step's compute pass).
+        // A batch packed: tokens, targets, positions (u32 each), the token offsets,
+        // and up to an alignment's padding before each of the last three.
+        let batch_bytes = 4 * (3 * b * c + vocab + 1) + 3 * 256;
+        let mut groups = upload_groups(n as usize, batch_bytes).into_iter();
         let mut uploaded: Vec<GpuBatch> = Vec::new();
         let mut recorded = Vec::new();
         for i in 0..n as usize {
             let at = (now_ms(), self.counters_now());
+            // The next group's windows, when the last group's batches are used up.
+            let host: Vec<(Vec<u32>, Vec<u32>)> = if uploaded.is_empty() {
+                let group = groups.next().expect("the groups cover every step");
+                group
+                    .map(|_| self.batcher.next(&self.corpus.train, b, c))
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let batch = |ctx: &WgpuContext| {
-                let to_upload = match i {
-                    0 => Some(0..1),
-                    1 => Some(1..host.len()),
-                    _ => None,
-                };
-                if let Some(range) = to_upload {
+                if !host.is_empty() {
                     let pairs: Vec<(&[u32], &[u32])> =
-                        host[range].iter().map(|(x, y)| (&x[..], &y[..])).collect();
+                        host.iter().map(|(x, y)| (&x[..], &y[..])).collect();
                     uploaded = GpuBatch::upload_all(ctx, &pairs, vocab, belt);
                     uploaded.reverse();
                 }
@@ -987,4 +1010,40 @@ pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut Rng) -> us
         }
     }
     *order.last().unwrap_or(&best())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{upload_groups, UPLOAD_GROUP_BYTES};
+
+    /// The groups cover a call's steps in order, the first alone, and hold at most
+    /// the cap's worth of batches unless one batch is larger.
+    #[test]
+    fn upload_groups_cover_the_steps_within_the_cap() {
+        for n in [1usize, 2, 3, 16, 1024] {
+            for bytes in [
+                1,
+                7_000,
+                200_000,
+                UPLOAD_GROUP_BYTES,
+                3 * UPLOAD_GROUP_BYTES,
+            ] {
+                let groups = upload_groups(n, bytes);
+                assert_eq!(groups[0], 0..1, "n {n}, {bytes} bytes");
+                let mut at = 0;
+                for g in &groups {
+                    assert_eq!(g.start, at, "n {n}, {bytes} bytes: {groups:?}");
+                    assert!(!g.is_empty(), "n {n}, {bytes} bytes: {groups:?}");
+                    assert!(
+                        g.len() == 1 || g.len() * bytes <= UPLOAD_GROUP_BYTES,
+                        "n {n}, {bytes} bytes: {groups:?}"
+                    );
+                    at = g.end;
+                }
+                assert_eq!(at, n, "n {n}, {bytes} bytes: {groups:?}");
+            }
+        }
+        // The page's tiny preset, 16 a call: the first, then the other 15 together.
+        assert_eq!(upload_groups(16, 7_000), vec![0..1, 1..16]);
+    }
 }
