@@ -586,8 +586,11 @@ impl Trainer {
         let gathered = self.ctx.create_pooled(16 * n as usize);
         let (vocab, belt) = (self.model.vocab, self.cfg.belt);
         // A batch packed: tokens, targets, positions (u32 each), the token offsets,
-        // and up to an alignment's padding before each of the last three.
-        let batch_bytes = 4 * (3 * b * c + vocab + 1) + 3 * 256;
+        // and up to an alignment's padding before each of the last three (in u64:
+        // wasm32's usize is 32 bits; a batch past it goes up alone anyway).
+        let tokens = b as u64 * c as u64;
+        let batch_bytes = 4 * (3 * tokens + vocab as u64 + 1) + 3 * 256;
+        let batch_bytes = usize::try_from(batch_bytes).unwrap_or(usize::MAX);
         let mut groups = upload_groups(n as usize, batch_bytes).into_iter();
         let mut uploaded: Vec<GpuBatch> = Vec::new();
         let mut recorded = Vec::new();
