@@ -503,12 +503,13 @@ case "${1:-bench}" in
   minsplit)
     # A sweep of one setting built three ways (~5 min): this build as it is, and the
     # two carried as tidepool-prev/pkg-prev and tidepool-mid/pkg-mid (round twelve:
-    # MIN_SPLIT 64, 128, 256). Each kernel's GPU time on small, then three rounds of
-    # tiny and small 16 a call natively (one process a build) and through Dawn (the
-    # three builds' trainers in one process).
+    # MIN_SPLIT 64, 128, 256; round fifteen: split-K of few tiles). Each kernel's GPU
+    # time on tiny and small, then three rounds of tiny and small 16 a call natively
+    # (one process a build) and through Dawn (the three builds' trainers in one
+    # process).
     ./tidepool info | tee "$out/info.txt"
     for b in tidepool tidepool-prev tidepool-mid; do
-      [ -x ./$b ] && run "kernels_$b" ./$b bench kernels --presets small --warmup 3 --steps 3 --corpus tinyshakespeare.txt --json
+      [ -x ./$b ] && run "kernels_$b" ./$b bench kernels --presets tiny,small --warmup 3 --steps 3 --corpus tinyshakespeare.txt --json
     done
     for round in 1 2 3; do
       for b in tidepool tidepool-prev tidepool-mid; do

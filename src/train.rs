@@ -661,7 +661,7 @@ impl Trainer {
         let step = self.step + 1;
         let record = || {
             let batch = batch(&self.ctx);
-            let grads = self.gradients(&batch, step, (gathered, at));
+            let grads = self.gradients(&batch, step, (gathered, at), true);
             self.update(&grads, step, (gathered, at + 1));
             if let Some(report) = report {
                 self.ctx
@@ -737,14 +737,21 @@ impl Trainer {
 
     /// Records forward and backward for one batch of training step `step` (whose
     /// dropout masks it uses), the mean loss into float `slot` of `loss_to`; returns
-    /// the gradients.
+    /// the gradients, each with how many split partials it is: with `for_optimizer`
+    /// those the backward split are left as partials, which the optimizer adds as it
+    /// reads them (dispatches fewer: [`GpuOps::for_optimizer`]); else all 1.
     fn gradients(
         &self,
         batch: &GpuBatch,
         step: u32,
         (loss_to, slot): (&PooledBuffer, usize),
-    ) -> Vec<PooledBuffer> {
-        let ops = GpuOps::new(&self.ctx);
+        for_optimizer: bool,
+    ) -> Vec<(PooledBuffer, usize)> {
+        let ops = if for_optimizer {
+            GpuOps::for_optimizer(&self.ctx)
+        } else {
+            GpuOps::new(&self.ctx)
+        };
         let (b, t) = (self.cfg.batch, self.cfg.context);
         let dropout = Dropout::new(
             self.cfg.dropout,
@@ -778,20 +785,28 @@ impl Trainer {
             acts,
             dropout.as_ref(),
         );
-        grads.into_flat()
+        grads
+            .into_flat()
+            .into_iter()
+            .map(|grad| {
+                let splits = ops.splits_of(&grad);
+                (grad, splits)
+            })
+            .collect()
     }
 
     /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
     /// [`Moments::norm_scale`] and at floats `slot`, `slot + 1` of `report`.
-    fn update(&self, grads: &[PooledBuffer], step: u32, report: (&PooledBuffer, usize)) {
+    fn update(&self, grads: &[(PooledBuffer, usize)], step: u32, report: (&PooledBuffer, usize)) {
         let tensors: Vec<StepTensor> = self
             .params
             .iter()
             .zip(grads)
             .zip(&self.specs)
-            .map(|((param, grad), spec)| StepTensor {
+            .map(|((param, (grad, splits)), spec)| StepTensor {
                 param,
                 grad,
+                splits: *splits,
                 decay: spec.decay,
             })
             .collect();
@@ -863,13 +878,13 @@ impl Trainer {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
             let loss = self.ctx.create_pooled(4);
-            let grads = self.gradients(&batch, step, (&loss, 0));
+            let grads = self.gradients(&batch, step, (&loss, 0), false);
             self.ctx.copy_to_read(&loss, 0, &report, 0, 4);
             grads
         });
         let loss = self.ctx.read::<f32>(report, 1).await?[0];
         let mut out = Vec::with_capacity(grads.len());
-        for (grad, spec) in grads.iter().zip(&self.specs) {
+        for ((grad, _), spec) in grads.iter().zip(&self.specs) {
             out.push(self.ctx.download::<f32>(grad, spec.len).await?);
         }
         Ok((loss, out))

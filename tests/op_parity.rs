@@ -117,19 +117,21 @@ mod embedding {
         assert_eq!(positions, vec![1, 5, 0, 2, 3, 4]);
     }
 
-    /// Runs the GPU backward for `toks`, with an extra dwte term or not, and checks it
-    /// against the reference. Sums over up to b*t rows in f32 (the repeated-token
-    /// cases put all of them in one element): 1e-5.
+    /// Runs the GPU backward for `toks`, with an extra dwte term (`Some(splits)`: as
+    /// that many split partials, which the kernel adds) or not, and checks it against
+    /// the reference. Sums over up to b*t rows in f32 (the repeated-token cases put
+    /// all of them in one element): 1e-5.
     async fn check_backward(
         ctx: &tidepool::WgpuContext,
         rng: &mut Rng,
         seed: u64,
         toks: &[u32],
         (b, t, c, v): (usize, usize, usize, usize),
-        with_extra: bool,
+        extra_splits: Option<usize>,
     ) -> (Vec<f32>, Vec<f32>) {
         let dout = normals(rng, b * t * c, 1.0);
-        let extra = normals(rng, v * c, 1.0);
+        let splits = extra_splits.unwrap_or(1);
+        let extra = normals(rng, splits * v * c, 1.0);
         let (offsets, positions) = kernels::token_index(toks, v);
         let gdout = ctx.upload(&dout);
         let (goff, gpos, gextra) = (
@@ -138,21 +140,22 @@ mod embedding {
             ctx.upload(&extra),
         );
         let (mut want_dwte, want_dwpe) = cpu::encoder_backward(&dout, toks, b, t, c, v);
-        if with_extra {
-            for (w, e) in want_dwte.iter_mut().zip(&extra) {
-                *w += e;
+        if extra_splits.is_some() {
+            for (i, w) in want_dwte.iter_mut().enumerate() {
+                *w += extra.iter().skip(i).step_by(v * c).sum::<f32>();
             }
         }
         let mut got = Vec::new();
         for target in Target::ALL {
             let (dwte, dwpe) = poisoned(ctx, &[v * c, t * c], || {
-                let extra = with_extra.then_some(&gextra);
+                let extra = extra_splits.map(|splits| (&gextra, splits));
                 let shape = (b, t, c, v);
                 kernels::encoder_backward_on(ctx, target, &gdout, &goff, &gpos, shape, extra)
             });
             let got_dwte = read(ctx, &dwte, v * c).await;
             let got_dwpe = read(ctx, &dwpe, t * c).await;
-            let what = format!("{target:?} kernels, b {b} t {t} c {c} v {v} extra {with_extra}");
+            let what =
+                format!("{target:?} kernels, b {b} t {t} c {c} v {v} extra {extra_splits:?}");
             assert_close(&format!("dwte, {what}"), &got_dwte, &want_dwte, 1e-5, seed);
             assert_close(&format!("dwpe, {what}"), &got_dwpe, &want_dwpe, 1e-5, seed);
             got.push((got_dwte, got_dwpe));
@@ -172,8 +175,10 @@ mod embedding {
         let mut rng = Rng::new(seed);
         for (b, t, c, v) in shapes() {
             let toks = tokens(&mut rng, b * t, v);
-            for with_extra in [false, true] {
-                check_backward(&ctx, &mut rng, seed, &toks, (b, t, c, v), with_extra).await;
+            // None, the head's gradient whole, and as 2 to 9 split partials.
+            let splits = 2 + rng.below(8);
+            for extra in [None, Some(1), Some(splits)] {
+                check_backward(&ctx, &mut rng, seed, &toks, (b, t, c, v), extra).await;
             }
         }
     }
@@ -205,8 +210,8 @@ mod embedding {
             .collect();
         for toks in [all_same, mostly] {
             let mut replay = rng.clone();
-            let first = check_backward(&ctx, &mut rng, seed, &toks, shape, true).await;
-            let second = check_backward(&ctx, &mut replay, seed, &toks, shape, true).await;
+            let first = check_backward(&ctx, &mut rng, seed, &toks, shape, Some(3)).await;
+            let second = check_backward(&ctx, &mut replay, seed, &toks, shape, Some(3)).await;
             assert!(
                 first.0 == second.0 && first.1 == second.1,
                 "deterministic (seed {seed})"

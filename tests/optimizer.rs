@@ -1,12 +1,13 @@
 //! The optimizer kernels against their CPU reference (`tidepool::reference`): the
 //! multi-tensor step (sums of squares, global norm and clipping scale, AdamW) in
-//! both kernel tunings, with many and few tensors a dispatch and moments in one or
-//! several arena chunks; and scaling in place. Natively and in headless Chromium.
+//! both kernel tunings, with many and few tensors a dispatch, moments in one or
+//! several arena chunks, and gradients whole or as split partials; and scaling in
+//! place. Natively and in headless Chromium.
 
 mod common;
 
 use common::{assert_close, context, poisoned, read, reduction_contexts};
-use tidepool::kernels::{self, AdamW, Moments, StepTensor, Target, TensorsPerDispatch};
+use tidepool::kernels::{self, AdamW, Moments, SplitSum, StepTensor, Target, TensorsPerDispatch};
 use tidepool::reference as cpu;
 use tidepool::rng::{fresh_seed, Rng};
 use tidepool::WgpuContext;
@@ -39,6 +40,18 @@ fn lengths(rng: &mut Rng, count: usize) -> Vec<usize> {
             }
         })
         .collect()
+}
+
+/// The cases' hyperparameters at `step`.
+fn hyper(step: u32) -> AdamW {
+    AdamW {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step,
+    }
 }
 
 /// What one case runs on the GPU and on the host.
@@ -121,26 +134,41 @@ async fn run_case(
     assert!(!chunked || count == 1 || moments.chunks() > 1, "{what}");
     let params: Vec<_> = case.params.iter().map(|p| ctx.upload(p)).collect();
     for step in 1..=3u32 {
-        let grads: Vec<Vec<f32>> = lens.iter().map(|&n| normals(rng, n, 0.1)).collect();
-        let gpu_grads: Vec<_> = grads.iter().map(|g| ctx.upload(g)).collect();
+        // About half the gradients as split partials (as a backward leaves them for
+        // the optimizer), the reference's gradient their sum.
+        let splits = split_counts(rng, &lens);
+        let parts: Vec<Vec<f32>> = lens
+            .iter()
+            .zip(&splits)
+            .map(|(&n, &s)| match s {
+                1 => normals(rng, n, 0.1),
+                _ => exact_partials(rng, n * s),
+            })
+            .collect();
+        let grads: Vec<Vec<f32>> = parts
+            .iter()
+            .zip(&lens)
+            .map(|(part, &n)| sum_partials(part, n))
+            .collect();
+        let gpu_grads: Vec<_> = parts.iter().map(|g| ctx.upload(g)).collect();
         let total: f64 = grads.iter().map(|g| cpu::grad_sumsq(g)).sum();
         let norm = total.sqrt() as f32;
         // Off, above the norm (no clip), below it (clip).
         let max_norm = [0.0, norm * 2.0, norm * 0.25][step as usize - 1];
-        let hp = AdamW {
-            lr: 1e-2,
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.1,
-            step,
-        };
+        let hp = hyper(step);
         let tensors: Vec<StepTensor> = params
             .iter()
             .zip(&gpu_grads)
+            .zip(&splits)
             .zip(&case.decay)
-            .map(|((param, grad), &decay)| StepTensor { param, grad, decay })
+            .map(|(((param, grad), &splits), &decay)| StepTensor {
+                param,
+                grad,
+                splits,
+                decay,
+            })
             .collect();
+        let what = format!("{what}, splits {splits:?}");
         // [norm, scale] also go to a report at a slot that moves with the step; the
         // floats around it must stay as they were.
         let report = ctx.upload(&[f32::NAN; 8]);
@@ -256,6 +284,121 @@ async fn run_case(
             assert_close(&format!("v, {tensor}"), &v[i], &case.v[i], 1e-5, seed);
         }
     }
+}
+
+/// Split partials for about half of the tensors of `lens`: 2 to 9 of them, as many as
+/// keep the partials under `MAX_LEN` floats; 1 (the gradient itself) for the rest.
+fn split_counts(rng: &mut Rng, lens: &[usize]) -> Vec<usize> {
+    lens.iter()
+        .map(|&n| match rng.below(2) {
+            0 => 1,
+            _ => (2 + rng.below(8)).min(MAX_LEN / n).max(1),
+        })
+        .collect()
+}
+
+/// `n` partials whose sums are exact in f32 whatever the order (multiples of 2^-13
+/// under 0.13): a sum that cancels to near zero would otherwise turn AdamW's first
+/// step, g / |g|, on the order of its rounding.
+fn exact_partials(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| (rng.below(2001) as f32 - 1000.0) / 8192.0)
+        .collect()
+}
+
+/// The gradient of `[splits, n]` partials, summed in f64.
+fn sum_partials(part: &[f32], n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            part.iter()
+                .skip(i)
+                .step_by(n)
+                .map(|&x| f64::from(x))
+                .sum::<f64>() as f32
+        })
+        .collect()
+}
+
+gpu_test!(
+    split_gradients_step_as_their_sums_bit_for_bit,
+    split_bits_body()
+);
+/// Exact: a step reading gradients as split partials and one reading their sums
+/// (`sum_splits_together`, as the backward made them before it left them to the
+/// optimizer) write the same bits: both add the partials in one order.
+async fn split_bits_body() {
+    let ctx = context().await;
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    let target = Target::of(&ctx);
+    let per = TensorsPerDispatch::of(&ctx).for_target(target);
+    let lens = lengths(&mut rng, 6);
+    let splits: Vec<usize> = lens
+        .iter()
+        .map(|&n| (2 + rng.below(8)).min(MAX_LEN / n).max(2))
+        .collect();
+    let parts: Vec<Vec<f32>> = lens
+        .iter()
+        .zip(&splits)
+        .map(|(&n, &s)| normals(&mut rng, n * s, 0.1))
+        .collect();
+    let params: Vec<Vec<f32>> = lens.iter().map(|&n| normals(&mut rng, n, 0.5)).collect();
+    let gpu_parts: Vec<_> = parts.iter().map(|p| ctx.upload(p)).collect();
+    let sums: Vec<_> = lens
+        .iter()
+        .map(|&n| ctx.upload(&vec![f32::NAN; n]))
+        .collect();
+    let split_sums: Vec<SplitSum> = gpu_parts
+        .iter()
+        .zip(&sums)
+        .zip(lens.iter().zip(&splits))
+        .map(|((part, out), (&len, &splits))| SplitSum {
+            part,
+            out,
+            len,
+            splits,
+        })
+        .collect();
+    ctx.scope(|| kernels::sum_splits_together(&ctx, per, &split_sums));
+    let hp = hyper(1);
+    let mut results = Vec::new();
+    for from_partials in [false, true] {
+        let moments = Moments::zeroed_in_chunks(&ctx, &lens, ctx.max_binding_size()).unwrap();
+        let gpu_params: Vec<_> = params.iter().map(|p| ctx.upload(p)).collect();
+        let tensors: Vec<StepTensor> = gpu_params
+            .iter()
+            .enumerate()
+            .map(|(i, param)| StepTensor {
+                param,
+                grad: if from_partials {
+                    &gpu_parts[i]
+                } else {
+                    &sums[i]
+                },
+                splits: if from_partials { splits[i] } else { 1 },
+                decay: i % 2 == 0,
+            })
+            .collect();
+        ctx.scope(|| kernels::adamw_step(&ctx, &tensors, &moments, &hp, 1.0, None));
+        let norm = read(&ctx, moments.norm_scale(), 2).await;
+        let (m, v) = moments.download(&ctx).await.unwrap();
+        let mut got = vec![norm, m.concat(), v.concat()];
+        for (param, &n) in gpu_params.iter().zip(&lens) {
+            got.push(read(&ctx, param, n).await);
+        }
+        results.push(got);
+    }
+    let bits = |x: &Vec<Vec<f32>>| -> Vec<Vec<u32>> {
+        x.iter()
+            .map(|v| v.iter().map(|f| f.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(
+        bits(&results[0]),
+        bits(&results[1]),
+        "norm, moments and params from partials against from their sums: lens {lens:?}, \
+         splits {splits:?}, seed {seed}"
+    );
 }
 
 gpu_test!(moments_round_trip_through_their_arenas, moments_body());

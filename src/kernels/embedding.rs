@@ -52,8 +52,9 @@ struct Params {
     seed: u32,
     threshold: u32,
     scale: f32,
-    /// dwte_dwpe: 1 when it adds `extra` into dwte.
-    has_extra: u32,
+    /// dwte_dwpe: 0 without `extra`; else how many split partials it holds
+    /// (dwte_rows_extra reads it too).
+    extra_splits: u32,
 }
 
 impl Params {
@@ -66,7 +67,7 @@ impl Params {
             seed: 0,
             threshold: 0,
             scale: 1.0,
-            has_extra: 0,
+            extra_splits: 0,
         }
     }
 }
@@ -167,13 +168,15 @@ pub fn encoder_backward<'a>(
         offsets,
         positions,
         (b, t, c, v),
-        extra_dwte,
+        extra_dwte.map(|extra| (extra, 1)),
     )
 }
 
 /// [`encoder_backward`] with the kernel tuning chosen: on GPUs a workgroup sums a
 /// token's rows for 32 channels, eight rows at a time; on CPU adapters a thread sums
-/// them for one channel.
+/// them for one channel. `extra_dwte`: `(extra, splits)`, where `extra` may hold
+/// `splits` partials `[splits, v*c]` of the term (a head gradient left by
+/// [`crate::kernels::SplitSums::for_optimizer`]), added in the order of their sum.
 pub fn encoder_backward_on<'a>(
     ctx: &WgpuContext,
     target: Target,
@@ -181,10 +184,19 @@ pub fn encoder_backward_on<'a>(
     offsets: impl Into<Slice<'a>>,
     positions: impl Into<Slice<'a>>,
     (b, t, c, v): (usize, usize, usize, usize),
-    extra_dwte: Option<&PooledBuffer>,
+    extra_dwte: Option<(&PooledBuffer, usize)>,
 ) -> (PooledBuffer, PooledBuffer) {
     let (offsets, positions) = (offsets.into(), positions.into());
     let mut params = Params::new(b, t, c, v);
+    if let Some((extra, splits)) = extra_dwte {
+        assert!(
+            splits >= 1 && extra.len() >= splits * v * c * 4,
+            "extra dwte: {splits} splits of {v}x{c} in {} bytes",
+            extra.len()
+        );
+        params.extra_splits = u32::try_from(splits).expect("splits of a binding fit in u32");
+    }
+    let extra_dwte = extra_dwte.map(|(extra, _)| extra);
     let dwte = ctx.create_pooled(v * c * 4);
     let dwpe = ctx.create_pooled(t * c * 4);
     match target {
@@ -192,7 +204,6 @@ pub fn encoder_backward_on<'a>(
         // dwpe's workgroups of WG elements, spread over x and y like a 1-D launch of
         // single-thread groups.
         Target::Gpu => {
-            params.has_extra = extra_dwte.is_some() as u32;
             let groups = v * c.div_ceil(DWTE_CHANNELS) + (t * c).div_ceil(WG as usize);
             ctx.dispatch_slices(
                 &DWTE_DWPE,

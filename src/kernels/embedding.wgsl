@@ -3,9 +3,10 @@
 //                through the embedding's dropout mask (threshold 0, scale 1: none)
 //   dwte_rows_only  dwte[k, i] = sum of dout[r, i] over the rows r holding token k
 //                (CPU adapters: a thread a (token, channel))
-//   dwte_rows_extra the same plus extra[k, i] (the tied output head's gradient)
+//   dwte_rows_extra the same plus extra[k, i] (the tied output head's gradient,
+//                or with p.extra_splits > 1 the sum of its split partials)
 //   dwpe_sum     dwpe[s, i] = sum over the batch of dout[b*t + s, i] (CPU adapters)
-//   dwte_dwpe    both in one dispatch (GPUs): dwte (plus extra with p.has_extra) in
+//   dwte_dwpe    both in one dispatch (GPUs): dwte (plus extra with p.extra_splits) in
 //                a workgroup a token and 32 channels, its rows split eight ways, then
 //                dwpe in the workgroups after those, WG elements each
 // The backward is a gather, not a scatter: `offsets`/`positions` (built on the host by
@@ -13,7 +14,7 @@
 // sums its terms in a fixed order (deterministic, nothing lost when a token repeats).
 // Entry points share bindings; each uses exactly those its launcher passes.
 
-struct Params { b: u32, t: u32, c: u32, v: u32, seed: u32, threshold: u32, scale: f32, has_extra: u32 }
+struct Params { b: u32, t: u32, c: u32, v: u32, seed: u32, threshold: u32, scale: f32, extra_splits: u32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 
@@ -76,7 +77,28 @@ fn dwte_rows_extra(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     if (idx >= p.v * p.c) {
         return;
     }
-    dwte[idx] = token_sum_rows(idx) + extra[idx];
+    dwte[idx] = token_sum_rows(idx) + extra_at(idx);
+}
+
+// extra[idx], or with p.extra_splits > 1 the sum over s of extra[s * v * c + idx] in
+// optimizer_tensors.wgsl's `grad_at_N` order: the same bits as adding the head's
+// split partials first.
+fn extra_at(idx: u32) -> f32 {
+    let splits = p.extra_splits;
+    if (splits <= 1u) {
+        return extra[idx];
+    }
+    let len = p.v * p.c;
+    var acc = vec4<f32>(0.0);
+    var s = 0u;
+    for (; s + 3u < splits; s += 4u) {
+        let at = s * len + idx;
+        acc += vec4<f32>(extra[at], extra[at + len], extra[at + 2u * len], extra[at + 3u * len]);
+    }
+    for (; s < splits; s++) {
+        acc.x += extra[s * len + idx];
+    }
+    return (acc.x + acc.y) + (acc.z + acc.w);
 }
 
 // dwte on GPUs: a workgroup a (token, block of CB channels); its ROWS row groups each sum
@@ -137,8 +159,8 @@ fn dwte_dwpe(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg:
         let total = token_sum(at, lid);
         if (at.live && lid < CB) {
             let idx = at.k * p.c + at.i;
-            if (p.has_extra != 0u) {
-                dwte[idx] = total + extra[idx];
+            if (p.extra_splits != 0u) {
+                dwte[idx] = total + extra_at(idx);
             } else {
                 dwte[idx] = total;
             }

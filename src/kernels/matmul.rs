@@ -909,7 +909,6 @@ fn dweight_partials(
 ) -> (Partials, Option<Partials>) {
     check_len(dout, rows * n, "matmul_dweight dout");
     check_len(inp, rows * k, "matmul_dweight inp");
-    let dweight = ctx.create_pooled(n * k * 4);
     let [gx, gy, _] = variant.grid(n, k, 1);
     let groups = (gx * gy) as usize;
     let want = variant.target_workgroups().div_ceil(groups);
@@ -925,23 +924,13 @@ fn dweight_partials(
     };
     let kernel = specialized(kernel, params.flags);
     let groups = variant.grid(n, k, splits);
-    let part = (splits > 1).then(|| ctx.create_pooled(splits * n * k * 4));
-    let dbias = sums_bias.then(|| Partials {
-        out: ctx.create_pooled(n * 4),
-        pending: (splits > 1).then(|| (ctx.create_pooled(splits * n * 4), n, splits)),
-    });
-    let out = part.as_ref().unwrap_or(&dweight);
+    let dweight = Partials::new(ctx, n * k, splits);
+    let dbias = sums_bias.then(|| Partials::new(ctx, n, splits));
+    let out = dweight.target();
     match &dbias {
-        Some(b) => {
-            let out_b = b.pending.as_ref().map_or(&b.out, |(part_b, _, _)| part_b);
-            ctx.dispatch(kernel, &params, &[dout, inp, out, out_b], groups);
-        }
+        Some(b) => ctx.dispatch(kernel, &params, &[dout, inp, out, b.target()], groups),
         None => ctx.dispatch(kernel, &params, &[dout, inp, out], groups),
     }
-    let dweight = Partials {
-        out: dweight,
-        pending: part.map(|part| (part, n * k, splits)),
-    };
     (dweight, dbias)
 }
 
@@ -971,7 +960,6 @@ fn dbias_partials(
     n: usize,
 ) -> Partials {
     check_len(dout, rows * n, "matmul_dbias dout");
-    let dbias = ctx.create_pooled(n * 4);
     let col_groups = n.div_ceil(64);
     let want = TARGET_WORKGROUPS.div_ceil(col_groups);
     let (chunk, splits) = split(rows, want, 1, variant.min_split());
@@ -981,19 +969,9 @@ fn dbias_partials(
         ..ReduceParams::new(n, splits, 0)
     };
     let groups = [col_groups as u32, splits as u32, 1];
-    if splits == 1 {
-        ctx.dispatch(&COLSUM, &params, &[dout, &dbias], groups);
-        return Partials {
-            out: dbias,
-            pending: None,
-        };
-    }
-    let part = ctx.create_pooled(splits * n * 4);
-    ctx.dispatch(&COLSUM, &params, &[dout, &part], groups);
-    Partials {
-        out: dbias,
-        pending: Some((part, n, splits)),
-    }
+    let dbias = Partials::new(ctx, n, splits);
+    ctx.dispatch(&COLSUM, &params, &[dout, dbias.target()], groups);
+    dbias
 }
 
 impl ReduceParams {

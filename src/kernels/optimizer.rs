@@ -80,6 +80,8 @@ struct Params {
 /// generated kernels (and the uniform's table) at a size that compiles quickly.
 pub const MAX_TENSORS_PER_DISPATCH: usize = 32;
 const MAX_K: usize = MAX_TENSORS_PER_DISPATCH;
+// The table of splits packs four tensors a vec4.
+const _: () = assert!(MAX_K.is_multiple_of(4));
 
 /// `TensorsParams` in optimizer_tensors.wgsl.
 #[repr(C)]
@@ -97,6 +99,8 @@ struct TensorsParams {
     bc2: f32,
     _pad1: f32,
     tensors: [[u32; 4]; MAX_K],
+    /// sumsq, adamw: tensor t's gradient is `splits[t / 4][t % 4]` split partials.
+    splits: [[u32; 4]; MAX_K / 4],
 }
 
 const WG: u32 = 256;
@@ -420,7 +424,11 @@ pub const CPU_ADAMW_TENSORS: usize = 4;
 #[derive(Clone, Copy)]
 pub struct StepTensor<'a> {
     pub param: &'a PooledBuffer,
+    /// The gradient, or with `splits > 1` its split partials `[splits, len]`, which
+    /// the passes add as they read them, in the order of the sums of
+    /// [`crate::kernels::SplitSums`] (the same bits).
     pub grad: &'a PooledBuffer,
+    pub splits: usize,
     pub decay: bool,
 }
 
@@ -483,11 +491,14 @@ pub fn adamw_step_on(
     assert!((1..=MAX_K).contains(&per.sumsq) && (1..=MAX_K).contains(&per.adamw));
     for (i, (t, slot)) in tensors.iter().zip(&moments.slots).enumerate() {
         assert!(
-            t.param.len() >= slot.len * 4 && t.grad.len() >= slot.len * 4,
-            "tensor {i}: {} floats, buffers of {} and {} bytes",
+            t.splits >= 1
+                && t.param.len() >= slot.len * 4
+                && t.grad.len() >= t.splits * slot.len * 4,
+            "tensor {i}: {} floats, buffers of {} and {} bytes ({} splits)",
             slot.len,
             t.param.len(),
-            t.grad.len()
+            t.grad.len(),
+            t.splits
         );
     }
     let u = |x: usize| u32::try_from(x).expect("the plan keeps tensors under 2^32 floats");
@@ -501,11 +512,13 @@ pub fn adamw_step_on(
         let TensorsParams {
             groups,
             tensors: table,
+            splits,
             ..
         } = &mut params;
-        for (entry, &len) in table.iter_mut().zip(lens) {
+        for (i, (t, &len)) in group.iter().zip(lens).enumerate() {
             let (parts, span) = sumsq_parts(target, len);
-            *entry = [*groups, u(len), u(part_offset), u(span)];
+            table[i] = [*groups, u(len), u(part_offset), u(span)];
+            splits[i / 4][i % 4] = u(t.splits);
             *groups += u(parts);
             part_offset += parts;
         }
@@ -568,6 +581,7 @@ pub fn adamw_step_on(
             .enumerate()
         {
             params.tensors[i] = [params.groups, u(slot.len), u(slot.offset), span];
+            params.splits[i / 4][i % 4] = u(t.splits);
             params.groups += u(slot.len).div_ceil(span);
             params.decay |= (t.decay as u32) << i;
             buffers.extend([&**t.param, &**t.grad]);
@@ -689,8 +703,9 @@ fn tensors_source(pass: Pass, k: usize) -> String {
             bind(2 + 2 * k, "read_write", "v".into());
         }
         Pass::SumSplits => {
+            // The partials as `grad{i}`: the template's `grad_at_#` adds them.
             for i in 0..k {
-                bind(1 + 2 * i, "read", format!("part{i}"));
+                bind(1 + 2 * i, "read", format!("grad{i}"));
                 bind(2 + 2 * i, "read_write", format!("out{i}"));
             }
         }
@@ -768,7 +783,7 @@ mod tests {
         assert!(!src.contains("fn adamw"));
         let src = tensors_source(Pass::SumSplits, 2);
         assert!(src.contains("@binding(4) var<storage, read_write> out1"));
-        assert!(src.contains("case 1u: { out1[i] = split_sum_1("));
+        assert!(src.contains("case 1u: { out1[i] = grad_at_1("));
         assert!(!src.contains("case 2u") && !src.contains("fn adamw"));
     }
 

@@ -15,9 +15,11 @@
 //   adamw  workgroup w updates elements [j * span, (j + 1) * span) of its tensor:
 //          AdamW on param, m, v with the gradient times the clipping scale, which
 //          the norm kernel (optimizer.wgsl `global_norm`) left in m[1]
-//   sum_splits  thread i of its tensor's workgroups: out[i] = the sum over s of
-//          part[s * len + i], in matmul_reduce.wgsl's `split_sum` order (the fused
-//          sum's), for one sum or many; the table's (offset, span) are (splits, 0)
+//   sum_splits  thread i of its tensor's workgroups: out[i] = grad_at_N (the sum of
+//          the split partials bound as gradN), for one sum or many; the table's
+//          (offset, span) are (splits, 0)
+// sumsq and adamw read a gradient left as split partials (`p.splits`) the same way,
+// so a sum made first and one made as the optimizer reads give the same bits.
 // Fixed summation orders: the same input always gives the same bits.
 
 // Per tensor of the dispatch: (first workgroup, length, offset, span): the offset
@@ -40,9 +42,37 @@ struct TensorsParams {
     bc2: f32, // 1 - beta2^step
     _pad2: f32,
     tensors: array<vec4<u32>, MAX_K>,
+    // sumsq, adamw: how many split partials tensor t's gradient is, at
+    // splits[t / 4][t % 4] (1: the gradient itself).
+    splits: array<vec4<u32>, MAX_K / 4>,
 }
 
 @group(0) @binding(0) var<uniform> p: TensorsParams;
+
+fn splits_of(t: u32) -> u32 {
+    return p.splits[t / 4u][t % 4u];
+}
+
+//#each
+// Element i of tensor #'s gradient: the sum over s of grad#[s * len + i] (`splits`
+// partials of `len` floats), in matmul_reduce.wgsl's `split_sum` order (the fused
+// sum's); with one split, grad#[i].
+fn grad_at_#(i: u32, len: u32, splits: u32) -> f32 {
+    if (splits == 1u) {
+        return grad#[i];
+    }
+    var acc = vec4<f32>(0.0);
+    var s = 0u;
+    for (; s + 3u < splits; s += 4u) {
+        let at = s * len + i;
+        acc += vec4<f32>(grad#[at], grad#[at + len], grad#[at + 2u * len], grad#[at + 3u * len]);
+    }
+    for (; s < splits; s++) {
+        acc.x += grad#[s * len + i];
+    }
+    return (acc.x + acc.y) + (acc.z + acc.w);
+}
+//#end
 
 const WG: u32 = 256u;
 
@@ -65,11 +95,11 @@ fn group_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 
 //#if sumsq
 //#each
-fn sumsq_#(j: u32, e: vec4<u32>, lid: u32) -> f32 {
+fn sumsq_#(j: u32, e: vec4<u32>, splits: u32, lid: u32) -> f32 {
     let end = min((j + 1u) * e.w, e.y);
     var s = 0.0;
     for (var i = j * e.w + lid; i < end; i += WG) {
-        let x = grad#[i];
+        let x = grad_at_#(i, e.y, splits);
         s += x * x;
     }
     return s;
@@ -92,7 +122,7 @@ fn sumsq(
     var s = 0.0;
     switch t {
         //#each
-        case #u: { s = sumsq_#(j, e, lid); }
+        case #u: { s = sumsq_#(j, e, splits_of(t), lid); }
         //#end
         default: {}
     }
@@ -105,10 +135,10 @@ fn sumsq(
 
 //#if adamw
 //#each
-fn adamw_#(j: u32, e: vec4<u32>, decay: f32, scale: f32, lid: u32) {
+fn adamw_#(j: u32, e: vec4<u32>, splits: u32, decay: f32, scale: f32, lid: u32) {
     let end = min((j + 1u) * e.w, e.y);
     for (var i = j * e.w + lid; i < end; i += WG) {
-        let g = grad#[i] * scale;
+        let g = grad_at_#(i, e.y, splits) * scale;
         let a = e.z + i;
         let mi = p.beta1 * m[a] + (1.0 - p.beta1) * g;
         let vi = p.beta2 * v[a] + (1.0 - p.beta2) * g * g;
@@ -139,7 +169,7 @@ fn adamw(
     let scale = m[1];
     switch t {
         //#each
-        case #u: { adamw_#(j, e, decay, scale, lid); }
+        case #u: { adamw_#(j, e, splits_of(t), decay, scale, lid); }
         //#end
         default: {}
     }
@@ -147,21 +177,6 @@ fn adamw(
 //#endif
 
 //#if sum_splits
-//#each
-fn split_sum_#(i: u32, len: u32, splits: u32) -> f32 {
-    var acc = vec4<f32>(0.0);
-    var s = 0u;
-    for (; s + 3u < splits; s += 4u) {
-        let at = s * len + i;
-        acc += vec4<f32>(part#[at], part#[at + len], part#[at + 2u * len], part#[at + 3u * len]);
-    }
-    for (; s < splits; s++) {
-        acc.x += part#[s * len + i];
-    }
-    return (acc.x + acc.y) + (acc.z + acc.w);
-}
-//#end
-
 @compute @workgroup_size(WG)
 fn sum_splits(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -180,7 +195,7 @@ fn sum_splits(
     }
     switch t {
         //#each
-        case #u: { out#[i] = split_sum_#(i, e.y, e.z); }
+        case #u: { out#[i] = grad_at_#(i, e.y, e.z); }
         //#end
         default: {}
     }

@@ -1,7 +1,8 @@
 //! Weight gradients summed from split partials: a kernel that splits a gradient's
 //! reduction (over rows) writes `[splits, len]` partials, and one multi-tensor pass
 //! (`sum_splits` in optimizer_tensors.wgsl) adds them, now or, through
-//! [`SplitSums`], together with the rest of the backward pass's at its end.
+//! [`SplitSums`], together with the rest of the backward pass's at its end; or the
+//! optimizer adds them as it reads them ([`SplitSums::for_optimizer`]).
 
 use super::optimizer::{sum_splits_together, SplitSum, TensorsPerDispatch};
 use super::target::Target;
@@ -19,8 +20,16 @@ use crate::gpu::{PooledBuffer, WgpuContext};
 /// would go back to the pool, and the sum would land in whatever took it).
 /// Partials are held up to [`SplitSums::MAX_BYTES`]; past it a gradient is summed at
 /// once as before.
+///
+/// [`SplitSums::for_optimizer`] adds none of them: a gradient comes back as its
+/// partials, which the optimizer's passes add as they read them
+/// ([`crate::kernels::StepTensor::splits`], [`SplitSums::splits_of`]). That saves the
+/// sums' dispatches (three a tiny step where WebGPU binds 16 buffers a stage) and
+/// their buffers.
 pub struct SplitSums {
     pending: Vec<(PooledBuffer, wgpu::Buffer, usize, usize)>,
+    /// For the optimizer: the partials handed out as gradients, and their splits.
+    left: Option<Vec<(wgpu::Buffer, usize)>>,
     bytes: u64,
 }
 
@@ -40,8 +49,30 @@ impl SplitSums {
     pub fn new() -> Self {
         SplitSums {
             pending: Vec::new(),
+            left: None,
             bytes: 0,
         }
+    }
+
+    /// Gradients whose partials are left to the optimizer (see [`SplitSums`]): only
+    /// for gradients that nothing reads before [`crate::kernels::adamw_step`] (or a
+    /// kernel that adds partials itself, as the embedding backward does the head's).
+    pub fn for_optimizer() -> Self {
+        SplitSums {
+            pending: Vec::new(),
+            left: Some(Vec::new()),
+            bytes: 0,
+        }
+    }
+
+    /// How many partials `grad` holds (`[splits, len]`, to be added); 1 for a
+    /// gradient that holds its value.
+    pub fn splits_of(&self, grad: &wgpu::Buffer) -> usize {
+        self.left
+            .iter()
+            .flatten()
+            .find(|(buffer, _)| buffer == grad)
+            .map_or(1, |&(_, splits)| splits)
     }
 
     /// Sums of partials waiting.
@@ -63,8 +94,8 @@ impl SplitSums {
     ) -> (PooledBuffer, Option<PooledBuffer>) {
         match sums {
             Some(sums) if sums.takes(&dweight, dbias.as_ref()) => {
-                let dbias = dbias.map(|b| sums.defer(b));
-                (sums.defer(dweight), dbias)
+                let dweight = sums.defer(dweight, ctx);
+                (dweight, dbias.map(|b| sums.defer(b, ctx)))
             }
             _ => finish_grads(ctx, dweight, dbias),
         }
@@ -72,17 +103,28 @@ impl SplitSums {
 
     /// Whether the partials of `dweight` and `dbias` fit under the cap.
     fn takes(&self, dweight: &Partials, dbias: Option<&Partials>) -> bool {
-        let bytes = |p: &Partials| p.pending.as_ref().map_or(0, |(part, ..)| part.len() as u64);
+        let bytes = |p: &Partials| match p {
+            Partials::Done(_) => 0,
+            Partials::Pending { part, .. } => part.len() as u64,
+        };
         self.bytes + bytes(dweight) + dbias.map_or(0, bytes) <= Self::MAX_BYTES
     }
 
-    /// `p`'s sum, waiting here when it has partials.
-    fn defer(&mut self, p: Partials) -> PooledBuffer {
-        if let Some((part, len, splits)) = p.pending {
-            self.bytes += part.len() as u64;
-            self.pending.push((part, (*p.out).clone(), len, splits));
+    /// `p`'s sum, waiting here when it has partials; or for the optimizer, the
+    /// partials themselves.
+    fn defer(&mut self, p: Partials, ctx: &WgpuContext) -> PooledBuffer {
+        let (part, len, splits) = match p {
+            Partials::Done(grad) => return grad,
+            Partials::Pending { part, len, splits } => (part, len, splits),
+        };
+        self.bytes += part.len() as u64;
+        if let Some(left) = &mut self.left {
+            left.push(((*part).clone(), splits));
+            return part;
         }
-        p.out
+        let out = ctx.create_pooled(len * 4);
+        self.pending.push((part, (*out).clone(), len, splits));
+        out
     }
 
     /// Adds every waiting sum into its gradient, and lets the partials go.
@@ -133,46 +175,82 @@ pub(crate) fn finish_grads(
     }
 }
 
-/// A gradient recorded up to its split partials: `out`, and where the rows were
-/// split, the partials still to add into it (by [`Partials::finish`], or paired with
-/// another's in one dispatch by [`Partials::finish_pair`]).
-pub(crate) struct Partials {
-    pub out: PooledBuffer,
-    /// (partials `[splits, len]`, len, splits)
-    pub pending: Option<(PooledBuffer, usize, usize)>,
+/// A gradient as a kernel left it: whole, or as split partials still to add (by
+/// [`Partials::finish`], or paired with another's in one dispatch by
+/// [`Partials::finish_pair`]). The sum's buffer is drawn only when it is made.
+pub(crate) enum Partials {
+    Done(PooledBuffer),
+    /// `part`: `[splits, len]`.
+    Pending {
+        part: PooledBuffer,
+        len: usize,
+        splits: usize,
+    },
 }
 
 impl Partials {
-    pub fn finish(self, ctx: &WgpuContext) -> PooledBuffer {
-        if let Some((part, len, splits)) = &self.pending {
-            sum_splits(ctx, part, &self.out, *len, *splits);
+    /// What a kernel writing `len` floats split `splits` ways writes into.
+    pub fn new(ctx: &WgpuContext, len: usize, splits: usize) -> Self {
+        match splits {
+            1 => Partials::Done(ctx.create_pooled(len * 4)),
+            _ => Partials::Pending {
+                part: ctx.create_pooled(splits * len * 4),
+                len,
+                splits,
+            },
         }
-        self.out
+    }
+
+    /// The buffer the kernel writes.
+    pub fn target(&self) -> &PooledBuffer {
+        match self {
+            Partials::Done(grad) => grad,
+            Partials::Pending { part, .. } => part,
+        }
+    }
+
+    pub fn finish(self, ctx: &WgpuContext) -> PooledBuffer {
+        match self {
+            Partials::Done(grad) => grad,
+            Partials::Pending { part, len, splits } => {
+                let out = ctx.create_pooled(len * 4);
+                sum_splits(ctx, &part, &out, len, splits);
+                out
+            }
+        }
     }
 
     /// Both sums in one dispatch when both are pending (a weight gradient and its
     /// bias's: one dispatch fewer a layer with a bias).
     pub fn finish_pair(self, other: Partials, ctx: &WgpuContext) -> (PooledBuffer, PooledBuffer) {
-        match (&self.pending, &other.pending) {
-            (Some((part, len, splits)), Some((part_b, len_b, splits_b))) => {
+        match (self, other) {
+            (
+                Partials::Pending { part, len, splits },
+                Partials::Pending {
+                    part: part_b,
+                    len: len_b,
+                    splits: splits_b,
+                },
+            ) => {
+                let (out, out_b) = (ctx.create_pooled(len * 4), ctx.create_pooled(len_b * 4));
                 let sums = [
                     SplitSum {
-                        part,
-                        out: &self.out,
-                        len: *len,
-                        splits: *splits,
+                        part: &part,
+                        out: &out,
+                        len,
+                        splits,
                     },
                     SplitSum {
-                        part: part_b,
-                        out: &other.out,
-                        len: *len_b,
-                        splits: *splits_b,
+                        part: &part_b,
+                        out: &out_b,
+                        len: len_b,
+                        splits: splits_b,
                     },
                 ];
                 sum_splits_together(ctx, TensorsPerDispatch::of(ctx), &sums);
-                (self.out, other.out)
+                (out, out_b)
             }
-            _ => (self.finish(ctx), other.finish(ctx)),
+            (a, b) => (a.finish(ctx), b.finish(ctx)),
         }
     }
 }

@@ -10,12 +10,27 @@ use crate::reference::{AttnDropout, DropoutMask};
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. Weight
 /// gradients' split partials wait in it until [`Ops::finish_weight_grads`] adds
-/// them all together ([`kernels::SplitSums`]).
+/// them all together ([`kernels::SplitSums`]), or are left to the optimizer
+/// ([`GpuOps::for_optimizer`]).
 pub struct GpuOps<'a>(pub &'a WgpuContext, RefCell<kernels::SplitSums>);
 
 impl<'a> GpuOps<'a> {
     pub fn new(ctx: &'a WgpuContext) -> Self {
         GpuOps(ctx, RefCell::new(kernels::SplitSums::new()))
+    }
+
+    /// Ops whose backward leaves weight gradients as split partials where it split
+    /// them ([`kernels::SplitSums::for_optimizer`]): for gradients that only
+    /// [`kernels::adamw_step`] reads, with [`GpuOps::splits_of`] as each one's
+    /// [`kernels::StepTensor::splits`].
+    pub fn for_optimizer(ctx: &'a WgpuContext) -> Self {
+        GpuOps(ctx, RefCell::new(kernels::SplitSums::for_optimizer()))
+    }
+
+    /// How many split partials a gradient from this backend's backward holds (1: it
+    /// holds its value).
+    pub fn splits_of(&self, grad: &PooledBuffer) -> usize {
+        self.1.borrow().splits_of(grad)
     }
 }
 
@@ -173,16 +188,15 @@ impl Ops for GpuOps<'_> {
         v: usize,
         head_dwte: &T,
     ) -> (T, T) {
-        kernels::encoder_backward(
+        // The head's gradient may still be split partials: the kernel adds them.
+        kernels::encoder_backward_on(
             self.0,
+            kernels::Target::of(self.0),
             dout,
             batch.offsets(),
             batch.positions(),
-            b,
-            t,
-            c,
-            v,
-            Some(head_dwte),
+            (b, t, c, v),
+            Some((head_dwte, self.splits_of(head_dwte))),
         )
     }
     fn layernorm_forward(&self, x: &T, w: &T, bias: &T, rows: usize, c: usize) -> (T, T, T) {
