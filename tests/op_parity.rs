@@ -988,6 +988,79 @@ mod fused_matmul {
         }
     }
 
+    gpu_test!(
+        weight_grads_left_to_the_optimizer_are_their_partials,
+        left_to_optimizer_body()
+    );
+    /// With `SplitSums::for_optimizer`, a weight gradient of at most
+    /// `OPTIMIZER_SPLITS` splits comes back as its partials (`splits_of` says how
+    /// many), and one of more is summed at `finish` as before: either way, summed by
+    /// the passes that read partials, the same bits as `matmul_backward`'s. Rows from
+    /// 300 and from 2100: a few splits and many, on either target.
+    async fn left_to_optimizer_body() {
+        let ctx = context().await;
+        let seed = fresh_seed();
+        let mut rng = Rng::new(seed);
+        let layers: Vec<(usize, usize, usize)> = [300, 300, 2100, 2100]
+            .map(|from| (from + rng.below(500), 1 + rng.below(45), 1 + rng.below(70)))
+            .to_vec();
+        let mut sums = SplitSums::for_optimizer();
+        let mut left = 0;
+        for (i, &(rows, k, n)) in layers.iter().enumerate() {
+            let up = |rng: &mut Rng, len| ctx.upload(&rng.vec(len, -1.0, 1.0));
+            let (dout, inp, w) = (
+                up(&mut rng, rows * n),
+                up(&mut rng, rows * k),
+                up(&mut rng, n * k),
+            );
+            let (_, dw, db) = ctx.scope(|| {
+                matmul_backward_deferred(
+                    &ctx,
+                    &dout,
+                    &inp,
+                    &w,
+                    rows,
+                    k,
+                    n,
+                    true,
+                    false,
+                    Some(&mut sums),
+                )
+            });
+            ctx.scope(|| sums.finish(&ctx));
+            let (_, want_dw, want_db) = matmul_backward(&ctx, &dout, &inp, &w, rows, k, n, true);
+            let db = db.expect("with bias");
+            let want_db = want_db.expect("with bias");
+            for (name, grad, want, len) in [
+                ("dweight", &dw, &want_dw, n * k),
+                ("dbias", &db, &want_db, n),
+            ] {
+                let splits = sums.splits_of(grad);
+                let what =
+                    format!("{name} of layer {i} {rows}x{k}x{n}, {splits} splits (seed {seed})");
+                assert!(splits <= SplitSums::OPTIMIZER_SPLITS, "{what}");
+                left += usize::from(splits > 1);
+                let summed = ctx.create_pooled(len * 4);
+                let sum = SplitSum {
+                    part: grad,
+                    out: &summed,
+                    len,
+                    splits,
+                };
+                ctx.scope(|| sum_splits_together(&ctx, TensorsPerDispatch::of(&ctx), &[sum]));
+                assert_eq!(
+                    read(&ctx, &summed, len).await,
+                    read(&ctx, want, len).await,
+                    "{what}"
+                );
+            }
+        }
+        assert!(
+            left > 0,
+            "{layers:?}: nothing left as partials (seed {seed})"
+        );
+    }
+
     gpu_test!(matmul_gelu_forward_matches_reference, gelu_forward_body());
     /// `inp` through GELU as it is loaded (the MLP's c_proj), every variant, with and
     /// without bias.

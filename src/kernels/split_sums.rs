@@ -21,7 +21,8 @@ use crate::gpu::{PooledBuffer, WgpuContext};
 /// Partials are held up to [`SplitSums::MAX_BYTES`]; past it a gradient is summed at
 /// once as before.
 ///
-/// [`SplitSums::for_optimizer`] adds none of them: a gradient comes back as its
+/// [`SplitSums::for_optimizer`] adds none of those with up to
+/// [`SplitSums::OPTIMIZER_SPLITS`] partials: such a gradient comes back as its
 /// partials, which the optimizer's passes add as they read them
 /// ([`crate::kernels::StepTensor::splits`], [`SplitSums::splits_of`]). That saves the
 /// sums' dispatches (three a tiny step where WebGPU binds 16 buffers a stage) and
@@ -46,6 +47,14 @@ impl SplitSums {
     /// before.
     pub const MAX_BYTES: u64 = 16 << 20;
 
+    /// Most partials a gradient left to the optimizer may have: past it the sum is
+    /// made here as before. Both optimizer passes read every partial, each thread a
+    /// few elements' worth in turn, where the sum's pass reads them once with a
+    /// thread an element: on the H200 tiny's 8 splits cost the step nothing, and
+    /// small's 32 made it 2% slower natively and through Dawn (BENCHMARKS.md, round
+    /// fifteen).
+    pub const OPTIMIZER_SPLITS: usize = 8;
+
     pub fn new() -> Self {
         SplitSums {
             pending: Vec::new(),
@@ -66,7 +75,8 @@ impl SplitSums {
     }
 
     /// How many partials `grad` holds (`[splits, len]`, to be added); 1 for a
-    /// gradient that holds its value.
+    /// gradient that holds its value. Asked of the gradients this handed out, while
+    /// they live (a buffer let go may come back from the pool as anything).
     pub fn splits_of(&self, grad: &wgpu::Buffer) -> usize {
         self.left
             .iter()
@@ -92,12 +102,31 @@ impl SplitSums {
         dweight: Partials,
         dbias: Option<Partials>,
     ) -> (PooledBuffer, Option<PooledBuffer>) {
-        match sums {
-            Some(sums) if sums.takes(&dweight, dbias.as_ref()) => {
-                let dweight = sums.defer(dweight, ctx);
-                (dweight, dbias.map(|b| sums.defer(b, ctx)))
+        let Some(sums) = sums else {
+            return finish_grads(ctx, dweight, dbias);
+        };
+        let (dweight, dbias) = if sums.takes(&dweight, dbias.as_ref()) {
+            let dweight = sums.defer(dweight, ctx);
+            (dweight, dbias.map(|b| sums.defer(b, ctx)))
+        } else {
+            let (dweight, dbias) = finish_grads(ctx, dweight, dbias);
+            ((dweight, 1), dbias.map(|b| (b, 1)))
+        };
+        sums.handed_out(&dweight.0, dweight.1);
+        if let Some((b, splits)) = &dbias {
+            sums.handed_out(b, *splits);
+        }
+        (dweight.0, dbias.map(|(b, _)| b))
+    }
+
+    /// Notes what `grad` holds for [`SplitSums::splits_of`]. A buffer can come back
+    /// from the pool as a later gradient: what was noted of it before goes.
+    fn handed_out(&mut self, grad: &wgpu::Buffer, splits: usize) {
+        if let Some(left) = &mut self.left {
+            left.retain(|(buffer, _)| buffer != grad);
+            if splits > 1 {
+                left.push((grad.clone(), splits));
             }
-            _ => finish_grads(ctx, dweight, dbias),
         }
     }
 
@@ -112,19 +141,19 @@ impl SplitSums {
 
     /// `p`'s sum, waiting here when it has partials; or for the optimizer, the
     /// partials themselves.
-    fn defer(&mut self, p: Partials, ctx: &WgpuContext) -> PooledBuffer {
+    /// With the splits it is left as (1: it holds its value).
+    fn defer(&mut self, p: Partials, ctx: &WgpuContext) -> (PooledBuffer, usize) {
         let (part, len, splits) = match p {
-            Partials::Done(grad) => return grad,
+            Partials::Done(grad) => return (grad, 1),
             Partials::Pending { part, len, splits } => (part, len, splits),
         };
         self.bytes += part.len() as u64;
-        if let Some(left) = &mut self.left {
-            left.push(((*part).clone(), splits));
-            return part;
+        if self.left.is_some() && splits <= Self::OPTIMIZER_SPLITS {
+            return (part, splits);
         }
         let out = ctx.create_pooled(len * 4);
         self.pending.push((part, (*out).clone(), len, splits));
-        out
+        (out, 1)
     }
 
     /// Adds every waiting sum into its gradient, and lets the partials go.
