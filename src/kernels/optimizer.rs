@@ -524,8 +524,7 @@ pub fn adamw_step_on(
         }
         let mut buffers: Vec<&wgpu::Buffer> = group.iter().map(|t| &**t.grad).collect();
         buffers.push(&partials);
-        let split = group.iter().any(|t| t.splits > 1);
-        let kernel = tensors_kernel(Pass::Sumsq, group.len(), split);
+        let kernel = tensors_kernel(Pass::Sumsq, group.len());
         ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
     }
 
@@ -588,8 +587,7 @@ pub fn adamw_step_on(
             buffers.extend([&**t.param, &**t.grad]);
         }
         buffers.extend([&*moments.m[chunk], &*moments.v[chunk]]);
-        let split = tensors[start..end].iter().any(|t| t.splits > 1);
-        let kernel = tensors_kernel(Pass::Adamw, end - start, split);
+        let kernel = tensors_kernel(Pass::Adamw, end - start);
         ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
         start = end;
     }
@@ -618,7 +616,7 @@ pub fn sum_splits_together(ctx: &WgpuContext, per: TensorsPerDispatch, sums: &[S
             params.groups += u(sum.len.div_ceil(WG as usize));
             buffers.extend([sum.part, sum.out]);
         }
-        let kernel = tensors_kernel(Pass::SumSplits, group.len(), true);
+        let kernel = tensors_kernel(Pass::SumSplits, group.len());
         ctx.dispatch(&kernel, &params, &buffers, grid_1d(params.groups, 1));
     }
 }
@@ -642,57 +640,45 @@ impl Pass {
     }
 }
 
-/// The generated kernels for one and for several tensors a dispatch, reading
-/// gradients whole and as split partials (the naga test compiles them with each
-/// prelude).
+/// The generated kernels for one and for several tensors a dispatch (the naga test
+/// compiles them with each prelude).
 pub(super) fn generated_kernels() -> Vec<Kernel> {
     [Pass::Sumsq, Pass::Adamw, Pass::SumSplits]
         .into_iter()
-        .flat_map(|pass| {
-            [(1, false), (3, false), (3, true)].map(|(k, split)| tensors_kernel(pass, k, split))
-        })
+        .flat_map(|pass| [1, 3].map(|k| tensors_kernel(pass, k)))
         .collect()
 }
 
-/// The kernel of `pass` for `k` tensors, generated on first use. `split`: it reads
-/// gradients left as split partials ([`StepTensor::splits`]); without, the
-/// template's `SPLIT` is false and the sums' code is dead: a dispatch of whole
-/// gradients runs the kernel it ran before gradients could be split.
-fn tensors_kernel(pass: Pass, k: usize, split: bool) -> Kernel {
+/// The kernel of `pass` for `k` tensors, generated on first use.
+fn tensors_kernel(pass: Pass, k: usize) -> Kernel {
     assert!((1..=MAX_K).contains(&k), "{k} tensors a dispatch");
-    let split = split || pass == Pass::SumSplits;
-    // Each (pass, k, split) is generated once and leaked: `Kernel` and the pipeline
-    // cache hold `&'static str`s, and k <= MAX_K bounds the whole set at 5 * MAX_K
-    // small sources a process (a model uses a few).
-    static MADE: Mutex<Vec<(Pass, usize, bool, Kernel)>> = Mutex::new(Vec::new());
+    // Each (pass, k) is generated once and leaked: `Kernel` and the pipeline cache
+    // hold `&'static str`s, and k <= MAX_K bounds the whole set at 3 * MAX_K small
+    // sources a process (a model uses a few).
+    static MADE: Mutex<Vec<(Pass, usize, Kernel)>> = Mutex::new(Vec::new());
     let mut made = crate::gpu::lock(&MADE);
-    if let Some((.., kernel)) = made
-        .iter()
-        .find(|(p, n, s, _)| (*p, *n, *s) == (pass, k, split))
-    {
+    if let Some((.., kernel)) = made.iter().find(|(p, n, _)| (*p, *n) == (pass, k)) {
         return *kernel;
     }
     let kernel = Kernel {
         name: Box::leak(
-            match (pass, split) {
-                (Pass::SumSplits, _) => format!("matmul_sum_splits_of_{k}"),
-                (_, false) => format!("optimizer_{}_{k}", pass.name()),
-                (_, true) => format!("optimizer_{}_split_{k}", pass.name()),
+            match pass {
+                Pass::SumSplits => format!("matmul_sum_splits_of_{k}"),
+                _ => format!("optimizer_{}_{k}", pass.name()),
             }
             .into_boxed_str(),
         ),
-        source: Box::leak(tensors_source(pass, k, split).into_boxed_str()),
+        source: Box::leak(tensors_source(pass, k).into_boxed_str()),
         entry: pass.name(),
         unchecked: false,
     };
-    made.push((pass, k, split, kernel));
+    made.push((pass, k, kernel));
     kernel
 }
 
-/// WGSL of `pass` for `k` tensors: the prelude, the bindings, `SPLIT`, and the
-/// template's shared part and `pass`'s section with each `//#each` block copied `k`
-/// times.
-fn tensors_source(pass: Pass, k: usize, split: bool) -> String {
+/// WGSL of `pass` for `k` tensors: the prelude, the bindings, and the template's
+/// shared part and `pass`'s section with each `//#each` block copied `k` times.
+fn tensors_source(pass: Pass, k: usize) -> String {
     let mut out = String::from(PRELUDE);
     let mut bind = |binding: usize, access: &str, name: String| {
         writeln!(
@@ -724,11 +710,8 @@ fn tensors_source(pass: Pass, k: usize, split: bool) -> String {
             }
         }
     }
-    writeln!(
-        out,
-        "const K: u32 = {k}u;\nconst MAX_K: u32 = {MAX_K}u;\nconst SPLIT: bool = {split};"
-    )
-    .expect("writing to a String");
+    writeln!(out, "const K: u32 = {k}u;\nconst MAX_K: u32 = {MAX_K}u;")
+        .expect("writing to a String");
     let mut skipping = false;
     let mut block: Option<Vec<&str>> = None;
     for line in TEMPLATE.lines() {
@@ -786,7 +769,7 @@ mod tests {
 
     #[test]
     fn generated_kernels_bind_k_tensors() {
-        let src = tensors_source(Pass::Adamw, 3, false);
+        let src = tensors_source(Pass::Adamw, 3);
         assert!(src.contains("@binding(5) var<storage, read_write> param2"));
         assert!(src.contains("@binding(8) var<storage, read_write> v"));
         assert!(src.contains("case 2u: { adamw_2("));
@@ -795,10 +778,10 @@ mod tests {
             !src.contains("_#") && !src.contains("#["),
             "placeholders replaced"
         );
-        let src = tensors_source(Pass::Sumsq, 2, true);
+        let src = tensors_source(Pass::Sumsq, 2);
         assert!(src.contains("@binding(3) var<storage, read_write> partials"));
         assert!(!src.contains("fn adamw"));
-        let src = tensors_source(Pass::SumSplits, 2, true);
+        let src = tensors_source(Pass::SumSplits, 2);
         assert!(src.contains("@binding(4) var<storage, read_write> out1"));
         assert!(src.contains("case 1u: { out1[i] = grad_at_1("));
         assert!(!src.contains("case 2u") && !src.contains("fn adamw"));

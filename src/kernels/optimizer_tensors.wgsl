@@ -2,8 +2,7 @@
 // gradients' split partials (matmul.rs defers them to the end of the backward pass).
 // A template: `optimizer.rs` stamps it
 // for k tensors (1 <= k <= MAX_K) when a kernel is first needed. It prepends the
-// prelude, the bindings, `const K` (= k), `const MAX_K` and `const SPLIT` (whether
-// the kernel reads split gradients: `grad_at_N`), keeps the shared part
+// prelude, the bindings, `const K` (= k) and `const MAX_K`, keeps the shared part
 // and one entry point's `//#if NAME` section, and copies each block between
 // `//#each` and `//#end` k times with `#` replaced by the tensor's index 0..k-1.
 // WGSL cannot index an array of buffers, so each tensor's buffers get their own
@@ -57,10 +56,9 @@ fn splits_of(t: u32) -> u32 {
 //#each
 // Element i of tensor #'s gradient: the sum over s of grad#[s * len + i] (`splits`
 // partials of `len` floats), in matmul_reduce.wgsl's `split_sum` order (the fused
-// sum's); with one split, grad#[i]. `SPLIT` (a constant of the kernel): whether any
-// gradient of the dispatch is split.
+// sum's); with one split, grad#[i].
 fn grad_at_#(i: u32, len: u32, splits: u32) -> f32 {
-    if (!SPLIT || splits == 1u) {
+    if (splits == 1u) {
         return grad#[i];
     }
     var acc = vec4<f32>(0.0);
