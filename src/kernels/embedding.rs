@@ -189,8 +189,12 @@ pub fn encoder_backward_on<'a>(
     let (offsets, positions) = (offsets.into(), positions.into());
     let mut params = Params::new(b, t, c, v);
     if let Some((extra, splits)) = extra_dwte {
+        // In u64: wasm32's usize is 32 bits.
+        let bytes = [splits, v, c, 4]
+            .iter()
+            .try_fold(1u64, |n, &x| n.checked_mul(x as u64));
         assert!(
-            splits >= 1 && extra.len() >= splits * v * c * 4,
+            splits >= 1 && bytes.is_some_and(|bytes| extra.len() as u64 >= bytes),
             "extra dwte: {splits} splits of {v}x{c} in {} bytes",
             extra.len()
         );

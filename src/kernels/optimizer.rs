@@ -490,10 +490,12 @@ pub fn adamw_step_on(
     assert_eq!(tensors.len(), moments.len(), "one moment slot a tensor");
     assert!((1..=MAX_K).contains(&per.sumsq) && (1..=MAX_K).contains(&per.adamw));
     for (i, (t, slot)) in tensors.iter().zip(&moments.slots).enumerate() {
+        // In u64: wasm32's usize is 32 bits.
+        let grad_bytes = (t.splits as u64).checked_mul(slot.len as u64 * 4);
         assert!(
             t.splits >= 1
                 && t.param.len() >= slot.len * 4
-                && t.grad.len() >= t.splits * slot.len * 4,
+                && grad_bytes.is_some_and(|bytes| t.grad.len() as u64 >= bytes),
             "tensor {i}: {} floats, buffers of {} and {} bytes ({} splits)",
             slot.len,
             t.param.len(),
