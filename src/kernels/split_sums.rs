@@ -50,9 +50,8 @@ impl SplitSums {
     /// Most partials a gradient left to the optimizer may have: past it the sum is
     /// made here as before. Both optimizer passes read every partial, each thread a
     /// few elements' worth in turn, where the sum's pass reads them once with a
-    /// thread an element: on the H200 tiny's 8 splits cost the step nothing, and
-    /// small's 32 made it 2% slower natively and through Dawn (BENCHMARKS.md, round
-    /// fifteen).
+    /// thread an element: on the H200 tiny's 8 splits cost nothing measurable, and
+    /// small's 32 cost more than the sums' pass saved (BENCHMARKS.md, round fifteen).
     pub const OPTIMIZER_SPLITS: usize = 8;
 
     pub fn new() -> Self {
