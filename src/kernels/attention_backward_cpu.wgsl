@@ -26,40 +26,26 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 const LANES: u32 = 8u;
 const ROWS: u32 = LANES * R;
 
+// 4 channels d.. of a row, zero past hs, branch-free as attention_cpu.wgsl's load4.
 fn qkv4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
-    if (d + 3u < p.hs) {
-        return vec4<f32>(qkv[base], qkv[base + 1u], qkv[base + 2u], qkv[base + 3u]);
-    }
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = qkv[base]; }
-    if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = qkv[base + 2u]; }
-    return v;
+    let last = arrayLength(&qkv) - 1u;
+    let v = vec4<f32>(qkv[min(base, last)], qkv[min(base + 1u, last)], qkv[min(base + 2u, last)], qkv[min(base + 3u, last)]);
+    return select(vec4<f32>(0.0), v, vec4<u32>(d) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.hs));
 }
 
 fn dout4(bi: u32, ti: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * p.c + h * p.hs + d;
-    if (d + 3u < p.hs) {
-        return vec4<f32>(dout[base], dout[base + 1u], dout[base + 2u], dout[base + 3u]);
-    }
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = dout[base]; }
-    if (d + 1u < p.hs) { v.y = dout[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = dout[base + 2u]; }
-    return v;
+    let last = arrayLength(&dout) - 1u;
+    let v = vec4<f32>(dout[min(base, last)], dout[min(base + 1u, last)], dout[min(base + 2u, last)], dout[min(base + 3u, last)]);
+    return select(vec4<f32>(0.0), v, vec4<u32>(d) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.hs));
 }
 
 fn out4(bi: u32, ti: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * p.c + h * p.hs + d;
-    if (d + 3u < p.hs) {
-        return vec4<f32>(out[base], out[base + 1u], out[base + 2u], out[base + 3u]);
-    }
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = out[base]; }
-    if (d + 1u < p.hs) { v.y = out[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = out[base + 2u]; }
-    return v;
+    let last = arrayLength(&out) - 1u;
+    let v = vec4<f32>(out[min(base, last)], out[min(base + 1u, last)], out[min(base + 2u, last)], out[min(base + 3u, last)]);
+    return select(vec4<f32>(0.0), v, vec4<u32>(d) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.hs));
 }
 
 fn store4(ti: u32, bi: u32, which: u32, h: u32, d: u32, v: vec4<f32>) {

@@ -31,16 +31,15 @@ const ROWS: u32 = LANES * R;
 const MASKED: f32 = -1.0e30;
 
 // 4 channels d.. of part (0 q, 1 k, 2 v) of (batch bi, position ti, head h), zero past hs.
+// Branch-free: each read is clamped into the buffer and the channels past hs are
+// selected away. It is inlined once a vec4 of the head a key, and with a branch a
+// channel there LLVM (lavapipe) took minutes over the larger heads, and the kernels
+// ran slower (BENCHMARKS.md, round sixteen).
 fn load4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
-    if (d + 3u < p.hs) {
-        return vec4<f32>(qkv[base], qkv[base + 1u], qkv[base + 2u], qkv[base + 3u]);
-    }
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = qkv[base]; }
-    if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = qkv[base + 2u]; }
-    return v;
+    let last = arrayLength(&qkv) - 1u;
+    let v = vec4<f32>(qkv[min(base, last)], qkv[min(base + 1u, last)], qkv[min(base + 2u, last)], qkv[min(base + 3u, last)]);
+    return select(vec4<f32>(0.0), v, vec4<u32>(d) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.hs));
 }
 
 fn store4(base: u32, d: u32, v: vec4<f32>) {
