@@ -22,6 +22,9 @@
 // --windows N: also one {"bench":"windows"} line: the median ms a step (and of its
 // recording) of each N timed steps in turn, to show how long the process takes to
 // reach its steady speed.
+// Each result line has `median_ms` (the trainer's own time a step, which stops before
+// its figures become JS objects) and `median_wall_ms` (the call's time a step as its
+// caller sees it, those objects included).
 // --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
 import { readFileSync } from 'node:fs';
@@ -120,19 +123,25 @@ console.log(JSON.stringify({ runner: 'dawn', adapter: trainers[0].adapter(), mod
 const atOnce = Number(opt['at-once']);
 // One call's stats: step() one at a time, or steps(n) n at a time.
 const runsNothing = opt['dawn-backend'] === 'null';
+// The last call's wall time a step (median_wall_ms).
+let wallMs = 0;
 const advance = async (trainer) => {
   const start = performance.now();
   try {
-    return atOnce > 1 ? await trainer.steps(atOnce) : [await trainer.step()];
+    const stats = atOnce > 1 ? await trainer.steps(atOnce) : [await trainer.step()];
+    wallMs = (performance.now() - start) / atOnce;
+    return stats;
   } catch (e) {
     if (!runsNothing || !String(e?.message ?? e).includes('the loss became')) throw e;
     const ms = (performance.now() - start) / atOnce;
+    wallMs = ms;
     return [{ ...trainer.stats(), ms, record_ms: ms }];
   }
 };
 for (const trainer of trainers) for (let i = 0; i < Number(opt.warmup); i++) await advance(trainer);
 const ms = trainers.map(() => []);
 const recordMs = trainers.map(() => []);
+const wall = trainers.map(() => []);
 const last = [];
 timingCalls = true;
 for (let i = 0; i < Number(opt.steps); i++) {
@@ -143,6 +152,7 @@ for (let i = 0; i < Number(opt.steps); i++) {
     last[t] = stats[stats.length - 1];
     ms[t].push(last[t].ms);
     recordMs[t].push(last[t].record_ms);
+    wall[t].push(wallMs);
   }
 }
 timingCalls = false;
@@ -164,7 +174,7 @@ for (const [t, times] of ms.entries()) {
     runner: 'dawn', preset: opt.preset, ...(trainerPkgs[t] ? { pkg: trainerPkgs[t] } : {}),
     submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
     dawn_toggles: opt['dawn-toggles'] ?? null, dawn_disable: opt['dawn-disable'] ?? null,
-    median_ms: median, median_record_ms: rec, tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
+    median_ms: median, median_record_ms: rec, median_wall_ms: medianOf(wall[t]), tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
     buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,
     dispatches_step: last[t].dispatches_step,
   }));
