@@ -132,8 +132,8 @@ pub fn check_file_size(bytes: u64) -> Result<()> {
     Ok(())
 }
 
-/// Reads a checkpoint file, refusing one over [`MAX_CHECKPOINT_BYTES`] before
-/// reading it.
+/// Reads a checkpoint file, refusing one over [`MAX_CHECKPOINT_BYTES`] (before
+/// reading it, where the file system knows its length).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
     let cannot = |e: std::io::Error| {
@@ -142,17 +142,14 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
             path.display()
         ))
     };
-    check_file_size(std::fs::metadata(path).map_err(cannot)?.len())?;
-    std::fs::read(path).map_err(cannot)
+    crate::files::read_capped(path, MAX_CHECKPOINT_BYTES, check_file_size, cannot)
 }
 
 /// Writes a checkpoint file whole or not at all (a temporary file beside it,
 /// renamed over it), so an interrupted save never leaves a truncated checkpoint.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = crate::files::partial_path(path);
     std::fs::write(&tmp, bytes)
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| {

@@ -172,10 +172,12 @@ fn load_corpus(path: Option<&std::path::Path>) -> Result<Corpus, tidepool::Error
             let name = path.display().to_string();
             let cannot =
                 |e: std::io::Error| tidepool::Error::Data(format!("cannot read {name}: {e}"));
-            // Checked before reading, so a huge file is refused without loading it.
-            let len = std::fs::metadata(path).map_err(cannot)?.len();
-            tidepool::data::check_corpus_size(&name, len)?;
-            let bytes = std::fs::read(path).map_err(cannot)?;
+            let bytes = tidepool::files::read_capped(
+                path,
+                tidepool::data::MAX_CORPUS_BYTES,
+                |len| tidepool::data::check_corpus_size(&name, len),
+                cannot,
+            )?;
             Corpus::from_bytes(&name, &bytes)
         }
     }
@@ -226,8 +228,41 @@ fn print_rows<T: serde::Serialize>(
     }
 }
 
+/// The bench's counts, checked before any work: each result is a median of at least
+/// one sample.
+fn check_bench_args(args: &BenchArgs) -> Result<(), tidepool::Error> {
+    let bad = |m: String| Err(tidepool::Error::Config(m));
+    let max = tidepool::train::MAX_STEPS_AT_ONCE;
+    if !["pool", "step", "kernels", "policies", "soak"].contains(&args.which.as_str()) {
+        return bad(format!(
+            "unknown benchmark {:?}: choose pool, step, kernels, policies or soak",
+            args.which
+        ));
+    }
+    if args.which == "pool" && args.batches == 0 {
+        return bad("--batches must be at least 1".into());
+    }
+    if args.which != "pool" && args.steps == 0 {
+        return bad("--steps must be at least 1".into());
+    }
+    if args.which == "soak" && args.every == 0 {
+        return bad("--every must be at least 1 (a row every this many steps)".into());
+    }
+    if let Some(n) = args.at_once.iter().find(|&&n| !(1..=max).contains(&n)) {
+        return bad(format!("--at-once values must be 1 to {max}, got {n}"));
+    }
+    if args.presets.split(',').any(|p| p.trim().is_empty()) {
+        return bad(format!(
+            "--presets has an empty name in {:?}; give names separated by commas, e.g. tiny,small",
+            args.presets
+        ));
+    }
+    Ok(())
+}
+
 async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
     use tidepool::bench;
+    check_bench_args(&args)?;
     let ctx = WgpuContext::new().await?;
     let adapter = format!("{} ({})", ctx.adapter_name(), ctx.backend());
     drop(ctx);
@@ -452,11 +487,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
             })
             .await?;
         }
-        other => {
-            return Err(tidepool::Error::Config(format!(
-                "unknown benchmark {other:?}: choose pool, step, kernels, policies or soak"
-            )))
-        }
+        other => unreachable!("check_bench_args refuses {other:?}"),
     }
     Ok(())
 }
@@ -578,6 +609,13 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     let cfg = args.config()?;
     let corpus = args.corpus()?;
     let ckpt = &args.checkpoint;
+    // Refused now rather than after the run they would end.
+    if let Some(path) = &ckpt.save {
+        tidepool::files::check_writable(path, "checkpoint")?;
+    }
+    if let Some(path) = &args.trace.trace {
+        tidepool::files::check_writable(path, "trace")?;
+    }
     let mut trainer = match &ckpt.resume {
         None => Trainer::new(cfg, corpus).await?,
         Some(path) => {

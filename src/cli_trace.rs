@@ -147,17 +147,24 @@ pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
         } => pollster::block_on(bench(&preset, steps, warmup)),
         TraceWhich::Replay { file, json } => {
             let bad = |m: String| tidepool::Error::Config(m);
-            let len = std::fs::metadata(&file)
-                .map_err(|e| bad(format!("could not read {}: {e}", file.display())))?
-                .len();
-            if len > MAX_TRACE_BYTES {
-                return Err(bad(format!(
-                    "{} is {len} bytes; traces above {MAX_TRACE_BYTES} bytes are refused",
+            let bytes = tidepool::files::read_capped(
+                &file,
+                MAX_TRACE_BYTES,
+                |len| match len > MAX_TRACE_BYTES {
+                    true => Err(bad(format!(
+                        "{} is {len} bytes; traces above {MAX_TRACE_BYTES} bytes are refused",
+                        file.display()
+                    ))),
+                    false => Ok(()),
+                },
+                |e| bad(format!("could not read {}: {e}", file.display())),
+            )?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                bad(format!(
+                    "{} is not UTF-8 text: not a tidepool trace",
                     file.display()
-                )));
-            }
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| bad(format!("could not read {}: {e}", file.display())))?;
+                ))
+            })?;
             let trace = Trace::from_json(&text).map_err(bad)?;
             let replays = replay::replay(&trace);
             if json {

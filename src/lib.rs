@@ -83,6 +83,8 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod error;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod files;
 pub mod gpu;
 pub mod kernels;
 pub mod model;

@@ -102,3 +102,111 @@ fn train_calls_end_at_evaluations_saves_and_traced_steps() {
     assert!(ckpt.exists(), "checkpoint written");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `tidepool ARGS` for at most 30 s (then kills it); whether it succeeded, its
+/// stderr and how long it ran.
+fn run(args: &[&str]) -> (bool, String, std::time::Duration) {
+    use std::io::Read;
+    let start = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs tidepool");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waits for tidepool") {
+            break Some(status);
+        }
+        if start.elapsed().as_secs() >= 30 {
+            child.kill().ok();
+            child.wait().ok();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .ok();
+    let ok = status.is_some_and(|s| s.success());
+    (ok, stderr, start.elapsed())
+}
+
+/// Odd flags and hostile files are refused at once, with an error that names the
+/// flag or limit, and never a panic. Each case fails before any GPU work (or, for
+/// an endless file, at its cap), so a case that trains or hangs fails the test.
+#[test]
+fn odd_arguments_and_endless_files_are_refused_before_any_work() {
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("no-such-folder").join("out.json");
+    let missing = missing.to_str().unwrap();
+    let folder = dir.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["bench", "pool", "--batches", "0"],
+            "--batches must be at least 1",
+        ),
+        (
+            &["bench", "step", "--steps", "0"],
+            "--steps must be at least 1",
+        ),
+        (
+            &["bench", "kernels", "--steps", "0"],
+            "--steps must be at least 1",
+        ),
+        (
+            &["bench", "step", "--at-once", "0"],
+            "--at-once values must be 1 to 1024, got 0",
+        ),
+        (&["bench", "step", "--at-once", "8,5000"], "got 5000"),
+        (
+            &["bench", "step", "--presets", "tiny,,small"],
+            "--presets has an empty name",
+        ),
+        (
+            &["bench", "soak", "--every", "0"],
+            "--every must be at least 1",
+        ),
+        (&["bench", "nope"], "unknown benchmark \"nope\""),
+        (
+            &["train", "--steps", "1", "--trace", missing],
+            "cannot write the trace",
+        ),
+        (
+            &["train", "--steps", "1", "--save", missing],
+            "cannot write the checkpoint",
+        ),
+        (
+            &["train", "--steps", "1", "--save", folder],
+            "it is a folder",
+        ),
+        // /dev/zero says it holds 0 bytes and never ends.
+        (
+            &["train", "--corpus", "/dev/zero"],
+            "the largest corpus accepted is 67108864 bytes",
+        ),
+    ];
+    for (args, expected) in cases {
+        let (ok, stderr, took) = run(args);
+        assert!(!ok, "tidepool {args:?} succeeded");
+        assert!(stderr.contains(expected), "tidepool {args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked"),
+            "tidepool {args:?} panicked: {stderr}"
+        );
+        // Seconds at most: none of these may train (tiny's first step on lavapipe
+        // compiles for longer) or read an endless file past its cap.
+        assert!(took.as_secs() < 20, "tidepool {args:?} took {took:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
