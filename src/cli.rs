@@ -610,6 +610,13 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     let corpus = args.corpus()?;
     let ckpt = &args.checkpoint;
     // Refused now rather than after the run they would end.
+    if args.sample > tidepool::train::MAX_SAMPLE_CHARS {
+        return Err(tidepool::Error::Config(format!(
+            "--sample must be at most {} characters, got {}",
+            tidepool::train::MAX_SAMPLE_CHARS,
+            args.sample
+        )));
+    }
     if let Some(path) = &ckpt.save {
         tidepool::files::check_writable(path, "checkpoint")?;
     }
@@ -648,6 +655,12 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
         }
     };
     let (done, steps) = (trainer.steps_done(), trainer.config().steps);
+    if done >= steps {
+        return Err(tidepool::Error::Config(format!(
+            "the checkpoint has trained {done} steps of a run of {steps}: nothing is left to \
+             train; give --steps above {done} to go on"
+        )));
+    }
     let (m, c) = (trainer.model().clone(), trainer.config().clone());
     if !args.json {
         eprintln!(

@@ -182,6 +182,9 @@ pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
 
 async fn bench(preset: &str, steps: u32, warmup: u32) -> Result<(), tidepool::Error> {
     use tidepool::train::{now_ms, TrainConfig};
+    if steps == 0 {
+        return Err(tidepool::Error::Config("--steps must be at least 1".into()));
+    }
     let cfg = TrainConfig::preset(preset)?;
     let mut trainer = Trainer::new(cfg, tidepool::data::Corpus::builtin()).await?;
     for _ in 0..warmup {

@@ -100,6 +100,12 @@ fn train_calls_end_at_evaluations_saves_and_traced_steps() {
         .collect();
     assert_eq!(traced, vec![1, 4]);
     assert!(ckpt.exists(), "checkpoint written");
+    // Resuming the finished run without a longer --steps has nothing to train.
+    let (ok, stderr, _) = run(&["train", "--resume", ckpt.to_str().unwrap()]);
+    assert!(
+        !ok && stderr.contains("nothing is left to train; give --steps above 23"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -173,6 +179,14 @@ fn odd_arguments_and_endless_files_are_refused_before_any_work() {
             "--every must be at least 1",
         ),
         (&["bench", "nope"], "unknown benchmark \"nope\""),
+        (
+            &["trace", "bench", "--steps", "0"],
+            "--steps must be at least 1",
+        ),
+        (
+            &["train", "--steps", "1", "--sample", "99999"],
+            "--sample must be at most 10000",
+        ),
         (
             &["train", "--steps", "1", "--trace", missing],
             "cannot write the trace",
