@@ -16,13 +16,15 @@
 // - a Host header other than 127.0.0.1, localhost or [::1] with this port: a site the
 //   browser visits could otherwise rebind its own name to 127.0.0.1 and read the files;
 // - over-long URLs, and methods other than GET and HEAD (405 with Allow).
+// At start-up it refuses a --root without index.html, and names a missing wasm build
+// (pkg/) or uPlot, which would otherwise show only as a broken page.
 // It never redirects (no folder listings, no "/x" -> "/x/"), so it cannot be made to
 // redirect elsewhere.
 // The end-to-end tests import startServer() and run it on a free port.
 
 import { createServer } from 'node:http';
 import { constants } from 'node:fs';
-import { open, realpath } from 'node:fs/promises';
+import { access, open, realpath } from 'node:fs/promises';
 import { extname, join, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -260,8 +262,36 @@ function parseArgs(argv) {
   return opts;
 }
 
+/**
+ * What the page would miss under `root`: an error for a root without index.html, and
+ * warnings for the builds the page loads (pkg/ from `make pkg`, uPlot from
+ * `make setup-web`; `make demo` runs both), so a missing one is named at start-up
+ * rather than as a broken page.
+ */
+export async function checkRoot(root) {
+  const has = async (rel) => {
+    try {
+      await access(join(root, rel));
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (!(await has(INDEX))) return { error: `${root} has no ${INDEX}: --root must be the repository's folder` };
+  const warnings = [];
+  if (!(await has('pkg/tidepool_bg.wasm'))) warnings.push('pkg/ has no wasm build yet: `make pkg` builds it (`make demo` builds and serves)');
+  if (!(await has('node_modules/uplot/dist'))) warnings.push('node_modules/uplot is missing: `make setup-web` installs it (`make demo` does too)');
+  return { warnings };
+}
+
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const opts = parseArgs(process.argv.slice(2));
+  const { error, warnings = [] } = await checkRoot(resolve(opts.root ?? REPO_ROOT));
+  if (error) {
+    console.error(`serve.mjs: ${error}`);
+    process.exit(2);
+  }
+  for (const w of warnings) console.error(`serve.mjs: warning: ${w}`);
   try {
     const { url } = await startServer(opts);
     console.log(`tidepool: serving the page from ${opts.root ?? REPO_ROOT} at ${url}  (Ctrl+C stops)`);

@@ -10,7 +10,7 @@ import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { startServer } from '../../www/serve.mjs';
+import { checkRoot, startServer } from '../../www/serve.mjs';
 import { ROOT } from './helpers.mjs';
 
 /** One raw request: `path` goes on the wire as written, Host as given. */
@@ -178,6 +178,20 @@ describe('the dev server, on a scratch root', () => {
       assert.equal(res.status, 405, method);
       assert.equal(res.headers.allow, 'GET, HEAD', method);
     }
+  });
+
+  test('start-up names what the page would miss: no index.html is an error, no wasm build or uPlot a warning', async () => {
+    assert.deepEqual(await checkRoot(root), { warnings: [] });
+    const bare = join(dir, 'bare');
+    mkdirSync(bare);
+    assert.match((await checkRoot(bare)).error, /has no index\.html/);
+    writeFileSync(join(bare, 'index.html'), '<!doctype html>');
+    const { error, warnings } = await checkRoot(bare);
+    assert.equal(error, undefined);
+    assert.equal(warnings.length, 2);
+    assert.match(warnings[0], /make pkg/);
+    assert.match(warnings[1], /make setup-web/);
+    assert.match((await checkRoot(join(dir, 'no-such-folder'))).error, /has no index\.html/);
   });
 
   test('bounds the length of paths', async () => {
