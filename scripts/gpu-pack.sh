@@ -48,6 +48,17 @@ if [ -n "${PROF_PKG:-}" ]; then
     --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
     .gpu/pkg-prof/tidepool_bg.wasm -o .gpu/pkg-prof/tidepool_bg.wasm
 fi
+# PERF=1: Linux perf and the libraries it needs beyond the H200 machine's own (it has
+# none; gpu-run.sh perf17 samples Dawn's process with it).
+rm -rf .gpu/perf
+if [ -n "${PERF:-}" ]; then
+  mkdir -p .gpu/perf/lib
+  cp "$(command -v perf)" .gpu/perf/perf
+  ldd "$(command -v perf)" | awk '$3 ~ /^\// {print $3}' \
+    | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libz|libpthread|libdl|librt)\.so' \
+    | xargs -I{} cp -L {} .gpu/perf/lib/
+  for f in .gpu/perf/perf .gpu/perf/lib/*; do xz -6 -T2 -c "$f" > "$f.bin.xz" && rm "$f"; done
+fi
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

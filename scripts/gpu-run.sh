@@ -54,6 +54,10 @@
 #                               call beside the previous build, natively and through Dawn
 #                               (three rounds), two rounds of 2000-step processes of each,
 #                               and Dawn's null backend (~4 min)
+#   scripts/gpu-run.sh perf17   where a tiny step's host time goes through Dawn, by
+#                               library: perf (gpu-pack.sh PERF=1) on bench-dawn.mjs with
+#                               the Vulkan backend and the null one, beside tiny 16 a call
+#                               natively and through Dawn, three rounds (~4 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -473,6 +477,32 @@ case "${1:-bench}" in
     done
     for p in tiny small; do
       run "dawn_null_$p" /tmp/node dawn/bench-dawn.mjs --dawn-backend null --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 3 --steps 60 --at-once 16
+    done
+    ;;
+  perf17)
+    # Round seventeen (~4 min): tiny 16 steps a call natively and through Dawn (with the
+    # medians of each 10 calls: the host's phase), then perf sampling bench-dawn.mjs
+    # after its set-up (-D), with Dawn's Vulkan backend and with its null one (the
+    # host's work alone). perf-BACKEND-ROUND-dso.txt: self time by library;
+    # -sym.txt: by library and symbol. perf's libraries stay out of node's environment.
+    ./tidepool info | tee "$out/info.txt"
+    for round in 1 2 3; do
+      run "native_$round" ./tidepool bench step --presets tiny --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      run "dawn_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset tiny --corpus tinyshakespeare.txt --warmup 5 --steps 60 --at-once 16 --windows 10
+      for backend in vulkan null; do
+        flags=""
+        [ "$backend" = null ] && flags="--dawn-backend null"
+        echo "== perf $backend $round" >&2
+        LD_LIBRARY_PATH=$PWD/perf/lib ./perf/perf record -q -D 4000 -F 1999 -g -o "perf-$backend.data" -- \
+          env -u LD_LIBRARY_PATH /tmp/node --perf-basic-prof dawn/bench-dawn.mjs --pkg ./pkg --preset tiny \
+          --corpus tinyshakespeare.txt --warmup 20 --steps 1500 --at-once 16 $flags \
+          > "$out/perf-$backend-$round-bench.txt" 2>> "$out/stderr.log"
+        LD_LIBRARY_PATH=$PWD/perf/lib ./perf/perf report -i "perf-$backend.data" --no-children -g none --sort dso \
+          > "$out/perf-$backend-$round-dso.txt" 2>> "$out/stderr.log"
+        LD_LIBRARY_PATH=$PWD/perf/lib ./perf/perf report -i "perf-$backend.data" --no-children -g none --sort dso,sym 2>> "$out/stderr.log" \
+          | head -400 > "$out/perf-$backend-$round-sym.txt"
+        grep -v '^#' "$out/perf-$backend-$round-dso.txt" | grep . | head -6 >&2
+      done
     done
     ;;
   attention1)
