@@ -19,12 +19,13 @@ use tidepool::Error;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-pub(crate) const KINDS: [&str; 6] = [
+pub(crate) const KINDS: [&str; 7] = [
     "config",
     "too_large",
     "corpus",
     "no_webgpu",
     "device_lost",
+    "busy",
     "internal",
 ];
 
@@ -608,6 +609,41 @@ mod web_api {
         JsFuture::from(call(&trainer, "step", &[]))
             .await
             .expect("step");
+        // A call made while another is in flight is refused as `busy` (sync ones
+        // throw it), and neither disturbs the call in flight nor the next one.
+        let first = call(&trainer, "steps", &[n(2.0)]);
+        let text_arg = JsValue::from_str("");
+        let overlapping: [(&str, Vec<JsValue>); 6] = [
+            ("step", vec![]),
+            ("steps", vec![n(1.0)]),
+            ("evaluate", vec![]),
+            ("save", vec![]),
+            ("trace", vec![]),
+            ("sample", vec![text_arg, n(2.0), n(1.0), n(0.0)]),
+        ];
+        for (method, args) in &overlapping {
+            assert_eq!(rejected(call(&trainer, method, args), method).await, "busy");
+        }
+        for method in ["stats", "model"] {
+            let f: Function = Reflect::get(&trainer, &method.into())
+                .unwrap()
+                .dyn_into()
+                .unwrap();
+            let thrown = f.call0(&trainer).expect_err(method);
+            assert_eq!(kind(&thrown), "busy", "{method}");
+        }
+        let stats: js_sys::Array = JsFuture::from(first)
+            .await
+            .expect("the call in flight ends well")
+            .dyn_into()
+            .expect("steps(n) resolves to an array");
+        let step = |stats: &JsValue| Reflect::get(stats, &"step".into()).unwrap().as_f64();
+        assert_eq!(stats.length(), 2);
+        assert_eq!(step(&stats.get(1)), Some(3.0), "one step, then two");
+        let stats = JsFuture::from(call(&trainer, "step", &[]))
+            .await
+            .expect("the next call");
+        assert_eq!(step(&stats), Some(4.0), "the refused calls trained nothing");
         // sample(-1) used to wrap to 4294967295 and lock the trainer.
         for (length, temperature) in [
             (-1.0, 1.0),

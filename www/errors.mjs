@@ -3,7 +3,9 @@
 // page adds its own for what happens outside the wasm.
 
 /** Kinds the wasm API sets on its errors. */
-export const WASM_KINDS = ['config', 'too_large', 'corpus', 'no_webgpu', 'device_lost', 'internal'];
+// `busy`: a call made before the trainer's previous one resolved (the worker never
+// overlaps them; code that drives the wasm API itself may).
+export const WASM_KINDS = ['config', 'too_large', 'corpus', 'no_webgpu', 'device_lost', 'busy', 'internal'];
 
 /**
  * Kinds the page sets: `load` (the worker or the wasm package did not load),

@@ -217,6 +217,7 @@ const SAY = {
   storage: ['The run was not saved in this browser'],
   load: ['The wasm package did not load', '', true],
   csp: ["Blocked by this page's Content-Security-Policy"],
+  busy: ['tidepool was asked twice at once', 'Wait for the first request to finish.'],
   internal: ['Something went wrong', '', true],
 };
 

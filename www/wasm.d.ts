@@ -51,8 +51,11 @@ export interface TrainerConfig {
   submit_every?: number;
 }
 
-/** Why a promise of the wasm API rejected: `error.kind`. */
-export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'internal';
+/**
+ * Why a promise of the wasm API rejected: `error.kind`. `busy`: the call was made
+ * before the trainer's previous one resolved; await each call before the next.
+ */
+export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal';
 
 /** What `trace()` resolves to; `JSON.stringify` it for `replayTrace` or a file. */
 export interface AllocationTrace {
