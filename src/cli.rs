@@ -40,6 +40,9 @@ enum Command {
     Trace(cli_trace::TraceCommand),
 }
 
+// Numeric flags take `allow_negative_numbers`, so that `--steps -1` is refused as a
+// bad value of --steps (or reaches our own check, as `--temperature -1` does), not as
+// an unknown flag `-1`.
 #[derive(clap::Args)]
 struct BenchArgs {
     /// pool, step, kernels (GPU time per kernel, needs timestamp-query), policies or soak.
@@ -48,18 +51,18 @@ struct BenchArgs {
     #[arg(long)]
     preset: Option<String>,
     /// Rows of a soak: one every this many steps.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1000)]
     every: u32,
     /// Presets to train (step, kernels, policies), comma-separated.
     #[arg(long, default_value = "tiny")]
     presets: String,
     /// Timed steps after warm-up (step, policies); steps to train (soak).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 10)]
     steps: u32,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 3)]
     warmup: u32,
     /// Timed batches of 16 operations (pool).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 200)]
     batches: usize,
     /// Any UTF-8 text file (default: the built-in corpus).
     #[arg(long)]
@@ -97,7 +100,7 @@ struct TrainArgs {
     #[arg(long)]
     json: bool,
     /// Print this many sampled characters at the end.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     sample: usize,
     #[command(flatten)]
     checkpoint: CheckpointArgs,
@@ -110,7 +113,12 @@ struct CheckpointArgs {
     #[arg(long)]
     save: Option<std::path::PathBuf>,
     /// Also save every N steps (0: only at the end).
-    #[arg(long, default_value_t = 0, requires = "save")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value_t = 0,
+        requires = "save"
+    )]
     save_every: u32,
     /// Continue the run in this checkpoint where it stopped: its model, settings,
     /// schedule and batches. The corpus must have its vocabulary; --steps sets the
@@ -129,13 +137,13 @@ struct SampleArgs {
     #[arg(long, default_value = "\n")]
     prompt: String,
     /// Characters to sample.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 500)]
     tokens: usize,
     /// 0: always the likeliest character.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.8)]
     temperature: f32,
     /// Sample among the k likeliest characters (0: all).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 40)]
     top_k: usize,
 }
 
@@ -588,6 +596,11 @@ async fn info() -> Result<(), tidepool::Error> {
 }
 
 async fn sample(args: SampleArgs) -> Result<(), tidepool::Error> {
+    tidepool::train::check_sample_settings(
+        args.tokens,
+        args.temperature,
+        ["--tokens", "--temperature"],
+    )?;
     let bytes = tidepool::checkpoint::read_file(&args.checkpoint)?;
     let mut trainer = Trainer::resume(&bytes, None).await?;
     let text = trainer
@@ -676,6 +689,9 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
             if c.pool { "on" } else { "off" },
             c.policy.label(),
         );
+    }
+    if let Some(note) = c.schedule_note().filter(|_| !args.json) {
+        eprintln!("note: {note}");
     }
     let bar = if args.json {
         ProgressBar::hidden()

@@ -13,7 +13,12 @@ pub struct TraceArgs {
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
     /// Which step --trace records as the steady one.
-    #[arg(long, default_value_t = 3, value_name = "STEP")]
+    #[arg(
+        long,
+        allow_negative_numbers = true,
+        default_value_t = 3,
+        value_name = "STEP"
+    )]
     pub trace_steady: u32,
 }
 
@@ -128,9 +133,9 @@ enum TraceWhich {
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Pairs of steps timed.
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 20)]
         steps: u32,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 3)]
         warmup: u32,
     },
 }

@@ -286,6 +286,22 @@ impl TrainConfig {
         }
     }
 
+    /// A note for runs whose warm-up is not shorter than the run: their learning rate
+    /// rises to the end and never decays (`None` for every other run).
+    pub fn schedule_note(&self) -> Option<String> {
+        (self.warmup >= self.steps).then(|| {
+            format!(
+                "the learning rate warms up over {} steps and the run has {}: it rises for \
+                 the whole run (to {:.2e}, its peak being {:.2e}) and never decays; \
+                 --warmup sets it",
+                self.warmup,
+                self.steps,
+                self.lr_at(self.steps),
+                self.lr,
+            )
+        })
+    }
+
     /// Learning rate at 1-based `step`: linear warmup, then cosine decay to lr/10.
     pub fn lr_at(&self, step: u32) -> f32 {
         let min_lr = self.lr / 10.0;
@@ -955,16 +971,7 @@ impl Trainer {
         temperature: f32,
         top_k: usize,
     ) -> Result<String> {
-        if length > MAX_SAMPLE_CHARS {
-            return Err(Error::Config(format!(
-                "sample length must be at most {MAX_SAMPLE_CHARS} characters, got {length}"
-            )));
-        }
-        if !(temperature.is_finite() && temperature >= 0.0) {
-            return Err(Error::Config(format!(
-                "sample temperature must be 0 (greedy) or positive, got {temperature}"
-            )));
-        }
+        check_sample_settings(length, temperature, ["sample length", "sample temperature"])?;
         let (c, v) = (self.cfg.context, self.model.vocab);
         let mut ids = self.corpus.tokenizer.encode(prompt);
         if ids.len() != prompt.chars().count() {
@@ -1000,6 +1007,24 @@ impl Trainer {
     }
 }
 
+/// What [`Trainer::sample`] refuses before any work: a `length` past
+/// [`MAX_SAMPLE_CHARS`], a `temperature` below 0 or not finite. `names`: what the
+/// caller calls the two (the CLI's flags, the wasm API's arguments).
+pub fn check_sample_settings(length: usize, temperature: f32, names: [&str; 2]) -> Result<()> {
+    let [length_name, temperature_name] = names;
+    if length > MAX_SAMPLE_CHARS {
+        return Err(Error::Config(format!(
+            "{length_name} must be at most {MAX_SAMPLE_CHARS} characters, got {length}"
+        )));
+    }
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        return Err(Error::Config(format!(
+            "{temperature_name} must be 0 (greedy) or positive, got {temperature}"
+        )));
+    }
+    Ok(())
+}
+
 /// Draws a token from `logits` with temperature and top-k.
 pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut Rng) -> usize {
     let best = || {
@@ -1032,7 +1057,34 @@ pub fn pick(logits: &[f32], temperature: f32, top_k: usize, rng: &mut Rng) -> us
 
 #[cfg(test)]
 mod tests {
-    use super::{upload_groups, UPLOAD_GROUP_BYTES};
+    use super::{upload_groups, TrainConfig, UPLOAD_GROUP_BYTES};
+
+    /// Only a run no longer than its warm-up gets the note, which gives the rate it
+    /// ends at and names the flag.
+    #[test]
+    fn a_run_inside_its_warm_up_is_noted() {
+        let cfg = |steps| TrainConfig {
+            steps,
+            warmup: 20,
+            lr: 3e-3,
+            ..TrainConfig::default()
+        };
+        assert_eq!(cfg(21).schedule_note(), None);
+        assert_eq!(cfg(1000).schedule_note(), None);
+        let note = cfg(10)
+            .schedule_note()
+            .expect("10 steps of a 20-step warm-up");
+        assert!(note.contains("over 20 steps and the run has 10"), "{note}");
+        assert!(
+            note.contains("to 1.50e-3, its peak being 3.00e-3"),
+            "{note}"
+        );
+        assert!(note.contains("--warmup"), "{note}");
+        let note = cfg(20)
+            .schedule_note()
+            .expect("a warm-up as long as the run");
+        assert!(note.contains("to 3.00e-3"), "{note}");
+    }
 
     /// The groups cover a call's steps in order, the first alone, and hold at most
     /// the cap's worth of batches unless one batch is larger.

@@ -199,6 +199,20 @@ fn odd_arguments_and_endless_files_are_refused_before_any_work() {
             &["train", "--steps", "1", "--save", folder],
             "it is a folder",
         ),
+        // The checkpoint does not exist: the settings are refused before it is read.
+        (
+            &["sample", "--checkpoint", missing, "--temperature", "-1"],
+            "--temperature must be 0 (greedy) or positive, got -1",
+        ),
+        (
+            &["sample", "--checkpoint", missing, "--tokens", "20000"],
+            "--tokens must be at most 10000 characters",
+        ),
+        // A negative number is a bad value, not an unknown flag.
+        (
+            &["bench", "step", "--steps", "-1"],
+            "invalid value '-1' for '--steps <STEPS>'",
+        ),
         // /dev/zero says it holds 0 bytes and never ends.
         (
             &["train", "--corpus", "/dev/zero"],
