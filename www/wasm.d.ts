@@ -200,8 +200,10 @@ export interface StepStats {
 
 /**
  * A GPT training on its own WebGPU device and pool. Calls that return promises
- * must not overlap: await each before the next (a second one is refused).
- * Rejections are `Error`s whose message says what to change.
+ * must not overlap: await each before the next (a second one is refused with kind
+ * `busy`, and so is a synchronous call made meanwhile). Rejections are `Error`s whose
+ * message says what to change. After `free()` the object is spent: any call throws
+ * wasm-bindgen's own error.
  */
 export declare class Trainer {
   private constructor();
