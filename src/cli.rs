@@ -634,6 +634,7 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
         tidepool::files::check_writable(path, "checkpoint")?;
     }
     if let Some(path) = &args.trace.trace {
+        args.trace.check()?;
         tidepool::files::check_writable(path, "trace")?;
     }
     let mut trainer = match &ckpt.resume {
@@ -692,6 +693,13 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     }
     if let Some(note) = c.schedule_note().filter(|_| !args.json) {
         eprintln!("note: {note}");
+    }
+    if args.trace.trace.is_some() && args.trace.trace_steady > steps && !args.json {
+        eprintln!(
+            "note: --trace-steady {} is past the run's {steps} steps: the trace will hold the \
+             first step only",
+            args.trace.trace_steady
+        );
     }
     let bar = if args.json {
         ProgressBar::hidden()

@@ -12,7 +12,8 @@ pub struct TraceArgs {
     /// JSON file (format: docs/trace.md).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<std::path::PathBuf>,
-    /// Which step --trace records as the steady one.
+    /// Which step --trace records as the steady one (2 or later: step 1 is traced as
+    /// the first).
     #[arg(
         long,
         allow_negative_numbers = true,
@@ -30,6 +31,17 @@ pub struct Tracing {
 }
 
 impl TraceArgs {
+    /// Refuses a steady step that cannot be one (checked before training).
+    pub fn check(&self) -> Result<(), tidepool::Error> {
+        if self.trace.is_some() && self.trace_steady < 2 {
+            return Err(tidepool::Error::Config(format!(
+                "--trace-steady must be 2 or later (step 1 is traced as the first), got {}",
+                self.trace_steady
+            )));
+        }
+        Ok(())
+    }
+
     pub fn start(self) -> Tracing {
         Tracing {
             args: self,
@@ -61,7 +73,7 @@ impl Tracing {
 
     /// The first step from `from` on that is still to be traced.
     fn next_traced(&self, from: u32) -> Option<u32> {
-        let steady = self.args.trace_steady.max(2);
+        let steady = self.args.trace_steady;
         self.args.trace.as_ref()?;
         [1, steady].into_iter().find(|&t| t >= from)
     }
@@ -72,7 +84,7 @@ impl Tracing {
         if self.next_traced(next) != Some(next) {
             return trainer.step().await;
         }
-        let steady = self.args.trace_steady.max(2);
+        let steady = self.args.trace_steady;
         let label = if next == 1 { "first" } else { "steady" };
         let (stats, step) = trainer.step_traced(label).await?;
         self.trace

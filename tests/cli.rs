@@ -192,6 +192,18 @@ fn odd_arguments_and_endless_files_are_refused_before_any_work() {
             "cannot write the trace",
         ),
         (
+            &[
+                "train",
+                "--steps",
+                "1",
+                "--trace",
+                missing,
+                "--trace-steady",
+                "1",
+            ],
+            "--trace-steady must be 2 or later",
+        ),
+        (
             &["train", "--steps", "1", "--save", missing],
             "cannot write the checkpoint",
         ),
