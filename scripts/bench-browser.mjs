@@ -1,7 +1,20 @@
 // Runs the wasm build's benchmarks in headless Chromium (WebGPU; SwiftShader on a
 // machine without a GPU) and prints a table, or JSON lines with --json.
-//   node scripts/bench-browser.mjs [pool|step|kernels|policies] [--preset tiny] [--steps 10] [--warmup 3] [--json]
-// Needs pkg/ (make pkg) and the npm packages (scripts/setup.sh web).
+//   node scripts/bench-browser.mjs [pool|step|kernels|policies|record] [--preset tiny] [--steps 10] [--warmup 3]
+//                                  [--at-once 16] [--json]
+// Needs pkg/ (make pkg) and the npm packages (scripts/setup.sh web). $CHROMIUM: the
+// browser (default /usr/bin/chromium); $CHROMIUM_ARGS: flags added to its own.
+//
+// `record`: a trainer's calls of `--at-once` steps (`steps` calls timed after `warmup`),
+// and of each step the host's part, `record_ms`: the page's time to record and submit
+// the step's work, a page's share of a step that is bound by its host. The page is
+// served cross-origin isolated here (COOP and COEP headers), which makes
+// `performance.now()` tick in microseconds, not 100 of them. Beside it
+// `VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json node
+// scripts/bench-dawn.mjs --at-once 16` records the same build on the same SwiftShader
+// through Dawn in Node.js, the yardstick the H200 can run, which validates every call
+// on the caller's thread, behind Node's C++ bindings. A page only serializes its calls;
+// Chromium's GPU process validates them beside it.
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
 import { startServer } from '../www/serve.mjs';
@@ -13,24 +26,45 @@ const { values: opt, positionals } = parseArgs({
     steps: { type: 'string', default: '10' },
     warmup: { type: 'string', default: '3' },
     batches: { type: 'string', default: '50' },
+    'at-once': { type: 'string', default: '16' },
     json: { type: 'boolean', default: false },
   },
 });
 const which = positionals[0] ?? 'step';
-if (!['pool', 'step', 'kernels', 'policies'].includes(which)) {
-  console.error(`unknown benchmark ${which}: pool, step, kernels or policies`);
+if (!['pool', 'step', 'kernels', 'policies', 'record'].includes(which)) {
+  console.error(`unknown benchmark ${which}: pool, step, kernels, policies or record`);
   process.exit(2);
+}
+for (const [name, lo, hi] of [['steps', 1, 100_000], ['warmup', 0, 100_000], ['batches', 1, 100_000], ['at-once', 1, 1024]]) {
+  const n = Number(opt[name]);
+  if (!Number.isInteger(n) || n < lo || n > hi) {
+    console.error(`--${name} must be a whole number from ${lo} to ${hi}, got ${opt[name]}`);
+    process.exit(2);
+  }
 }
 
 const server = await startServer({ port: 0 });
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
   args: ['--enable-unsafe-webgpu', '--no-sandbox', '--disable-dev-shm-usage',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+    // More flags, space-separated (e.g. what puts WebGPU on a real GPU: gpu-run.sh browser18).
+    ...(process.env.CHROMIUM_ARGS ?? '').split(' ').filter(Boolean)],
 });
 try {
   const page = await browser.newPage();
+  if (which === 'record') {
+    // Cross-origin isolated: microsecond timers (the served files are all same-origin).
+    await page.route('**/*', async (route) => {
+      const response = await route.fetch();
+      const isolation = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
+      await route.fulfill({ response, headers: { ...response.headers(), ...isolation } });
+    });
+  }
   await page.goto(`${server.url}www/blank.html`);
+  if (which === 'record' && !(await page.evaluate(() => crossOriginIsolated))) {
+    throw new Error('the page is not cross-origin isolated: its timers would tick in 100 µs');
+  }
   const result = await page.evaluate(async ({ which, opt }) => {
     const m = await import('/pkg/tidepool.js');
     await m.default();
@@ -44,7 +78,31 @@ try {
     // unless started with --enable-dawn-features=allow_unsafe_apis.
     if (which === 'kernels') return { info, rows: await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
     if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
+    if (which === 'record') return { info, rows: [await recordCalls(m, corpus, opt)] };
     return { info, rows: await m.benchStep(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
+
+    // Medians over the timed calls of one trainer, each call's last step, as
+    // bench-dawn.mjs takes them (a step's ms is its call's over its steps).
+    async function recordCalls(m, corpus, opt) {
+      const atOnce = Number(opt['at-once']);
+      const trainer = await m.Trainer.create({ preset: opt.preset }, corpus);
+      const call = async () => {
+        const start = performance.now();
+        const stats = atOnce > 1 ? await trainer.steps(atOnce) : [await trainer.step()];
+        return { ...stats[stats.length - 1], wall_ms: (performance.now() - start) / atOnce };
+      };
+      for (let i = 0; i < Number(opt.warmup); i++) await call();
+      const calls = [];
+      for (let i = 0; i < Number(opt.steps); i++) calls.push(await call());
+      trainer.free();
+      const median = (key) => calls.map((c) => c[key]).sort((a, b) => a - b)[Math.floor(calls.length / 2)];
+      const dispatches = median('dispatches_step');
+      return {
+        preset: opt.preset, at_once: atOnce, steps: calls.length * atOnce,
+        median_ms: median('ms'), median_wall_ms: median('wall_ms'), median_record_ms: median('record_ms'),
+        dispatches_step: dispatches, record_us_a_dispatch: (1e3 * median('record_ms')) / dispatches,
+      };
+    }
   }, { which, opt });
   const adapter = `${result.info.name} (${result.info.backend}, Chromium)`;
   if (opt.json) {

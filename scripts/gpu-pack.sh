@@ -59,6 +59,28 @@ if [ -n "${PERF:-}" ]; then
     | xargs -I{} cp -L {} .gpu/perf/lib/
   for f in .gpu/perf/perf .gpu/perf/lib/*; do xz -6 -T2 -c "$f" > "$f.bin.xz" && rm "$f"; done
 fi
+# PACK_CHROMIUM=1: Debian's Chromium with the libraries it links beyond glibc (the H200
+# machine has neither), xz-packed and split into .chr/part-* of 50 MiB, since a call
+# carries at most 64 MiB: calls carrying one part each leave them on the warm machine
+# for `gpu-run.sh browser18` (which says how). And playwright-core, which drives it.
+rm -rf .gpu/playwright-core.tar.xz
+if [ -n "${PACK_CHROMIUM:-}" ]; then
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/chrpkg/lib" "$tmp/chrpkg/chromium/locales"
+  (cd /usr/lib/chromium && cp -a chrome_100_percent.pak chrome_crashpad_handler chromium icudtl.dat \
+    libEGL.so libGLESv2.so libvulkan.so.1 resources.pak snapshot_blob.bin v8_context_snapshot.bin \
+    "$tmp/chrpkg/chromium/" && cp locales/en-US.pak "$tmp/chrpkg/chromium/locales/")
+  ldd /usr/lib/chromium/chromium | awk '$3 ~ /^\// {print $3}' \
+    | grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv)\.so|/ld-linux' \
+    | xargs -I{} cp -L {} "$tmp/chrpkg/lib/"
+  # NSS loads these by name at start-up.
+  (cd /usr/lib/x86_64-linux-gnu && cp -L libsoftokn3.so libfreebl3.so libfreeblpriv3.so libnssdbm3.so "$tmp/chrpkg/lib/")
+  rm -rf .chr && mkdir .chr
+  tar cf - -C "$tmp" chrpkg | xz -9 -T2 | split -b 50M - .chr/part-
+  rm -rf "$tmp"
+  tar cJf .gpu/playwright-core.tar.xz node_modules/playwright-core
+  du -sh .chr/part-*
+fi
 cp scripts/bench-dawn.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

@@ -58,6 +58,8 @@
 #                               library: perf (gpu-pack.sh PERF=1) on bench-dawn.mjs with
 #                               the Vulkan backend and the null one, beside tiny 16 a call
 #                               natively and through Dawn, three rounds (~4 min)
+#   scripts/gpu-run.sh browser18  the wasm build in a Chromium page on the GPU, beside Dawn
+#                               in Node and native: tiny and small 16 a call (~5 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -502,6 +504,52 @@ case "${1:-bench}" in
         LD_LIBRARY_PATH=$PWD/perf/lib ./perf/perf report -i "perf-$backend.data" --no-children -g none --sort dso,sym 2>> "$out/stderr.log" \
           | head -400 > "$out/perf-$backend-$round-sym.txt"
         grep -v '^#' "$out/perf-$backend-$round-dso.txt" | grep . | head -6 >&2
+      done
+    done
+    ;;
+  browser18)
+    # Round eighteen (~5 min): the wasm build in a page of Debian's Chromium on the
+    # H200, beside the same build through Dawn in Node and natively: tiny and small 16
+    # steps a call, three rounds. Chromium comes in parts (gpu-pack.sh PACK_CHROMIUM=1)
+    # that earlier calls leave in /tmp/chr-parts while the machine stays warm, one
+    # part a call (each carries one, a call carrying at most 64 MiB): `mkdir -p
+    # /tmp/chr-parts && cp .chr/part-* /tmp/chr-parts/`. First the flags that put
+    # WebGPU on the GPU: each set in turn until the page's adapter is NVIDIA's
+    # (chrome://gpu of each set tried in gpu-N.txt).
+    if [ ! -x /tmp/chr/chrpkg/chromium/chromium ]; then
+      mkdir -p /tmp/chr
+      cat /tmp/chr-parts/part-* | python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.stdin.buffer), mode='r|').extractall('/tmp/chr')"
+    fi
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/chr/chrpkg/lib exec /tmp/chr/chrpkg/chromium/chromium "$@"\n' > /tmp/chr/chrome.sh
+    chmod +x /tmp/chr/chrome.sh
+    export CHROMIUM=/tmp/chr/chrome.sh VK_ICD_FILENAMES=$VK_DRIVER_FILES
+    python3 -c "import tarfile; tarfile.open('playwright-core.tar.xz').extractall('..')"
+    rm -rf ../pkg && cp -r pkg ../pkg
+    ./tidepool info | tee "$out/info.txt"
+    found="" i=0
+    v="--use-angle=vulkan --enable-features=Vulkan --disable-vulkan-surface"
+    for flags in \
+      "$v" \
+      "$v --ignore-gpu-blocklist --enable-webgpu-developer-features" \
+      "--use-angle=vulkan --enable-features=Vulkan,VulkanFromANGLE,DefaultANGLEVulkan --disable-vulkan-surface --ignore-gpu-blocklist --use-webgpu-adapter=default" \
+      "$v --ignore-gpu-blocklist --disable-gpu-sandbox --use-vulkan=native" \
+      "$v --ignore-gpu-blocklist --enable-dawn-features=allow_unsafe_apis --disable-dawn-features=disallow_unsafe_apis"; do
+      i=$((i + 1))
+      echo "== probe $i: $flags" >&2
+      # DEBUG=pw:browser: the browser's own stderr (its GPU process's complaints) too.
+      adapter=$(CHROMIUM_ARGS="$flags" DEBUG=pw:browser timeout 120 /tmp/node ../scripts/probe-webgpu.mjs "$out/gpu-$i.txt" 2>> "$out/stderr.log")
+      adapter=${adapter:-null}
+      echo "   $adapter" >&2
+      echo "{\"probe\": \"$flags\", \"adapter\": $adapter}" >> "$out/results.jsonl"
+      case "$adapter" in *'"vendor":"nvidia"'*) found=$flags; break ;; esac
+    done
+    [ -n "$found" ] || { echo "no flags put Chromium's WebGPU on the GPU" >&2; exit 3; }
+    export CHROMIUM_ARGS="$found"
+    for round in 1 2 3; do
+      run "native_$round" ./tidepool bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        run "chromium_${p}_$round" /tmp/node ../scripts/bench-browser.mjs record --preset $p --at-once 16 --warmup 5 --steps 30 --json
+        run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
       done
     done
     ;;
