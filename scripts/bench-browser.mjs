@@ -70,7 +70,22 @@ try {
     await m.default();
     // The wasm does not embed the default corpus: fetch it as the page does.
     const corpus = await (await fetch(`/${m.defaultCorpusPath()}`)).text();
-    const probe = await m.Trainer.create({ preset: 'tiny' }, corpus);
+    // On the H200, headless Chromium's requestAdapter resolves to null now and then
+    // (its console: "A valid external Instance reference no longer exists"): a
+    // trainer whose device was refused so is built again, up to 10 times.
+    let retries = 0;
+    const create = async (config) => {
+      for (;;) {
+        try {
+          return await m.Trainer.create(config, corpus);
+        } catch (e) {
+          if (e.kind !== 'no_webgpu' || retries >= 9) throw e;
+          retries += 1;
+          await new Promise((ok) => setTimeout(ok, 500));
+        }
+      }
+    };
+    const probe = await create({ preset: 'tiny' });
     const info = probe.adapter();
     probe.free();
     if (which === 'pool') return { info, rows: await m.benchPool(Number(opt.batches)) };
@@ -78,14 +93,14 @@ try {
     // unless started with --enable-dawn-features=allow_unsafe_apis.
     if (which === 'kernels') return { info, rows: await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
     if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
-    if (which === 'record') return { info, rows: [await recordCalls(m, corpus, opt)] };
+    if (which === 'record') return { info, rows: [{ ...(await recordCalls(opt)), adapter_retries: retries }] };
     return { info, rows: await m.benchStep(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
 
     // Medians over the timed calls of one trainer, each call's last step, as
     // bench-dawn.mjs takes them (a step's ms is its call's over its steps).
-    async function recordCalls(m, corpus, opt) {
+    async function recordCalls(opt) {
       const atOnce = Number(opt['at-once']);
-      const trainer = await m.Trainer.create({ preset: opt.preset }, corpus);
+      const trainer = await create({ preset: opt.preset });
       const call = async () => {
         const start = performance.now();
         const stats = atOnce > 1 ? await trainer.steps(atOnce) : [await trainer.step()];
