@@ -22,9 +22,8 @@ use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
 use crate::data::{Corpus, Tokenizer};
 use crate::error::{Error, Result};
-use crate::gpu::PooledBuffer;
-use crate::kernels::Moments;
-use crate::model::{self, GptConfig, GptParams, GpuBatch, GpuOps};
+use crate::kernels::{Moments, ParamArena};
+use crate::model::{self, GptConfig, GpuBatch, GpuOps};
 use crate::rng::Rng;
 use crate::train::{Batcher, StepStats, TrainConfig, Trainer};
 
@@ -448,21 +447,10 @@ impl Trainer {
             batcher_state: self.batcher.state(),
             sample_state: self.sample_rng.state(),
             vocab: self.corpus.tokenizer.chars().to_vec(),
-            params: self.download_all(self.params.iter()).await?,
+            params: self.params.download(&self.ctx).await?,
             adam_m,
             adam_v,
         })
-    }
-
-    async fn download_all<'a>(
-        &self,
-        buffers: impl IntoIterator<Item = &'a PooledBuffer>,
-    ) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::with_capacity(self.specs.len());
-        for (buffer, spec) in buffers.into_iter().zip(&self.specs) {
-            out.push(self.ctx.download::<f32>(buffer, spec.len).await?);
-        }
-        Ok(out)
     }
 
     /// A trainer that continues the checkpoint's run exactly. `corpus` must have its
@@ -513,14 +501,9 @@ impl Trainer {
         // Every buffer a step needs, counted in u64, against this device.
         let ctx = Trainer::open_context(&cfg, model.vocab as u64).await?;
         let specs = model.params();
-        let upload = |tensors: &[Vec<f32>]| {
-            tensors
-                .iter()
-                .map(|values| ctx.upload_pooled(values))
-                .collect::<Vec<_>>()
-        };
-        let params = GptParams::from_flat(upload(&ckpt.params))?;
-        let moments = Moments::from_values(&ctx, &ckpt.adam_m, &ckpt.adam_v)?;
+        let params = ParamArena::upload(&ctx, &ckpt.params)?;
+        let layout = params.layout().clone();
+        let moments = Moments::from_values_in(&ctx, layout, &ckpt.adam_m, &ckpt.adam_v)?;
         ctx.flush();
         ctx.take_error()?;
         Ok(Trainer {
@@ -567,7 +550,7 @@ impl Trainer {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
             let ops = GpuOps::new(&self.ctx);
-            let acts = model::forward(&ops, &self.model, &self.params, &batch, b, t, None);
+            let acts = model::forward(&ops, &self.model, &self.weights(), &batch, b, t, None);
             model::mean_loss(&ops, &acts)
         });
         Ok(self.ctx.download::<f32>(&loss, 1).await?[0])

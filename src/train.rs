@@ -5,8 +5,8 @@
 use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
-use crate::gpu::{ContextCounters, ContextOptions, PendingRead, PooledBuffer, WgpuContext};
-use crate::kernels::{self, AdamW, Moments, StepTensor};
+use crate::gpu::{ContextCounters, ContextOptions, PendingRead, PooledBuffer, Slice, WgpuContext};
+use crate::kernels::{self, AdamW, Moments, ParamArena, StepTensor};
 use crate::model::{
     self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
 };
@@ -462,7 +462,8 @@ pub struct Trainer {
     pub(crate) model: GptConfig,
     pub(crate) specs: Vec<ParamSpec>,
     pub(crate) corpus: Corpus,
-    pub(crate) params: GptParams<PooledBuffer>,
+    /// The parameters, in the arena whose layout the moments share.
+    pub(crate) params: ParamArena,
     /// AdamW's moments of every parameter tensor.
     pub(crate) moments: Moments,
     pub(crate) batcher: Batcher,
@@ -485,10 +486,8 @@ impl Trainer {
         corpus.check_context(cfg.context)?;
         let ctx = Trainer::open_context(&cfg, corpus.vocab_size() as u64).await?;
         let specs = model.params();
-        let params = model.init(cfg.seed);
-        let params = GptParams::from_flat(params.iter().map(|v| ctx.upload_pooled(v)).collect())?;
-        let lens: Vec<usize> = specs.iter().map(|s| s.len).collect();
-        let moments = Moments::zeroed(&ctx, &lens)?;
+        let params = ParamArena::upload(&ctx, &model.init(cfg.seed))?;
+        let moments = Moments::zeroed_in(&ctx, params.layout().clone())?;
         ctx.flush();
         ctx.take_error()?;
         Ok(Trainer {
@@ -775,15 +774,8 @@ impl Trainer {
             step,
             self.cfg.dropout_placement,
         );
-        let acts = model::forward(
-            &ops,
-            &self.model,
-            &self.params,
-            batch,
-            b,
-            t,
-            dropout.as_ref(),
-        );
+        let weights = self.weights();
+        let acts = model::forward(&ops, &self.model, &weights, batch, b, t, dropout.as_ref());
         let rows = b * t;
         kernels::mean_into(
             &self.ctx,
@@ -793,14 +785,7 @@ impl Trainer {
             loss_to,
             slot,
         );
-        let grads = model::backward(
-            &ops,
-            &self.model,
-            &self.params,
-            batch,
-            acts,
-            dropout.as_ref(),
-        );
+        let grads = model::backward(&ops, &self.model, &weights, batch, acts, dropout.as_ref());
         grads
             .into_flat()
             .into_iter()
@@ -814,13 +799,10 @@ impl Trainer {
     /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
     /// [`Moments::norm_scale`] and at floats `slot`, `slot + 1` of `report`.
     fn update(&self, grads: &[(PooledBuffer, usize)], step: u32, report: (&PooledBuffer, usize)) {
-        let tensors: Vec<StepTensor> = self
-            .params
+        let tensors: Vec<StepTensor> = grads
             .iter()
-            .zip(grads)
             .zip(&self.specs)
-            .map(|((param, (grad, splits)), spec)| StepTensor {
-                param,
+            .map(|((grad, splits), spec)| StepTensor {
                 grad,
                 splits: *splits,
                 decay: spec.decay,
@@ -829,7 +811,16 @@ impl Trainer {
         // `decay` says which tensors the weight decay applies to.
         let hp = self.cfg.adamw_decayed(step);
         let clip = self.cfg.grad_clip;
-        kernels::adamw_step(&self.ctx, &tensors, &self.moments, &hp, clip, Some(report));
+        let (params, moments) = (&self.params, &self.moments);
+        kernels::adamw_step(
+            &self.ctx,
+            params,
+            &tensors,
+            moments,
+            &hp,
+            clip,
+            Some(report),
+        );
     }
 
     /// `inputs` and `targets` must be `batch` full windows of `context` tokens (the
@@ -874,8 +865,7 @@ impl Trainer {
                 )));
             }
         }
-        self.params =
-            GptParams::from_flat(values.iter().map(|v| self.ctx.upload_pooled(v)).collect())?;
+        self.params = ParamArena::upload_in(&self.ctx, self.params.layout().clone(), values)?;
         self.ctx.flush();
         self.ctx.take_error()
     }
@@ -908,11 +898,13 @@ impl Trainer {
 
     /// The current parameters, downloaded.
     pub async fn parameters(&self) -> Result<Vec<Vec<f32>>> {
-        let mut out = Vec::with_capacity(self.specs.len());
-        for (param, spec) in self.params.iter().zip(&self.specs) {
-            out.push(self.ctx.download::<f32>(param, spec.len).await?);
-        }
-        Ok(out)
+        self.params.download(&self.ctx).await
+    }
+
+    /// The parameters as the forward and backward passes read them: ranges of
+    /// their arena.
+    pub(crate) fn weights(&self) -> GptParams<Slice<'_>> {
+        GptParams::from_flat(self.params.tensors()).expect("the arena holds the model's tensors")
     }
 
     /// Mean loss over `eval_batches` held-out batches of `batch` x `context` tokens,
@@ -943,7 +935,8 @@ impl Trainer {
                         self.cfg.belt,
                     );
                     let ops = GpuOps::new(&self.ctx);
-                    let acts = model::forward(&ops, &self.model, &self.params, &batch, b, c, None);
+                    let weights = self.weights();
+                    let acts = model::forward(&ops, &self.model, &weights, &batch, b, c, None);
                     let target = kernels::Target::of(&self.ctx);
                     kernels::mean_into(&self.ctx, target, &acts.losses, b * c, &gathered, i);
                 });
@@ -998,7 +991,7 @@ impl Trainer {
             let logits = self.ctx.scope(|| {
                 let batch = GpuBatch::upload(&self.ctx, &inputs, &inputs, v, self.cfg.belt);
                 let ops = GpuOps::new(&self.ctx);
-                model::forward(&ops, &self.model, &self.params, &batch, 1, c, None).logits
+                model::forward(&ops, &self.model, &self.weights(), &batch, 1, c, None).logits
             });
             let row = self.ctx.download_at::<f32>(&logits, last * v, v).await?;
             ids.push(pick(&row, temperature, top_k, &mut self.sample_rng) as u32);

@@ -220,7 +220,7 @@ async fn forward_body() {
             // Each variant, then the launcher's own choice under precision f16.
             for variant in variants(&ctx).into_iter().map(Some).chain([None]) {
                 let out = poisoned(&ctx, &[rows * n], || {
-                    let gb = with_bias.then_some(&g_b);
+                    let gb = with_bias.then(|| (&g_b).into());
                     match variant {
                         Some(v) => matmul_forward_variant(&ctx, v, &g_inp, &g_w, gb, rows, k, n),
                         None => matmul_forward(&ctx, &g_inp, &g_w, gb, rows, k, n),

@@ -672,7 +672,7 @@ mod matmul {
             for variant in MatmulVariant::ALL {
                 for with_bias in [false, true] {
                     let out = poisoned(&ctx, &[rows * n], || {
-                        let bias = with_bias.then_some(&g_b);
+                        let bias = with_bias.then(|| (&g_b).into());
                         matmul_forward_variant(&ctx, variant, &g_inp, &g_w, bias, rows, k, n)
                     });
                     let got = read(&ctx, &out, rows * n).await;
@@ -1088,7 +1088,7 @@ mod fused_matmul {
                         ..Default::default()
                     };
                     let out = poisoned(&ctx, &outputs(variant, rows * n, rows * k), || {
-                        let bias = with_bias.then_some(&g_b);
+                        let bias = with_bias.then(|| (&g_b).into());
                         matmul_forward_fused_variant(
                             &ctx, variant, &g_inp, &g_w, bias, rows, k, n, fusion,
                         )
@@ -1185,7 +1185,7 @@ mod fused_matmul {
                     };
                     let act = if gelu_inp { rows * k } else { 0 };
                     let out = poisoned(&ctx, &outputs(variant, rows * n, act), || {
-                        let b = Some(&g_b);
+                        let b = Some((&g_b).into());
                         matmul_forward_fused_variant(
                             &ctx, variant, &g_inp, &g_w, b, rows, k, n, fusion,
                         )
@@ -1237,7 +1237,7 @@ mod fused_matmul {
                         variant,
                         &g_inp,
                         &g_w,
-                        Some(&g_b),
+                        Some((&g_b).into()),
                         rows,
                         k,
                         n,

@@ -7,7 +7,9 @@
 mod common;
 
 use common::{assert_close, context, poisoned, read, reduction_contexts};
-use tidepool::kernels::{self, AdamW, Moments, SplitSum, StepTensor, Target, TensorsPerDispatch};
+use tidepool::kernels::{
+    self, AdamW, ArenaLayout, Moments, ParamArena, SplitSum, StepTensor, Target, TensorsPerDispatch,
+};
 use tidepool::reference as cpu;
 use tidepool::rng::{fresh_seed, Rng};
 use tidepool::WgpuContext;
@@ -123,16 +125,16 @@ async fn run_case(
             .collect(),
         decay: lens.iter().map(|_| rng.below(2) == 1).collect(),
     };
-    let max_chunk = if chunked {
-        // The largest tensor and the 4-float header fill a chunk: no other tensor
-        // shares it.
-        (lens.iter().max().unwrap() + 4) as u64 * 4
+    let max_binding = if chunked {
+        // The largest tensor and the header fill a chunk: no other tensor shares it.
+        ArenaLayout::binding_bytes_for(*lens.iter().max().unwrap())
     } else {
         ctx.max_binding_size()
     };
-    let moments = Moments::from_values_in_chunks(ctx, &case.m, &case.v, max_chunk).unwrap();
+    let layout = ArenaLayout::new(&lens, max_binding).unwrap();
+    let moments = Moments::from_values_in(ctx, layout.clone(), &case.m, &case.v).unwrap();
     assert!(!chunked || count == 1 || moments.chunks() > 1, "{what}");
-    let params: Vec<_> = case.params.iter().map(|p| ctx.upload(p)).collect();
+    let params = ParamArena::upload_in(ctx, layout, &case.params).unwrap();
     for step in 1..=3u32 {
         // About half the gradients as split partials (as a backward leaves them for
         // the optimizer), the reference's gradient their sum.
@@ -156,13 +158,11 @@ async fn run_case(
         // Off, above the norm (no clip), below it (clip).
         let max_norm = [0.0, norm * 2.0, norm * 0.25][step as usize - 1];
         let hp = hyper(step);
-        let tensors: Vec<StepTensor> = params
+        let tensors: Vec<StepTensor> = gpu_grads
             .iter()
-            .zip(&gpu_grads)
             .zip(&splits)
             .zip(&case.decay)
-            .map(|(((param, grad), &splits), &decay)| StepTensor {
-                param,
+            .map(|((grad, &splits), &decay)| StepTensor {
                 grad,
                 splits,
                 decay,
@@ -178,7 +178,10 @@ async fn run_case(
         ctx.scope(|| {
             poisoned(ctx, &[scratch], || {
                 let report = Some((&report, slot));
-                kernels::adamw_step_on(ctx, target, per, &tensors, &moments, &hp, max_norm, report)
+                let arenas = (&params, &moments);
+                kernels::adamw_step_on(
+                    ctx, target, per, arenas.0, &tensors, arenas.1, &hp, max_norm, report,
+                )
             })
         });
         let dispatches = ctx.counters().dispatches - before;
@@ -256,10 +259,11 @@ async fn run_case(
             assert_eq!(got[1], 1.0, "not clipped: {what}");
         }
         let (m, v) = moments.download(ctx).await.expect("download");
+        let got_params = params.download(ctx).await.expect("download");
         for i in 0..count {
             let n = lens[i];
             let tensor = format!("tensor {i} of {n}, {what}");
-            let got = read(ctx, &params[i], n).await;
+            let got = &got_params[i];
             let p_terms = params_before[i]
                 .iter()
                 .zip(&case.params[i])
@@ -268,7 +272,7 @@ async fn run_case(
             let with = |x: &[f32], terms: f32| [x, &[terms]].concat();
             assert_close(
                 &format!("param, {tensor}"),
-                &with(&got, p_terms),
+                &with(got, p_terms),
                 &with(&case.params[i], p_terms),
                 1e-5,
                 seed,
@@ -363,13 +367,10 @@ async fn split_bits_body() {
     let hp = hyper(1);
     let mut results = Vec::new();
     for from_partials in [false, true] {
-        let moments = Moments::zeroed_in_chunks(&ctx, &lens, ctx.max_binding_size()).unwrap();
-        let gpu_params: Vec<_> = params.iter().map(|p| ctx.upload(p)).collect();
-        let tensors: Vec<StepTensor> = gpu_params
-            .iter()
-            .enumerate()
-            .map(|(i, param)| StepTensor {
-                param,
+        let moments = Moments::zeroed(&ctx, &lens).unwrap();
+        let gpu_params = ParamArena::upload_in(&ctx, moments.layout().clone(), &params).unwrap();
+        let tensors: Vec<StepTensor> = (0..lens.len())
+            .map(|i| StepTensor {
                 grad: if from_partials {
                     &gpu_parts[i]
                 } else {
@@ -379,13 +380,11 @@ async fn split_bits_body() {
                 decay: i % 2 == 0,
             })
             .collect();
-        ctx.scope(|| kernels::adamw_step(&ctx, &tensors, &moments, &hp, 1.0, None));
+        ctx.scope(|| kernels::adamw_step(&ctx, &gpu_params, &tensors, &moments, &hp, 1.0, None));
         let norm = read(&ctx, moments.norm_scale(), 2).await;
         let (m, v) = moments.download(&ctx).await.unwrap();
         let mut got = vec![norm, m.concat(), v.concat()];
-        for (param, &n) in gpu_params.iter().zip(&lens) {
-            got.push(read(&ctx, param, n).await);
-        }
+        got.extend(gpu_params.download(&ctx).await.unwrap());
         results.push(got);
     }
     let bits = |x: &Vec<Vec<f32>>| -> Vec<Vec<u32>> {
@@ -401,15 +400,19 @@ async fn split_bits_body() {
     );
 }
 
-gpu_test!(moments_round_trip_through_their_arenas, moments_body());
-/// Exact: uploads and downloads copy bits. New moments are zero.
-async fn moments_body() {
+gpu_test!(
+    parameters_and_moments_round_trip_through_their_arenas,
+    arenas_body()
+);
+/// Exact: uploads and downloads copy bits; each tensor's range binds its values and
+/// nothing else; new moments are zero.
+async fn arenas_body() {
     let ctx = context().await;
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
     let lens = lengths(&mut rng, 7);
-    let chunk = (lens.iter().max().unwrap() + 4) as u64 * 4;
-    let zero = Moments::zeroed_in_chunks(&ctx, &lens, chunk).unwrap();
+    let chunk = ArenaLayout::binding_bytes_for(*lens.iter().max().unwrap());
+    let zero = Moments::zeroed_in(&ctx, ArenaLayout::new(&lens, chunk).unwrap()).unwrap();
     assert!(zero.chunks() > 1);
     let (m, v) = zero.download(&ctx).await.unwrap();
     for (i, &n) in lens.iter().enumerate() {
@@ -418,19 +421,33 @@ async fn moments_body() {
     }
     let m: Vec<Vec<f32>> = lens.iter().map(|&n| normals(&mut rng, n, 1.0)).collect();
     let v: Vec<Vec<f32>> = lens.iter().map(|&n| normals(&mut rng, n, 1.0)).collect();
-    for max_chunk in [ctx.max_binding_size(), chunk] {
-        let moments = Moments::from_values_in_chunks(&ctx, &m, &v, max_chunk).unwrap();
+    for max_binding in [ctx.max_binding_size(), chunk] {
+        let layout = ArenaLayout::new(&lens, max_binding).unwrap();
+        let moments = Moments::from_values_in(&ctx, layout.clone(), &m, &v).unwrap();
         assert_eq!(moments.len(), lens.len());
         assert_eq!(
             moments.download(&ctx).await.unwrap(),
             (m.clone(), v.clone())
         );
+        let params = ParamArena::upload_in(&ctx, layout, &m).unwrap();
+        assert_eq!(params.download(&ctx).await.unwrap(), m, "seed {seed}");
+        let align = ctx.limits().min_storage_buffer_offset_alignment as u64;
+        for (i, (range, &n)) in params.tensors().iter().zip(&lens).enumerate() {
+            assert_eq!(range.size(), n as u64 * 4, "tensor {i}");
+            assert!(range.offset().is_multiple_of(align), "tensor {i}");
+            let first = (range.offset() / 4) as usize;
+            let got = ctx
+                .download_at::<f32>(range.buffer(), first, n)
+                .await
+                .unwrap();
+            assert_eq!(got, m[i], "tensor {i}, seed {seed}");
+        }
     }
     // Refused: mismatched tensors, and one too large for a chunk.
-    assert!(Moments::from_values(&ctx, &m, &v[1..]).is_err());
-    let err = Moments::zeroed_in_chunks(&ctx, &[1000], 1000 * 4)
-        .err()
-        .unwrap();
+    let layout = ArenaLayout::new(&lens, ctx.max_binding_size()).unwrap();
+    assert!(Moments::from_values_in(&ctx, layout.clone(), &m, &v[1..]).is_err());
+    assert!(ParamArena::upload_in(&ctx, layout, &m[1..]).is_err());
+    let err = ArenaLayout::new(&[1000], 4000).err().unwrap();
     assert!(
         err.to_string().contains("binds at most 4000 bytes"),
         "{err}"

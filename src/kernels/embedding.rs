@@ -81,8 +81,8 @@ const DWTE_CHANNELS: usize = 32;
 pub fn encoder_forward<'a>(
     ctx: &WgpuContext,
     tokens: impl Into<Slice<'a>>,
-    wte: &PooledBuffer,
-    wpe: &PooledBuffer,
+    wte: impl Into<Slice<'a>>,
+    wpe: impl Into<Slice<'a>>,
     b: usize,
     t: usize,
     c: usize,
@@ -96,8 +96,8 @@ pub fn encoder_forward<'a>(
 pub fn encoder_forward_dropout<'a>(
     ctx: &WgpuContext,
     tokens: impl Into<Slice<'a>>,
-    wte: &PooledBuffer,
-    wpe: &PooledBuffer,
+    wte: impl Into<Slice<'a>>,
+    wpe: impl Into<Slice<'a>>,
     b: usize,
     t: usize,
     c: usize,

@@ -1,7 +1,7 @@
 //! LayerNorm (eps 1e-5, biased variance as PyTorch), forward and backward.
 
 use super::target::Target;
-use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
 
 pub(super) const SOURCE: &str = concat!(
@@ -139,11 +139,11 @@ fn row_grid(target: Target, rows: usize) -> [u32; 3] {
 
 /// LayerNorm of each of `rows` rows of `c` floats: returns `out` (`rows*c`) and the
 /// per-row `mean` and `rstd` (`rows` each) for the backward pass.
-pub fn layernorm_forward(
+pub fn layernorm_forward<'w>(
     ctx: &WgpuContext,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    bias: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
+    bias: impl Into<Slice<'w>>,
     rows: usize,
     c: usize,
 ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
@@ -151,12 +151,12 @@ pub fn layernorm_forward(
 }
 
 /// [`layernorm_forward`] in the variant for `target`.
-pub fn layernorm_forward_on(
+pub fn layernorm_forward_on<'w>(
     ctx: &WgpuContext,
     target: Target,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    bias: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
+    bias: impl Into<Slice<'w>>,
     rows: usize,
     c: usize,
 ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
@@ -168,10 +168,17 @@ pub fn layernorm_forward_on(
         Target::Gpu => &FORWARD,
         Target::Cpu => &FORWARD_ROWS,
     };
-    ctx.dispatch(
+    ctx.dispatch_slices(
         kernel,
         &params,
-        &[inp, weight, bias, &out, &mean, &rstd],
+        &[
+            inp.into(),
+            weight.into(),
+            bias.into(),
+            (&out).into(),
+            (&mean).into(),
+            (&rstd).into(),
+        ],
         row_grid(target, rows),
     );
     (out, mean, rstd)
@@ -183,11 +190,11 @@ pub fn layernorm_forward_on(
 /// in two passes (chunks of rows, then the chunks) through a scratch buffer from the
 /// pool ([`layernorm_backward_scratch`] floats).
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward(
+pub fn layernorm_backward<'w>(
     ctx: &WgpuContext,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     mean: &PooledBuffer,
     rstd: &PooledBuffer,
     rows: usize,
@@ -198,12 +205,12 @@ pub fn layernorm_backward(
 
 /// [`layernorm_backward`] in the variant for `target`.
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_on(
+pub fn layernorm_backward_on<'w>(
     ctx: &WgpuContext,
     target: Target,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     mean: &PooledBuffer,
     rstd: &PooledBuffer,
     rows: usize,
@@ -221,12 +228,12 @@ pub fn layernorm_backward_on(
 /// the residual branch whose output the input was). Returns (dinp, masked, dweight,
 /// dbias).
 #[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_fused_on(
+pub fn layernorm_backward_fused_on<'w>(
     ctx: &WgpuContext,
     target: Target,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     mean: &PooledBuffer,
     rstd: &PooledBuffer,
     rows: usize,
@@ -263,22 +270,22 @@ pub fn layernorm_backward_fused_on(
     let scratch = ctx.create_pooled(if in_dinp { 4 } else { 2 * chunks * c * 4 });
     let resid_or_any = resid.unwrap_or(dout);
     let masked_or_any = masked.as_ref().unwrap_or(&scratch);
-    let mut bound: Vec<&wgpu::Buffer> = vec![
-        dout,
-        inp,
-        weight,
-        mean,
-        rstd,
-        &dinp,
-        resid_or_any,
-        masked_or_any,
+    let mut bound: Vec<Slice> = vec![
+        dout.into(),
+        inp.into(),
+        weight.into(),
+        mean.into(),
+        rstd.into(),
+        (&dinp).into(),
+        resid_or_any.into(),
+        masked_or_any.into(),
     ];
     if in_dinp {
         let dweight = ctx.create_pooled(c * 4);
         let dbias = ctx.create_pooled(c * 4);
-        bound.extend([&*dweight, &*dbias]);
+        bound.extend([Slice::from(&dweight), Slice::from(&dbias)]);
         let groups = rows + c.div_ceil(PARAMS_CHANNELS);
-        ctx.dispatch(
+        ctx.dispatch_slices(
             &BACKWARD_DINP_PARAMS,
             &params,
             &bound,
@@ -290,7 +297,7 @@ pub fn layernorm_backward_fused_on(
         Target::Gpu => &BACKWARD_DINP,
         Target::Cpu => &BACKWARD_DINP_ROWS,
     };
-    ctx.dispatch(kernel, &params, &bound, row_grid(target, rows));
+    ctx.dispatch_slices(kernel, &params, &bound, row_grid(target, rows));
     let partial = &scratch;
     ctx.dispatch(
         &BACKWARD_PARTIAL,

@@ -10,7 +10,7 @@ use super::split_sums::{finish_grads, sum_splits, Partials, SplitSums};
 use super::target::Target;
 use super::unroll;
 use crate::config::Precision;
-use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
 
 /// Output tile of one workgroup of the tiled variant (square) and its step along
@@ -481,11 +481,11 @@ fn u32_of(x: usize, what: &str) -> u32 {
 
 /// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
 #[track_caller]
-fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
+fn check_len<'a>(buffer: impl Into<Slice<'a>>, floats: usize, what: &str) {
+    let bytes = buffer.into().size();
     assert!(
-        buffer.size() >= floats as u64 * 4,
-        "{what}: a {}-byte buffer for {floats} floats",
-        buffer.size()
+        bytes >= floats as u64 * 4,
+        "{what}: a {bytes}-byte binding for {floats} floats"
     );
 }
 
@@ -531,11 +531,11 @@ impl ForwardFusion<'_> {
 
 /// `out[r, j] = sum_i inp[r, i] * weight[j, i] + bias[j]`, PyTorch `Linear` layout:
 /// `inp` `[rows, k]`, `weight` `[n, k]`, `bias` `[n]`; returns `out` `[rows, n]`.
-pub fn matmul_forward(
+pub fn matmul_forward<'w>(
     ctx: &WgpuContext,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    bias: Option<&PooledBuffer>,
+    weight: impl Into<Slice<'w>>,
+    bias: Option<Slice<'_>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -545,11 +545,11 @@ pub fn matmul_forward(
 
 /// [`matmul_forward`] with `fusion` (see [`ForwardFusion`]).
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_forward_fused(
+pub fn matmul_forward_fused<'w>(
     ctx: &WgpuContext,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    bias: Option<&PooledBuffer>,
+    weight: impl Into<Slice<'w>>,
+    bias: Option<Slice<'_>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -561,12 +561,12 @@ pub fn matmul_forward_fused(
 
 /// [`matmul_forward`] computed by `variant`.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_forward_variant(
+pub fn matmul_forward_variant<'w>(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    bias: Option<&PooledBuffer>,
+    weight: impl Into<Slice<'w>>,
+    bias: Option<Slice<'_>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -579,12 +579,12 @@ pub fn matmul_forward_variant(
 /// plain products (the prologue applies per loaded element, so in every split) and
 /// the epilogue runs once, on their sum, in the reduce pass.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_forward_fused_variant(
+pub fn matmul_forward_fused_variant<'w>(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
-    bias: Option<&PooledBuffer>,
+    weight: impl Into<Slice<'w>>,
+    bias: Option<Slice<'_>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -594,6 +594,7 @@ pub fn matmul_forward_fused_variant(
         rows > 0 && k > 0 && n > 0,
         "matmul_forward of an empty matrix"
     );
+    let weight = weight.into();
     check_len(inp, rows * k, "matmul_forward inp");
     check_len(weight, n * k, "matmul_forward weight");
     if let Some(bias) = bias {
@@ -612,7 +613,7 @@ pub fn matmul_forward_fused_variant(
     let kernel = variant.kernel(Layout::Forward);
     let groups = variant.grid(rows, n, splits);
     // Bindings a launch does not use still need a buffer; the shader never reads it.
-    let bias_or_any = bias.unwrap_or(inp);
+    let bias_or_any = bias.unwrap_or(inp.into());
     let resid_or_any = fusion.residual.unwrap_or(inp);
     if splits == 1 {
         let params = GemmParams {
@@ -621,13 +622,25 @@ pub fn matmul_forward_fused_variant(
             scale,
             ..GemmParams::new(rows, n, k, chunk, prologue | epilogue)
         };
-        let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &out, resid_or_any];
-        ctx.dispatch(specialized(kernel, params.flags), &params, &buffers, groups);
+        let bound = [
+            inp.into(),
+            weight,
+            bias_or_any,
+            (&out).into(),
+            resid_or_any.into(),
+        ];
+        ctx.dispatch_slices(specialized(kernel, params.flags), &params, &bound, groups);
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
-        let buffers: [&wgpu::Buffer; 5] = [inp, weight, bias_or_any, &part, resid_or_any];
-        ctx.dispatch(specialized(kernel, params.flags), &params, &buffers, groups);
+        let bound = [
+            inp.into(),
+            weight,
+            bias_or_any,
+            (&part).into(),
+            resid_or_any.into(),
+        ];
+        ctx.dispatch_slices(specialized(kernel, params.flags), &params, &bound, groups);
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -643,7 +656,7 @@ pub fn matmul_forward_fused_variant(
                 &reduce,
                 &part,
                 &out,
-                [bias_or_any, &part, resid_or_any],
+                [bias_or_any, (&part).into(), resid_or_any.into()],
             );
         }
     }
@@ -655,11 +668,11 @@ pub fn matmul_forward_fused_variant(
 /// over all rows in parallel splits whose partial sums are then added in a fixed
 /// order: no atomics, the same bits every run.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_backward(
+pub fn matmul_backward<'w>(
     ctx: &WgpuContext,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -672,11 +685,11 @@ pub fn matmul_backward(
 /// `dweight` reads GELU of `inp` as it loads it, and `dinp` is the gradient of the
 /// GELU's input (times gelu'(inp) in its epilogue).
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_backward_fused(
+pub fn matmul_backward_fused<'w>(
     ctx: &WgpuContext,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -692,11 +705,11 @@ pub fn matmul_backward_fused(
 /// `sums` (when given and under its cap), to be added by [`SplitSums::finish`]
 /// together with the other layers'.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_backward_deferred(
+pub fn matmul_backward_deferred<'w>(
     ctx: &WgpuContext,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -761,10 +774,10 @@ fn weight_grads(
 
 /// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of
 /// [`matmul_backward`].
-pub fn matmul_dinp(
+pub fn matmul_dinp<'w>(
     ctx: &WgpuContext,
     dout: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -774,11 +787,11 @@ pub fn matmul_dinp(
 }
 
 /// [`matmul_dinp`] computed by `variant`.
-pub fn matmul_dinp_variant(
+pub fn matmul_dinp_variant<'w>(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     dout: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     rows: usize,
     k: usize,
     n: usize,
@@ -790,17 +803,18 @@ pub fn matmul_dinp_variant(
 /// (`[rows, k]`) is given: the epilogue of [`matmul_backward_fused`]. Split over n,
 /// the epilogue runs once, on the partials' sum.
 #[allow(clippy::too_many_arguments)]
-pub fn matmul_dinp_fused_variant(
+pub fn matmul_dinp_fused_variant<'w>(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     dout: &PooledBuffer,
-    weight: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
     rows: usize,
     k: usize,
     n: usize,
     gelu_of: Option<&PooledBuffer>,
 ) -> PooledBuffer {
     assert!(rows > 0 && k > 0 && n > 0, "matmul_dinp of an empty matrix");
+    let weight = weight.into();
     check_len(dout, rows * n, "matmul_dinp dout");
     check_len(weight, n * k, "matmul_dinp weight");
     if let Some(x) = gelu_of {
@@ -818,26 +832,33 @@ pub fn matmul_dinp_fused_variant(
     let groups = variant.grid(rows, k, splits);
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
-        ctx.dispatch(
+        ctx.dispatch_slices(
             specialized(kernel, params.flags),
             &params,
-            &[dout, weight, &dinp, aux],
+            &[dout.into(), weight, (&dinp).into(), aux.into()],
             groups,
         );
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
-        ctx.dispatch(
+        ctx.dispatch_slices(
             specialized(kernel, params.flags),
             &params,
-            &[dout, weight, &part, aux],
+            &[dout.into(), weight, (&part).into(), aux.into()],
             groups,
         );
         if epilogue == 0 {
             sum_splits(ctx, &part, &dinp, rows * k, splits);
         } else {
             let reduce = ReduceParams::new(rows * k, splits, epilogue);
-            sum_splits_fused(ctx, &reduce, &part, &dinp, [&part, aux, &part]);
+            let part_slice = (&part).into();
+            sum_splits_fused(
+                ctx,
+                &reduce,
+                &part,
+                &dinp,
+                [part_slice, aux.into(), part_slice],
+            );
         }
     }
     dinp
@@ -997,13 +1018,13 @@ fn sum_splits_fused(
     params: &ReduceParams,
     part: &PooledBuffer,
     out: &PooledBuffer,
-    [bias, aux, resid]: [&PooledBuffer; 3],
+    [bias, aux, resid]: [Slice; 3],
 ) {
     let groups = grid_1d(params.len, 256);
-    ctx.dispatch(
+    ctx.dispatch_slices(
         specialized(&SUM_SPLITS_FUSED, params.flags),
         params,
-        &[part, out, bias, aux, resid],
+        &[part.into(), out.into(), bias, aux, resid],
         groups,
     );
 }

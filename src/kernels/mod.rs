@@ -217,8 +217,11 @@ pub use attention::{
     attention_subgroups,
 };
 
-// ---- optimizer: gradient norms, clipping, AdamW ----
+// ---- optimizer: gradient norms, clipping, AdamW; the parameters' arenas ----
+mod arena;
 mod optimizer;
+
+pub use arena::{ArenaLayout, ParamArena, ALIGN_FLOATS, HEADER_FLOATS};
 
 pub use optimizer::{
     adamw_step, adamw_step_on, scale_in_place, scratch_floats, sum_in_one_pass,

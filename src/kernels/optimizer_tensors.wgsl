@@ -13,8 +13,10 @@
 //          its tensor (j: w's index among the tensor's workgroups) and writes
 //          partials[offset + j]
 //   adamw  workgroup w updates elements [j * span, (j + 1) * span) of its tensor:
-//          AdamW on param, m, v with the gradient times the clipping scale, which
-//          the norm kernel (optimizer.wgsl `global_norm`) left in m[1]
+//          AdamW on its parameters and moments, at the tensor's offset in the
+//          chunk's `param` and `mv` (m, then v from `vbase`), with the gradient
+//          times the clipping scale, which the norm kernel (optimizer.wgsl
+//          `global_norm`) left in mv[1]
 //   sum_splits  thread i of its tensor's workgroups: out[i] = grad_at_N (the sum of
 //          the split partials bound as gradN), for one sum or many; the table's
 //          (offset, span) are (splits, 0)
@@ -23,7 +25,7 @@
 // Fixed summation orders: the same input always gives the same bits.
 
 // Per tensor of the dispatch: (first workgroup, length, offset, span): the offset
-// into the partials (sumsq) or the moment arenas (adamw), the span the elements
+// into the partials (sumsq) or the chunk of the arenas (adamw), the span the elements
 // one workgroup takes. Loop bounds come from this table only, read at a dynamic index:
 // lavapipe re-specializes a shader for every dispatch whose loops are bounded by
 // uniform values at fixed offsets (it inlines them), which costs milliseconds a
@@ -31,8 +33,8 @@
 struct TensorsParams {
     decay: u32,  // adamw: bit i set: tensor i decays
     groups: u32, // workgroups in this dispatch
+    vbase: u32,  // adamw: where v starts in `mv`
     _pad0: u32,
-    _pad1: u32,
     lr: f32,
     beta1: f32,
     beta2: f32,
@@ -140,14 +142,14 @@ fn adamw_#(j: u32, e: vec4<u32>, splits: u32, decay: f32, scale: f32, lid: u32) 
     for (var i = j * e.w + lid; i < end; i += WG) {
         let g = grad_at_#(i, e.y, splits) * scale;
         let a = e.z + i;
-        let mi = p.beta1 * m[a] + (1.0 - p.beta1) * g;
-        let vi = p.beta2 * v[a] + (1.0 - p.beta2) * g * g;
-        m[a] = mi;
-        v[a] = vi;
+        let mi = p.beta1 * mv[a] + (1.0 - p.beta1) * g;
+        let vi = p.beta2 * mv[p.vbase + a] + (1.0 - p.beta2) * g * g;
+        mv[a] = mi;
+        mv[p.vbase + a] = vi;
         let m_hat = mi / p.bc1;
         let v_hat = vi / p.bc2;
-        let w = param#[i];
-        param#[i] = w - p.lr * (m_hat / (sqrt(v_hat) + p.eps) + decay * w);
+        let w = param[a];
+        param[a] = w - p.lr * (m_hat / (sqrt(v_hat) + p.eps) + decay * w);
     }
 }
 //#end
@@ -166,7 +168,7 @@ fn adamw(
     let e = p.tensors[t];
     let j = group - e.x;
     let decay = select(0.0, p.weight_decay, ((p.decay >> t) & 1u) != 0u);
-    let scale = m[1];
+    let scale = mv[1];
     switch t {
         //#each
         case #u: { adamw_#(j, e, splits_of(t), decay, scale, lid); }

@@ -16,6 +16,7 @@ type T = Vec<f32>;
 
 impl Ops for CpuOps {
     type T = Vec<f32>;
+    type W = Vec<f32>;
     type Batch = CpuBatch;
 
     fn encoder_forward(

@@ -157,9 +157,11 @@ impl GpuBatch {
 }
 
 type T = PooledBuffer;
+type W<'a> = Slice<'a>;
 
-impl Ops for GpuOps<'_> {
+impl<'a> Ops for GpuOps<'a> {
     type T = PooledBuffer;
+    type W = Slice<'a>;
     type Batch = GpuBatch;
 
     fn set_layer(&self, layer: Option<usize>) {
@@ -169,14 +171,14 @@ impl Ops for GpuOps<'_> {
     fn encoder_forward(
         &self,
         batch: &GpuBatch,
-        wte: &T,
-        wpe: &T,
+        wte: &W<'a>,
+        wpe: &W<'a>,
         b: usize,
         t: usize,
         c: usize,
         dropout: Option<DropoutMask>,
     ) -> T {
-        kernels::encoder_forward_dropout(self.0, batch.tokens(), wte, wpe, b, t, c, dropout)
+        kernels::encoder_forward_dropout(self.0, batch.tokens(), *wte, *wpe, b, t, c, dropout)
     }
     fn encoder_backward(
         &self,
@@ -199,14 +201,21 @@ impl Ops for GpuOps<'_> {
             Some((head_dwte, self.splits_of(head_dwte))),
         )
     }
-    fn layernorm_forward(&self, x: &T, w: &T, bias: &T, rows: usize, c: usize) -> (T, T, T) {
-        kernels::layernorm_forward(self.0, x, w, bias, rows, c)
+    fn layernorm_forward(
+        &self,
+        x: &T,
+        w: &W<'a>,
+        bias: &W<'a>,
+        rows: usize,
+        c: usize,
+    ) -> (T, T, T) {
+        kernels::layernorm_forward(self.0, x, *w, *bias, rows, c)
     }
     fn layernorm_backward(
         &self,
         dout: &T,
         x: &T,
-        w: &T,
+        w: &W<'a>,
         mean: &T,
         rstd: &T,
         rows: usize,
@@ -219,7 +228,7 @@ impl Ops for GpuOps<'_> {
             kernels::Target::of(self.0),
             dout,
             x,
-            w,
+            *w,
             mean,
             rstd,
             rows,
@@ -228,15 +237,23 @@ impl Ops for GpuOps<'_> {
             dropout,
         )
     }
-    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
-        kernels::matmul_forward(self.0, x, w, bias, rows, k, n)
+    fn matmul_forward(
+        &self,
+        x: &T,
+        w: &W<'a>,
+        bias: Option<&W<'a>>,
+        rows: usize,
+        k: usize,
+        n: usize,
+    ) -> T {
+        kernels::matmul_forward(self.0, x, *w, bias.copied(), rows, k, n)
     }
     fn residual_branch_forward(
         &self,
         resid: &T,
         x: &T,
-        w: &T,
-        bias: &T,
+        w: &W<'a>,
+        bias: &W<'a>,
         rows: usize,
         k: usize,
         n: usize,
@@ -248,13 +265,13 @@ impl Ops for GpuOps<'_> {
             dropout,
             residual: Some(resid),
         };
-        kernels::matmul_forward_fused(self.0, x, w, Some(bias), rows, k, n, fusion)
+        kernels::matmul_forward_fused(self.0, x, *w, Some(*bias), rows, k, n, fusion)
     }
     fn matmul_backward(
         &self,
         dout: &T,
         x: &T,
-        w: &T,
+        w: &W<'a>,
         rows: usize,
         k: usize,
         n: usize,
@@ -266,7 +283,7 @@ impl Ops for GpuOps<'_> {
             self.0,
             dout,
             x,
-            w,
+            *w,
             rows,
             k,
             n,

@@ -323,6 +323,9 @@ impl<T> GptParams<T> {
 /// [`crate::kernels`] and one function in [`crate::reference`]; see those for shapes.
 pub trait Ops {
     type T;
+    /// A parameter tensor as the backend holds it (the GPU's: a range of the
+    /// parameters' arena).
+    type W;
     /// A batch's token ids and targets as the backend holds them.
     type Batch;
     /// The block the coming ops belong to (`None`: outside the blocks), for the
@@ -333,8 +336,8 @@ pub trait Ops {
     fn encoder_forward(
         &self,
         batch: &Self::Batch,
-        wte: &Self::T,
-        wpe: &Self::T,
+        wte: &Self::W,
+        wpe: &Self::W,
         b: usize,
         t: usize,
         c: usize,
@@ -354,8 +357,8 @@ pub trait Ops {
     fn layernorm_forward(
         &self,
         x: &Self::T,
-        w: &Self::T,
-        bias: &Self::T,
+        w: &Self::W,
+        bias: &Self::W,
         rows: usize,
         c: usize,
     ) -> (Self::T, Self::T, Self::T);
@@ -369,7 +372,7 @@ pub trait Ops {
         &self,
         dout: &Self::T,
         x: &Self::T,
-        w: &Self::T,
+        w: &Self::W,
         mean: &Self::T,
         rstd: &Self::T,
         rows: usize,
@@ -380,8 +383,8 @@ pub trait Ops {
     fn matmul_forward(
         &self,
         x: &Self::T,
-        w: &Self::T,
-        bias: Option<&Self::T>,
+        w: &Self::W,
+        bias: Option<&Self::W>,
         rows: usize,
         k: usize,
         n: usize,
@@ -393,8 +396,8 @@ pub trait Ops {
         &self,
         resid: &Self::T,
         x: &Self::T,
-        w: &Self::T,
-        bias: &Self::T,
+        w: &Self::W,
+        bias: &Self::W,
         rows: usize,
         k: usize,
         n: usize,
@@ -412,7 +415,7 @@ pub trait Ops {
         &self,
         dout: &Self::T,
         x: &Self::T,
-        w: &Self::T,
+        w: &Self::W,
         rows: usize,
         k: usize,
         n: usize,
@@ -571,7 +574,7 @@ pub fn mean_loss<O: Ops>(ops: &O, acts: &Activations<O::T>) -> O::T {
 pub fn forward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
-    params: &GptParams<O::T>,
+    params: &GptParams<O::W>,
     batch: &O::Batch,
     b: usize,
     t: usize,
@@ -663,7 +666,7 @@ pub fn forward<O: Ops>(
 pub fn backward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
-    params: &GptParams<O::T>,
+    params: &GptParams<O::W>,
     batch: &O::Batch,
     acts: Activations<O::T>,
     dropout: Option<&Dropout>,

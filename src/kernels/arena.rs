@@ -1,0 +1,255 @@
+//! The parameters in arenas: every tensor of a model packed, at aligned offsets, into
+//! as few buffers ("chunks") as the device binds whole, and AdamW's moments in
+//! chunks of the same layout.
+//!
+//! Kernels read a weight as a range of its chunk ([`Slice`]), so they see the tensor
+//! alone. The optimizer binds a chunk once for all the tensors in it, where one buffer
+//! a tensor would cost a binding each: WebGPU binds 8 to 16 storage buffers a
+//! dispatch, so a model's update took a dispatch for every few tensors (AdamW four
+//! for `tiny` in a browser, one natively).
+
+use std::num::NonZeroU64;
+
+use crate::error::{Error, Result};
+use crate::gpu::{PooledBuffer, Slice, WgpuContext};
+
+/// Tensors start at multiples of 64 floats (256 bytes): WebGPU's largest
+/// `minStorageBufferOffsetAlignment`, so that any device binds a tensor as a range.
+pub const ALIGN_FLOATS: usize = 64;
+/// Floats reserved at the head of every chunk. The moments' chunks keep the step's
+/// `[norm, scale]` there ([`super::Moments::norm_scale`]); the parameters' stay zero,
+/// so that both share one layout and a tensor sits at the same offset in each.
+pub const HEADER_FLOATS: usize = ALIGN_FLOATS;
+
+/// Where one tensor is: its chunk, its offset in floats, its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub chunk: usize,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// Where each tensor of a model sits in its arenas. A chunk is at most half of the
+/// largest binding: AdamW binds a chunk's two moments as one buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArenaLayout {
+    pub(crate) slots: Vec<Slot>,
+    /// Floats in each chunk, header included.
+    pub(crate) chunk_lens: Vec<usize>,
+}
+
+impl ArenaLayout {
+    /// Tensors of `lens` floats, in order, for a device that binds at most
+    /// `max_binding_bytes` at once.
+    pub fn new(lens: &[usize], max_binding_bytes: u64) -> Result<Self> {
+        let max = max_binding_bytes / 8;
+        let (header, align) = (HEADER_FLOATS as u64, ALIGN_FLOATS as u64);
+        let mut slots = Vec::with_capacity(lens.len());
+        let mut chunk_lens = Vec::new();
+        // End of the last tensor in the chunk being filled, and where the next may start.
+        let (mut end, mut next) = (header, header);
+        for (i, &len) in lens.iter().enumerate() {
+            let len64 = len as u64;
+            if header + len64 > max {
+                return Err(Error::TooLarge(format!(
+                    "parameter tensor {i} has {len} floats; with the arena's {header}-float \
+                     header its two AdamW moments need {} bytes in one binding, and this \
+                     device binds at most {max_binding_bytes} bytes: lower width or vocabulary",
+                    (header + len64) * 8,
+                )));
+            }
+            if next + len64 > max {
+                chunk_lens.push(end as usize);
+                next = header;
+            }
+            slots.push(Slot {
+                chunk: chunk_lens.len(),
+                offset: next as usize,
+                len,
+            });
+            end = next + len64;
+            next = end.next_multiple_of(align);
+        }
+        chunk_lens.push(end as usize);
+        Ok(ArenaLayout { slots, chunk_lens })
+    }
+
+    /// The smallest binding in bytes that holds a tensor of `len` floats in a chunk
+    /// of its own (tests use it to make models that need several chunks).
+    pub fn binding_bytes_for(len: usize) -> u64 {
+        (HEADER_FLOATS + len) as u64 * 8
+    }
+
+    /// Tensors laid out.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Buffers each arena is split into (1 unless the model passes half of the
+    /// largest binding).
+    pub fn chunks(&self) -> usize {
+        self.chunk_lens.len()
+    }
+
+    /// Host copies of each chunk, `copies` of its length side by side (2: m then v),
+    /// with `tensors[i]` at tensor i's place in copy `copy`, zeros elsewhere.
+    pub(crate) fn pack(&self, copies: usize, tensors: &[&[Vec<f32>]]) -> Vec<Vec<f32>> {
+        let mut hosts: Vec<Vec<f32>> = self
+            .chunk_lens
+            .iter()
+            .map(|&n| vec![0.0; copies * n])
+            .collect();
+        for (copy, values) in tensors.iter().enumerate() {
+            for (slot, v) in self.slots.iter().zip(values.iter()) {
+                let at = copy * self.chunk_lens[slot.chunk] + slot.offset;
+                hosts[slot.chunk][at..at + slot.len].copy_from_slice(v);
+            }
+        }
+        hosts
+    }
+
+    /// The tensors of copy `copy` of chunks downloaded whole.
+    pub(crate) fn unpack(&self, copy: usize, chunks: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        self.slots
+            .iter()
+            .map(|s| {
+                let at = copy * self.chunk_lens[s.chunk] + s.offset;
+                chunks[s.chunk][at..at + s.len].to_vec()
+            })
+            .collect()
+    }
+
+    /// Checks that `tensors` has one tensor of each slot's length.
+    pub(crate) fn check(&self, tensors: &[Vec<f32>], what: &str) -> Result<()> {
+        let lens_match = tensors.len() == self.slots.len()
+            && self
+                .slots
+                .iter()
+                .zip(tensors)
+                .all(|(s, t)| s.len == t.len());
+        if lens_match {
+            return Ok(());
+        }
+        Err(Error::Config(format!(
+            "{what} must be one tensor a parameter, of its length: want {} tensors of \
+             {:?} floats, got {} of {:?}",
+            self.slots.len(),
+            self.slots.iter().map(|s| s.len).collect::<Vec<_>>(),
+            tensors.len(),
+            tensors.iter().map(Vec::len).collect::<Vec<_>>()
+        )))
+    }
+}
+
+/// A model's parameters on the GPU, in the chunks of an [`ArenaLayout`]. Written at
+/// creation and kept for the trainer's life (never recycled: rule 3 in
+/// [`crate::gpu`]); the optimizer updates them in place.
+pub struct ParamArena {
+    layout: ArenaLayout,
+    chunks: Vec<PooledBuffer>,
+}
+
+impl ParamArena {
+    /// `tensors` uploaded, laid out for the device of `ctx`.
+    pub fn upload(ctx: &WgpuContext, tensors: &[Vec<f32>]) -> Result<Self> {
+        let lens: Vec<usize> = tensors.iter().map(Vec::len).collect();
+        ParamArena::upload_in(
+            ctx,
+            ArenaLayout::new(&lens, ctx.max_binding_size())?,
+            tensors,
+        )
+    }
+
+    /// `tensors` uploaded in `layout` (one of their lengths).
+    pub fn upload_in(ctx: &WgpuContext, layout: ArenaLayout, tensors: &[Vec<f32>]) -> Result<Self> {
+        layout.check(tensors, "parameters")?;
+        let chunks = layout
+            .pack(1, &[tensors])
+            .iter()
+            .map(|host| ctx.upload(host))
+            .collect();
+        Ok(ParamArena { layout, chunks })
+    }
+
+    pub fn layout(&self) -> &ArenaLayout {
+        &self.layout
+    }
+
+    /// Tensor `i`, as kernels bind it.
+    pub fn tensor(&self, i: usize) -> Slice<'_> {
+        let s = self.layout.slots[i];
+        let size = NonZeroU64::new(s.len.max(1) as u64 * 4).expect("at least one float");
+        Slice::range(&self.chunks[s.chunk], s.offset as u64 * 4, size)
+    }
+
+    /// Every tensor, in order.
+    pub fn tensors(&self) -> Vec<Slice<'_>> {
+        (0..self.layout.len()).map(|i| self.tensor(i)).collect()
+    }
+
+    /// The buffer of chunk `c` (the optimizer binds it whole).
+    pub(crate) fn chunk(&self, c: usize) -> &PooledBuffer {
+        &self.chunks[c]
+    }
+
+    /// Every tensor, downloaded (one read a chunk).
+    pub async fn download(&self, ctx: &WgpuContext) -> Result<Vec<Vec<f32>>> {
+        let mut chunks = Vec::with_capacity(self.chunks.len());
+        for (buffer, &n) in self.chunks.iter().zip(&self.layout.chunk_lens) {
+            chunks.push(ctx.download::<f32>(buffer, n).await?);
+        }
+        Ok(self.layout.unpack(0, &chunks))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_packs_tensors_into_chunks_of_half_the_binding() {
+        // Chunks of at most 64 + 80 floats: the header and up to 80 floats of tensors.
+        let max = ArenaLayout::binding_bytes_for(80);
+        let layout = ArenaLayout::new(&[3, 5, 70, 80, 1], max).unwrap();
+        let at = |chunk, offset, len| Slot { chunk, offset, len };
+        assert_eq!(
+            layout.slots,
+            [
+                at(0, 64, 3),
+                at(0, 128, 5),
+                at(1, 64, 70),
+                at(2, 64, 80),
+                at(3, 64, 1)
+            ]
+        );
+        assert_eq!(layout.chunk_lens, [133, 134, 144, 65]);
+        let err = ArenaLayout::new(&[81], max).unwrap_err().to_string();
+        assert!(err.contains(&format!("binds at most {max} bytes")), "{err}");
+        let empty = ArenaLayout::new(&[], max).unwrap();
+        assert!(empty.is_empty());
+        assert_eq!(empty.chunk_lens, [HEADER_FLOATS]);
+    }
+
+    #[test]
+    fn packing_places_each_copy_at_its_offsets() {
+        let layout = ArenaLayout::new(&[2, 3], 1 << 20).unwrap();
+        let m = vec![vec![1.0, 2.0], vec![3.0, 4.0, 5.0]];
+        let v = vec![vec![6.0, 7.0], vec![8.0, 9.0, 10.0]];
+        let hosts = layout.pack(2, &[&m, &v]);
+        assert_eq!(hosts.len(), 1);
+        let n = layout.chunk_lens[0];
+        assert_eq!(n, 128 + 3);
+        assert_eq!(hosts[0][64..66], [1.0, 2.0]);
+        assert_eq!(hosts[0][n + 128..n + 131], [8.0, 9.0, 10.0]);
+        assert_eq!(hosts[0].iter().filter(|&&x| x != 0.0).count(), 10);
+        assert_eq!(layout.unpack(0, &hosts), m);
+        assert_eq!(layout.unpack(1, &hosts), v);
+        assert!(layout.check(&m, "x").is_ok());
+        assert!(layout.check(&v[..1], "x").is_err());
+        assert!(layout.check(&[vec![1.0, 2.0], vec![1.0]], "x").is_err());
+    }
+}
