@@ -60,6 +60,8 @@
 #                               natively and through Dawn, three rounds (~4 min)
 #   scripts/gpu-run.sh browser18  the wasm build in a Chromium page on the GPU, beside Dawn
 #                               in Node and native: tiny and small 16 a call (~5 min)
+#   scripts/gpu-run.sh browser19  browser18 with the previous build beside this one on
+#                               tiny, and the shakespeare step's memory (~8 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -155,6 +157,41 @@ beside_previous_16() {
       run "dawn_${p}_at16_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg-prev,./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
     done
   done
+}
+# Chromium from the parts earlier calls left in /tmp/chr-parts (gpu-pack.sh
+# PACK_CHROMIUM=1), and the flags that put its WebGPU on the GPU: each set in turn
+# until the page's adapter is NVIDIA's (chrome://gpu of each set tried in gpu-N.txt);
+# they end in $CHROMIUM_ARGS.
+chromium_on_gpu() {
+  if [ ! -x /tmp/chr/chrpkg/chromium/chromium ]; then
+    mkdir -p /tmp/chr
+    cat /tmp/chr-parts/part-* | python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.stdin.buffer), mode='r|').extractall('/tmp/chr')"
+  fi
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/chr/chrpkg/lib exec /tmp/chr/chrpkg/chromium/chromium "$@"\n' > /tmp/chr/chrome.sh
+  chmod +x /tmp/chr/chrome.sh
+  export CHROMIUM=/tmp/chr/chrome.sh VK_ICD_FILENAMES=$VK_DRIVER_FILES
+  python3 -c "import tarfile; tarfile.open('playwright-core.tar.xz').extractall('..')"
+  rm -rf ../pkg && cp -r pkg ../pkg
+  ./tidepool info | tee "$out/info.txt"
+  found="" i=0
+  v="--use-angle=vulkan --enable-features=Vulkan --disable-vulkan-surface"
+  for flags in \
+    "$v" \
+    "$v --ignore-gpu-blocklist --enable-webgpu-developer-features" \
+    "--use-angle=vulkan --enable-features=Vulkan,VulkanFromANGLE,DefaultANGLEVulkan --disable-vulkan-surface --ignore-gpu-blocklist --use-webgpu-adapter=default" \
+    "$v --ignore-gpu-blocklist --disable-gpu-sandbox --use-vulkan=native" \
+    "$v --ignore-gpu-blocklist --enable-dawn-features=allow_unsafe_apis --disable-dawn-features=disallow_unsafe_apis"; do
+    i=$((i + 1))
+    echo "== probe $i: $flags" >&2
+    # DEBUG=pw:browser: the browser's own stderr (its GPU process's complaints) too.
+    adapter=$(CHROMIUM_ARGS="$flags" DEBUG=pw:browser timeout 120 /tmp/node ../scripts/probe-webgpu.mjs "$out/gpu-$i.txt" 2>> "$out/stderr.log")
+    adapter=${adapter:-null}
+    echo "   $adapter" >&2
+    echo "{\"probe\": \"$flags\", \"adapter\": $adapter}" >> "$out/results.jsonl"
+    case "$adapter" in *'"vendor":"nvidia"'*) found=$flags; break ;; esac
+  done
+  [ -n "$found" ] || { echo "no flags put Chromium's WebGPU on the GPU" >&2; exit 3; }
+  export CHROMIUM_ARGS="$found"
 }
 case "${1:-bench}" in
   bench)
@@ -516,41 +553,37 @@ case "${1:-bench}" in
     # /tmp/chr-parts && cp .chr/part-* /tmp/chr-parts/`. First the flags that put
     # WebGPU on the GPU: each set in turn until the page's adapter is NVIDIA's
     # (chrome://gpu of each set tried in gpu-N.txt).
-    if [ ! -x /tmp/chr/chrpkg/chromium/chromium ]; then
-      mkdir -p /tmp/chr
-      cat /tmp/chr-parts/part-* | python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.stdin.buffer), mode='r|').extractall('/tmp/chr')"
-    fi
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/chr/chrpkg/lib exec /tmp/chr/chrpkg/chromium/chromium "$@"\n' > /tmp/chr/chrome.sh
-    chmod +x /tmp/chr/chrome.sh
-    export CHROMIUM=/tmp/chr/chrome.sh VK_ICD_FILENAMES=$VK_DRIVER_FILES
-    python3 -c "import tarfile; tarfile.open('playwright-core.tar.xz').extractall('..')"
-    rm -rf ../pkg && cp -r pkg ../pkg
-    ./tidepool info | tee "$out/info.txt"
-    found="" i=0
-    v="--use-angle=vulkan --enable-features=Vulkan --disable-vulkan-surface"
-    for flags in \
-      "$v" \
-      "$v --ignore-gpu-blocklist --enable-webgpu-developer-features" \
-      "--use-angle=vulkan --enable-features=Vulkan,VulkanFromANGLE,DefaultANGLEVulkan --disable-vulkan-surface --ignore-gpu-blocklist --use-webgpu-adapter=default" \
-      "$v --ignore-gpu-blocklist --disable-gpu-sandbox --use-vulkan=native" \
-      "$v --ignore-gpu-blocklist --enable-dawn-features=allow_unsafe_apis --disable-dawn-features=disallow_unsafe_apis"; do
-      i=$((i + 1))
-      echo "== probe $i: $flags" >&2
-      # DEBUG=pw:browser: the browser's own stderr (its GPU process's complaints) too.
-      adapter=$(CHROMIUM_ARGS="$flags" DEBUG=pw:browser timeout 120 /tmp/node ../scripts/probe-webgpu.mjs "$out/gpu-$i.txt" 2>> "$out/stderr.log")
-      adapter=${adapter:-null}
-      echo "   $adapter" >&2
-      echo "{\"probe\": \"$flags\", \"adapter\": $adapter}" >> "$out/results.jsonl"
-      case "$adapter" in *'"vendor":"nvidia"'*) found=$flags; break ;; esac
-    done
-    [ -n "$found" ] || { echo "no flags put Chromium's WebGPU on the GPU" >&2; exit 3; }
-    export CHROMIUM_ARGS="$found"
+    chromium_on_gpu
     for round in 1 2 3; do
       run "native_$round" ./tidepool bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
       for p in tiny small; do
         run "chromium_${p}_$round" /tmp/node ../scripts/bench-browser.mjs record --preset $p --at-once 16 --warmup 5 --steps 30 --json
         run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
       done
+    done
+    ;;
+  browser19)
+    # Round nineteen (~8 min): the parameters, gradients and AdamW's moments in
+    # arenas. As browser18, with the previous build (PREV_TIDEPOOL, PREV_PKG) beside
+    # this one on tiny (natively, in the page and through Dawn in Node), three
+    # rounds; then the shakespeare step's memory with each build.
+    chromium_on_gpu
+    for round in 1 2 3; do
+      for b in tidepool tidepool-prev; do
+        run "native_${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      done
+      for p in tiny small; do
+        for pk in pkg pkg-prev; do
+          [ $p = small ] && [ $pk = pkg-prev ] && continue
+          rm -rf ../pkg && cp -r $pk ../pkg
+          run "chromium_${p}_${pk}_$round" /tmp/node ../scripts/bench-browser.mjs record --preset $p --at-once 16 --warmup 5 --steps 30 --json
+        done
+        run "dawn_${p}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg,./pkg-prev --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16
+      done
+    done
+    rm -rf ../pkg && cp -r pkg ../pkg
+    for b in tidepool tidepool-prev; do
+      run "memory_$b" ./$b train --preset shakespeare --steps 3 --corpus tinyshakespeare.txt --json
     done
     ;;
   attention1)

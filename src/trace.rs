@@ -264,6 +264,25 @@ impl Recorder {
         });
     }
 
+    /// Events so far (a mark for [`Recorder::name_births_since`]).
+    pub fn mark(&self) -> usize {
+        lock(&self.state).events.len()
+    }
+
+    /// Births since `mark` are `op`'s, not the next kernel's: for buffers drawn
+    /// outside a kernel launcher (a step's gradient arena).
+    pub fn name_births_since(&self, mark: usize, op: &'static str) {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        let (events, pending) = (&mut state.events, &mut state.pending);
+        pending.retain(|&i| {
+            if i >= mark {
+                events[i].op = Cow::Borrowed(op);
+            }
+            i < mark
+        });
+    }
+
     /// A kernel was dispatched: it is the op of the births waiting for one.
     pub fn dispatched(&self, op: &'static str) {
         let mut state = lock(&self.state);

@@ -6,7 +6,7 @@ use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextCounters, ContextOptions, PendingRead, PooledBuffer, Slice, WgpuContext};
-use crate::kernels::{self, AdamW, Moments, ParamArena, StepTensor};
+use crate::kernels::{self, AdamW, GradArena, GradLayout, Moments, ParamArena};
 use crate::model::{
     self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
 };
@@ -752,22 +752,29 @@ impl Trainer {
 
     /// Records forward and backward for one batch of training step `step` (whose
     /// dropout masks it uses), the mean loss into float `slot` of `loss_to`; returns
-    /// the gradients, each with how many split partials it is: with `for_optimizer`
-    /// those the backward split are left as partials, which the optimizer adds as it
-    /// reads them (dispatches fewer: [`GpuOps::for_optimizer`]); else all 1.
+    /// the gradients in an arena from the pool: with `for_optimizer` those the
+    /// backward split are left as partials where their slots have room
+    /// ([`crate::model::grad_rooms`], planned for the kernels this step runs), which
+    /// the optimizer adds as it reads them (dispatches fewer); else every slot
+    /// holds a value.
     fn gradients(
         &self,
         batch: &GpuBatch,
         step: u32,
         (loss_to, slot): (&PooledBuffer, usize),
         for_optimizer: bool,
-    ) -> Vec<(PooledBuffer, usize)> {
-        let ops = if for_optimizer {
-            GpuOps::for_optimizer(&self.ctx)
-        } else {
-            GpuOps::new(&self.ctx)
-        };
+    ) -> GradArena {
         let (b, t) = (self.cfg.batch, self.cfg.context);
+        let layout = if for_optimizer {
+            let rooms = crate::model::grad_rooms(&self.ctx, &self.model, b * t);
+            GradLayout::new(self.params.layout(), &rooms, self.ctx.max_binding_size())
+        } else {
+            GradLayout::values_only(self.params.layout())
+        };
+        let grads = self.ctx.allocating_as("gradients", || {
+            GradArena::new(&self.ctx, &layout, &self.params)
+        });
+        let ops = GpuOps::with_grads(&self.ctx, &grads);
         let dropout = Dropout::new(
             self.cfg.dropout,
             self.cfg.seed,
@@ -785,37 +792,24 @@ impl Trainer {
             loss_to,
             slot,
         );
-        let grads = model::backward(&ops, &self.model, &weights, batch, acts, dropout.as_ref());
+        model::backward(&ops, &self.model, &weights, batch, acts, dropout.as_ref());
+        drop(ops);
         grads
-            .into_flat()
-            .into_iter()
-            .map(|grad| {
-                let splits = ops.splits_of(&grad);
-                (grad, splits)
-            })
-            .collect()
     }
 
     /// Clips by global norm and applies AdamW; leaves `[norm, scale]` in
     /// [`Moments::norm_scale`] and at floats `slot`, `slot + 1` of `report`.
-    fn update(&self, grads: &[(PooledBuffer, usize)], step: u32, report: (&PooledBuffer, usize)) {
-        let tensors: Vec<StepTensor> = grads
-            .iter()
-            .zip(&self.specs)
-            .map(|((grad, splits), spec)| StepTensor {
-                grad,
-                splits: *splits,
-                decay: spec.decay,
-            })
-            .collect();
+    fn update(&self, grads: &GradArena, step: u32, report: (&PooledBuffer, usize)) {
         // `decay` says which tensors the weight decay applies to.
+        let decay: Vec<bool> = self.specs.iter().map(|s| s.decay).collect();
         let hp = self.cfg.adamw_decayed(step);
         let clip = self.cfg.grad_clip;
         let (params, moments) = (&self.params, &self.moments);
         kernels::adamw_step(
             &self.ctx,
             params,
-            &tensors,
+            grads,
+            &decay,
             moments,
             &hp,
             clip,
@@ -889,10 +883,7 @@ impl Trainer {
             grads
         });
         let loss = self.ctx.read::<f32>(report, 1).await?[0];
-        let mut out = Vec::with_capacity(grads.len());
-        for ((grad, _), spec) in grads.iter().zip(&self.specs) {
-            out.push(self.ctx.download::<f32>(grad, spec.len).await?);
-        }
+        let out = grads.download(&self.ctx).await?;
         Ok((loss, out))
     }
 

@@ -954,8 +954,8 @@ mod fused_matmul {
                     .zip(&uploaded)
                     .zip(&outs)
                     .map(|((&(len, splits, _), part), out)| SplitSum {
-                        part,
-                        out,
+                        part: part.into(),
+                        out: out.into(),
                         len,
                         splits,
                     })
@@ -1050,8 +1050,8 @@ mod fused_matmul {
                 left += usize::from(splits > 1);
                 let summed = ctx.create_pooled(len * 4);
                 let sum = SplitSum {
-                    part: grad,
-                    out: &summed,
+                    part: grad.into(),
+                    out: (&summed).into(),
                     len,
                     splits,
                 };

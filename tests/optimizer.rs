@@ -8,7 +8,8 @@ mod common;
 
 use common::{assert_close, context, poisoned, read, reduction_contexts};
 use tidepool::kernels::{
-    self, AdamW, ArenaLayout, Moments, ParamArena, SplitSum, StepTensor, Target, TensorsPerDispatch,
+    self, AdamW, ArenaLayout, Arenas, GradArena, GradLayout, Moments, ParamArena, SplitSum, Target,
+    TensorsPerDispatch,
 };
 use tidepool::reference as cpu;
 use tidepool::rng::{fresh_seed, Rng};
@@ -152,22 +153,13 @@ async fn run_case(
             .zip(&lens)
             .map(|(part, &n)| sum_partials(part, n))
             .collect();
-        let gpu_grads: Vec<_> = parts.iter().map(|g| ctx.upload(g)).collect();
+        let grad_layout = GradLayout::new(params.layout(), &splits, ctx.max_binding_size());
+        let gpu_grads = GradArena::upload(ctx, &grad_layout, &params, &parts, &splits).unwrap();
         let total: f64 = grads.iter().map(|g| cpu::grad_sumsq(g)).sum();
         let norm = total.sqrt() as f32;
         // Off, above the norm (no clip), below it (clip).
         let max_norm = [0.0, norm * 2.0, norm * 0.25][step as usize - 1];
         let hp = hyper(step);
-        let tensors: Vec<StepTensor> = gpu_grads
-            .iter()
-            .zip(&splits)
-            .zip(&case.decay)
-            .map(|((grad, &splits), &decay)| StepTensor {
-                grad,
-                splits,
-                decay,
-            })
-            .collect();
         let what = format!("{what}, splits {splits:?}");
         // [norm, scale] also go to a report at a slot that moves with the step; the
         // floats around it must stay as they were.
@@ -178,10 +170,13 @@ async fn run_case(
         ctx.scope(|| {
             poisoned(ctx, &[scratch], || {
                 let report = Some((&report, slot));
-                let arenas = (&params, &moments);
-                kernels::adamw_step_on(
-                    ctx, target, per, arenas.0, &tensors, arenas.1, &hp, max_norm, report,
-                )
+                let arenas = Arenas {
+                    params: &params,
+                    grads: &gpu_grads,
+                    moments: &moments,
+                };
+                let decay = &case.decay;
+                kernels::adamw_step_on(ctx, target, per, arenas, decay, &hp, max_norm, report)
             })
         });
         let dispatches = ctx.counters().dispatches - before;
@@ -189,8 +184,8 @@ async fn run_case(
         if moments.chunks() == 1 {
             assert_eq!(dispatches as usize, passes + 1, "dispatches, {what}");
         } else {
-            // One norm a chunk; an AdamW dispatch never spans two chunks.
-            let most = passes + 2 * moments.chunks() - 1;
+            // One norm a chunk; a dispatch of either pass never spans two chunks.
+            let most = passes + 3 * moments.chunks() - 2;
             assert!(
                 dispatches as usize <= most,
                 "dispatches {dispatches}, {what}"
@@ -357,30 +352,42 @@ async fn split_bits_body() {
         .zip(&sums)
         .zip(lens.iter().zip(&splits))
         .map(|((part, out), (&len, &splits))| SplitSum {
-            part,
-            out,
+            part: part.into(),
+            out: out.into(),
             len,
             splits,
         })
         .collect();
     ctx.scope(|| kernels::sum_splits_together(&ctx, per, &split_sums));
+    let mut summed = Vec::new();
+    for (sum, &n) in sums.iter().zip(&lens) {
+        summed.push(read(&ctx, sum, n).await);
+    }
     let hp = hyper(1);
     let mut results = Vec::new();
     for from_partials in [false, true] {
         let moments = Moments::zeroed(&ctx, &lens).unwrap();
         let gpu_params = ParamArena::upload_in(&ctx, moments.layout().clone(), &params).unwrap();
-        let tensors: Vec<StepTensor> = (0..lens.len())
-            .map(|i| StepTensor {
-                grad: if from_partials {
-                    &gpu_parts[i]
-                } else {
-                    &sums[i]
-                },
-                splits: if from_partials { splits[i] } else { 1 },
-                decay: i % 2 == 0,
-            })
-            .collect();
-        ctx.scope(|| kernels::adamw_step(&ctx, &gpu_params, &tensors, &moments, &hp, 1.0, None));
+        let (grads, grad_splits) = if from_partials {
+            (&parts, splits.clone())
+        } else {
+            (&summed, vec![1; lens.len()])
+        };
+        let layout = GradLayout::new(gpu_params.layout(), &grad_splits, ctx.max_binding_size());
+        let gpu_grads = GradArena::upload(&ctx, &layout, &gpu_params, grads, &grad_splits).unwrap();
+        let decay: Vec<bool> = (0..lens.len()).map(|i| i % 2 == 0).collect();
+        ctx.scope(|| {
+            kernels::adamw_step(
+                &ctx,
+                &gpu_params,
+                &gpu_grads,
+                &decay,
+                &moments,
+                &hp,
+                1.0,
+                None,
+            )
+        });
         let norm = read(&ctx, moments.norm_scale(), 2).await;
         let (m, v) = moments.download(&ctx).await.unwrap();
         let mut got = vec![norm, m.concat(), v.concat()];
@@ -443,6 +450,37 @@ async fn arenas_body() {
             assert_eq!(got, m[i], "tensor {i}, seed {seed}");
         }
     }
+    // A step's gradients: each weight finds its slot, at an aligned offset, of its
+    // length times its room; a range that is no tensor's finds none.
+    let layout = ArenaLayout::new(&lens, chunk).unwrap();
+    let params = ParamArena::upload_in(&ctx, layout.clone(), &m).unwrap();
+    let rooms: Vec<usize> = lens.iter().map(|_| 1 + rng.below(3)).collect();
+    let grad_layout = GradLayout::new(&layout, &rooms, ctx.max_binding_size());
+    let grads = GradArena::new(&ctx, &grad_layout, &params);
+    let align = ctx.limits().min_storage_buffer_offset_alignment as u64;
+    for (i, weight) in params.tensors().into_iter().enumerate() {
+        assert_eq!(grads.index_of(weight), Some(i), "seed {seed}");
+        let dest = grads.dest(i);
+        assert_eq!((dest.len, dest.room), (lens[i], rooms[i]), "seed {seed}");
+        assert_eq!(dest.range.size(), (rooms[i] * lens[i]) as u64 * 4);
+        assert_eq!(dest.value().size(), lens[i] as u64 * 4);
+        assert!(dest.range.offset().is_multiple_of(align));
+        assert_eq!(grads.splits(i), 1);
+    }
+    let elsewhere = ctx.upload(&[0.0f32; 64]);
+    assert_eq!(grads.index_of((&elsewhere).into()), None);
+    // Slots of one chunk do not overlap.
+    for i in 0..lens.len() {
+        for j in i + 1..lens.len() {
+            let (a, b) = (grads.dest(i).range, grads.dest(j).range);
+            let apart = a.offset() + a.size() <= b.offset() || b.offset() + b.size() <= a.offset();
+            assert!(
+                a.buffer() != b.buffer() || apart,
+                "slots {i} and {j}, seed {seed}"
+            );
+        }
+    }
+
     // Refused: mismatched tensors, and one too large for a chunk.
     let layout = ArenaLayout::new(&lens, ctx.max_binding_size()).unwrap();
     assert!(Moments::from_values_in(&ctx, layout.clone(), &m, &v[1..]).is_err());

@@ -413,6 +413,18 @@ impl WgpuContext {
             .set_layer(layer.map(|l| l.min(u32::MAX as usize - 1) as u32));
     }
 
+    /// Runs `make`, whose buffers the allocation trace gives to `op` (made outside a
+    /// kernel launcher, they would go to the next kernel dispatched).
+    pub fn allocating_as<R>(&self, op: &'static str, make: impl FnOnce() -> R) -> R {
+        if !self.memory.trace.on() {
+            return make();
+        }
+        let mark = self.memory.trace.mark();
+        let made = make();
+        self.memory.trace.name_births_since(mark, op);
+        made
+    }
+
     /// An empty trace file for this context's adapter and pool.
     pub fn new_trace(&self) -> Trace {
         let config = self.pool().config();

@@ -10,6 +10,7 @@
 
 use std::num::NonZeroU64;
 
+use super::split_sums::GradDest;
 use crate::error::{Error, Result};
 use crate::gpu::{PooledBuffer, Slice, WgpuContext};
 
@@ -206,6 +207,225 @@ impl ParamArena {
     }
 }
 
+/// Where a step's weight gradients go: for each chunk of the parameters, a chunk of
+/// gradients holding that chunk's tensors, each with room for some split partials
+/// (a gradient the backward splits is left as partials for the optimizer to add,
+/// where it has room; [`super::SplitSums::OPTIMIZER_SPLITS`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GradLayout {
+    /// Per tensor: its slot (the offset in floats, the length) and its room.
+    slots: Vec<(Slot, usize)>,
+    chunk_lens: Vec<usize>,
+}
+
+impl GradLayout {
+    /// Slots for the tensors of `params`, tensor i with room for `room[i]` partials,
+    /// less where a chunk would pass `max_binding_bytes` (there 1: its value).
+    pub fn new(params: &ArenaLayout, room: &[usize], max_binding_bytes: u64) -> Self {
+        assert_eq!(room.len(), params.len(), "a room for each tensor");
+        let max = (max_binding_bytes / 4) as usize;
+        let mut chunk_lens = vec![0usize; params.chunks()];
+        let slots = params
+            .slots
+            .iter()
+            .zip(room)
+            .map(|(p, &room)| {
+                let end = &mut chunk_lens[p.chunk];
+                let offset = end.next_multiple_of(ALIGN_FLOATS);
+                // A chunk with every tensor's value fits (half the binding at most).
+                let fits = |room: usize| offset + room * p.len <= max;
+                let room = if room > 1 && fits(room) { room } else { 1 };
+                *end = offset + room * p.len;
+                let slot = Slot {
+                    chunk: p.chunk,
+                    offset,
+                    len: p.len,
+                };
+                (slot, room)
+            })
+            .collect();
+        GradLayout {
+            slots,
+            chunk_lens: chunk_lens.into_iter().map(|n| n.max(1)).collect(),
+        }
+    }
+
+    /// Every tensor with room for its value only.
+    pub fn values_only(params: &ArenaLayout) -> Self {
+        GradLayout::new(params, &vec![1; params.len()], u64::MAX)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Partials tensor `i` has room for.
+    pub fn room(&self, i: usize) -> usize {
+        self.slots[i].1
+    }
+}
+
+/// One step's weight gradients, in the chunks of a [`GradLayout`] drawn from the pool
+/// (back to it when the step lets them go). The backward writes each into its slot
+/// ([`GradArena::dest`]) and notes how many partials it left there
+/// ([`GradArena::set_splits`]); the optimizer binds each chunk once.
+pub struct GradArena {
+    layout: GradLayout,
+    chunks: Vec<PooledBuffer>,
+    splits: Vec<std::cell::Cell<usize>>,
+    /// The parameters' chunks, to find a weight's slot by its range.
+    params: Vec<wgpu::Buffer>,
+    param_offsets: Vec<(usize, u64)>,
+}
+
+impl GradArena {
+    /// Uninitialized gradients for `params` (every slot is written by the backward
+    /// before anything reads it).
+    pub fn new(ctx: &WgpuContext, layout: &GradLayout, params: &ParamArena) -> Self {
+        let chunks = layout
+            .chunk_lens
+            .iter()
+            .map(|&n| ctx.create_pooled(n * 4))
+            .collect();
+        GradArena::with_chunks(layout, params, chunks)
+    }
+
+    /// Gradients with the given contents: `parts[i]` is `splits[i]` partials of
+    /// tensor i (within its room), as the backward would leave them (for tests).
+    pub fn upload(
+        ctx: &WgpuContext,
+        layout: &GradLayout,
+        params: &ParamArena,
+        parts: &[Vec<f32>],
+        splits: &[usize],
+    ) -> Result<Self> {
+        let fits = parts.len() == layout.len()
+            && splits.len() == layout.len()
+            && layout
+                .slots
+                .iter()
+                .zip(parts.iter().zip(splits))
+                .all(|((s, room), (p, &n))| (1..=*room).contains(&n) && p.len() == n * s.len);
+        if !fits {
+            return Err(Error::Config(
+                "gradients must be one tensor a parameter, each its length times a number                  of partials within its slot's room"
+                    .into(),
+            ));
+        }
+        let mut hosts: Vec<Vec<f32>> = layout.chunk_lens.iter().map(|&n| vec![0.0; n]).collect();
+        for ((slot, _), part) in layout.slots.iter().zip(parts) {
+            hosts[slot.chunk][slot.offset..slot.offset + part.len()].copy_from_slice(part);
+        }
+        let chunks = hosts.iter().map(|h| ctx.upload(h)).collect();
+        let arena = GradArena::with_chunks(layout, params, chunks);
+        for (i, &n) in splits.iter().enumerate() {
+            arena.set_splits(i, n);
+        }
+        Ok(arena)
+    }
+
+    fn with_chunks(layout: &GradLayout, params: &ParamArena, chunks: Vec<PooledBuffer>) -> Self {
+        assert_eq!(
+            layout
+                .slots
+                .iter()
+                .map(|(s, _)| (s.chunk, s.len))
+                .collect::<Vec<_>>(),
+            params
+                .layout
+                .slots
+                .iter()
+                .map(|s| (s.chunk, s.len))
+                .collect::<Vec<_>>(),
+            "gradients laid out for these parameters"
+        );
+        GradArena {
+            splits: (0..layout.len()).map(|_| std::cell::Cell::new(1)).collect(),
+            params: params.chunks.iter().map(|c| (**c).clone()).collect(),
+            param_offsets: params
+                .layout
+                .slots
+                .iter()
+                .map(|s| (s.chunk, s.offset as u64 * 4))
+                .collect(),
+            layout: layout.clone(),
+            chunks,
+        }
+    }
+
+    pub fn layout(&self) -> &GradLayout {
+        &self.layout
+    }
+
+    /// The tensor whose parameters `weight` is (a range of the arena's parameters).
+    pub fn index_of(&self, weight: Slice) -> Option<usize> {
+        let chunk = self.params.iter().position(|b| b == weight.buffer())?;
+        self.param_offsets
+            .iter()
+            .position(|&key| key == (chunk, weight.offset()))
+    }
+
+    /// Where tensor `i`'s gradient goes.
+    pub fn dest(&self, i: usize) -> GradDest<'_> {
+        let (s, room) = self.layout.slots[i];
+        let size = NonZeroU64::new((room * s.len).max(1) as u64 * 4).expect("non-zero");
+        GradDest {
+            range: Slice::range(&self.chunks[s.chunk], s.offset as u64 * 4, size),
+            len: s.len,
+            room,
+        }
+    }
+
+    /// Notes that tensor `i`'s gradient was left as `splits` partials (1: its value).
+    pub fn set_splits(&self, i: usize, splits: usize) {
+        assert!(
+            (1..=self.layout.room(i)).contains(&splits),
+            "tensor {i}: {splits} partials in a slot with room for {}",
+            self.layout.room(i)
+        );
+        self.splits[i].set(splits);
+    }
+
+    /// How many partials tensor `i`'s gradient is (1: its value).
+    pub fn splits(&self, i: usize) -> usize {
+        self.splits[i].get()
+    }
+
+    /// Chunk `c`'s buffer and where each of its tensors is: (tensor, offset in floats).
+    pub(crate) fn chunk(&self, c: usize) -> &PooledBuffer {
+        &self.chunks[c]
+    }
+
+    /// Offset in floats of tensor `i` in its chunk.
+    pub(crate) fn offset(&self, i: usize) -> usize {
+        self.layout.slots[i].0.offset
+    }
+
+    /// Every gradient's value, downloaded; an error for one left as partials.
+    pub async fn download(&self, ctx: &WgpuContext) -> Result<Vec<Vec<f32>>> {
+        if let Some(i) = (0..self.layout.len()).find(|&i| self.splits(i) != 1) {
+            return Err(Error::Config(format!(
+                "gradient {i} is {} partials, not its value",
+                self.splits(i)
+            )));
+        }
+        let mut chunks = Vec::with_capacity(self.chunks.len());
+        for (buffer, &n) in self.chunks.iter().zip(&self.layout.chunk_lens) {
+            chunks.push(ctx.download::<f32>(buffer, n).await?);
+        }
+        Ok(self
+            .layout
+            .slots
+            .iter()
+            .map(|(s, _)| chunks[s.chunk][s.offset..s.offset + s.len].to_vec())
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +452,26 @@ mod tests {
         let empty = ArenaLayout::new(&[], max).unwrap();
         assert!(empty.is_empty());
         assert_eq!(empty.chunk_lens, [HEADER_FLOATS]);
+    }
+
+    #[test]
+    fn gradient_slots_follow_the_parameters_chunks_with_room_for_partials() {
+        // Two chunks of parameters: [3, 5] and [70].
+        let params = ArenaLayout::new(&[3, 5, 70], ArenaLayout::binding_bytes_for(80)).unwrap();
+        assert_eq!(params.chunks(), 2);
+        let grads = GradLayout::new(&params, &[1, 4, 2], 1 << 20);
+        let at = |chunk, offset, len| Slot { chunk, offset, len };
+        assert_eq!(
+            grads.slots,
+            [(at(0, 0, 3), 1), (at(0, 64, 5), 4), (at(1, 0, 70), 2)]
+        );
+        assert_eq!(grads.chunk_lens, [84, 140]);
+        // Room that would pass the binding (here 100 floats) is taken back.
+        let tight = GradLayout::new(&params, &[1, 4, 2], 400);
+        assert_eq!((0..3).map(|i| tight.room(i)).collect::<Vec<_>>(), [1, 4, 1]);
+        assert_eq!(tight.chunk_lens, [84, 70]);
+        let values = GradLayout::values_only(&params);
+        assert!((0..3).all(|i| values.room(i) == 1));
     }
 
     #[test]

@@ -183,10 +183,26 @@ pub fn encoder_backward_on<'a>(
     dout: &PooledBuffer,
     offsets: impl Into<Slice<'a>>,
     positions: impl Into<Slice<'a>>,
-    (b, t, c, v): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
     extra_dwte: Option<(&PooledBuffer, usize)>,
 ) -> (PooledBuffer, PooledBuffer) {
     let (offsets, positions) = (offsets.into(), positions.into());
+    let batch = (offsets, positions);
+    let made = encoder_backward_into(ctx, target, dout, batch, shape, extra_dwte, None);
+    made.expect("made without destinations")
+}
+
+/// [`encoder_backward_on`] with dwte and dwpe written into `dests` where given
+/// (ranges of the trainer's [`crate::kernels::GradArena`]), else returned.
+pub(crate) fn encoder_backward_into(
+    ctx: &WgpuContext,
+    target: Target,
+    dout: &PooledBuffer,
+    (offsets, positions): (Slice, Slice),
+    (b, t, c, v): (usize, usize, usize, usize),
+    extra_dwte: Option<(&PooledBuffer, usize)>,
+    dests: Option<[Slice; 2]>,
+) -> Option<(PooledBuffer, PooledBuffer)> {
     let mut params = Params::new(b, t, c, v);
     if let Some((extra, splits)) = extra_dwte {
         // In u64: wasm32's usize is 32 bits.
@@ -201,8 +217,20 @@ pub fn encoder_backward_on<'a>(
         params.extra_splits = u32::try_from(splits).expect("splits of a binding fit in u32");
     }
     let extra_dwte = extra_dwte.map(|(extra, _)| extra);
-    let dwte = ctx.create_pooled(v * c * 4);
-    let dwpe = ctx.create_pooled(t * c * 4);
+    if let Some([dwte, dwpe]) = &dests {
+        assert!(
+            dwte.size() == (v * c * 4) as u64 && dwpe.size() == (t * c * 4) as u64,
+            "destinations of {v}x{c} and {t}x{c} floats"
+        );
+    }
+    let made = dests
+        .is_none()
+        .then(|| (ctx.create_pooled(v * c * 4), ctx.create_pooled(t * c * 4)));
+    let [dwte, dwpe]: [Slice; 2] = match (&made, dests) {
+        (Some((w, p)), _) => [w.into(), p.into()],
+        (None, Some(dests)) => dests,
+        (None, None) => unreachable!(),
+    };
     match target {
         // A workgroup a token and DWTE_CHANNELS channels (embedding.wgsl's CB), then
         // dwpe's workgroups of WG elements, spread over x and y like a 1-D launch of
@@ -216,9 +244,9 @@ pub fn encoder_backward_on<'a>(
                     dout.into(),
                     offsets,
                     positions,
-                    (&dwte).into(),
+                    dwte,
                     extra_dwte.unwrap_or(dout).into(),
-                    (&dwpe).into(),
+                    dwpe,
                 ],
                 grid_1d(groups as u32, 1),
             );
@@ -229,24 +257,19 @@ pub fn encoder_backward_on<'a>(
                 Some(extra) => ctx.dispatch_slices(
                     &DWTE_ROWS_EXTRA,
                     &params,
-                    &[
-                        dout.into(),
-                        offsets,
-                        positions,
-                        (&dwte).into(),
-                        extra.into(),
-                    ],
+                    &[dout.into(), offsets, positions, dwte, extra.into()],
                     grid,
                 ),
                 None => ctx.dispatch_slices(
                     &DWTE_ROWS,
                     &params,
-                    &[dout.into(), offsets, positions, (&dwte).into()],
+                    &[dout.into(), offsets, positions, dwte],
                     grid,
                 ),
             }
-            ctx.dispatch(&DWPE, &params, &[dout, &dwpe], grid_1d((t * c) as u32, WG));
+            let bound = [dout.into(), dwpe];
+            ctx.dispatch_slices(&DWPE, &params, &bound, grid_1d((t * c) as u32, WG));
         }
     }
-    (dwte, dwpe)
+    made
 }

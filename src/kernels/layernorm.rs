@@ -246,6 +246,59 @@ pub fn layernorm_backward_fused_on<'w>(
     PooledBuffer,
     PooledBuffer,
 ) {
+    let (dinp, masked, grads) = layernorm_backward_into(
+        ctx,
+        target,
+        dout,
+        inp,
+        weight,
+        mean,
+        rstd,
+        (rows, c),
+        resid,
+        mask,
+        None,
+    );
+    let (dweight, dbias) = grads.expect("made without destinations");
+    (dinp, masked, dweight, dbias)
+}
+
+/// [`layernorm_backward_fused_on`] with dweight and dbias written into `dests`
+/// where given (ranges of `c` floats of the trainer's
+/// [`crate::kernels::GradArena`]), else returned. `shape`: (rows, c).
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(crate) fn layernorm_backward_into<'w>(
+    ctx: &WgpuContext,
+    target: Target,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
+    mean: &PooledBuffer,
+    rstd: &PooledBuffer,
+    (rows, c): (usize, usize),
+    resid: Option<&PooledBuffer>,
+    mask: Option<DropoutMask>,
+    dests: Option<[Slice; 2]>,
+) -> (
+    PooledBuffer,
+    Option<PooledBuffer>,
+    Option<(PooledBuffer, PooledBuffer)>,
+) {
+    if let Some(dests) = &dests {
+        assert!(
+            dests.iter().all(|d| d.size() == c as u64 * 4),
+            "layernorm gradients of {c} floats"
+        );
+    }
+    // The weight gradients' buffers when they have no destination.
+    let made = dests
+        .is_none()
+        .then(|| (ctx.create_pooled(c * 4), ctx.create_pooled(c * 4)));
+    let [dweight, dbias]: [Slice; 2] = match (&made, dests) {
+        (Some((w, b)), _) => [w.into(), b.into()],
+        (None, Some(dests)) => dests,
+        (None, None) => unreachable!(),
+    };
     let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
     let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
     if let Some(resid) = resid {
@@ -281,9 +334,7 @@ pub fn layernorm_backward_fused_on<'w>(
         masked_or_any.into(),
     ];
     if in_dinp {
-        let dweight = ctx.create_pooled(c * 4);
-        let dbias = ctx.create_pooled(c * 4);
-        bound.extend([Slice::from(&dweight), Slice::from(&dbias)]);
+        bound.extend([dweight, dbias]);
         let groups = rows + c.div_ceil(PARAMS_CHANNELS);
         ctx.dispatch_slices(
             &BACKWARD_DINP_PARAMS,
@@ -291,7 +342,7 @@ pub fn layernorm_backward_fused_on<'w>(
             &bound,
             grid_1d(groups as u32, 1),
         );
-        return (dinp, masked, dweight, dbias);
+        return (dinp, masked, made);
     }
     let kernel = match target {
         Target::Gpu => &BACKWARD_DINP,
@@ -305,13 +356,11 @@ pub fn layernorm_backward_fused_on<'w>(
         &[dout, inp, mean, rstd, partial],
         grid_1d((chunks * c) as u32, WG),
     );
-    let dweight = ctx.create_pooled(c * 4);
-    let dbias = ctx.create_pooled(c * 4);
-    ctx.dispatch(
+    ctx.dispatch_slices(
         &BACKWARD_FINAL,
         &params,
-        &[partial, &dweight, &dbias],
+        &[partial.into(), dweight, dbias],
         grid_1d(c as u32, WG),
     );
-    (dinp, masked, dweight, dbias)
+    (dinp, masked, made)
 }

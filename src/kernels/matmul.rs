@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use super::matmul_coop;
-use super::split_sums::{finish_grads, sum_splits, Partials, SplitSums};
+use super::split_sums::{finish_grads, sum_splits, GradDest, Partials, SplitSums, WeightGrad};
 use super::target::Target;
 use super::unroll;
 use crate::config::Precision;
@@ -649,7 +649,7 @@ pub fn matmul_forward_fused_variant<'w>(
             ..ReduceParams::new(rows * n, splits, epilogue)
         };
         if epilogue == 0 {
-            sum_splits(ctx, &part, &out, rows * n, splits);
+            sum_splits(ctx, (&part).into(), (&out).into(), rows * n, splits);
         } else {
             sum_splits_fused(
                 ctx,
@@ -717,16 +717,68 @@ pub fn matmul_backward_deferred<'w>(
     gelu_inp: bool,
     sums: Option<&mut SplitSums>,
 ) -> (PooledBuffer, PooledBuffer, Option<PooledBuffer>) {
+    let shape = (rows, k, n, gelu_inp);
+    let bias = with_bias.then_some(None);
+    let (dinp, dweight, dbias) =
+        matmul_backward_into(ctx, dout, inp, weight, shape, None, bias, sums);
+    (
+        dinp,
+        dweight.into_buffer(),
+        dbias.map(WeightGrad::into_buffer),
+    )
+}
+
+/// [`matmul_backward_deferred`] with the weight gradient written into `dweight`
+/// and the bias gradient (with `bias`: `Some`, with or without a destination) into
+/// its destination, where given (the trainer's [`crate::kernels::GradArena`]).
+/// `shape`: (rows, k, n, gelu_inp).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_backward_into<'w>(
+    ctx: &WgpuContext,
+    dout: &PooledBuffer,
+    inp: &PooledBuffer,
+    weight: impl Into<Slice<'w>>,
+    (rows, k, n, gelu_inp): (usize, usize, usize, bool),
+    dweight: Option<GradDest>,
+    bias: Option<Option<GradDest>>,
+    sums: Option<&mut SplitSums>,
+) -> (PooledBuffer, WeightGrad, Option<WeightGrad>) {
     let gelu_of = gelu_inp.then_some(inp);
     let variant = MatmulVariant::choose(ctx, rows, k, n);
     let dinp = matmul_dinp_fused_variant(ctx, variant, dout, weight, rows, k, n, gelu_of);
     let variant = MatmulVariant::choose(ctx, n, k, rows);
-    let (dweight, fused_bias) =
-        dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
-    let dbias = with_bias
-        .then(|| fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n)));
+    let (dweight, fused_bias) = dweight_partials(
+        ctx,
+        variant,
+        dout,
+        inp,
+        (rows, k, n, gelu_inp),
+        dweight,
+        bias,
+    );
+    let dbias = bias.map(|dest| {
+        fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n, dest))
+    });
     let (dweight, dbias) = SplitSums::defer_or_finish(sums, ctx, dweight, dbias);
     (dinp, dweight, dbias)
+}
+
+/// How many partials the weight gradients of a product with `rows` rows of `k`
+/// inputs and `n` outputs are split into on `ctx`: (dweight's, dbias's).
+pub(crate) fn weight_grad_splits(
+    ctx: &WgpuContext,
+    rows: usize,
+    k: usize,
+    n: usize,
+) -> (usize, usize) {
+    let variant = MatmulVariant::choose(ctx, n, k, rows);
+    let dweight = dweight_split(variant, rows, k, n).1;
+    let dbias = if variant.sums_bias() {
+        dweight
+    } else {
+        dbias_split(variant, rows, n).1
+    };
+    (dweight, dbias)
 }
 
 /// The weight gradient of [`matmul_backward`] and, `with_bias`, the bias gradient,
@@ -765,11 +817,13 @@ fn weight_grads(
     gelu_inp: bool,
     with_bias: bool,
 ) -> (PooledBuffer, Option<PooledBuffer>) {
+    let bias = with_bias.then_some(None);
     let (dweight, fused_bias) =
-        dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, with_bias);
+        dweight_partials(ctx, variant, dout, inp, (rows, k, n, gelu_inp), None, bias);
     let dbias = with_bias
-        .then(|| fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n)));
-    finish_grads(ctx, dweight, dbias)
+        .then(|| fused_bias.unwrap_or_else(|| dbias_partials(ctx, variant, dout, rows, n, None)));
+    let (dweight, dbias) = finish_grads(ctx, dweight, dbias);
+    (dweight.into_buffer(), dbias.map(WeightGrad::into_buffer))
 }
 
 /// `dinp = dout · weight` (`[rows, n]` by `[n, k]`): the input half of
@@ -848,7 +902,7 @@ pub fn matmul_dinp_fused_variant<'w>(
             groups,
         );
         if epilogue == 0 {
-            sum_splits(ctx, &part, &dinp, rows * k, splits);
+            sum_splits(ctx, (&part).into(), (&dinp).into(), rows * k, splits);
         } else {
             let reduce = ReduceParams::new(rows * k, splits, epilogue);
             let part_slice = (&part).into();
@@ -908,51 +962,61 @@ pub fn matmul_dweight_fused_variant(
         rows > 0 && k > 0 && n > 0,
         "matmul_dweight of an empty matrix"
     );
-    dweight_partials(ctx, variant, dout, inp, rows, k, n, gelu_inp, false)
+    dweight_partials(ctx, variant, dout, inp, (rows, k, n, gelu_inp), None, None)
         .0
         .finish(ctx)
+        .into_buffer()
 }
 
-/// [`matmul_dweight_fused_variant`] up to its split partials; with `bias`, where the
-/// variant's core can (`MatmulVariant::sums_bias`), also dbias's partials from the same
-/// pass, split as dweight's.
-#[allow(clippy::too_many_arguments)]
-fn dweight_partials(
+/// [`matmul_dweight_fused_variant`] up to its split partials, into `dest` where
+/// given; with `bias` (and its destination, if any), where the variant's core can
+/// (`MatmulVariant::sums_bias`), also dbias's partials from the same pass, split as
+/// dweight's. `shape`: (rows, k, n, gelu_inp).
+fn dweight_partials<'d>(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     dout: &PooledBuffer,
     inp: &PooledBuffer,
-    rows: usize,
-    k: usize,
-    n: usize,
-    gelu_inp: bool,
-    bias: bool,
-) -> (Partials, Option<Partials>) {
+    (rows, k, n, gelu_inp): (usize, usize, usize, bool),
+    dest: Option<GradDest<'d>>,
+    bias: Option<Option<GradDest<'d>>>,
+) -> (Partials<'d>, Option<Partials<'d>>) {
     check_len(dout, rows * n, "matmul_dweight dout");
     check_len(inp, rows * k, "matmul_dweight inp");
-    let [gx, gy, _] = variant.grid(n, k, 1);
-    let groups = (gx * gy) as usize;
-    let want = variant.target_workgroups().div_ceil(groups);
-    let (chunk, splits) = split(rows, want, BK, variant.min_split());
+    let (chunk, splits) = dweight_split(variant, rows, k, n);
     let (act, prologue) = gelu_operand(ctx, variant, inp, rows * k, gelu_inp);
     let inp = act.as_ref().unwrap_or(inp);
-    let sums_bias = bias && variant.sums_bias();
+    let bias = bias.filter(|_| variant.sums_bias());
     let params = GemmParams::new(n, k, rows, chunk, prologue);
-    let kernel = if sums_bias {
+    let kernel = if bias.is_some() {
         &DWEIGHT_BIAS
     } else {
         variant.kernel(Layout::Dweight)
     };
     let kernel = specialized(kernel, params.flags);
     let groups = variant.grid(n, k, splits);
-    let dweight = Partials::new(ctx, n * k, splits);
-    let dbias = sums_bias.then(|| Partials::new(ctx, n, splits));
-    let out = dweight.target();
-    match &dbias {
-        Some(b) => ctx.dispatch(kernel, &params, &[dout, inp, out, b.target()], groups),
-        None => ctx.dispatch(kernel, &params, &[dout, inp, out], groups),
-    }
+    let dweight = Partials::new(ctx, n * k, splits, dest);
+    let dbias = bias.map(|dest| Partials::new(ctx, n, splits, dest));
+    let mut bound = vec![dout.into(), inp.into(), dweight.target()];
+    bound.extend(dbias.as_ref().map(Partials::target));
+    ctx.dispatch_slices(kernel, &params, &bound, groups);
     (dweight, dbias)
+}
+
+/// How `variant` splits the reduction over `rows` of dweight (`[n, k]`): (rows a
+/// split, splits).
+fn dweight_split(variant: MatmulVariant, rows: usize, k: usize, n: usize) -> (usize, usize) {
+    let [gx, gy, _] = variant.grid(n, k, 1);
+    let groups = (gx * gy) as usize;
+    let want = variant.target_workgroups().div_ceil(groups);
+    split(rows, want, BK, variant.min_split())
+}
+
+/// How the column sums of dbias (`n` of them) over `rows` split beside `variant`:
+/// (rows a split, splits).
+fn dbias_split(variant: MatmulVariant, rows: usize, n: usize) -> (usize, usize) {
+    let want = TARGET_WORKGROUPS.div_ceil(n.div_ceil(64));
+    split(rows, want, 1, variant.min_split())
 }
 
 /// How `variant` reads GELU of `inp` (`len` floats) when `gelu`: a prologue flag, or
@@ -973,25 +1037,25 @@ fn gelu_operand(
 
 /// `dbias[j] = sum_r dout[r, j]`, split over rows as `variant` splits the weight
 /// gradient beside it, up to its partials.
-fn dbias_partials(
+fn dbias_partials<'d>(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     dout: &PooledBuffer,
     rows: usize,
     n: usize,
-) -> Partials {
+    dest: Option<GradDest<'d>>,
+) -> Partials<'d> {
     check_len(dout, rows * n, "matmul_dbias dout");
     let col_groups = n.div_ceil(64);
-    let want = TARGET_WORKGROUPS.div_ceil(col_groups);
-    let (chunk, splits) = split(rows, want, 1, variant.min_split());
+    let (chunk, splits) = dbias_split(variant, rows, n);
     let params = ReduceParams {
         rows: u32_of(rows, "rows"),
         row_chunk: u32_of(chunk, "chunk"),
         ..ReduceParams::new(n, splits, 0)
     };
     let groups = [col_groups as u32, splits as u32, 1];
-    let dbias = Partials::new(ctx, n, splits);
-    ctx.dispatch(&COLSUM, &params, &[dout, dbias.target()], groups);
+    let dbias = Partials::new(ctx, n, splits, dest);
+    ctx.dispatch_slices(&COLSUM, &params, &[dout.into(), dbias.target()], groups);
     dbias
 }
 

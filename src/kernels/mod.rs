@@ -207,7 +207,10 @@ pub use matmul::{
 // ---- weight gradients from split partials ----
 mod split_sums;
 
-pub use split_sums::SplitSums;
+pub(crate) use embedding::encoder_backward_into;
+pub(crate) use layernorm::layernorm_backward_into;
+pub(crate) use matmul::{matmul_backward_into, weight_grad_splits};
+pub use split_sums::{GradDest, SplitSums, WeightGrad};
 
 // ---- attention ----
 mod attention;
@@ -221,11 +224,11 @@ pub use attention::{
 mod arena;
 mod optimizer;
 
-pub use arena::{ArenaLayout, ParamArena, ALIGN_FLOATS, HEADER_FLOATS};
+pub use arena::{ArenaLayout, GradArena, GradLayout, ParamArena, ALIGN_FLOATS, HEADER_FLOATS};
 
 pub use optimizer::{
     adamw_step, adamw_step_on, scale_in_place, scratch_floats, sum_in_one_pass,
-    sum_splits_together, AdamW, Moments, SplitSum, StepTensor, TensorsPerDispatch,
+    sum_splits_together, AdamW, Arenas, Moments, SplitSum, TensorsPerDispatch,
     MAX_TENSORS_PER_DISPATCH,
 };
 

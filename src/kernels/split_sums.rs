@@ -3,10 +3,67 @@
 //! (`sum_splits` in optimizer_tensors.wgsl) adds them, now or, through
 //! [`SplitSums`], together with the rest of the backward pass's at its end; or the
 //! optimizer adds them as it reads them ([`SplitSums::for_optimizer`]).
+//!
+//! A gradient may have a destination ([`GradDest`]: its slot in the trainer's
+//! [`crate::kernels::GradArena`]): a kernel then writes it there, as its value or as
+//! partials where the slot has room for them, and sums go there.
+
+use std::num::NonZeroU64;
 
 use super::optimizer::{sum_splits_together, SplitSum, TensorsPerDispatch};
 use super::target::Target;
-use crate::gpu::{PooledBuffer, WgpuContext};
+use crate::gpu::{PooledBuffer, Slice, WgpuContext};
+
+/// Where a weight gradient of `len` floats goes: `range`, with room for `room` split
+/// partials (`room * len` floats; 1: its value only).
+#[derive(Clone, Copy, Debug)]
+pub struct GradDest<'a> {
+    pub range: Slice<'a>,
+    pub len: usize,
+    pub room: usize,
+}
+
+impl<'a> GradDest<'a> {
+    /// The range of the gradient's value (its first `len` floats).
+    pub fn value(&self) -> Slice<'a> {
+        self.first(1)
+    }
+
+    /// The first `splits * len` floats of the range.
+    fn first(&self, splits: usize) -> Slice<'a> {
+        let bytes = NonZeroU64::new((splits * self.len).max(1) as u64 * 4).expect("non-zero");
+        Slice::range(self.range.buffer(), self.range.offset(), bytes)
+    }
+}
+
+/// A weight gradient as a launcher leaves it.
+#[derive(Debug)]
+pub enum WeightGrad {
+    /// In a buffer of its own: its value, or for [`SplitSums::for_optimizer`] maybe
+    /// partials ([`SplitSums::splits_of`]).
+    Buffer(PooledBuffer),
+    /// In its [`GradDest`]: `splits` partials there (1: its value). Its sum, when
+    /// deferred, lands there at [`SplitSums::finish`].
+    InDest { splits: usize },
+}
+
+impl WeightGrad {
+    /// The buffer of a gradient made without a destination.
+    pub fn into_buffer(self) -> PooledBuffer {
+        match self {
+            WeightGrad::Buffer(b) => b,
+            WeightGrad::InDest { .. } => panic!("a gradient with a destination has no buffer"),
+        }
+    }
+
+    /// Partials it was left as (1: its value); for one in a buffer, 1.
+    pub fn splits(&self) -> usize {
+        match self {
+            WeightGrad::Buffer(_) => 1,
+            WeightGrad::InDest { splits } => *splits,
+        }
+    }
+}
 
 /// Weight gradients of several `matmul_backward`s whose split partials are still to
 /// be added: each gradient's sum costs a dispatch of its own where they are added
@@ -23,12 +80,13 @@ use crate::gpu::{PooledBuffer, WgpuContext};
 ///
 /// [`SplitSums::for_optimizer`] adds none of those with up to
 /// [`SplitSums::OPTIMIZER_SPLITS`] partials: such a gradient comes back as its
-/// partials, which the optimizer's passes add as they read them
-/// ([`crate::kernels::StepTensor::splits`], [`SplitSums::splits_of`]). That saves the
-/// sums' dispatches (three a tiny step where WebGPU binds 16 buffers a stage) and
-/// their buffers.
+/// partials ([`SplitSums::splits_of`]), for a kernel that adds them as it reads
+/// them (the embedding's backward the head's). That saves the sums' dispatches and
+/// their buffers. A gradient with a destination ([`GradDest`]) is left there as its
+/// partials where the destination has room for them (the optimizer adds those:
+/// [`crate::kernels::GradArena`]); else its sum goes there.
 pub struct SplitSums {
-    pending: Vec<(PooledBuffer, wgpu::Buffer, usize, usize)>,
+    pending: Vec<PendingSum>,
     /// For the optimizer: the partials handed out as gradients, and their splits.
     left: Option<Vec<(wgpu::Buffer, usize)>>,
     bytes: u64,
@@ -100,7 +158,7 @@ impl SplitSums {
         ctx: &WgpuContext,
         dweight: Partials,
         dbias: Option<Partials>,
-    ) -> (PooledBuffer, Option<PooledBuffer>) {
+    ) -> (WeightGrad, Option<WeightGrad>) {
         let Some(sums) = sums else {
             return finish_grads(ctx, dweight, dbias);
         };
@@ -109,11 +167,13 @@ impl SplitSums {
             (dweight, dbias.map(|b| sums.defer(b, ctx)))
         } else {
             let (dweight, dbias) = finish_grads(ctx, dweight, dbias);
-            ((dweight, 1), dbias.map(|b| (b, 1)))
+            let with_one = |g: WeightGrad| (g, 1);
+            (with_one(dweight), dbias.map(with_one))
         };
-        sums.handed_out(&dweight.0, dweight.1);
-        if let Some((b, splits)) = &dbias {
-            sums.handed_out(b, *splits);
+        for (grad, splits) in [Some(&dweight), dbias.as_ref()].into_iter().flatten() {
+            if let WeightGrad::Buffer(buffer) = grad {
+                sums.handed_out(buffer, *splits);
+            }
         }
         (dweight.0, dbias.map(|(b, _)| b))
     }
@@ -132,8 +192,10 @@ impl SplitSums {
     /// Whether the partials of `dweight` and `dbias` fit under the cap.
     fn takes(&self, dweight: &Partials, dbias: Option<&Partials>) -> bool {
         let bytes = |p: &Partials| match p {
-            Partials::Done(_) => 0,
-            Partials::Pending { part, .. } => part.len() as u64,
+            Partials::Done(_) | Partials::InDest { .. } => 0,
+            Partials::Pending { part, .. } | Partials::PendingInto { part, .. } => {
+                part.len() as u64
+            }
         };
         self.bytes + bytes(dweight) + dbias.map_or(0, bytes) <= Self::MAX_BYTES
     }
@@ -141,18 +203,24 @@ impl SplitSums {
     /// `p`'s sum, waiting here when it has partials; or for the optimizer, the
     /// partials themselves.
     /// With the splits it is left as (1: it holds its value).
-    fn defer(&mut self, p: Partials, ctx: &WgpuContext) -> (PooledBuffer, usize) {
-        let (part, len, splits) = match p {
-            Partials::Done(grad) => return (grad, 1),
-            Partials::Pending { part, len, splits } => (part, len, splits),
-        };
-        self.bytes += part.len() as u64;
-        if self.left.is_some() && splits <= Self::OPTIMIZER_SPLITS {
-            return (part, splits);
+    fn defer(&mut self, p: Partials, ctx: &WgpuContext) -> (WeightGrad, usize) {
+        if let Partials::Pending { part, splits, .. } = &p {
+            if self.left.is_some() && *splits <= Self::OPTIMIZER_SPLITS {
+                self.bytes += part.len() as u64;
+                let splits = *splits;
+                let Partials::Pending { part, .. } = p else {
+                    unreachable!()
+                };
+                return (WeightGrad::Buffer(part), splits);
+            }
         }
-        let out = ctx.create_pooled(len * 4);
-        self.pending.push((part, (*out).clone(), len, splits));
-        (out, 1)
+        let (grad, sum) = p.sum(ctx);
+        let splits = grad.splits();
+        if let Some(sum) = sum {
+            self.bytes += sum.part.len() as u64;
+            self.pending.push(sum);
+        }
+        (grad, splits)
     }
 
     /// Adds every waiting sum into its gradient, and lets the partials go.
@@ -161,16 +229,7 @@ impl SplitSums {
             return;
         }
         let per = TensorsPerDispatch::of(ctx).for_target(Target::of(ctx));
-        let sums: Vec<SplitSum> = self
-            .pending
-            .iter()
-            .map(|(part, out, len, splits)| SplitSum {
-                part,
-                out,
-                len: *len,
-                splits: *splits,
-            })
-            .collect();
+        let sums: Vec<SplitSum> = self.pending.iter().map(PendingSum::as_split_sum).collect();
         sum_splits_together(ctx, per, &sums);
         drop(sums);
         self.pending.clear();
@@ -193,7 +252,7 @@ pub(crate) fn finish_grads(
     ctx: &WgpuContext,
     dweight: Partials,
     dbias: Option<Partials>,
-) -> (PooledBuffer, Option<PooledBuffer>) {
+) -> (WeightGrad, Option<WeightGrad>) {
     match dbias {
         None => (dweight.finish(ctx), None),
         Some(dbias) => {
@@ -206,7 +265,7 @@ pub(crate) fn finish_grads(
 /// A gradient as a kernel left it: whole, or as split partials still to add (by
 /// [`Partials::finish`], or paired with another's in one dispatch by
 /// [`Partials::finish_pair`]). The sum's buffer is drawn only when it is made.
-pub(crate) enum Partials {
+pub(crate) enum Partials<'d> {
     Done(PooledBuffer),
     /// `part`: `[splits, len]`.
     Pending {
@@ -214,14 +273,39 @@ pub(crate) enum Partials {
         len: usize,
         splits: usize,
     },
+    /// Written into its destination: `splits` partials there (1: its value).
+    InDest {
+        dest: GradDest<'d>,
+        splits: usize,
+    },
+    /// Partials in a buffer of their own, to be added into `dest`, which has no room
+    /// for them.
+    PendingInto {
+        part: PooledBuffer,
+        splits: usize,
+        dest: GradDest<'d>,
+    },
 }
 
-impl Partials {
-    /// What a kernel writing `len` floats split `splits` ways writes into.
-    pub fn new(ctx: &WgpuContext, len: usize, splits: usize) -> Self {
-        match splits {
-            1 => Partials::Done(ctx.create_pooled(len * 4)),
-            _ => Partials::Pending {
+impl<'d> Partials<'d> {
+    /// What a kernel writing `len` floats split `splits` ways writes into: `dest`
+    /// where given and it has room for that many partials.
+    pub fn new(ctx: &WgpuContext, len: usize, splits: usize, dest: Option<GradDest<'d>>) -> Self {
+        match (dest, splits) {
+            (Some(dest), _) => {
+                assert_eq!(dest.len, len, "a destination of another tensor's length");
+                if splits <= dest.room {
+                    Partials::InDest { dest, splits }
+                } else {
+                    Partials::PendingInto {
+                        part: ctx.create_pooled(splits * len * 4),
+                        splits,
+                        dest,
+                    }
+                }
+            }
+            (None, 1) => Partials::Done(ctx.create_pooled(len * 4)),
+            (None, _) => Partials::Pending {
                 part: ctx.create_pooled(splits * len * 4),
                 len,
                 splits,
@@ -229,68 +313,99 @@ impl Partials {
         }
     }
 
-    /// The buffer the kernel writes.
-    pub fn target(&self) -> &PooledBuffer {
+    /// The range the kernel writes.
+    pub fn target(&self) -> Slice<'_> {
         match self {
-            Partials::Done(grad) => grad,
-            Partials::Pending { part, .. } => part,
+            Partials::Done(grad) => grad.into(),
+            Partials::Pending { part, .. } | Partials::PendingInto { part, .. } => part.into(),
+            Partials::InDest { dest, splits } => dest.first(*splits),
         }
     }
 
-    pub fn finish(self, ctx: &WgpuContext) -> PooledBuffer {
-        match self {
-            Partials::Done(grad) => grad,
-            Partials::Pending { part, len, splits } => {
-                let out = ctx.create_pooled(len * 4);
-                sum_splits(ctx, &part, &out, len, splits);
-                out
+    /// The sum made where it has nowhere to wait: in a new buffer, or in the
+    /// destination that had no room for the partials. Partials in a destination
+    /// with room for them stay (the optimizer adds them).
+    pub fn finish(self, ctx: &WgpuContext) -> WeightGrad {
+        match self.sum(ctx) {
+            (grad, None) => grad,
+            (grad, Some(sum)) => {
+                sum_splits_together(ctx, TensorsPerDispatch::of(ctx), &[sum.as_split_sum()]);
+                grad
             }
         }
     }
 
     /// Both sums in one dispatch when both are pending (a weight gradient and its
     /// bias's: one dispatch fewer a layer with a bias).
-    pub fn finish_pair(self, other: Partials, ctx: &WgpuContext) -> (PooledBuffer, PooledBuffer) {
-        match (self, other) {
-            (
-                Partials::Pending { part, len, splits },
-                Partials::Pending {
-                    part: part_b,
-                    len: len_b,
-                    splits: splits_b,
-                },
-            ) => {
-                let (out, out_b) = (ctx.create_pooled(len * 4), ctx.create_pooled(len_b * 4));
-                let sums = [
-                    SplitSum {
-                        part: &part,
-                        out: &out,
-                        len,
-                        splits,
-                    },
-                    SplitSum {
-                        part: &part_b,
-                        out: &out_b,
-                        len: len_b,
-                        splits: splits_b,
-                    },
-                ];
-                sum_splits_together(ctx, TensorsPerDispatch::of(ctx), &sums);
-                (out, out_b)
+    pub fn finish_pair(self, other: Partials, ctx: &WgpuContext) -> (WeightGrad, WeightGrad) {
+        let (a, sum_a) = self.sum(ctx);
+        let (b, sum_b) = other.sum(ctx);
+        let sums: Vec<SplitSum> = [&sum_a, &sum_b]
+            .into_iter()
+            .flatten()
+            .map(PendingSum::as_split_sum)
+            .collect();
+        if !sums.is_empty() {
+            sum_splits_together(ctx, TensorsPerDispatch::of(ctx), &sums);
+        }
+        (a, b)
+    }
+
+    /// The gradient as it will be, and the sum that makes it so, if one is due.
+    /// (In a new buffer for a gradient without a destination.)
+    fn sum(self, ctx: &WgpuContext) -> (WeightGrad, Option<PendingSum>) {
+        match self {
+            Partials::Done(grad) => (WeightGrad::Buffer(grad), None),
+            Partials::InDest { splits, .. } => (WeightGrad::InDest { splits }, None),
+            Partials::Pending { part, len, splits } => {
+                let out = ctx.create_pooled(len * 4);
+                let sum = PendingSum {
+                    part,
+                    out: (*out).clone(),
+                    at: 0,
+                    len,
+                    splits,
+                };
+                (WeightGrad::Buffer(out), Some(sum))
             }
-            (a, b) => (a.finish(ctx), b.finish(ctx)),
+            Partials::PendingInto { part, splits, dest } => {
+                let sum = PendingSum {
+                    part,
+                    out: dest.range.buffer().clone(),
+                    at: dest.range.offset(),
+                    len: dest.len,
+                    splits,
+                };
+                (WeightGrad::InDest { splits: 1 }, Some(sum))
+            }
+        }
+    }
+}
+
+/// A sum still to make: `splits` partials of `len` floats, into `len` floats of
+/// `out` from byte `at`.
+struct PendingSum {
+    part: PooledBuffer,
+    out: wgpu::Buffer,
+    at: u64,
+    len: usize,
+    splits: usize,
+}
+
+impl PendingSum {
+    fn as_split_sum(&self) -> SplitSum<'_> {
+        let bytes = NonZeroU64::new(self.len.max(1) as u64 * 4).expect("non-zero");
+        SplitSum {
+            part: (&self.part).into(),
+            out: Slice::range(&self.out, self.at, bytes),
+            len: self.len,
+            splits: self.splits,
         }
     }
 }
 
 /// `out[i] = sum_s part[s * len + i]` (the multi-tensor kernel with one tensor).
-pub(crate) fn sum_splits(
-    ctx: &WgpuContext,
-    part: &PooledBuffer,
-    out: &PooledBuffer,
-    len: usize,
-    splits: usize,
-) {
+pub(crate) fn sum_splits(ctx: &WgpuContext, part: Slice, out: Slice, len: usize, splits: usize) {
     let sum = SplitSum {
         part,
         out,

@@ -17,6 +17,7 @@ type T = Vec<f32>;
 impl Ops for CpuOps {
     type T = Vec<f32>;
     type W = Vec<f32>;
+    type G = Vec<f32>;
     type Batch = CpuBatch;
 
     fn encoder_forward(
@@ -35,6 +36,7 @@ impl Ops for CpuOps {
         &self,
         dout: &T,
         batch: &CpuBatch,
+        _embeddings: (&T, &T),
         b: usize,
         t: usize,
         c: usize,
@@ -52,7 +54,7 @@ impl Ops for CpuOps {
         &self,
         dout: &T,
         x: &T,
-        w: &T,
+        (w, _bias): (&T, &T),
         mean: &T,
         rstd: &T,
         rows: usize,
@@ -84,14 +86,18 @@ impl Ops for CpuOps {
         &self,
         dout: &T,
         x: &T,
-        w: &T,
+        (w, _bias): (&T, &T),
         rows: usize,
         k: usize,
         n: usize,
-        with_bias: bool,
         gelu_inp: bool,
-    ) -> (T, T, Option<T>) {
-        r::matmul_backward_act(dout, x, w, rows, k, n, with_bias, gelu_inp)
+    ) -> (T, T, T) {
+        let (dx, dw, db) = r::matmul_backward_act(dout, x, w, rows, k, n, true, gelu_inp);
+        (dx, dw, db.expect("with a bias"))
+    }
+    fn head_backward(&self, dout: &T, x: &T, wte: &T, rows: usize, c: usize, v: usize) -> (T, T) {
+        let (dx, dwte, _) = r::matmul_backward_act(dout, x, wte, rows, c, v, false, false);
+        (dx, dwte)
     }
     fn attention_forward(
         &self,

@@ -3,35 +3,99 @@
 use std::cell::RefCell;
 use std::num::NonZeroU64;
 
-use super::Ops;
+use super::{GptConfig, GptParams, Ops};
 use crate::gpu::{PooledBuffer, Slice, WgpuContext};
-use crate::kernels;
+use crate::kernels::{self, GradArena, GradDest, SplitSums, WeightGrad};
 use crate::reference::{AttnDropout, DropoutMask};
 
-/// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. Weight
-/// gradients' split partials wait in it until [`Ops::finish_weight_grads`] adds
-/// them all together ([`kernels::SplitSums`]), or are left to the optimizer
-/// ([`GpuOps::for_optimizer`]).
-pub struct GpuOps<'a>(pub &'a WgpuContext, RefCell<kernels::SplitSums>);
+/// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. The
+/// backward writes every parameter's gradient into its slot of a [`GradArena`]
+/// (as its value, or as split partials where the slot has room: the optimizer adds
+/// those as it reads them); sums of partials that have no room wait in
+/// [`SplitSums`] until [`Ops::finish_weight_grads`] adds them all together.
+pub struct GpuOps<'a>(
+    pub &'a WgpuContext,
+    RefCell<SplitSums>,
+    Option<&'a GradArena>,
+);
 
 impl<'a> GpuOps<'a> {
+    /// Ops for forward passes.
     pub fn new(ctx: &'a WgpuContext) -> Self {
-        GpuOps(ctx, RefCell::new(kernels::SplitSums::new()))
+        GpuOps(ctx, RefCell::new(SplitSums::new()), None)
     }
 
-    /// Ops whose backward leaves weight gradients as split partials where it split
-    /// them ([`kernels::SplitSums::for_optimizer`]): for gradients that only
-    /// [`kernels::adamw_step`] reads, with [`GpuOps::splits_of`] as each one's
-    /// [`kernels::StepTensor::splits`].
-    pub fn for_optimizer(ctx: &'a WgpuContext) -> Self {
-        GpuOps(ctx, RefCell::new(kernels::SplitSums::for_optimizer()))
+    /// Ops whose backward writes the parameters' gradients into `grads` (laid out
+    /// for the parameters the forward read). The head's part of `wte`'s gradient is
+    /// left as partials where split, for the embedding's backward to add.
+    pub fn with_grads(ctx: &'a WgpuContext, grads: &'a GradArena) -> Self {
+        GpuOps(ctx, RefCell::new(SplitSums::for_optimizer()), Some(grads))
     }
 
-    /// How many split partials a gradient from this backend's backward holds (1: it
-    /// holds its value).
-    pub fn splits_of(&self, grad: &PooledBuffer) -> usize {
+    fn splits_of(&self, grad: &PooledBuffer) -> usize {
         self.1.borrow().splits_of(grad)
     }
+
+    /// The slot of `weight`'s gradient, and its index.
+    fn dest(&self, weight: &Slice) -> (usize, GradDest<'a>) {
+        let grads = self
+            .2
+            .expect("a backward writes into a gradient arena (GpuOps::with_grads)");
+        let i = grads
+            .index_of(*weight)
+            .expect("a weight of the parameters the gradient arena was made for");
+        (i, grads.dest(i))
+    }
+
+    /// Notes how `grad` (tensor `i`'s, written to its slot) was left.
+    fn note(&self, i: usize, grad: WeightGrad) {
+        match grad {
+            WeightGrad::InDest { splits } => self.2.expect("an arena").set_splits(i, splits),
+            WeightGrad::Buffer(_) => unreachable!("a gradient with a slot is written there"),
+        }
+    }
+}
+
+/// Room for split partials in each parameter's gradient slot (flat order) for a
+/// backward of `rows` rows on `ctx`: a block's `Linear` leaves its gradients as the
+/// partials it splits them into, when at most [`SplitSums::OPTIMIZER_SPLITS`] and
+/// while all such partials stay under [`SplitSums::MAX_BYTES`] (last block first,
+/// as the backward makes them); every other slot holds a value.
+pub fn grad_rooms(ctx: &WgpuContext, model: &GptConfig, rows: usize) -> Vec<usize> {
+    let c = model.width;
+    let flat = vec![1usize; model.params().len()];
+    let mut rooms = GptParams::from_flat(flat).expect("GptConfig::params");
+    let mut bytes = 0u64;
+    let mut room = |splits: usize, len: usize| {
+        let more = (splits * len * 4) as u64;
+        if (2..=SplitSums::OPTIMIZER_SPLITS).contains(&splits)
+            && bytes + more <= SplitSums::MAX_BYTES
+        {
+            bytes += more;
+            splits
+        } else {
+            1
+        }
+    };
+    for block in rooms.blocks.iter_mut().rev() {
+        let linears = [
+            (
+                &mut block.mlp_proj_weight,
+                &mut block.mlp_proj_bias,
+                4 * c,
+                c,
+            ),
+            (&mut block.c_fc_weight, &mut block.c_fc_bias, c, 4 * c),
+            (&mut block.attn_proj_weight, &mut block.attn_proj_bias, c, c),
+            (&mut block.c_attn_weight, &mut block.c_attn_bias, c, 3 * c),
+        ];
+        for (weight, bias, k, n) in linears {
+            let (dweight, dbias) = kernels::weight_grad_splits(ctx, rows, k, n);
+            *weight = room(dweight, n * k);
+            *bias = room(dbias, n);
+        }
+    }
+    rooms.into_flat()
 }
 
 /// A batch on the GPU: inputs and targets, and the inputs grouped by token id
@@ -162,6 +226,7 @@ type W<'a> = Slice<'a>;
 impl<'a> Ops for GpuOps<'a> {
     type T = PooledBuffer;
     type W = Slice<'a>;
+    type G = ();
     type Batch = GpuBatch;
 
     fn set_layer(&self, layer: Option<usize>) {
@@ -184,22 +249,27 @@ impl<'a> Ops for GpuOps<'a> {
         &self,
         dout: &T,
         batch: &GpuBatch,
+        (wte, wpe): (&W<'a>, &W<'a>),
         b: usize,
         t: usize,
         c: usize,
         v: usize,
         head_dwte: &T,
-    ) -> (T, T) {
+    ) -> ((), ()) {
+        let ((i, dwte), (j, dwpe)) = (self.dest(wte), self.dest(wpe));
         // The head's gradient may still be split partials: the kernel adds them.
-        kernels::encoder_backward_on(
+        kernels::encoder_backward_into(
             self.0,
             kernels::Target::of(self.0),
             dout,
-            batch.offsets(),
-            batch.positions(),
+            (batch.offsets(), batch.positions()),
             (b, t, c, v),
             Some((head_dwte, self.splits_of(head_dwte))),
-        )
+            Some([dwte.value(), dwpe.value()]),
+        );
+        self.note(i, WeightGrad::InDest { splits: 1 });
+        self.note(j, WeightGrad::InDest { splits: 1 });
+        ((), ())
     }
     fn layernorm_forward(
         &self,
@@ -215,15 +285,16 @@ impl<'a> Ops for GpuOps<'a> {
         &self,
         dout: &T,
         x: &T,
-        w: &W<'a>,
+        (w, bias): (&W<'a>, &W<'a>),
         mean: &T,
         rstd: &T,
         rows: usize,
         c: usize,
         resid: Option<&T>,
         dropout: Option<DropoutMask>,
-    ) -> (T, Option<T>, T, T) {
-        kernels::layernorm_backward_fused_on(
+    ) -> (T, Option<T>, (), ()) {
+        let ((i, dweight), (j, dbias)) = (self.dest(w), self.dest(bias));
+        let (dinp, masked, _) = kernels::layernorm_backward_into(
             self.0,
             kernels::Target::of(self.0),
             dout,
@@ -231,11 +302,14 @@ impl<'a> Ops for GpuOps<'a> {
             *w,
             mean,
             rstd,
-            rows,
-            c,
+            (rows, c),
             resid,
             dropout,
-        )
+            Some([dweight.value(), dbias.value()]),
+        );
+        self.note(i, WeightGrad::InDest { splits: 1 });
+        self.note(j, WeightGrad::InDest { splits: 1 });
+        (dinp, masked, (), ())
     }
     fn matmul_forward(
         &self,
@@ -271,26 +345,51 @@ impl<'a> Ops for GpuOps<'a> {
         &self,
         dout: &T,
         x: &T,
-        w: &W<'a>,
+        (w, bias): (&W<'a>, &W<'a>),
         rows: usize,
         k: usize,
         n: usize,
-        with_bias: bool,
         gelu_inp: bool,
-    ) -> (T, T, Option<T>) {
+    ) -> (T, (), ()) {
+        let ((i, dweight), (j, dbias)) = (self.dest(w), self.dest(bias));
         let mut sums = self.1.borrow_mut();
-        kernels::matmul_backward_deferred(
+        let (dinp, dweight, dbias) = kernels::matmul_backward_into(
             self.0,
             dout,
             x,
             *w,
-            rows,
-            k,
-            n,
-            with_bias,
-            gelu_inp,
+            (rows, k, n, gelu_inp),
+            Some(dweight),
+            Some(Some(dbias)),
             Some(&mut sums),
-        )
+        );
+        self.note(i, dweight);
+        self.note(j, dbias.expect("with a bias"));
+        (dinp, (), ())
+    }
+    fn head_backward(
+        &self,
+        dout: &T,
+        x: &T,
+        wte: &W<'a>,
+        rows: usize,
+        c: usize,
+        v: usize,
+    ) -> (T, T) {
+        let mut sums = self.1.borrow_mut();
+        let (dinp, dwte, _) = kernels::matmul_backward_deferred(
+            self.0,
+            dout,
+            x,
+            *wte,
+            rows,
+            c,
+            v,
+            false,
+            false,
+            Some(&mut sums),
+        );
+        (dinp, dwte)
     }
     fn finish_weight_grads(&self) {
         self.1.borrow_mut().finish(self.0);

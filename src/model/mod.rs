@@ -13,7 +13,7 @@ mod cpu;
 mod gpu;
 
 pub use cpu::{CpuBatch, CpuOps};
-pub use gpu::{GpuBatch, GpuOps};
+pub use gpu::{grad_rooms, GpuBatch, GpuOps};
 
 use crate::error::{Error, Result};
 use crate::reference::{AttnDropout, DropoutMask};
@@ -326,6 +326,9 @@ pub trait Ops {
     /// A parameter tensor as the backend holds it (the GPU's: a range of the
     /// parameters' arena).
     type W;
+    /// A parameter's gradient as the backward leaves it (the GPU's are in the
+    /// step's [`crate::kernels::GradArena`]: nothing to hand back).
+    type G;
     /// A batch's token ids and targets as the backend holds them.
     type Batch;
     /// The block the coming ops belong to (`None`: outside the blocks), for the
@@ -344,16 +347,18 @@ pub trait Ops {
         dropout: Option<DropoutMask>,
     ) -> Self::T;
     #[allow(clippy::too_many_arguments)]
+    /// The gradients of `wte` (the head's, `head_dwte`, added in) and `wpe`.
     fn encoder_backward(
         &self,
         dout: &Self::T,
         batch: &Self::Batch,
+        embeddings: (&Self::W, &Self::W),
         b: usize,
         t: usize,
         c: usize,
         v: usize,
         head_dwte: &Self::T,
-    ) -> (Self::T, Self::T);
+    ) -> (Self::G, Self::G);
     fn layernorm_forward(
         &self,
         x: &Self::T,
@@ -372,14 +377,14 @@ pub trait Ops {
         &self,
         dout: &Self::T,
         x: &Self::T,
-        w: &Self::W,
+        weights: (&Self::W, &Self::W),
         mean: &Self::T,
         rstd: &Self::T,
         rows: usize,
         c: usize,
         resid: Option<&Self::T>,
         dropout: Option<DropoutMask>,
-    ) -> (Self::T, Option<Self::T>, Self::T, Self::T);
+    ) -> (Self::T, Option<Self::T>, Self::G, Self::G);
     fn matmul_forward(
         &self,
         x: &Self::T,
@@ -408,20 +413,31 @@ pub trait Ops {
     /// value (a backend may add their split partials together here, in fewer
     /// dispatches); `backward` calls it before it reads any of them.
     fn finish_weight_grads(&self) {}
-    /// With `gelu_inp`, of a product of GELU(`x`) (as [`Ops::residual_branch_forward`]
-    /// takes it): the input gradient is the GELU input's.
+    /// A block's `Linear` (`w`, `bias`): (dx, dweight, dbias). With `gelu_inp`, of
+    /// a product of GELU(`x`) (as [`Ops::residual_branch_forward`] takes it): the
+    /// input gradient is the GELU input's.
     #[allow(clippy::too_many_arguments)]
     fn matmul_backward(
         &self,
         dout: &Self::T,
         x: &Self::T,
-        w: &Self::W,
+        weights: (&Self::W, &Self::W),
         rows: usize,
         k: usize,
         n: usize,
-        with_bias: bool,
         gelu_inp: bool,
-    ) -> (Self::T, Self::T, Option<Self::T>);
+    ) -> (Self::T, Self::G, Self::G);
+    /// The head's product with the tied `wte` (`[v, c]`): (dx, its part of wte's
+    /// gradient, which [`Ops::encoder_backward`] adds in).
+    fn head_backward(
+        &self,
+        dout: &Self::T,
+        x: &Self::T,
+        wte: &Self::W,
+        rows: usize,
+        c: usize,
+        v: usize,
+    ) -> (Self::T, Self::T);
     /// With `dropout`, on the attention probabilities (the backward recomputes it).
     fn attention_forward(
         &self,
@@ -670,7 +686,7 @@ pub fn backward<O: Ops>(
     batch: &O::Batch,
     acts: Activations<O::T>,
     dropout: Option<&Dropout>,
-) -> GptParams<O::T> {
+) -> GptParams<O::G> {
     let Activations {
         x0,
         mut blocks,
@@ -686,8 +702,7 @@ pub fn backward<O: Ops>(
     drop((logits, losses));
     let (c, nh, v, rows) = (cfg.width, cfg.heads, cfg.vocab, b * t);
 
-    let (dlnf, head_dwte, _) =
-        ops.matmul_backward(&dlogits, &lnf, &params.wte, rows, c, v, false, false);
+    let (dlnf, head_dwte) = ops.head_backward(&dlogits, &lnf, &params.wte, rows, c, v);
     drop((dlogits, lnf));
     // Each layernorm backward also adds the residual stream's gradient (`dx`), and
     // writes it through the mask of the dropout whose output was added into its
@@ -698,7 +713,7 @@ pub fn backward<O: Ops>(
     let (mut dx, mut dbranch, ln_f_weight, ln_f_bias) = ops.layernorm_backward(
         &dlnf,
         x_last,
-        &params.ln_f_weight,
+        (&params.ln_f_weight, &params.ln_f_bias),
         &lnf_mean,
         &lnf_rstd,
         rows,
@@ -721,21 +736,21 @@ pub fn backward<O: Ops>(
         let (dfch, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
             dbranch.as_ref().unwrap_or(&dx),
             &a.fch,
-            &p.mlp_proj_weight,
+            (&p.mlp_proj_weight, &p.mlp_proj_bias),
             rows,
             4 * c,
             c,
             true,
-            true,
         );
         drop(dbranch);
+        let c_fc = (&p.c_fc_weight, &p.c_fc_bias);
         let (dln2, c_fc_weight, c_fc_bias) =
-            ops.matmul_backward(&dfch, &a.ln2, &p.c_fc_weight, rows, c, 4 * c, true, false);
+            ops.matmul_backward(&dfch, &a.ln2, c_fc, rows, c, 4 * c, false);
         drop(dfch);
         let (dx_mid, dattproj, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
             &dln2,
             &a.x_mid,
-            &p.ln_2_weight,
+            (&p.ln_2_weight, &p.ln_2_bias),
             &a.ln2_mean,
             &a.ln2_rstd,
             rows,
@@ -749,11 +764,10 @@ pub fn backward<O: Ops>(
         let (datty, attn_proj_weight, attn_proj_bias) = ops.matmul_backward(
             dattproj.as_ref().unwrap_or(&dx_mid),
             &a.atty,
-            &p.attn_proj_weight,
+            (&p.attn_proj_weight, &p.attn_proj_bias),
             rows,
             c,
             c,
-            true,
             false,
         );
         drop(dattproj);
@@ -761,13 +775,14 @@ pub fn backward<O: Ops>(
         let dqkv =
             ops.attention_backward(&datty, &a.qkv, &a.atty, &a.att_saved, b, t, c, nh, att_drop);
         drop(datty);
+        let c_attn = (&p.c_attn_weight, &p.c_attn_bias);
         let (dln1, c_attn_weight, c_attn_bias) =
-            ops.matmul_backward(&dqkv, &a.ln1, &p.c_attn_weight, rows, c, 3 * c, true, false);
+            ops.matmul_backward(&dqkv, &a.ln1, c_attn, rows, c, 3 * c, false);
         drop(dqkv);
         let (dx_in, dbelow, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
             &dln1,
             x_in,
-            &p.ln_1_weight,
+            (&p.ln_1_weight, &p.ln_1_bias),
             &a.ln1_mean,
             &a.ln1_rstd,
             rows,
@@ -777,20 +792,19 @@ pub fn backward<O: Ops>(
         );
         drop((dln1, dx_mid));
         (dx, dbranch) = (dx_in, dbelow);
-        let bias = |g: Option<O::T>| g.expect("with bias");
         dblocks.push(BlockParams {
             ln_1_weight,
             ln_1_bias,
             c_attn_weight,
-            c_attn_bias: bias(c_attn_bias),
+            c_attn_bias,
             attn_proj_weight,
-            attn_proj_bias: bias(attn_proj_bias),
+            attn_proj_bias,
             ln_2_weight,
             ln_2_bias,
             c_fc_weight,
-            c_fc_bias: bias(c_fc_bias),
+            c_fc_bias,
             mlp_proj_weight,
-            mlp_proj_bias: bias(mlp_proj_bias),
+            mlp_proj_bias,
         });
         // `a` (this block's activations) drops here, back to the pool.
     }
@@ -800,7 +814,8 @@ pub fn backward<O: Ops>(
     let dx = dbranch.unwrap_or(dx);
     // encoder_backward adds the head's gradient into the embedding's.
     ops.finish_weight_grads();
-    let (wte, wpe) = ops.encoder_backward(&dx, batch, b, t, c, v, &head_dwte);
+    let embeddings = (&params.wte, &params.wpe);
+    let (wte, wpe) = ops.encoder_backward(&dx, batch, embeddings, b, t, c, v, &head_dwte);
     GptParams {
         wte,
         wpe,
