@@ -565,10 +565,10 @@ case "${1:-bench}" in
   browser19)
     # Round nineteen (~8 min): the parameters, gradients and AdamW's moments in
     # arenas. As browser18, with the previous build (PREV_TIDEPOOL, PREV_PKG) beside
-    # this one on tiny (natively, in the page and through Dawn in Node), three
-    # rounds; then the shakespeare step's memory with each build.
+    # this one on tiny (natively, in the page and through Dawn in Node), $ROUNDS
+    # rounds (3); then the shakespeare step's memory with each build (MEMORY=0: not).
     chromium_on_gpu
-    for round in 1 2 3; do
+    for round in $(seq 1 "${ROUNDS:-3}"); do
       for b in tidepool tidepool-prev; do
         run "native_${b}_$round" ./$b bench step --presets tiny,small --at-once 16 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
       done
@@ -583,6 +583,7 @@ case "${1:-bench}" in
     done
     rm -rf ../pkg && cp -r pkg ../pkg
     for b in tidepool tidepool-prev; do
+      [ "${MEMORY:-1}" = 0 ] && break
       run "memory_$b" ./$b train --preset shakespeare --steps 3 --corpus tinyshakespeare.txt --json
     done
     ;;
