@@ -223,7 +223,8 @@ impl GradLayout {
     /// less where a chunk would pass `max_binding_bytes` (there 1: its value).
     pub fn new(params: &ArenaLayout, room: &[usize], max_binding_bytes: u64) -> Self {
         assert_eq!(room.len(), params.len(), "a room for each tensor");
-        let max = (max_binding_bytes / 4) as usize;
+        // In u64: on wasm32 a few partials of a large tensor pass usize.
+        let max = max_binding_bytes / 4;
         let mut chunk_lens = vec![0usize; params.chunks()];
         let slots = params
             .slots
@@ -233,7 +234,7 @@ impl GradLayout {
                 let end = &mut chunk_lens[p.chunk];
                 let offset = end.next_multiple_of(ALIGN_FLOATS);
                 // A chunk with every tensor's value fits (half the binding at most).
-                let fits = |room: usize| offset + room * p.len <= max;
+                let fits = |room: usize| offset as u64 + room as u64 * p.len as u64 <= max;
                 let room = if room > 1 && fits(room) { room } else { 1 };
                 *end = offset + room * p.len;
                 let slot = Slot {
@@ -395,7 +396,7 @@ impl GradArena {
         self.splits[i].get()
     }
 
-    /// Chunk `c`'s buffer and where each of its tensors is: (tensor, offset in floats).
+    /// Chunk `c`'s buffer (the optimizer binds it whole).
     pub(crate) fn chunk(&self, c: usize) -> &PooledBuffer {
         &self.chunks[c]
     }

@@ -204,23 +204,22 @@ impl SplitSums {
     /// partials themselves.
     /// With the splits it is left as (1: it holds its value).
     fn defer(&mut self, p: Partials, ctx: &WgpuContext) -> (WeightGrad, usize) {
-        if let Partials::Pending { part, splits, .. } = &p {
-            if self.left.is_some() && *splits <= Self::OPTIMIZER_SPLITS {
+        let leaves = |splits: usize| self.left.is_some() && splits <= Self::OPTIMIZER_SPLITS;
+        match p {
+            Partials::Pending { part, splits, .. } if leaves(splits) => {
                 self.bytes += part.len() as u64;
-                let splits = *splits;
-                let Partials::Pending { part, .. } = p else {
-                    unreachable!()
-                };
-                return (WeightGrad::Buffer(part), splits);
+                (WeightGrad::Buffer(part), splits)
+            }
+            p => {
+                let (grad, sum) = p.sum(ctx);
+                let splits = grad.splits();
+                if let Some(sum) = sum {
+                    self.bytes += sum.part.len() as u64;
+                    self.pending.push(sum);
+                }
+                (grad, splits)
             }
         }
-        let (grad, sum) = p.sum(ctx);
-        let splits = grad.splits();
-        if let Some(sum) = sum {
-            self.bytes += sum.part.len() as u64;
-            self.pending.push(sum);
-        }
-        (grad, splits)
     }
 
     /// Adds every waiting sum into its gradient, and lets the partials go.
