@@ -119,6 +119,12 @@ export interface TidepoolStateDetail {
   step: number;
   /** Why it paused on its own (the schedule's end, ...), or null. */
   reason: string | null;
+  /**
+   * The last step the worker had reported when the Start or Pause this confirms
+   * reached it (null before any): a pause stops after the call in flight then, so
+   * `step - asked_at` is at most one call's steps.
+   */
+  asked_at: number | null;
 }
 
 /** Detail of `tidepool:error`: the widget shows it too. */

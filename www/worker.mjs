@@ -17,11 +17,12 @@
 //   {type:'run'} / {type:'pause'}   train continuously / stop after the steps in flight (see
 //                             schedule.batchMs: at most that much training); each
 //                             is confirmed by a 'state', at once or after the request in flight
+//                             (`asked_at`: the last step posted when it arrived)
 //   {type:'free'}             release GPU memory now
 //   {type:'ping', seq}        answered at once, whatever runs     -> 'pong' {seq, op, ms}: the request
 //                             in flight and for how long (the page's watchdog)
 // Worker -> page, unasked: 'step' {stats}, 'eval' {step, loss}, 'sample' {step, text},
-//   'state' {running, step, reason}, 'autosave' {step, bytes}, 'error' {op, kind, message, fatal}. After a
+//   'state' {running, step, reason, asked_at}, 'autosave' {step, bytes}, 'error' {op, kind, message, fatal}. After a
 //   fatal one (the wasm trapped, or anything escaped) this worker answers every
 //   request with that error: the page starts a new one.
 //
@@ -42,6 +43,8 @@ let trainer = null;
 let wantRun = false; // what the page asked for
 let reported = false; // what the page was last told
 let confirm = false; // a run or pause to confirm, changed or not
+let lastPosted = 0; // the step of the last 'step' posted to the page
+let askedAt = null; // lastPosted when the run or pause to confirm arrived
 let busy = false;
 let current = null; // {op, since, id, msg}: what the pump is waiting on, and for which request
 let crash = null; // the fatal error, once there is one
@@ -90,7 +93,10 @@ console.error = (...args) => {
   consoleError(...args);
 };
 
-const post = (msg, transfer = []) => self.postMessage(msg, transfer);
+const post = (msg, transfer = []) => {
+  if (msg.type === 'step') lastPosted = msg.stats?.step ?? lastPosted;
+  self.postMessage(msg, transfer);
+};
 
 // The wasm hands back plain objects by contract; a class instance would lose its
 // getters in postMessage, so anything that is not one goes through JSON.
@@ -107,7 +113,7 @@ function report(reason) {
   if (running !== reported || reason || confirm) {
     reported = running;
     confirm = false;
-    post({ type: 'state', running, step: currentStep(), reason: reason ?? null });
+    post({ type: 'state', running, step: currentStep(), reason: reason ?? null, asked_at: askedAt });
   }
 }
 
@@ -446,6 +452,7 @@ self.onmessage = (event) => {
   if (m.type === 'run' || m.type === 'pause') {
     wantRun = m.type === 'run';
     confirm = true;
+    askedAt = lastPosted;
     for (const q of [current?.msg, ...queue]) if (q?.type === 'create' || q?.type === 'restore') q.run = wantRun;
   } else if (m.type === 'autosave') {
     schedule.autosaveEvery = Math.max(0, Math.floor(Number(m.every) || 0));
