@@ -314,6 +314,29 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
     }
     buffers.sort_by_key(|b| std::cmp::Reverse(b.created));
 
+    // AdamW binds a tensor's two moments side by side after its arena chunk's
+    // header (kernels::ArenaLayout): a parameter tensor that fits a binding above
+    // may still be more than half of one.
+    let (largest, what) = [
+        (v * c, "the token embedding (vocab x width)"),
+        (t * c, "the position embedding (context x width)"),
+        (
+            product("4 x width^2", &[4, c, c])?,
+            "the MLP weights (4 width x width)",
+        ),
+    ]
+    .into_iter()
+    .max_by_key(|&(n, _)| n)
+    .expect("three tensors");
+    let header = crate::kernels::HEADER_FLOATS as u64;
+    let moments = product("the moments' bytes", &[largest + header, 8])?;
+    if moments > limits.max_binding_bytes {
+        return Err(too_large(format!(
+            "{what} has {largest} floats; AdamW binds its two moments side by side, {moments}              bytes with the arena's {header}-float header, and this device binds at most {}              bytes ({}): lower width",
+            limits.max_binding_bytes,
+            fmt_bytes(limits.max_binding_bytes)
+        )));
+    }
     let per_layer = 12 * c * c + 13 * c;
     let params = product("the parameter count", &[l, per_layer])?
         .checked_add(v * c + t * c + 2 * c)
