@@ -771,10 +771,6 @@ impl Trainer {
         } else {
             GradLayout::values_only(self.params.layout())
         };
-        let grads = self.ctx.allocating_as("gradients", || {
-            GradArena::new(&self.ctx, &layout, &self.params)
-        });
-        let ops = GpuOps::with_grads(&self.ctx, &grads);
         let dropout = Dropout::new(
             self.cfg.dropout,
             self.cfg.seed,
@@ -782,7 +778,9 @@ impl Trainer {
             self.cfg.dropout_placement,
         );
         let weights = self.weights();
-        let acts = model::forward(&ops, &self.model, &weights, batch, b, t, dropout.as_ref());
+        let forward = GpuOps::new(&self.ctx);
+        let masks = dropout.as_ref();
+        let acts = model::forward(&forward, &self.model, &weights, batch, b, t, masks);
         let rows = b * t;
         kernels::mean_into(
             &self.ctx,
@@ -792,7 +790,12 @@ impl Trainer {
             loss_to,
             slot,
         );
-        model::backward(&ops, &self.model, &weights, batch, acts, dropout.as_ref());
+        // Drawn for the backward, which writes every gradient into it.
+        let grads = self.ctx.allocating_as("gradients", || {
+            GradArena::new(&self.ctx, &layout, &self.params)
+        });
+        let ops = GpuOps::with_grads(&self.ctx, &grads);
+        model::backward(&ops, &self.model, &weights, batch, acts, masks);
         drop(ops);
         grads
     }
