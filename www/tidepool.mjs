@@ -556,7 +556,10 @@ class TidepoolWidget {
     this.latestVal = null;
     this.timeline.reset();
     this.setStatus(this.stateText(0));
-    this.scheduleDraw();
+    // Drawn now, not a frame later: the new run's figures (its step count first) show
+    // with its corpus and model lines, which change at once.
+    if (this.raf) cancelAnimationFrame(this.raf);
+    this.draw();
     this.fire('created', m);
   }
 
