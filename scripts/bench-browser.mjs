@@ -1,6 +1,6 @@
 // Runs the wasm build's benchmarks in headless Chromium (WebGPU; SwiftShader on a
 // machine without a GPU) and prints a table, or JSON lines with --json.
-//   node scripts/bench-browser.mjs [pool|step|kernels|policies|record] [--preset tiny] [--steps 10] [--warmup 3]
+//   node scripts/bench-browser.mjs [pool|step|kernels|policies|record|readback] [--preset tiny] [--steps 10] [--warmup 3]
 //                                  [--at-once 16] [--json]
 // Needs pkg/ (make pkg) and the npm packages (scripts/setup.sh web). $CHROMIUM: the
 // browser (default /usr/bin/chromium); $CHROMIUM_ARGS: flags added to its own.
@@ -15,9 +15,14 @@
 // through Dawn in Node.js, the yardstick the H200 can run, which validates every call
 // on the caller's thread, behind Node's C++ bindings. A page only serializes its calls;
 // Chromium's GPU process validates them beside it.
+//
+// `readback`: a readback's round trip on an idle GPU, `steps` of them after `warmup`
+// (scripts/readback.mjs; `bench-dawn.mjs --readback` times the same in Node.js): what
+// a call of several steps pays once, at its end.
 import { parseArgs } from 'node:util';
 import { chromium } from 'playwright-core';
 import { startServer } from '../www/serve.mjs';
+import { readbackRoundTrips } from './readback.mjs';
 
 const { values: opt, positionals } = parseArgs({
   allowPositionals: true,
@@ -31,8 +36,8 @@ const { values: opt, positionals } = parseArgs({
   },
 });
 const which = positionals[0] ?? 'step';
-if (!['pool', 'step', 'kernels', 'policies', 'record'].includes(which)) {
-  console.error(`unknown benchmark ${which}: pool, step, kernels, policies or record`);
+if (!['pool', 'step', 'kernels', 'policies', 'record', 'readback'].includes(which)) {
+  console.error(`unknown benchmark ${which}: pool, step, kernels, policies, record or readback`);
   process.exit(2);
 }
 for (const [name, lo, hi] of [['steps', 1, 100_000], ['warmup', 0, 100_000], ['batches', 1, 100_000], ['at-once', 1, 1024]]) {
@@ -53,7 +58,8 @@ const browser = await chromium.launch({
 });
 try {
   const page = await browser.newPage();
-  if (which === 'record') {
+  const isolated = which === 'record' || which === 'readback';
+  if (isolated) {
     // Cross-origin isolated: microsecond timers (the served files are all same-origin).
     await page.route('**/*', async (route) => {
       const response = await route.fetch();
@@ -62,10 +68,13 @@ try {
     });
   }
   await page.goto(`${server.url}www/blank.html`);
-  if (which === 'record' && !(await page.evaluate(() => crossOriginIsolated))) {
+  if (isolated && !(await page.evaluate(() => crossOriginIsolated))) {
     throw new Error('the page is not cross-origin isolated: its timers would tick in 100 µs');
   }
-  const result = await page.evaluate(async ({ which, opt }) => {
+  const timed = { warmup: Number(opt.warmup), count: Number(opt.steps) };
+  const result = which === 'readback'
+    ? await page.evaluate(readbackRoundTrips, timed).then((row) => ({ info: { name: row.vendor, backend: 'webgpu' }, rows: [row] }))
+    : await page.evaluate(async ({ which, opt }) => {
     const m = await import('/pkg/tidepool.js');
     await m.default();
     // The wasm does not embed the default corpus: fetch it as the page does.

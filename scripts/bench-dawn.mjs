@@ -5,7 +5,7 @@
 //                               [--submit-every 0,16,32] [--at-once N] [--pool]
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
 //                               [--dawn-backend null]
-//                               [--time-calls] [--kernels] [--windows N]
+//                               [--time-calls] [--kernels] [--windows N] [--readback]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
 // costs the browser build time against native (Chrome itself keeps its defaults);
 // --dawn-disable: toggles to turn off (`disable-dawn-features=`), e.g.
@@ -27,9 +27,12 @@
 // caller sees it, those objects included).
 // --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
+// --readback: instead of steps, a readback's round trip on an idle GPU, `steps` of them
+// after `warmup` (scripts/readback.mjs, which bench-browser.mjs readback runs in a page).
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { create, globals } from 'webgpu';
+import { readbackRoundTrips } from './readback.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -48,6 +51,7 @@ const { values: opt } = parseArgs({
     'time-calls': { type: 'boolean', default: false },
     windows: { type: 'string' },
     kernels: { type: 'boolean', default: false },
+    readback: { type: 'boolean', default: false },
   },
 });
 
@@ -59,6 +63,11 @@ const toggles = [
   ...(opt['dawn-backend'] ? [`backend=${opt['dawn-backend']}`] : []),
 ];
 globalThis.navigator = { gpu: create(toggles) };
+if (opt.readback) {
+  const row = await readbackRoundTrips({ warmup: Number(opt.warmup), count: Number(opt.steps) });
+  console.log(JSON.stringify({ runner: 'dawn', ...row }));
+  process.exit(0);
+}
 
 // --time-calls: wraps the methods of the WebGPU classes a step uses; off until the
 // timed steps start, so warm-up (pipeline compilation) stays out of the totals.

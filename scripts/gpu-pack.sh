@@ -81,6 +81,6 @@ if [ -n "${PACK_CHROMIUM:-}" ]; then
   tar cJf .gpu/playwright-core.tar.xz node_modules/playwright-core
   du -sh .chr/part-*
 fi
-cp scripts/bench-dawn.mjs .gpu/dawn/
+cp scripts/bench-dawn.mjs scripts/readback.mjs .gpu/dawn/
 cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

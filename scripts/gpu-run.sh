@@ -62,6 +62,8 @@
 #                               in Node and native: tiny and small 16 a call (~5 min)
 #   scripts/gpu-run.sh browser19  browser18 with the previous build beside this one on
 #                               tiny, and the shakespeare step's memory (~8 min)
+#   scripts/gpu-run.sh readback19  a readback's round trip on the idle GPU, in a page
+#                               and in Node with Dawn (~1 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -585,6 +587,16 @@ case "${1:-bench}" in
     for b in tidepool tidepool-prev; do
       [ "${MEMORY:-1}" = 0 ] && break
       run "memory_$b" ./$b train --preset shakespeare --steps 3 --corpus tinyshakespeare.txt --json
+    done
+    ;;
+  readback19)
+    # A readback's round trip on the idle GPU (~1 min), the cost a call of several
+    # steps pays once at its end: in a Chromium page and in Node.js with Dawn, three
+    # rounds of 200 after 20 (scripts/readback.mjs).
+    chromium_on_gpu
+    for round in 1 2 3; do
+      run "readback_chromium_$round" /tmp/node ../scripts/bench-browser.mjs readback --warmup 20 --steps 200 --json
+      run "readback_dawn_$round" /tmp/node dawn/bench-dawn.mjs --readback --warmup 20 --steps 200
     done
     ;;
   attention1)
