@@ -132,8 +132,10 @@ pub struct WgpuContext {
     /// web each `getBindGroupLayout` call makes a new object).
     pipelines: Mutex<FxHashMap<&'static str, Arc<Compiled>>>,
     recorder: Mutex<Recorder>,
-    errors: Arc<Mutex<Vec<String>>>,
-    lost: Arc<Mutex<Option<String>>>,
+    pub(crate) errors: Arc<Mutex<Vec<String>>>,
+    pub(crate) lost: Arc<Mutex<Option<String>>>,
+    /// The latest submit's index: natively, a readback waits for it and no later one.
+    last_submit: Mutex<Option<wgpu::SubmissionIndex>>,
     /// Kept alive as long as the device: WebGPU implementations (Dawn) lose every
     /// device of an instance once its last reference is gone.
     _instance: wgpu::Instance,
@@ -243,6 +245,7 @@ impl WgpuContext {
             recorder: Mutex::default(),
             errors,
             lost,
+            last_submit: Mutex::new(None),
             _instance: instance,
         })
     }
@@ -701,8 +704,7 @@ impl WgpuContext {
             rec.take_encoder()
         };
         if let Some(encoder) = encoder {
-            self.memory.before_submit(&self.queue);
-            self.queue.submit([encoder.finish()]);
+            self.submit(encoder);
             self.memory.counters.submits.fetch_add(1, Relaxed);
         }
     }
@@ -769,10 +771,21 @@ impl WgpuContext {
         };
         let submitted = encoder.is_some();
         if let Some(encoder) = encoder {
-            self.memory.before_submit(&self.queue);
-            self.queue.submit([encoder.finish()]);
+            self.submit(encoder);
         }
         self.memory.after_submit(submitted);
+    }
+
+    /// Submits `encoder` after the uniform slots' writes, and keeps its index.
+    fn submit(&self, encoder: wgpu::CommandEncoder) {
+        self.memory.before_submit(&self.queue);
+        let index = self.queue.submit([encoder.finish()]);
+        *lock(&self.last_submit) = Some(index);
+    }
+
+    /// The index of the latest submit (None before any).
+    pub(crate) fn last_submit(&self) -> Option<wgpu::SubmissionIndex> {
+        lock(&self.last_submit).clone()
     }
 
     /// Destroys the pool's free buffers: at once outside a scope, after the scope's
@@ -793,30 +806,27 @@ impl WgpuContext {
         self.memory.evict_idle()
     }
 
-    /// Waits for the GPU natively; the browser needs no polling.
-    pub(crate) fn poll_wait(&self) {
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
-        }
-    }
-
     /// Errors wgpu reported since the last check, and a lost device, as one `Error`.
     pub fn take_error(&self) -> Result<()> {
-        if let Some(lost) = lock(&self.lost).clone() {
-            return Err(Error::DeviceLost(lost));
-        }
-        let errors = std::mem::take(&mut *lock(&self.errors));
-        if let Some(first) = errors.first() {
-            let more = if errors.len() > 1 {
-                format!(" (and {} more)", errors.len() - 1)
-            } else {
-                String::new()
-            };
-            return Err(Error::Gpu(format!("{first}{more}")));
-        }
-        Ok(())
+        take_error(&self.lost, &self.errors)
     }
+}
+
+/// [`WgpuContext::take_error`] on its two sinks (a [`super::Reading`] holds them too).
+pub(crate) fn take_error(lost: &Mutex<Option<String>>, errors: &Mutex<Vec<String>>) -> Result<()> {
+    if let Some(lost) = lock(lost).clone() {
+        return Err(Error::DeviceLost(lost));
+    }
+    let errors = std::mem::take(&mut *lock(errors));
+    if let Some(first) = errors.first() {
+        let more = if errors.len() > 1 {
+            format!(" (and {} more)", errors.len() - 1)
+        } else {
+            String::new()
+        };
+        return Err(Error::Gpu(format!("{first}{more}")));
+    }
+    Ok(())
 }
 
 impl Drop for WgpuContext {

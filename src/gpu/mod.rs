@@ -60,7 +60,7 @@ pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
 pub use slice::Slice;
 pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
-pub use transfer::PendingRead;
+pub use transfer::{PendingRead, Reading};
 
 /// Locks a mutex, ignoring poisoning: a panic elsewhere leaves these lists valid.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

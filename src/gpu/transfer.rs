@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use super::context::take_error;
 use super::context::WgpuContext;
-use super::memory::{write_mapped, MemoryManager};
+use super::memory::{write_mapped, MemoryManager, Purpose};
 use super::pooled::PooledBuffer;
 use super::staging::staging_class;
 use crate::error::{Error, Result};
@@ -135,9 +136,20 @@ impl WgpuContext {
     /// the last check.
     pub async fn read<T: bytemuck::Pod>(
         &self,
-        mut pending: PendingRead,
+        pending: PendingRead,
         count: usize,
     ) -> Result<Vec<T>> {
+        self.start_read(pending, count)?.values().await
+    }
+
+    /// [`WgpuContext::read`]'s first half: submits what is recorded and asks for the
+    /// map. The [`Reading`] it returns is awaited without the context, so more work
+    /// can be recorded and submitted while it is on its way back.
+    pub fn start_read<T: bytemuck::Pod>(
+        &self,
+        mut pending: PendingRead,
+        count: usize,
+    ) -> Result<Reading<T>> {
         let staging = pending.buffer.take().expect("present until read or drop");
         let bytes = count * std::mem::size_of::<T>();
         let padded = (bytes.div_ceil(4) * 4) as u64;
@@ -149,34 +161,100 @@ impl WgpuContext {
             )));
         }
         self.flush();
-        if bytes == 0 {
-            self.memory.readback_done(staging);
+        let submission = self.last_submit();
+        let (tx, rx) = futures_channel::oneshot::channel();
+        if bytes > 0 {
+            staging
+                .slice(..padded)
+                .map_async(wgpu::MapMode::Read, move |result| {
+                    let _ = tx.send(result);
+                });
+        }
+        Ok(Reading {
+            staging: Some(staging),
+            bytes,
+            padded,
+            mapped: rx,
+            submission,
+            device: self.device.clone(),
+            home: self.memory.clone(),
+            errors: self.errors.clone(),
+            lost: self.lost.clone(),
+            _values: std::marker::PhantomData,
+        })
+    }
+}
+
+/// A readback submitted and asked to map ([`WgpuContext::start_read`]). It holds what
+/// it needs (no borrow of the context), so two may be in flight: the page records the
+/// next steps while the last ones' figures come back. Dropped unread, its buffer is
+/// destroyed (a map may be pending on it).
+pub struct Reading<T> {
+    staging: Option<wgpu::Buffer>,
+    bytes: usize,
+    padded: u64,
+    mapped: futures_channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+    /// The submit that copies into it: natively, what to wait for (not later ones;
+    /// the browser needs no polling).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    submission: Option<wgpu::SubmissionIndex>,
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    device: wgpu::Device,
+    home: Arc<MemoryManager>,
+    errors: Arc<std::sync::Mutex<Vec<String>>>,
+    lost: Arc<std::sync::Mutex<Option<String>>>,
+    _values: std::marker::PhantomData<T>,
+}
+
+impl<T: bytemuck::Pod> Reading<T> {
+    /// The values, once the GPU has written them; also any GPU error since the last
+    /// check (as [`WgpuContext::take_error`]).
+    pub async fn values(mut self) -> Result<Vec<T>> {
+        let staging = self.staging.take().expect("present until read or drop");
+        if self.bytes == 0 {
+            self.home.readback_done(staging);
             return Ok(Vec::new());
         }
-        let (tx, rx) = futures_channel::oneshot::channel();
-        staging
-            .slice(..padded)
-            .map_async(wgpu::MapMode::Read, move |result| {
-                let _ = tx.send(result);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let _ = self.device.poll(wgpu::PollType::Wait {
+                submission_index: self.submission.take(),
+                timeout: None,
             });
-        self.poll_wait();
-        let mapped = rx.await;
-        self.take_error()?;
+        }
+        let mapped = (&mut self.mapped).await;
+        if let Err(e) = take_error(&self.lost, &self.errors) {
+            self.home.retire(staging, Purpose::Readback, false);
+            return Err(e);
+        }
         match mapped {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Error::Map(e.to_string())),
-            Err(_) => return Err(Error::Map("the map callback never ran".into())),
+            failed => {
+                self.home.retire(staging, Purpose::Readback, false);
+                return Err(Error::Map(match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the map callback never ran".into(),
+                }));
+            }
         }
         let data = {
             let view = staging
-                .slice(..padded)
+                .slice(..self.padded)
                 .get_mapped_range()
                 .map_err(|e| Error::Map(e.to_string()))?;
-            bytemuck::pod_collect_to_vec(&view[..bytes])
+            bytemuck::pod_collect_to_vec(&view[..self.bytes])
         };
         staging.unmap();
-        self.memory.readback_done(staging);
+        self.home.readback_done(staging);
         Ok(data)
+    }
+}
+
+impl<T> Drop for Reading<T> {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.staging.take() {
+            self.home.retire(buffer, Purpose::Readback, false);
+        }
     }
 }
 
