@@ -260,63 +260,108 @@ pub async fn submit_variants(
             submit_every,
             ..cfg.clone()
         };
-        (format!("submit_every {submit_every}"), cfg, 1)
+        (format!("submit_every {submit_every}"), cfg, 1, 1)
     });
     step_runs(runs.collect(), preset, corpus, warmup, steps).await
 }
 
 /// ms a step when `n` steps are recorded before their losses are read
-/// ([`Trainer::steps`]; 1: [`Trainer::step`]), for each `n` of `values`, taken in
-/// turns. Rows are labelled `at once N`; `steps` counts calls.
+/// ([`Trainer::steps`]; 1: [`Trainer::step`]), for each `n` of `values` and each
+/// number of calls kept in flight of `in_flight` (1: each call waits for the one
+/// before; 2: the next is recorded while the last one's figures come back), taken
+/// in turns. Rows are labelled `at once N` (`, K in flight` past 1); `steps` counts
+/// calls.
 pub async fn at_once_variants(
     cfg: &TrainConfig,
     preset: &str,
     corpus: &Corpus,
-    warmup: u32,
-    steps: u32,
+    (warmup, steps): (u32, u32),
     values: &[u32],
+    in_flight: &[u32],
 ) -> Result<Vec<StepRow>> {
-    let runs = values
-        .iter()
-        .map(|&n| (format!("at once {n}"), cfg.clone(), n));
-    step_runs(runs.collect(), preset, corpus, warmup, steps).await
+    let mut runs = Vec::new();
+    for &n in values {
+        for &k in in_flight {
+            let label = match k {
+                1 => format!("at once {n}"),
+                k => format!("at once {n}, {k} in flight"),
+            };
+            runs.push((label, cfg.clone(), n, k));
+        }
+    }
+    step_runs(runs, preset, corpus, warmup, steps).await
 }
 
-/// One trainer a run (label, config, steps a call), `warmup` calls each, then
-/// `calls` timed calls taken in turns; the median of the steps' ms.
+/// Calls of `n` steps in a row, `calls` of them, keeping up to `in_flight` started
+/// before the first of them has finished ([`Trainer::start_steps`]); with 1 and
+/// `n == 1`, [`Trainer::step`].
+async fn run_calls(
+    trainer: &mut Trainer,
+    n: u32,
+    in_flight: u32,
+    calls: u32,
+) -> Result<Vec<StepStats>> {
+    if n == 1 && in_flight == 1 {
+        let mut out = Vec::new();
+        for _ in 0..calls {
+            out.push(trainer.step().await?);
+        }
+        return Ok(out);
+    }
+    let mut pending = std::collections::VecDeque::new();
+    let mut out = Vec::new();
+    for call in 0..calls + in_flight {
+        if pending.len() as u32 == in_flight || call >= calls {
+            let Some(oldest) = pending.pop_front() else {
+                break;
+            };
+            let figures = crate::train::StepsInFlight::figures(oldest).await?;
+            out.extend(trainer.finish_steps(figures).await?);
+        }
+        if call < calls {
+            pending.push_back(trainer.start_steps(n)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Calls a turn with more than one in flight: each turn starts with none in flight,
+/// so its first call waits as an unpipelined one does, and the median is of the rest.
+const PIPELINED_CALLS_A_TURN: u32 = 8;
+
+/// One trainer a run (label, config, steps a call, calls in flight), `warmup` calls
+/// each, then `calls` timed calls taken in turns (of [`PIPELINED_CALLS_A_TURN`]
+/// where more than one is in flight, so that two trainers' calls never share the
+/// GPU); the median of the steps' ms.
 async fn step_runs(
-    runs: Vec<(String, TrainConfig, u32)>,
+    runs: Vec<(String, TrainConfig, u32, u32)>,
     preset: &str,
     corpus: &Corpus,
     warmup: u32,
     calls: u32,
 ) -> Result<Vec<StepRow>> {
-    async fn advance(trainer: &mut Trainer, n: u32) -> Result<Vec<StepStats>> {
-        if n > 1 {
-            trainer.steps(n).await
-        } else {
-            Ok(vec![trainer.step().await?])
-        }
-    }
     let mut trainers = Vec::new();
-    for (_, cfg, n) in &runs {
+    for (_, cfg, n, k) in &runs {
         let mut trainer = Trainer::new(cfg.clone(), corpus.clone()).await?;
-        for _ in 0..warmup {
-            advance(&mut trainer, *n).await?;
-        }
+        run_calls(&mut trainer, *n, *k, warmup).await?;
         trainers.push(trainer);
     }
     let start: Vec<_> = trainers.iter().map(|t| t.context().counters()).collect();
     let mut ms = vec![Vec::new(); runs.len()];
     let mut record_ms = vec![Vec::new(); runs.len()];
     let mut loss = vec![0.0; runs.len()];
-    for _ in 0..calls {
+    let mut done = vec![0; runs.len()];
+    while done.iter().any(|&d| d < calls) {
         for (i, trainer) in trainers.iter_mut().enumerate() {
-            for s in advance(trainer, runs[i].2).await? {
+            let (n, k) = (runs[i].2, runs[i].3);
+            let turn = if k > 1 { PIPELINED_CALLS_A_TURN } else { 1 };
+            let turn = turn.min(calls - done[i]);
+            for s in run_calls(trainer, n, k, turn).await? {
                 ms[i].push(s.ms);
                 record_ms[i].push(s.record_ms);
                 loss[i] = s.loss;
             }
+            done[i] += turn;
         }
     }
     let mut rows = Vec::new();

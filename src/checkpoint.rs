@@ -515,6 +515,7 @@ impl Trainer {
                 ..StepStats::default()
             },
             val_loss: None,
+            last_figures_at: f64::NEG_INFINITY,
             ctx,
             cfg,
             model,

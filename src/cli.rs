@@ -81,6 +81,11 @@ struct BenchArgs {
     /// 1,8: one row each (1: a step at a time; see Trainer::steps).
     #[arg(long, value_delimiter = ',')]
     at_once: Vec<u32>,
+    /// With --at-once: calls kept in flight, comma-separated, e.g. 1,2 (1: each
+    /// call waits for the one before; 2: the next call is recorded and submitted
+    /// while the last one's losses come back, as the page trains).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    in_flight: Vec<u32>,
 }
 
 #[derive(clap::Args)]
@@ -259,6 +264,13 @@ fn check_bench_args(args: &BenchArgs) -> Result<(), tidepool::Error> {
     if let Some(n) = args.at_once.iter().find(|&&n| !(1..=max).contains(&n)) {
         return bad(format!("--at-once values must be 1 to {max}, got {n}"));
     }
+    let most = tidepool::train::MAX_STEPS_IN_FLIGHT;
+    if let Some(k) = args.in_flight.iter().find(|&&k| !(1..=most).contains(&k)) {
+        return bad(format!("--in-flight values must be 1 to {most}, got {k}"));
+    }
+    if args.in_flight != [1] && args.at_once.is_empty() {
+        return bad("--in-flight needs --at-once (the steps a call)".into());
+    }
     if args.presets.split(',').any(|p| p.trim().is_empty()) {
         return bad(format!(
             "--presets has an empty name in {:?}; give names separated by commas, e.g. tiny,small",
@@ -339,7 +351,9 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                         None => cfg,
                     };
                     let (w, n) = (args.warmup, args.steps);
-                    bench::at_once_variants(&cfg, &label, &corpus, w, n, &args.at_once).await?
+                    let (at_once, in_flight) = (&args.at_once, &args.in_flight);
+                    bench::at_once_variants(&cfg, &label, &corpus, (w, n), at_once, in_flight)
+                        .await?
                 } else if args.submit_every.is_empty() {
                     bench::step_variants(&cfg, &label, &corpus, args.warmup, args.steps).await?
                 } else {

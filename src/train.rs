@@ -5,7 +5,9 @@
 use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
-use crate::gpu::{ContextCounters, ContextOptions, PendingRead, PooledBuffer, Slice, WgpuContext};
+use crate::gpu::{
+    ContextCounters, ContextOptions, PendingRead, PooledBuffer, Reading, Slice, WgpuContext,
+};
 use crate::kernels::{self, AdamW, GradArena, GradLayout, Moments, ParamArena};
 use crate::model::{
     self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
@@ -122,6 +124,50 @@ struct RecordedStep {
     step: u32,
     record_ms: f64,
     before: (ContextCounters, BufferPoolStats),
+}
+
+/// Calls of [`Trainer::start_steps`] a caller keeps in flight, at most (the wasm
+/// API refuses more): a second hides the wait between calls; more would only queue
+/// work a pause must wait for.
+pub const MAX_STEPS_IN_FLIGHT: u32 = 2;
+
+/// Steps recorded and submitted ([`Trainer::start_steps`]), their figures on their
+/// way back.
+pub struct StepsInFlight {
+    reading: Reading<f32>,
+    recorded: Vec<(RecordedStep, (ContextCounters, BufferPoolStats))>,
+    start: f64,
+    evaluates: bool,
+}
+
+impl StepsInFlight {
+    /// An evaluation is due within these steps ([`TrainConfig::eval_every`]): it
+    /// runs when they finish, so no steps may be started after these before then.
+    pub fn evaluates(&self) -> bool {
+        self.evaluates
+    }
+
+    /// Waits for the steps' figures, with no trainer borrowed.
+    pub async fn figures(self) -> Result<StepFigures> {
+        let values = self.reading.values().await?;
+        Ok(StepFigures {
+            values,
+            recorded: self.recorded,
+            start: self.start,
+            evaluates: self.evaluates,
+            at: now_ms(),
+        })
+    }
+}
+
+/// The figures of steps in flight, back on the host, for [`Trainer::finish_steps`].
+pub struct StepFigures {
+    values: Vec<f32>,
+    recorded: Vec<(RecordedStep, (ContextCounters, BufferPoolStats))>,
+    start: f64,
+    evaluates: bool,
+    /// When they came back (ms).
+    at: f64,
 }
 
 /// Dispatches a part of a step's work (`submit_every`), chosen on the H200 natively
@@ -471,6 +517,8 @@ pub struct Trainer {
     pub(crate) step: u32,
     pub(crate) last: StepStats,
     pub(crate) val_loss: Option<f32>,
+    /// When the latest [`Trainer::finish_steps`] call's figures came back (ms).
+    pub(crate) last_figures_at: f64,
     /// Last, so it drops after the buffers above: its drop destroys what they
     /// returned to the pool.
     pub(crate) ctx: WgpuContext,
@@ -503,6 +551,7 @@ impl Trainer {
             step: 0,
             last: StepStats::default(),
             val_loss: None,
+            last_figures_at: f64::NEG_INFINITY,
         })
     }
 
@@ -587,6 +636,18 @@ impl Trainer {
     /// naming its step; the steps after it have run. An evaluation due within the
     /// `n` steps (`eval_every`) runs once, after them.
     pub async fn steps(&mut self, n: u32) -> Result<Vec<StepStats>> {
+        let in_flight = self.start_steps(n)?;
+        let figures = in_flight.figures().await?;
+        self.finish_steps(figures).await
+    }
+
+    /// [`Trainer::steps`] in two halves, so that the next steps can be recorded and
+    /// submitted while these ones' figures come back (the GPU then never waits for
+    /// the host between calls; in a browser that wait is a millisecond or more, see
+    /// BENCHMARKS.md): this one records and submits `n` steps; their figures come
+    /// with [`StepsInFlight::figures`], which needs no trainer, and their stats from
+    /// [`Trainer::finish_steps`], in the order the calls were started.
+    pub fn start_steps(&mut self, n: u32) -> Result<StepsInFlight> {
         if !(1..=MAX_STEPS_AT_ONCE).contains(&n) {
             return Err(Error::Config(format!(
                 "steps at once must be 1 to {MAX_STEPS_AT_ONCE}, got {n}"
@@ -609,6 +670,7 @@ impl Trainer {
         let mut groups = upload_groups(n as usize, batch_bytes).into_iter();
         let mut uploaded: Vec<GpuBatch> = Vec::new();
         let mut recorded = Vec::new();
+        let mut evaluates = false;
         for i in 0..n as usize {
             let at = (now_ms(), self.counters_now());
             // The next group's windows, when the last group's batches are used up.
@@ -634,20 +696,44 @@ impl Trainer {
             let last = (i + 1 == n as usize).then_some(&figures);
             let step = self.record_step(batch, at, ((&gathered, 4 * i), last), i > 0);
             self.step = step.step;
+            evaluates |= self.cfg.eval_every > 0 && step.step.is_multiple_of(self.cfg.eval_every);
             let after = (self.ctx.counters(), self.ctx.pool_stats());
             recorded.push((step, after));
         }
         drop(gathered);
-        let values = self.ctx.read::<f32>(figures, 4 * n as usize).await?;
-        let ms = (now_ms() - start) / f64::from(n);
+        Ok(StepsInFlight {
+            reading: self.ctx.start_read(figures, 4 * n as usize)?,
+            recorded,
+            start,
+            evaluates,
+        })
+    }
+
+    /// The stats of steps started by [`Trainer::start_steps`], once their figures
+    /// are back; calls started one after another finish in the same order. An
+    /// evaluation due within them runs now, so their caller starts no steps after
+    /// them before it (see [`StepsInFlight::evaluates`]).
+    pub async fn finish_steps(&mut self, figures: StepFigures) -> Result<Vec<StepStats>> {
+        let StepFigures {
+            values,
+            recorded,
+            start,
+            evaluates,
+            at,
+        } = figures;
+        // A call started while the one before was in flight counts from the end of
+        // that one: its ms is what it added to the run, not how long it waited. (Two
+        // calls' figures can come back in one task, the second adding no time a
+        // timer can see: a microsecond, so tokens/s stays finite.)
+        let n = recorded.len() as f64;
+        let ms = ((at - start.max(self.last_figures_at)) / n).max(1e-3);
+        self.last_figures_at = at;
         let mut stats = Vec::new();
-        let mut due = false;
         for (i, (step, after)) in recorded.into_iter().enumerate() {
             stats.push(self.stats_of(&step, &values[4 * i..4 * i + 3], ms, after)?);
-            due |= self.cfg.eval_every > 0 && step.step.is_multiple_of(self.cfg.eval_every);
         }
         self.last = stats.last().cloned().expect("n >= 1");
-        if due {
+        if evaluates {
             self.evaluate().await?;
             stats.last_mut().expect("n >= 1").val_loss = self.val_loss;
         }

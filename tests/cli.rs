@@ -171,6 +171,14 @@ fn odd_arguments_and_endless_files_are_refused_before_any_work() {
         ),
         (&["bench", "step", "--at-once", "8,5000"], "got 5000"),
         (
+            &["bench", "step", "--at-once", "16", "--in-flight", "1,3"],
+            "--in-flight values must be 1 to 2, got 3",
+        ),
+        (
+            &["bench", "step", "--in-flight", "2"],
+            "--in-flight needs --at-once",
+        ),
+        (
             &["bench", "step", "--presets", "tiny,,small"],
             "--presets has an empty name",
         ),

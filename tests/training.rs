@@ -298,6 +298,85 @@ async fn steps_at_once_body() {
 }
 
 gpu_test!(
+    steps_in_flight_train_as_calls_one_after_another,
+    steps_in_flight_body()
+);
+/// Two calls in flight (`start_steps` while the one before is unread, as the page
+/// trains): the same losses, norms, learning rates and evaluations, bit for bit, as
+/// the same calls made one after another; a call whose steps reach `eval_every`
+/// says so (no call may start after it before it finishes); after warm-up a call in
+/// flight beside another creates nothing.
+async fn steps_in_flight_body() {
+    let cfg = TrainConfig {
+        dropout: 0.1,
+        eval_every: 6,
+        eval_batches: 2,
+        ..parity_config()
+    };
+    let bits = |s: &tidepool::train::StepStats| {
+        let val = s.val_loss.map(f32::to_bits);
+        (
+            s.step,
+            s.loss.to_bits(),
+            s.lr.to_bits(),
+            s.grad_norm.to_bits(),
+            val,
+        )
+    };
+    let mut one = Trainer::new(cfg.clone(), common::corpus())
+        .await
+        .expect("trainer");
+    let mut want = Vec::new();
+    for _ in 0..5 {
+        want.extend(one.steps(3).await.expect("steps").iter().map(bits));
+    }
+    let mut two = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    let mut got = Vec::new();
+    let finish = async |two: &mut Trainer, call: tidepool::train::StepsInFlight| {
+        let figures = call.figures().await.expect("figures");
+        let stats = two.finish_steps(figures).await.expect("finish");
+        for s in &stats {
+            assert!(
+                s.ms.is_finite() && s.ms > 0.0,
+                "step {}: {} ms",
+                s.step,
+                s.ms
+            );
+        }
+        stats
+    };
+    // Steps 1-3 and 4-6 in flight together; 6 evaluates, so 7-9 waits for it.
+    let a = two.start_steps(3).expect("start");
+    let b = two.start_steps(3).expect("start");
+    assert!(!a.evaluates() && b.evaluates());
+    got.extend(finish(&mut two, a).await.iter().map(bits));
+    got.extend(finish(&mut two, b).await.iter().map(bits));
+    // 7-9 beside 10-12 (which evaluates), then 13-15 alone: every buffer a pair
+    // needs was made by the first pair.
+    let c = two.start_steps(3).expect("start");
+    let d = two.start_steps(3).expect("start");
+    assert!(!c.evaluates() && d.evaluates());
+    for stats in [finish(&mut two, c).await, finish(&mut two, d).await] {
+        for s in &stats {
+            assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+            assert_eq!(s.bind_groups_created_step, 0, "step {}", s.step);
+        }
+        got.extend(stats.iter().map(bits));
+    }
+    let e = two.start_steps(3).expect("start");
+    got.extend(finish(&mut two, e).await.iter().map(bits));
+    assert_eq!(got, want);
+    assert!(
+        got[5].4.is_some() && got[11].4.is_some(),
+        "steps 6 and 12 evaluate"
+    );
+    assert!(
+        one.parameters().await.unwrap() == two.parameters().await.unwrap(),
+        "parameters differ after 15 steps"
+    );
+}
+
+gpu_test!(
     evaluation_is_the_mean_of_the_reference_losses,
     evaluation_body()
 );
