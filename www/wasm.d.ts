@@ -53,7 +53,8 @@ export interface TrainerConfig {
 
 /**
  * Why a promise of the wasm API rejected: `error.kind`. `busy`: the call was made
- * before the trainer's previous one resolved; await each call before the next.
+ * before the trainer's previous one resolved; await each call before the next
+ * (`steps(n)` alone may have two in flight).
  */
 export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal';
 
@@ -201,7 +202,8 @@ export interface StepStats {
 /**
  * A GPT training on its own WebGPU device and pool. Calls that return promises
  * must not overlap: await each before the next (a second one is refused with kind
- * `busy`, and so is a synchronous call made meanwhile). Rejections are `Error`s whose
+ * `busy`, and so is a synchronous call made meanwhile), except `steps(n)`, which may
+ * have two in flight (the getters answer meanwhile). Rejections are `Error`s whose
  * message says what to change. After `free()` the object is spent: any call throws
  * wasm-bindgen's own error.
  */
@@ -236,7 +238,11 @@ export declare class Trainer {
   /**
    * `n` training steps (1 to 1024) recorded back to back, their losses read once at
    * the end (the GPU never waits for the host between them); each `ms` is the call's
-   * time over `n`.
+   * time over `n` (from the end of the call before, when that one was in flight).
+   * The steps are submitted before this returns: a second `steps(n)` may be called
+   * before the first resolves, and its steps run on the GPU while the first's losses
+   * come back (in a browser that saves a millisecond or more a call). A third, or one
+   * after a call whose steps reach `eval_every`, is `busy`. Calls resolve in order.
    */
   steps(n: number): Promise<StepStats[]>;
   /** The mean held-out loss. */
