@@ -140,7 +140,8 @@ export interface TidepoolErrorDetail {
 export interface TidepoolEventMap {
   'tidepool:created': CustomEvent<TidepoolCreatedDetail>;
   /** After every step; the detail is the step's figures. */
-  'tidepool:step': CustomEvent<StepStats>;
+  /** `ahead`: the step's call started before the one before it came back (two in flight). */
+  'tidepool:step': CustomEvent<StepStats & { ahead?: boolean }>;
   'tidepool:sample': CustomEvent<TidepoolSampleDetail>;
   'tidepool:state': CustomEvent<TidepoolStateDetail>;
   'tidepool:error': CustomEvent<TidepoolErrorDetail>;

@@ -21,7 +21,8 @@
 //   {type:'free'}             release GPU memory now
 //   {type:'ping', seq}        answered at once, whatever runs     -> 'pong' {seq, op, ms}: the request
 //                             in flight and for how long (the page's watchdog)
-// Worker -> page, unasked: 'step' {stats}, 'eval' {step, loss}, 'sample' {step, text},
+// Worker -> page, unasked: 'step' {stats} (stats.ahead: its call started before the one
+//   before it came back), 'eval' {step, loss}, 'sample' {step, text},
 //   'state' {running, step, reason, asked_at}, 'autosave' {step, bytes}, 'error' {op, kind, message, fatal}. After a
 //   fatal one (the wasm trapped, or anything escaped) this worker answers every
 //   request with that error: the page starts a new one.
@@ -60,9 +61,16 @@ const queue = [];
 // each loss to be read. As many as fit in batchMs by the last call's time a step, at
 // most maxAtOnce, and never past a step that evaluates, saves or ends the run. A step
 // slower than batchMs / 2 (a CPU adapter) goes one at a time, as before.
+//
+// A call of several steps starts the next call before awaiting its own losses (two
+// in flight, `ahead`), where nothing is due at its end and no request waits: the GPU
+// then never waits for the losses to come back and the next call to be recorded (in
+// Chromium a millisecond or more a call; BENCHMARKS.md, round twenty). Anything
+// else waits for the call ahead to come back first, and a Pause confirms after it.
 const schedule = {
   batchMs: 16, // training a call, at most: what a Pause may wait for
   maxAtOnce: 16, // steps a call, at most
+  overlap: true, // start the next call before the last one's losses are back (below)
   evalEvery: 20, // steps between held-out evaluations...
   evalShare: 0.15, // ...unless that would spend more than this share of the time
   firstSample: 10, // step of the first sample
@@ -81,6 +89,7 @@ let lastSample = { at: 0, ms: 0, step: 0 };
 let lastEval = { at: 0, ms: 0 };
 let msPerChar = 0; // measured by each sample
 let msPerStep = 0; // measured by each training call (0: none yet)
+let ahead = null; // {promise, n, end, quiet}: a call started before the one before it came back
 let maxSteps = 0;
 
 // console_error_panic_hook prints a Rust panic with console.error, then the wasm
@@ -308,6 +317,7 @@ function fail(op, err, id, { escaped = false } = {}) {
   // a refused checkpoint, prompt or save leaves the run as it was; anything else pauses
   const harmless = ['restore', 'save', 'sample'].includes(op) && ['config', 'corpus', 'too_large'].includes(kind);
   if (!harmless) wantRun = false;
+  if (ahead) ahead.quiet = true; // it comes back before anything else; its failure is this one's
   post({ type: 'error', id, op, kind, message: text, fatal, gone });
   if (fatal) {
     for (const m of queue.splice(0)) if (m.id !== undefined) post({ type: 'error', ...crash, id: m.id, op: m.type, fatal });
@@ -329,17 +339,53 @@ function stepsAtOnce(step) {
   return Math.max(1, n);
 }
 
+// A training call of n steps from `from`: step() for one alone, steps(n) for a call
+// that may have another in flight beside it.
+function startCall(n, from, { single = false, early = false } = {}) {
+  const promise = single ? trainer.step().then((s) => [s]) : trainer.steps(n);
+  promise.catch(() => {}); // awaited later, or dropped with a failure before it (quiet)
+  return { promise, n, end: from + n, single, early, quiet: false };
+}
+
+// Nothing is due after the call ending at `end`, so the next may start before it
+// comes back. (A sample that comes due meanwhile waits for a call with none ahead.)
+function plainEnd(end) {
+  const at = (every) => every > 0 && end % every === 0;
+  return !at(schedule.evalEvery) && !at(schedule.autosaveEvery) && !(maxSteps > 0 && end >= maxSteps) && !sampleDue(end);
+}
+
+// Steps fast enough to take several a call (see stepsAtOnce): then calls overlap
+// (unless schedule.overlap is off).
+const fast = () => Boolean(schedule.overlap) && msPerStep > 0 && schedule.batchMs / msPerStep >= 2;
+
 async function trainStep(id) {
   phase('step');
+  let call = ahead;
+  ahead = null;
   // Step once (an id) takes exactly one step; the running loop takes as many as fit.
-  const n = id === undefined && wantRun ? stepsAtOnce(currentStep()) : 1;
+  const running = id === undefined && wantRun;
+  const overlap = running && fast();
+  if (!call) {
+    const n = running ? stepsAtOnce(currentStep()) : 1;
+    call = startCall(n, currentStep(), { single: n === 1 && !overlap });
+  }
+  if (overlap && !call.single && !queue.length && plainEnd(call.end)) ahead = startCall(stepsAtOnce(call.end), call.end, { early: true });
   const t0 = performance.now();
-  const all = n === 1 ? [plain(await trainer.step())] : plain(await trainer.steps(n));
-  msPerStep = (performance.now() - t0) / all.length;
+  let all;
+  try {
+    all = plain(await call.promise);
+  } catch (err) {
+    if (call.quiet) return; // the call before it failed, and said so
+    throw err;
+  }
+  // each step's ms: its call's time over its steps, from the call before's end
+  msPerStep = all[all.length - 1].ms > 0 ? all[all.length - 1].ms : (performance.now() - t0) / all.length;
+  if (call.early) for (const s of all) s.ahead = true;
   for (const s of all.slice(0, -1)) post({ type: 'step', stats: s });
   const stats = all[all.length - 1];
   post({ type: 'step', id, stats });
   const step = stats.step;
+  if (ahead) return; // nothing was due at this call's end (plainEnd)
   // evaluation and samples only while running on: a pause is not kept waiting
   if (wantRun && schedule.evalEvery > 0 && step % schedule.evalEvery === 0 && shareLeft(lastEval, schedule.evalShare)) {
     phase('evaluate');
@@ -348,11 +394,7 @@ async function trainStep(id) {
     const t1 = performance.now();
     lastEval = { at: t1, ms: t1 - t0 };
   }
-  const due =
-    lastSample.step === 0
-      ? step >= schedule.firstSample
-      : performance.now() - lastSample.at >= schedule.sampleSeconds * 1000 && shareLeft(lastSample, schedule.sampleShare);
-  if (wantRun && schedule.sampleLength > 0 && due) {
+  if (wantRun && sampleDue(step)) {
     phase('sample');
     const text = await timedSample(sampleLength(), schedule.temperature, schedule.topK);
     post({ type: 'sample', step, text });
@@ -367,6 +409,13 @@ async function trainStep(id) {
     wantRun = false;
     report(`finished the ${maxSteps}-step schedule`);
   }
+}
+
+// A sample is due after `step` (by default the step trained so far).
+function sampleDue(step = currentStep()) {
+  if (schedule.sampleLength <= 0) return false;
+  if (lastSample.step === 0) return step >= schedule.firstSample;
+  return performance.now() - lastSample.at >= schedule.sampleSeconds * 1000 && shareLeft(lastSample, schedule.sampleShare);
 }
 
 // True when a job that last took `last.ms` may run again and stay within `share` of the time.
@@ -406,6 +455,18 @@ async function pump() {
   busy = true;
   try {
     while (!crash) {
+      if (ahead) {
+        // the call started ahead comes back before any request or pause is served
+        current = { op: 'step', since: performance.now() };
+        try {
+          await trainStep();
+        } catch (err) {
+          fail(current?.op ?? 'step', err);
+        }
+        current = null;
+        if (!ahead) report();
+        continue;
+      }
       const m = queue.shift();
       if (m) {
         current = { op: m.type, since: performance.now(), id: m.id, msg: m };
@@ -428,7 +489,9 @@ async function pump() {
         }
       } else break;
       current = null;
-      report(); // a pause that arrived during the step is confirmed right after it
+      // a pause that arrived during the step is confirmed right after it (after the
+      // call ahead, when there is one)
+      if (!ahead) report();
     }
   } finally {
     current = null;

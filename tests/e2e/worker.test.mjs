@@ -102,7 +102,7 @@ describe('the watchdog', () => {
     // evaluation (every 6) and at maxSteps (14): from step 1, calls of 4, 1, 4, 2, 2.
     await page.evaluate(() => {
       window.seen = [];
-      document.querySelector('.tp').addEventListener('tidepool:step', (e) => window.seen.push({ step: e.detail.step, ms: e.detail.ms }));
+      document.querySelector('.tp').addEventListener('tidepool:step', (e) => window.seen.push({ step: e.detail.step, ms: e.detail.ms, ahead: Boolean(e.detail.ahead) }));
       document.querySelector('.tp').tidepool.start();
     });
     await page.waitForFunction(() => document.querySelector('.tp').tidepool.running === false && window.seen.length >= 13, null, { timeout: 90_000 });
@@ -115,6 +115,12 @@ describe('the watchdog', () => {
       const ms = seen.filter((s) => s.step >= first && s.step <= last).map((s) => s.ms);
       assert.ok(ms.every((m) => m === ms[0] && m > 0), `steps ${first}-${last} were one call: ${ms}`);
     }
+    // Each call of several steps starts the next before its own losses are back,
+    // unless something is due at its end: 6 and 12 evaluate, 14 ends the run. So
+    // [6] starts while [2-5] is in flight and [11-12] while [7-10] is; the rest
+    // start after the call before.
+    const ahead = seen.filter((s) => s.ahead).map((s) => s.step);
+    assert.deepEqual(ahead, [6, 11, 12], 'the calls started ahead');
     const h = await page.evaluate(() => {
       const { x, val } = document.querySelector('.tp').tidepool.history;
       return { x: Array.from(x.slice(0, 14)), val: Array.from(val.slice(0, 14)) };
