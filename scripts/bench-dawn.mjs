@@ -2,7 +2,7 @@
 // Chrome's WebGPU engine, from the npm package `webgpu`: how the H200 measures the
 // browser build on a real GPU. Prints one JSON line a result.
 //   node scripts/bench-dawn.mjs [--pkg DIR[,DIR2...]] [--preset P] [--steps N] [--warmup N] [--corpus FILE]
-//                               [--submit-every 0,16,32] [--at-once N] [--pool]
+//                               [--submit-every 0,16,32] [--at-once N] [--in-flight 1|2] [--pool]
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
 //                               [--dawn-backend null]
 //                               [--time-calls] [--kernels] [--windows N] [--readback]
@@ -15,6 +15,9 @@
 // whatever the readback held; a call whose loss is not finite (the trainer refuses
 // it) is timed here instead, its whole time counted as recording.
 // --pkg A,B: a trainer for each build, taking turns step by step, one line each.
+// --in-flight 2: each call of steps(n) starts before the one before resolves (as the
+// page's worker trains); the trainers then take turns by 8 calls, each turn starting
+// with none in flight, so two trainers never share the GPU.
 // --time-calls: times every WebGPU method the build calls during the timed steps and
 // prints one {"bench":"calls"} line a method (µs a step, calls a step): where a step's
 // host time goes on Dawn's side of the boundary; with --at-once 1 also one
@@ -45,6 +48,7 @@ const { values: opt } = parseArgs({
     'submit-every': { type: 'string' },
     // Steps a call records before reading their losses (trainer.steps(n)); 1: step().
     'at-once': { type: 'string', default: '1' },
+    'in-flight': { type: 'string', default: '1' },
     'dawn-toggles': { type: 'string' },
     'dawn-disable': { type: 'string' },
     'dawn-backend': { type: 'string' },
@@ -130,38 +134,53 @@ for (const [k, mod] of modules.entries()) {
 }
 console.log(JSON.stringify({ runner: 'dawn', adapter: trainers[0].adapter(), model: trainers[0].model() }));
 const atOnce = Number(opt['at-once']);
+const inFlight = Number(opt['in-flight']);
+if (![1, 2].includes(inFlight)) {
+  console.error(`--in-flight must be 1 or 2, got ${opt['in-flight']}`);
+  process.exit(2);
+}
 // One call's stats: step() one at a time, or steps(n) n at a time.
 const runsNothing = opt['dawn-backend'] === 'null';
-// The last call's wall time a step (median_wall_ms).
-let wallMs = 0;
+// One call's stats and wall time a step (median_wall_ms).
 const advance = async (trainer) => {
   const start = performance.now();
   try {
-    const stats = atOnce > 1 ? await trainer.steps(atOnce) : [await trainer.step()];
-    wallMs = (performance.now() - start) / atOnce;
-    return stats;
+    const stats = atOnce > 1 || inFlight > 1 ? await trainer.steps(atOnce) : [await trainer.step()];
+    return { stats, wall: (performance.now() - start) / atOnce };
   } catch (e) {
     if (!runsNothing || !String(e?.message ?? e).includes('the loss became')) throw e;
     const ms = (performance.now() - start) / atOnce;
-    wallMs = ms;
-    return [{ ...trainer.stats(), ms, record_ms: ms }];
+    return { stats: [{ ...trainer.stats(), ms, record_ms: ms }], wall: ms };
   }
 };
-for (const trainer of trainers) for (let i = 0; i < Number(opt.warmup); i++) await advance(trainer);
+// `count` calls of a trainer, each started while up to inFlight - 1 before it are unresolved.
+const calls = async (trainer, count) => {
+  const done = [];
+  const pending = [];
+  for (let i = 0; i < count; i++) {
+    if (pending.length === inFlight) done.push(await pending.shift());
+    pending.push(advance(trainer));
+  }
+  for (const p of pending) done.push(await p);
+  return done;
+};
+for (const trainer of trainers) await calls(trainer, Number(opt.warmup));
 const ms = trainers.map(() => []);
 const recordMs = trainers.map(() => []);
 const wall = trainers.map(() => []);
 const last = [];
+const turn = inFlight > 1 ? 8 : 1;
 timingCalls = true;
-for (let i = 0; i < Number(opt.steps); i++) {
+for (let i = 0; i < Number(opt.steps); i += turn) {
   for (const [t, trainer] of trainers.entries()) {
     stepSubmits = [];
-    const stats = await advance(trainer);
+    for (const { stats, wall: w } of await calls(trainer, Math.min(turn, Number(opt.steps) - i))) {
+      last[t] = stats[stats.length - 1];
+      ms[t].push(last[t].ms);
+      recordMs[t].push(last[t].record_ms);
+      wall[t].push(w);
+    }
     if (atOnce === 1 && t === 0) submitsByStep.push(stepSubmits);
-    last[t] = stats[stats.length - 1];
-    ms[t].push(last[t].ms);
-    recordMs[t].push(last[t].record_ms);
-    wall[t].push(wallMs);
   }
 }
 timingCalls = false;
@@ -181,7 +200,7 @@ for (const [t, times] of ms.entries()) {
   const rec = recordMs[t].sort((a, b) => a - b)[Math.floor(times.length / 2)];
   console.log(JSON.stringify({
     runner: 'dawn', preset: opt.preset, ...(trainerPkgs[t] ? { pkg: trainerPkgs[t] } : {}),
-    submit_every: values[t] ?? null, at_once: atOnce, steps: times.length * atOnce,
+    submit_every: values[t] ?? null, at_once: atOnce, in_flight: inFlight, steps: times.length * atOnce,
     dawn_toggles: opt['dawn-toggles'] ?? null, dawn_disable: opt['dawn-disable'] ?? null,
     median_ms: median, median_record_ms: rec, median_wall_ms: medianOf(wall[t]), tokens_per_s: (batch * context) / (median / 1e3), loss: last[t].loss,
     buffers_created_step: last[t].buffers_created_step, hit_rate: last[t].hit_rate,

@@ -82,5 +82,10 @@ if [ -n "${PACK_CHROMIUM:-}" ]; then
   du -sh .chr/part-*
 fi
 cp scripts/bench-dawn.mjs scripts/readback.mjs .gpu/dawn/
+# the page's chart library and a font (bench-browser.mjs page mounts the whole page;
+# the GPU machine has no fonts, and Chromium aborts laying out text without one)
+rm -rf .gpu/uplot-dist && cp -r node_modules/uplot/dist .gpu/uplot-dist
+font=$(fc-match -f '%{file}' sans 2>/dev/null || true)
+rm -rf .gpu/fonts && mkdir -p .gpu/fonts && { [ -f "$font" ] && cp "$font" .gpu/fonts/ || echo "no font found: bench-browser.mjs page will not run on the GPU machine" >&2; }
 cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
 du -sh .gpu

@@ -64,6 +64,12 @@
 #                               tiny, and the shakespeare step's memory (~8 min)
 #   scripts/gpu-run.sh readback19  a readback's round trip on the idle GPU, in a page
 #                               and in Node with Dawn (~1 min)
+#   scripts/gpu-run.sh browser20  tiny and small one call at a time and two in flight,
+#                               natively, in a Chromium page and in Node with Dawn (~8 min)
+#   scripts/gpu-run.sh page20   the page's own training loop (its worker) on tiny and
+#                               small, one call in flight and two, beside native (~4 min)
+#   scripts/gpu-run.sh page20b  page20's two in flight, drawn and hidden, with calls of
+#                               16 ms and 40 ms, beside native (~4 min)
 #   scripts/gpu-run.sh attention1  op parity, each kernel's GPU time with each build, then
 #                               tiny and small 16 a call and the shakespeare step beside
 #                               the previous build, natively and through Dawn (~6 min)
@@ -194,6 +200,13 @@ chromium_on_gpu() {
   done
   [ -n "$found" ] || { echo "no flags put Chromium's WebGPU on the GPU" >&2; exit 3; }
   export CHROMIUM_ARGS="$found"
+}
+# What the whole page needs beyond the wasm (bench-browser.mjs page): its chart
+# library, and a font (the GPU machine has none; Chromium aborts laying out text).
+page_deps() {
+  mkdir -p ../node_modules/uplot && rm -rf ../node_modules/uplot/dist && cp -r uplot-dist ../node_modules/uplot/dist
+  printf '<?xml version="1.0"?>\n<fontconfig><dir>%s</dir><cachedir>/tmp/fc-cache</cachedir></fontconfig>\n' "$PWD/fonts" > /tmp/fonts.conf
+  export FONTCONFIG_FILE=/tmp/fonts.conf
 }
 case "${1:-bench}" in
   bench)
@@ -587,6 +600,53 @@ case "${1:-bench}" in
     for b in tidepool tidepool-prev; do
       [ "${MEMORY:-1}" = 0 ] && break
       run "memory_$b" ./$b train --preset shakespeare --steps 3 --corpus tinyshakespeare.txt --json
+    done
+    ;;
+  browser20)
+    # Round twenty (~8 min): two calls in flight, as the page's worker now trains
+    # (Trainer::start_steps; steps(n) while the one before is unresolved). tiny and
+    # small, 16 steps a call, one call at a time and two in flight: natively, in a
+    # Chromium page and through Dawn in Node, $ROUNDS rounds (4).
+    chromium_on_gpu
+    for round in $(seq 1 "${ROUNDS:-4}"); do
+      run "native_$round" ./tidepool bench step --presets tiny,small --at-once 16 --in-flight 1,2 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        for k in 1 2; do
+          run "chromium_${p}_in${k}_$round" /tmp/node ../scripts/bench-browser.mjs record --preset $p --at-once 16 --in-flight $k --warmup 5 --steps 30 --json
+          run "dawn_${p}_in${k}_$round" /tmp/node dawn/bench-dawn.mjs --pkg ./pkg --preset $p --corpus tinyshakespeare.txt --warmup 5 --steps 30 --at-once 16 --in-flight $k
+        done
+      done
+    done
+    ;;
+  page20)
+    # The page's own training loop (~4 min): www/worker.mjs in a Chromium page, tiny and
+    # small, 16 steps a call at most, one call in flight and two (its schedule.overlap),
+    # beside native one and two in flight, $ROUNDS rounds (3).
+    chromium_on_gpu
+    page_deps
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+      run "native_$round" ./tidepool bench step --presets tiny,small --at-once 16 --in-flight 1,2 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        for k in 1 2; do
+          run "page_${p}_in${k}_$round" /tmp/node ../scripts/bench-browser.mjs page --preset $p --at-once 16 --in-flight $k --warmup 5 --steps 30 --json
+        done
+      done
+    done
+    ;;
+  page20b)
+    # Where the page's own loop loses to its calls' median on small (~4 min): as
+    # page20 with two in flight, drawn and not (--hidden), and with calls of up to 40
+    # ms (--batch-ms 40: small takes 16 steps a call, not 6), $ROUNDS rounds (3).
+    chromium_on_gpu
+    page_deps
+    for round in $(seq 1 "${ROUNDS:-3}"); do
+      run "native_$round" ./tidepool bench step --presets tiny,small --at-once 16 --in-flight 1,2 --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
+      for p in tiny small; do
+        for extra in "" "--hidden" "--batch-ms 40" "--hidden --batch-ms 40"; do
+          name=$(echo "$extra" | tr -d ' -')
+          run "page_${p}_in2${name:+_$name}_$round" /tmp/node ../scripts/bench-browser.mjs page --preset $p --at-once 16 --in-flight 2 --warmup 5 --steps 30 $extra --json
+        done
+      done
     done
     ;;
   readback19)
