@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use tidepool::config::Overrides;
 use tidepool::data::Corpus;
-use tidepool::train::{now_ms, StepStats, TrainConfig, Trainer};
+use tidepool::train::{now_ms, StepStats, StepsInFlight, TrainConfig, Trainer};
 use tidepool::{fmt_bytes, WgpuContext};
 
 #[path = "cli_trace.rs"]
@@ -729,19 +729,58 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
     let start = now_ms();
     let mut out = std::io::stdout().lock();
     let mut tracing = std::mem::take(&mut args.trace).start();
-    while trainer.steps_done() < steps {
-        // Several steps a call (the GPU goes on to the next while the host records),
-        // each call ending where an evaluation or a save is due, so that they follow
-        // their own step. The trainer evaluates every `eval_every` steps itself.
-        let at = trainer.steps_done();
-        let n = STEPS_A_CALL
+    // Several steps a call (the GPU goes on to the next while the host records),
+    // each call ending where an evaluation or a save is due, so that they follow
+    // their own step. The trainer evaluates every `eval_every` steps itself.
+    let eval_every = trainer.config().eval_every;
+    let call_from = |at: u32| {
+        STEPS_A_CALL
             .min(steps - at)
-            .min(to_next(at, trainer.config().eval_every))
-            .min(to_next(at, ckpt.save_every));
-        for s in tracing.steps(&mut trainer, n).await? {
-            report_step(&s, &mut out, &bar, args.json);
+            .min(to_next(at, eval_every))
+            .min(to_next(at, ckpt.save_every))
+    };
+    let save_due = |end: u32| ckpt.save_every > 0 && end.is_multiple_of(ckpt.save_every);
+    // A call started before the one before it came back (its last step with it), where
+    // nothing was due at that one's end: the GPU then never waits for the host between
+    // calls (BENCHMARKS.md, round twenty). Only where steps are fast, as the page's
+    // worker does: on a CPU adapter the host's recording would take the kernels' CPU.
+    // Traced steps go one call at a time.
+    let mut ahead: Option<(u32, StepsInFlight)> = None;
+    let mut ms_a_step = f64::INFINITY;
+    loop {
+        let (end, call) = match ahead.take() {
+            Some(call) => call,
+            None if trainer.steps_done() >= steps => break,
+            None => {
+                let at = trainer.steps_done();
+                if tracing.traces_from(at + 1) {
+                    for s in tracing.steps(&mut trainer, call_from(at)).await? {
+                        report_step(&s, &mut out, &bar, args.json);
+                    }
+                    if save_due(trainer.steps_done()) {
+                        save(&trainer, ckpt.save.as_deref()).await?;
+                    }
+                    continue;
+                }
+                let n = call_from(at);
+                (at + n, trainer.start_steps(n)?)
+            }
+        };
+        let fast = ms_a_step < OVERLAP_BELOW_MS;
+        if fast
+            && end < steps
+            && !call.evaluates()
+            && !save_due(end)
+            && !tracing.traces_from(end + 1)
+        {
+            let n = call_from(end);
+            ahead = Some((end + n, trainer.start_steps(n)?));
         }
-        if ckpt.save_every > 0 && trainer.steps_done() % ckpt.save_every == 0 {
+        for s in trainer.finish_steps(call.figures().await?).await? {
+            report_step(&s, &mut out, &bar, args.json);
+            ms_a_step = s.ms;
+        }
+        if save_due(end) {
             save(&trainer, ckpt.save.as_deref()).await?;
         }
     }
@@ -797,6 +836,10 @@ async fn train(mut args: TrainArgs) -> Result<(), tidepool::Error> {
 /// Most steps one call of `train` records before reading their losses
 /// ([`Trainer::steps`]): on the page's presets a call takes a few ms on a large GPU.
 const STEPS_A_CALL: u32 = 16;
+
+/// Calls overlap where the last call's steps took less than this (ms a step): the
+/// page's worker rule (www/worker.mjs, schedule.batchMs / 2).
+const OVERLAP_BELOW_MS: f64 = 8.0;
 
 /// Steps from `done` to the next multiple of `every` (that step included);
 /// `u32::MAX` when `every` is 0 (never).

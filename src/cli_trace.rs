@@ -71,6 +71,11 @@ impl Tracing {
         trainer.steps(n).await
     }
 
+    /// A step from `from` on is still to be traced.
+    pub fn traces_from(&self, from: u32) -> bool {
+        self.next_traced(from).is_some()
+    }
+
     /// The first step from `from` on that is still to be traced.
     fn next_traced(&self, from: u32) -> Option<u32> {
         let steady = self.args.trace_steady;

@@ -111,6 +111,69 @@ fn train_calls_end_at_evaluations_saves_and_traced_steps() {
 
 /// Runs `tidepool ARGS` for at most 30 s (then kills it); whether it succeeded, its
 /// stderr and how long it ran.
+/// Runs `tidepool train` on a tiny model with `extra` flags; its step lines.
+fn train_lines(steps: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let tiny = [
+        "train",
+        "--preset",
+        "tiny",
+        "--batch",
+        "2",
+        "--context",
+        "8",
+    ];
+    let out = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .args(tiny)
+        .args(["--steps", steps, "--json"])
+        .args(extra)
+        .output()
+        .expect("runs tidepool");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tidepool train failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON object a line"))
+        .filter(|l| l["final"].is_null())
+        .collect()
+}
+
+#[test]
+fn train_with_calls_in_flight_trains_as_calls_one_at_a_time() {
+    // 40 steps: calls of 16, each after the first started while the one before is in
+    // flight. With step 40 traced, steps 2-39 go one call at a time instead (a traced
+    // step goes alone, and calls before it wait for each other). Same losses, norms
+    // and learning rates to the bit.
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-flight-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let trace = trace.to_str().unwrap();
+    let bits = |lines: &[serde_json::Value]| -> Vec<(u64, String, String, String)> {
+        lines
+            .iter()
+            .map(|l| {
+                let f = |k: &str| l[k].to_string();
+                (
+                    l["step"].as_u64().unwrap(),
+                    f("loss"),
+                    f("grad_norm"),
+                    f("lr"),
+                )
+            })
+            .collect()
+    };
+    let in_flight = train_lines("40", &[]);
+    let one_at_a_time = train_lines("40", &["--trace", trace, "--trace-steady", "40"]);
+    assert_eq!(in_flight.len(), 40);
+    assert_eq!(bits(&in_flight), bits(&one_at_a_time));
+    // The calls in flight: 1-16, then 17-32 and 33-40, each timed from the end of
+    // the one before (one value a call).
+    let ms = |step: usize| in_flight[step - 1]["ms"].as_f64().unwrap();
+    for (first, last) in [(1, 16), (17, 32), (33, 40)] {
+        assert!((first..=last).all(|s| ms(s) == ms(first) && ms(s) > 0.0));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 fn run(args: &[&str]) -> (bool, String, std::time::Duration) {
     use std::io::Read;
     let start = std::time::Instant::now();
