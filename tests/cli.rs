@@ -10,39 +10,17 @@ fn train_calls_end_at_evaluations_saves_and_traced_steps() {
     let dir = std::env::temp_dir().join(format!("tidepool-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (trace, ckpt) = (dir.join("trace.json"), dir.join("run.safetensors"));
-    let out = Command::new(env!("CARGO_BIN_EXE_tidepool"))
-        .args([
-            "train",
-            "--preset",
-            "tiny",
-            "--batch",
-            "2",
-            "--context",
-            "8",
-        ])
-        .args([
-            "--steps",
-            "23",
-            "--eval-every",
-            "6",
-            "--eval-batches",
-            "2",
-            "--json",
-        ])
-        .args(["--trace-steady", "4", "--save-every", "10"])
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--save")
-        .arg(&ckpt)
-        .output()
-        .expect("runs tidepool");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tidepool train failed: {stderr}");
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
-        .collect();
-    let steps: Vec<&serde_json::Value> = lines.iter().filter(|l| l["final"].is_null()).collect();
+    let flags = [
+        "--eval-every",
+        "6",
+        "--eval-batches",
+        "2",
+        "--trace-steady",
+        "4",
+    ];
+    let (t, c) = (trace.to_str().unwrap(), ckpt.to_str().unwrap());
+    let more = ["--save-every", "10", "--trace", t, "--save", c];
+    let steps = train_lines("23", &[&flags[..], &more[..]].concat());
     let numbers: Vec<u64> = steps.iter().map(|s| s["step"].as_u64().unwrap()).collect();
     assert_eq!(
         numbers,
