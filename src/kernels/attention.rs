@@ -47,10 +47,10 @@ const BACKWARD_CPU_WGSL: &str = with_dropout_mask!("attention_backward_cpu.wgsl"
 /// instead (`var qa#D = e;` declares the array and fills it): the same arithmetic
 /// in a fraction of the shader, which WebGPU implementations compile several times
 /// faster (seconds less per pipeline on SwiftShader).
-fn expand(template: &str, hs4: usize) -> String {
+fn expand(template: &str, hs4: usize, compact: bool) -> String {
     let h2 = hs4 / 2;
     let head = format!("const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n");
-    if cfg!(target_arch = "wasm32") {
+    if compact {
         head + &loop_lines(template, "#D", "H2")
     } else {
         head + &unroll(template, "#D", h2)
@@ -139,7 +139,13 @@ enum Backward {
 /// expanded once.
 fn kernels(variant: Variant, v: usize) -> &'static Kernels {
     static VARIANTS: [[OnceLock<Kernels>; 4]; 3] = [const { [const { OnceLock::new() }; 4] }; 3];
-    VARIANTS[variant.index()][v].get_or_init(|| {
+    VARIANTS[variant.index()][v].get_or_init(|| build(variant, v, cfg!(target_arch = "wasm32")))
+}
+
+/// The kernels of `variant` for heads of at most `4 * HS4S[target][v]` channels,
+/// the GPU tuning's head in loops where `compact` (see [`expand`]).
+fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
+    {
         let hs4 = HS4S[variant.target() as usize][v];
         // Names tell the pair exchanges apart: pipelines are cached by name.
         let (fwd, bwd, prefix) = match variant {
@@ -150,7 +156,7 @@ fn kernels(variant: Variant, v: usize) -> &'static Kernels {
                     ("", "attention")
                 };
                 let gpu = |template| {
-                    let wgsl = expand(&pair_exchange(template, subgroups), hs4);
+                    let wgsl = expand(&pair_exchange(template, subgroups), hs4, compact);
                     format!("{enable}{wgsl}")
                 };
                 (gpu(FORWARD_WGSL), gpu(BACKWARD_WGSL), prefix)
@@ -181,7 +187,28 @@ fn kernels(variant: Variant, v: usize) -> &'static Kernels {
             forward: kernel("forward", fwd, "main"),
             backward,
         }
-    })
+    }
+}
+
+/// Every kernel of every variant, natively compiled (`compact` false) or as the
+/// browser compiles them.
+pub(super) fn catalog(compact: bool) -> Vec<Kernel> {
+    let mut all = Vec::new();
+    for variant in [
+        Variant::Gpu { subgroups: false },
+        Variant::Gpu { subgroups: true },
+        Variant::Cpu,
+    ] {
+        for v in 0..HS4S[variant.target() as usize].len() {
+            let k = build(variant, v, compact);
+            all.push(k.forward);
+            match k.backward {
+                Backward::Fused(b) => all.push(b),
+                Backward::Split { dq, dkdv } => all.extend([dq, dkdv]),
+            }
+        }
+    }
+    all
 }
 
 #[repr(C)]

@@ -113,3 +113,8 @@ pub fn mean_into(
     );
     sum_into(ctx, target, x, n, false, 1.0 / n.max(1) as f32, out, slot);
 }
+
+/// Every kernel of this op.
+pub(super) fn catalog() -> Vec<Kernel> {
+    vec![FORWARD, FORWARD_ROWS]
+}

@@ -273,3 +273,8 @@ pub(crate) fn encoder_backward_into(
     }
     made
 }
+
+/// Every kernel of this op.
+pub(super) fn catalog() -> Vec<Kernel> {
+    vec![FORWARD, DWTE_DWPE, DWTE_ROWS, DWTE_ROWS_EXTRA, DWPE]
+}

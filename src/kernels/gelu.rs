@@ -35,3 +35,8 @@ pub fn gelu_forward(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuff
     ctx.dispatch(&FORWARD, &params, &[x, &out], grid_1d(n as u32, 256));
     out
 }
+
+/// Every kernel of this op.
+pub(super) fn catalog() -> Vec<Kernel> {
+    vec![FORWARD]
+}

@@ -364,3 +364,16 @@ pub(crate) fn layernorm_backward_into<'w>(
     );
     (dinp, masked, made)
 }
+
+/// Every kernel of this op.
+pub(super) fn catalog() -> Vec<Kernel> {
+    vec![
+        FORWARD,
+        FORWARD_ROWS,
+        BACKWARD_DINP_ROWS,
+        BACKWARD_DINP,
+        BACKWARD_PARTIAL,
+        BACKWARD_FINAL,
+        BACKWARD_DINP_PARAMS,
+    ]
+}

@@ -1126,3 +1126,54 @@ mod tests {
         }
     }
 }
+
+/// Every GEMM kernel as launched: each variant's kernel for each layout (with
+/// `DWEIGHT_BIAS`), unspecialized and specialized to every combination of the
+/// flags its layout reads, and the reduce pass's.
+pub(super) fn catalog() -> Vec<Kernel> {
+    use fuse::*;
+    let subsets = |bits: &[u32]| -> Vec<u32> {
+        (0..1u32 << bits.len())
+            .map(|mask| {
+                bits.iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .fold(0, |f, (_, b)| f | b)
+            })
+            .collect()
+    };
+    let mut all = Vec::new();
+    let mut with_flags = |kernel: &'static Kernel, flags: &[u32]| {
+        all.push(*kernel);
+        for &f in flags {
+            all.push(*specialized(kernel, f));
+        }
+    };
+    // Split variants launch their unsplit twin's kernels.
+    let unsplit = MatmulVariant::ALL
+        .iter()
+        .chain(&MatmulVariant::F16_ALL)
+        .filter(|v| {
+            !matches!(
+                v,
+                MatmulVariant::SplitK
+                    | MatmulVariant::Coop { split: true }
+                    | MatmulVariant::Coop2 { split: true }
+                    | MatmulVariant::F16 { split: true }
+            )
+        });
+    for &variant in unsplit {
+        with_flags(
+            variant.kernel(Layout::Forward),
+            &subsets(&[BIAS, GELU_INP, RESIDUAL, DROPOUT]),
+        );
+        with_flags(variant.kernel(Layout::Dinp), &subsets(&[GELU_GRAD]));
+        with_flags(variant.kernel(Layout::Dweight), &subsets(&[GELU_INP]));
+    }
+    with_flags(&DWEIGHT_BIAS, &subsets(&[GELU_INP]));
+    let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);
+    reduce.push(GELU_GRAD);
+    with_flags(&SUM_SPLITS_FUSED, &reduce);
+    all.push(COLSUM);
+    all
+}

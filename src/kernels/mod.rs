@@ -140,6 +140,24 @@ pub fn prelude_kernels() -> Vec<Kernel> {
     kernels
 }
 
+/// Every kernel the launchers can dispatch, each specialization included, with the
+/// source a context compiles for it without subgroups (tests compile them all and
+/// compare them across changes): `compact` gives the browser's form of kernels
+/// whose native form writes loops out.
+#[doc(hidden)]
+pub fn catalog(compact: bool) -> Vec<Kernel> {
+    let mut all = Vec::new();
+    all.extend(residual::catalog());
+    all.extend(gelu::catalog());
+    all.extend(layernorm::catalog());
+    all.extend(crossentropy::catalog());
+    all.extend(embedding::catalog());
+    all.extend(matmul::catalog());
+    all.extend(attention::catalog(compact));
+    all.extend(optimizer::catalog());
+    all
+}
+
 /// A kernel's WGSL with the shared helpers of `prelude.wgsl` joined in front.
 macro_rules! with_prelude {
     ($file:literal) => {

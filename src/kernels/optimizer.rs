@@ -579,6 +579,23 @@ pub(super) fn generated_kernels() -> Vec<Kernel> {
     ]
 }
 
+/// Every kernel of the optimizer and of the sums of partials: the passes over
+/// `MAX_K` tensors and the sums of 1 to `MAX_K`.
+pub(super) fn catalog() -> Vec<Kernel> {
+    let mut all = vec![
+        REDUCE_PARTIAL,
+        REDUCE_ONE,
+        REDUCE_FINAL,
+        GLOBAL_NORM,
+        GLOBAL_NORM_REPORT,
+        SCALE,
+        tensors_kernel(Pass::Sumsq, MAX_K),
+        tensors_kernel(Pass::Adamw, MAX_K),
+    ];
+    all.extend((1..=MAX_K).map(|k| tensors_kernel(Pass::SumSplits, k)));
+    all
+}
+
 /// The kernel of `pass` for `k` tensors, generated on first use.
 fn tensors_kernel(pass: Pass, k: usize) -> Kernel {
     assert!((1..=MAX_K).contains(&k), "{k} tensors a dispatch");

@@ -30,3 +30,8 @@ pub fn residual_forward(
     ctx.dispatch(&RESIDUAL, &params, &[a, b, &out], grid_1d(n as u32, 256));
     out
 }
+
+/// Every kernel of this op.
+pub(super) fn catalog() -> Vec<Kernel> {
+    vec![RESIDUAL]
+}
