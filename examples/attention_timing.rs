@@ -6,7 +6,7 @@
 //! forward + backward pairs (default 5).
 
 #[cfg(not(target_arch = "wasm32"))]
-use tidepool::kernels::{attention_backward_on, attention_forward_on, Target};
+use tidepool::kernels::{Attention, AttentionSaved, AttentionShape, Target};
 
 // Native only (pollster); wasm32 builds an empty main, as `cargo test` builds every
 // example for the browser tests too.
@@ -36,10 +36,19 @@ fn main() {
         let ctx = tidepool::WgpuContext::new().await.expect("a GPU context");
         let qkv = ctx.upload(&vec![0.1f32; b * t * 3 * c]);
         let dout = ctx.upload(&vec![0.1f32; b * t * c]);
+        let shape = AttentionShape { b, t, c, heads: nh };
+        let op = Attention {
+            target: Some(target),
+            dropout: None,
+        };
         let pair = || async {
-            let (out, saved) = attention_forward_on(&ctx, target, &qkv, b, t, c, nh, None);
-            let d =
-                attention_backward_on(&ctx, target, &dout, &qkv, &out, &saved, b, t, c, nh, None);
+            let (out, lse) = op.forward(&ctx, &qkv, shape);
+            let saved = AttentionSaved {
+                qkv: &qkv,
+                out: &out,
+                lse: &lse,
+            };
+            let d = op.backward(&ctx, &dout, saved, shape);
             ctx.download::<f32>(&d, 1).await.expect("download");
         };
         let start = std::time::Instant::now();

@@ -33,9 +33,10 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use tidepool::config::Precision;
+    use tidepool::kernels::matmul::{coop2_supported, coop_supported};
     use tidepool::kernels::{
-        attention_backward, attention_forward, coop2_supported, coop_supported,
-        matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
+        Attention, AttentionSaved, AttentionShape, Fusion, Linear, Matmul, MatmulShape,
+        MatmulVariant,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -215,17 +216,23 @@ mod bench {
             for &(ctx, variants) in &runs {
                 let (inp, weight, dout) =
                     (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&dout));
+                let shape = MatmulShape { rows: m, k, n };
+                let x = Linear {
+                    inp: &inp,
+                    weight: (&weight).into(),
+                    bias: None,
+                };
                 for &v in variants {
+                    let op = Matmul {
+                        variant: Some(v),
+                        fusion: Fusion::default(),
+                    };
                     // Each product's output shape and reduction decide the launchers' choice.
                     let cases: [Case; 3] = [
-                        ("matmul_forward", (m, n, k), &|| {
-                            matmul_forward_variant(ctx, v, &inp, &weight, None, m, k, n)
-                        }),
-                        ("matmul_dinp", (m, k, n), &|| {
-                            matmul_dinp_variant(ctx, v, &dout, &weight, m, k, n)
-                        }),
+                        ("matmul_forward", (m, n, k), &|| op.forward(ctx, x, shape)),
+                        ("matmul_dinp", (m, k, n), &|| op.dinp(ctx, &dout, x, shape)),
                         ("matmul_dweight", (n, k, m), &|| {
-                            matmul_dweight_variant(ctx, v, &dout, &inp, m, k, n)
+                            op.weight_grads(ctx, &dout, x, shape).0
                         }),
                     ];
                     for (op, (out_m, out_n, red), launch) in cases {
@@ -254,13 +261,20 @@ mod bench {
         let (b, t, c, nh) = (if args.quick { 4 } else { 64 }, 256, 384, 6);
         let qkv = ctx.upload(&rng.vec(b * t * 3 * c, -2.0, 2.0));
         let dout = ctx.upload(&rng.vec(b * t * c, -1.0, 1.0));
-        let (out, saved) = attention_forward(&ctx, &qkv, b, t, c, nh, None);
+        let shape = AttentionShape { b, t, c, heads: nh };
+        let attention = Attention::default();
+        let (out, lse) = attention.forward(&ctx, &qkv, shape);
+        let saved = AttentionSaved {
+            qkv: &qkv,
+            out: &out,
+            lse: &lse,
+        };
         // Causal: t(t+1)/2 scores a head; forward 2 products of hs each, the backward
         // 5 (recomputed scores, dp, dq, dk, dv).
         let pairs = (b * nh * t * (t + 1) / 2) as f64;
         let hs = (c / nh) as f64;
-        let fwd = || attention_forward(&ctx, &qkv, b, t, c, nh, None).0;
-        let bwd = || attention_backward(&ctx, &dout, &qkv, &out, &saved, b, t, c, nh, None);
+        let fwd = || attention.forward(&ctx, &qkv, shape).0;
+        let bwd = || attention.backward(&ctx, &dout, saved, shape);
         let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
             ("attention_forward", &fwd, 4.0 * pairs * hs),
             ("attention_backward", &bwd, 10.0 * pairs * hs),

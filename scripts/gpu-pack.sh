@@ -15,9 +15,10 @@ cp target/release/tidepool target/release/examples/matmul_bench .gpu/
 f16_test=$(cargo test --release --test matmul_f16 --no-run --message-format=json \
   | sed -n 's/.*"executable":"\([^"]*matmul_f16[^"]*\)".*/\1/p' | tail -n 1)
 cp "$f16_test" .gpu/matmul_f16
-# tests/op_parity.rs too: every kernel against its CPU reference on the real GPU.
-parity_test=$(cargo test --release --test op_parity --no-run --message-format=json \
-  | sed -n 's/.*"executable":"\([^"]*op_parity[^"]*\)".*/\1/p' | tail -n 1)
+# tests/ops/ too: every kernel against its CPU reference on the real GPU (packed
+# under the name gpu-run.sh runs it by).
+parity_test=$(cargo test --release --test ops --no-run --message-format=json \
+  | sed -n 's/.*"executable":"\([^"]*deps\/ops-[^"]*\)".*/\1/p' | tail -n 1)
 cp "$parity_test" .gpu/op_parity
 # And tests/gpu.rs: the context, the pool, the bind group cache, slices.
 gpu_test=$(cargo test --release --test gpu --no-run --message-format=json \

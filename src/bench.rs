@@ -194,19 +194,20 @@ pub async fn step_variants(
         .chain(forced)
         .collect();
     let mut trainers = Vec::new();
-    for (_, pool, belt, _) in &runs {
+    for (_, pool, belt, kernels) in &runs {
         let cfg = TrainConfig {
             pool: *pool,
             belt: *belt,
+            kernels: *kernels,
             ..cfg.clone()
         };
         trainers.push(Trainer::new(cfg, corpus.clone()).await?);
     }
     let mut created = Vec::new();
     let mut dispatched = Vec::new();
-    for (trainer, run) in trainers.iter_mut().zip(&runs) {
+    for trainer in &mut trainers {
         for _ in 0..warmup {
-            forced_step(trainer, run.3).await?;
+            trainer.step().await?;
         }
         let counters = trainer.context().counters();
         created.push(counters.buffers_created);
@@ -217,7 +218,7 @@ pub async fn step_variants(
     let mut loss = vec![0.0; runs.len()];
     for _ in 0..steps {
         for (i, trainer) in trainers.iter_mut().enumerate() {
-            let s = forced_step(trainer, runs[i].3).await?;
+            let s = trainer.step().await?;
             ms[i].push(s.ms);
             record_ms[i].push(s.record_ms);
             loss[i] = s.loss;
@@ -448,14 +449,6 @@ pub async fn kernel_times(
     let mut rows = vec![row("all", all.dispatches.len() as u64, total)];
     rows.extend(all.by_kernel().into_iter().map(|(k, n, ms)| row(k, n, ms)));
     Ok(rows)
-}
-
-/// One training step with the kernel tuning `kernels` forced (`None`: by adapter).
-async fn forced_step(trainer: &mut Trainer, kernels: Option<Target>) -> Result<StepStats> {
-    let before = crate::kernels::force(kernels);
-    let result = trainer.step().await;
-    crate::kernels::force(before);
-    result
 }
 
 #[derive(Clone, Debug, serde::Serialize)]

@@ -78,6 +78,7 @@
 //! More in `examples/`: `pool_in_wgpu.rs` (a WGSL kernel of your own on pooled
 //! buffers) and `train_custom_corpus.rs` (training on your own text).
 
+pub mod arena;
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
@@ -96,6 +97,7 @@ pub mod replay;
 pub mod rng;
 pub mod trace;
 pub mod train;
+pub mod tuning;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 

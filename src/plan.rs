@@ -10,8 +10,14 @@
 
 use crate::error::{Error, Result};
 use crate::fmt_bytes;
+use crate::gpu::WgpuContext;
+use crate::kernels::matmul::{self, Layout};
+use crate::kernels::{Attention, LayerNorm, MAX_STORAGE_BUFFERS, MAX_WORKGROUP_SIZE};
+use crate::model::{GptConfig, Shapes};
 use crate::pool::{BufferPoolConfig, SizePolicy, SIZE_ALIGNMENT};
+use crate::reference::AttentionShape;
 use crate::train::TrainConfig;
+use crate::tuning::Target;
 
 /// Largest head (`width / heads`) the attention kernels are compiled for.
 pub const MAX_HEAD_SIZE: u64 = 128;
@@ -27,6 +33,9 @@ pub struct DeviceLimits {
     pub max_workgroup_storage_bytes: u64,
     pub max_invocations_per_workgroup: u64,
     pub max_storage_buffers_per_stage: u64,
+    /// The kernels' tuning the device runs (`None`: not known, so the plan must hold
+    /// for every tuning: a page's config is checked before its adapter is).
+    pub kernels: Option<Target>,
 }
 
 impl DeviceLimits {
@@ -37,6 +46,23 @@ impl DeviceLimits {
             max_workgroup_storage_bytes: l.max_compute_workgroup_storage_size.into(),
             max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup.into(),
             max_storage_buffers_per_stage: l.max_storage_buffers_per_shader_stage.into(),
+            kernels: None,
+        }
+    }
+
+    /// The limits of `ctx`'s device, for the kernels' tuning it runs.
+    pub fn of(ctx: &WgpuContext) -> Self {
+        DeviceLimits {
+            kernels: Some(ctx.kernel_target()),
+            ..Self::from_wgpu(ctx.limits())
+        }
+    }
+
+    /// The tunings a plan must hold for.
+    fn targets(&self) -> Vec<Target> {
+        match self.kernels {
+            Some(target) => vec![target],
+            None => Target::ALL.to_vec(),
         }
     }
 
@@ -83,38 +109,153 @@ fn product(name: &str, factors: &[u64]) -> Result<u64> {
         .ok_or_else(|| too_large(format!("{name} overflows 64-bit arithmetic; lower it")))
 }
 
-/// Workgroup memory of the attention kernels for heads of `hs` channels (the
-/// `var<workgroup>` arrays of attention.wgsl and attention_backward.wgsl, whose
-/// head size is padded to the variant's 16, 64 or 128).
-pub fn attention_workgroup_bytes(hs: u64) -> u64 {
-    let hs4 = if hs <= 16 {
-        4
-    } else if hs <= 64 {
-        16
-    } else {
-        32
-    };
-    // forward: ks, vs (16 keys x hs4 vec4s each) and 512 vec4 partial dots.
-    let forward = 2 * 16 * hs4 * 16 + 512 * 16;
-    // backward: a 2 x 8 x hs4 vec4 tile, 8 x 128 vec2 partials, two rows of 8 f32.
-    let backward = 2 * 8 * hs4 * 16 + 8 * 128 * 8 + 2 * 8 * 4;
-    forward.max(backward)
+fn elements_past_u32(name: &str, elements: u64, setting: &str) -> Error {
+    too_large(format!(
+        "{name} has {elements} elements; the kernels index at most {} (u32): lower {setting}",
+        u32::MAX
+    ))
 }
 
-/// Workgroup memory of the tiled matmul (two 512-vec4 tiles).
-const MATMUL_WORKGROUP_BYTES: u64 = 2 * 512 * 16;
-/// Largest workgroup any kernel declares.
-const MAX_WORKGROUP_INVOCATIONS: u64 = 256;
-/// Most storage buffers one kernel binds (attention's dq pass).
-const MAX_STORAGE_BINDINGS: u64 = 6;
+/// The attention of a step of `cfg`.
+fn attention_shape(cfg: &TrainConfig) -> AttentionShape {
+    AttentionShape {
+        b: cfg.batch,
+        t: cfg.context,
+        c: cfg.width,
+        heads: cfg.heads,
+    }
+}
 
-/// The matmul launchers' split of a reduction over `rows` (kernels/matmul.rs
-/// `split`): how many partial sums a weight or bias gradient is reduced from.
-fn splits(rows: u64, want: u64, align: u64) -> u64 {
-    const MIN_SPLIT: u64 = 256;
-    let splits = want.clamp(1, rows.div_ceil(MIN_SPLIT).max(1));
-    let chunk = rows.div_ceil(splits).div_ceil(align) * align;
-    rows.div_ceil(chunk)
+/// Each `Linear` of a step, and the names of its products' split partials (by
+/// [`Layout`]); the head has no bias.
+const PARTIALS: [(&str, [&str; 3]); 5] = [
+    (
+        "the attention input",
+        [
+            "the attention input's split-K partial sums",
+            "the attention input gradient's split-K partial sums",
+            "the attention weights' partial sums",
+        ],
+    ),
+    (
+        "the attention projection",
+        [
+            "the attention projection's split-K partial sums",
+            "the attention projection's input gradient's split-K partial sums",
+            "the attention projection's partial sums",
+        ],
+    ),
+    (
+        "the MLP",
+        [
+            "the MLP's split-K partial sums",
+            "the MLP's input gradient's split-K partial sums",
+            "the MLP weights' partial sums",
+        ],
+    ),
+    (
+        "the MLP projection",
+        [
+            "the MLP projection's split-K partial sums",
+            "the MLP projection's input gradient's split-K partial sums",
+            "the MLP projection's partial sums",
+        ],
+    ),
+    (
+        "the output head",
+        [
+            "the logits' split-K partial sums",
+            "the head's input gradient's split-K partial sums",
+            "the output head's partial sums",
+        ],
+    ),
+];
+
+/// Every product of every `Linear` of a step of `cfg` (a corpus of `vocab`), as
+/// the matmul launchers will run it on each of `targets`: its grid and workgroup
+/// memory checked against `limits`, and its split partials as buffers (the most
+/// any target makes). Every shape's elements fit u32 (checked before).
+fn matmul_needs(
+    cfg: &TrainConfig,
+    vocab: u64,
+    limits: &DeviceLimits,
+    targets: &[Target],
+) -> Result<Vec<(&'static str, u64, &'static str)>> {
+    let model = GptConfig {
+        vocab: vocab as usize,
+        context: cfg.context,
+        layers: cfg.layers,
+        heads: cfg.heads,
+        width: cfg.width,
+    };
+    let shapes = Shapes::new(&model, cfg.batch, cfg.context);
+    let linears = [
+        shapes.c_attn,
+        shapes.attn_proj,
+        shapes.c_fc,
+        shapes.mlp_proj,
+        shapes.head,
+    ];
+    let mut partials = Vec::new();
+    let mut bias_partials = 0;
+    for ((layer, names), shape) in PARTIALS.iter().zip(linears) {
+        for (layout, name) in Layout::ALL.into_iter().zip(names) {
+            let mut most = 0;
+            for &target in targets {
+                let needs = matmul::needs(target, cfg.precision, layout, shape);
+                let (m, n, _) = layout.gemm(shape);
+                let what = || {
+                    format!(
+                        "{layer}'s {} product ({m} x {n}, the {} kernels' {})",
+                        layout.name(),
+                        target.name(),
+                        needs.variant.name()
+                    )
+                };
+                // Workgroups along x (the output's columns) and y (its rows); the
+                // rows of the forward and dinp are the batch's tokens.
+                let [x, y, _] = needs.grid;
+                let rows_setting = if layout == Layout::Dweight {
+                    "width"
+                } else {
+                    "batch or context (batch x context)"
+                };
+                for (groups, setting) in [(y, rows_setting), (x, "width")] {
+                    if groups > limits.max_workgroups_per_dimension {
+                        return Err(too_large(format!(
+                            "{} needs {groups} workgroups in one dispatch dimension; this \
+                             device allows {}: lower {setting}",
+                            what(),
+                            limits.max_workgroups_per_dimension
+                        )));
+                    }
+                }
+                if needs.workgroup_bytes > limits.max_workgroup_storage_bytes {
+                    return Err(too_large(format!(
+                        "{} needs {} bytes of workgroup memory; this device gives {}",
+                        what(),
+                        needs.workgroup_bytes,
+                        limits.max_workgroup_storage_bytes
+                    )));
+                }
+                most = most.max(needs.partial_floats);
+                if *layer != "the output head" {
+                    bias_partials = bias_partials.max(needs.bias_partial_floats);
+                }
+            }
+            if most > 0 {
+                partials.push((*name, most, "batch or context"));
+            }
+        }
+    }
+    if bias_partials > 0 {
+        partials.push((
+            "a bias gradient's partial sums",
+            bias_partials,
+            "batch or context",
+        ));
+    }
+    Ok(partials)
 }
 
 /// Checks `cfg` (with a corpus of `vocab` characters) against `limits` and returns
@@ -136,22 +277,28 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
     let hs = c / nh;
     let rows = product("batch x context", &[b, t])?;
 
-    // Kernels: workgroup size, bindings, workgroup memory.
-    if limits.max_invocations_per_workgroup < MAX_WORKGROUP_INVOCATIONS {
+    // Kernels: workgroup size, bindings, workgroup memory, as each states them for
+    // the tunings the device may run.
+    let targets = limits.targets();
+    if limits.max_invocations_per_workgroup < MAX_WORKGROUP_SIZE {
         return Err(too_large(format!(
-            "the kernels use workgroups of {MAX_WORKGROUP_INVOCATIONS} threads; this device \
+            "the kernels use workgroups of {MAX_WORKGROUP_SIZE} threads; this device \
              allows {}",
             limits.max_invocations_per_workgroup
         )));
     }
-    if limits.max_storage_buffers_per_stage < MAX_STORAGE_BINDINGS {
+    if limits.max_storage_buffers_per_stage < MAX_STORAGE_BUFFERS {
         return Err(too_large(format!(
-            "the attention kernel binds {MAX_STORAGE_BINDINGS} storage buffers; this device \
-             allows {} a shader stage",
+            "the kernels bind up to {MAX_STORAGE_BUFFERS} storage buffers a dispatch; this \
+             device allows {} a shader stage",
             limits.max_storage_buffers_per_stage
         )));
     }
-    let wg_attention = attention_workgroup_bytes(hs);
+    let wg_attention = targets
+        .iter()
+        .map(|&target| Attention::workgroup_bytes(target, hs as usize))
+        .max()
+        .unwrap_or(0);
     let wg_limit = limits.max_workgroup_storage_bytes;
     if wg_attention > wg_limit {
         return Err(too_large(format!(
@@ -160,35 +307,25 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
              so that width / heads is at most 64"
         )));
     }
-    if MATMUL_WORKGROUP_BYTES > wg_limit {
-        return Err(too_large(format!(
-            "the matmul kernel needs {MATMUL_WORKGROUP_BYTES} bytes of workgroup memory; \
-             this device gives {wg_limit}"
-        )));
-    }
 
-    // Dispatch grids: one dimension each.
+    // Dispatch grids: one dimension each. The matmuls' are checked with their
+    // shapes below.
     let max_groups = limits.max_workgroups_per_dimension;
-    let grids: [(u64, String, &str); 5] = [
+    let attention_blocks = targets
+        .iter()
+        .map(|&target| Attention::grid(target, attention_shape(cfg))[0])
+        .max()
+        .unwrap_or(0);
+    let grids: [(u64, String, &str); 3] = [
         (
             b * nh,
             format!("batch x heads = {b} x {nh}"),
             "batch or heads",
         ),
         (
-            t.div_ceil(64),
-            format!("context / 64 = {t} / 64"),
+            attention_blocks,
+            format!("the attention kernels' blocks of the context ({t})"),
             "context",
-        ),
-        (
-            rows.div_ceil(128),
-            format!("batch x context / 128 = {rows} / 128"),
-            "batch or context",
-        ),
-        (
-            (4 * c).max(v).div_ceil(128),
-            format!("the widest matmul output / 128 = {} / 128", (4 * c).max(v)),
-            "width",
         ),
         // grid_1d spreads a one-thread-a-row kernel over x and y, 65535 a row.
         (
@@ -255,45 +392,29 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
         ),
         (
             "the layernorm partial sums",
-            product("layernorm partials", &[2, rows.div_ceil(64), c])?,
+            product(
+                "layernorm partials",
+                &[LayerNorm::most_scratch_floats(rows, c)],
+            )?,
             "batch or context",
         ),
     ];
-    // Weight gradients of each matmul ([n, k] over `rows`), reduced from partial
-    // sums as the launcher splits them; the tied head reduces the logits.
-    for (name, n, k) in [
-        ("the attention weights' partial sums", 3 * c, c),
-        ("the attention projection's partial sums", c, c),
-        ("the MLP weights' partial sums", 4 * c, c),
-        ("the MLP projection's partial sums", c, 4 * c),
-        ("the output head's partial sums", v, c),
-    ] {
-        let tiles = n.div_ceil(128) * k.div_ceil(128);
-        let parts = splits(rows, 1024u64.div_ceil(tiles), 8);
-        if parts > 1 {
-            tensors.push((name, product(name, &[parts, n, k])?, "batch or context"));
-        }
-        let bias_parts = splits(rows, 1024u64.div_ceil(n.div_ceil(64)), 1);
-        if bias_parts > 1 {
-            tensors.push((
-                "a bias gradient's partial sums",
-                product(name, &[bias_parts, n])?,
-                "batch or context",
-            ));
+    // Kernels take element counts as u32: past it nothing below is launched, and
+    // each shape fits wasm32's usize.
+    for &(name, elements, setting) in &tensors {
+        if elements > u64::from(u32::MAX) {
+            return Err(elements_past_u32(name, elements, setting));
         }
     }
+    tensors.extend(matmul_needs(cfg, v, limits, &targets)?);
 
     let class_limit = limits
         .max_binding_bytes
         .min(BufferPoolConfig::default().max_buffer_size as u64);
     let mut buffers = Vec::with_capacity(tensors.len());
     for (name, elements, setting) in tensors {
-        // Kernels take element counts as u32.
         if elements > u64::from(u32::MAX) {
-            return Err(too_large(format!(
-                "{name} has {elements} elements; the kernels index at most {} (u32): lower {setting}",
-                u32::MAX
-            )));
+            return Err(elements_past_u32(name, elements, setting));
         }
         let bytes = elements * 4;
         let created = created_size(cfg.policy, bytes, class_limit);
@@ -315,7 +436,7 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
     buffers.sort_by_key(|b| std::cmp::Reverse(b.created));
 
     // AdamW binds a tensor's two moments side by side after its arena chunk's
-    // header (kernels::ArenaLayout): a parameter tensor that fits a binding above
+    // header (arena::ArenaLayout): a parameter tensor that fits a binding above
     // may still be more than half of one.
     let (largest, what) = [
         (v * c, "the token embedding (vocab x width)"),
@@ -328,7 +449,7 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
     .into_iter()
     .max_by_key(|&(n, _)| n)
     .expect("three tensors");
-    let header = crate::kernels::HEADER_FLOATS as u64;
+    let header = crate::arena::HEADER_FLOATS as u64;
     let moments = product("the moments' bytes", &[largest + header, 8])?;
     if moments > limits.max_binding_bytes {
         return Err(too_large(format!(

@@ -2,19 +2,22 @@
 //! GPU [`Trainer`]: one submit a step, the loss read back asynchronously, held-out
 //! evaluation and text sampling. [`crate::reference_train`] is its CPU twin.
 
+use crate::arena::GradLayout;
 use crate::config::Precision;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{
     ContextCounters, ContextOptions, PendingRead, PooledBuffer, Reading, Slice, WgpuContext,
 };
-use crate::kernels::{self, AdamW, GradArena, GradLayout, Moments, ParamArena};
+use crate::kernels::{Arenas, GradArena, Mean, Moments, OptimizerStep, ParamArena};
 use crate::model::{
     self, Dropout, DropoutPlacement, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec,
 };
 use crate::plan::DeviceLimits;
 use crate::pool::{BucketStats, BufferPoolConfig, BufferPoolStats, SizePolicy};
+use crate::reference::AdamW;
 use crate::rng::Rng;
+use crate::tuning::Target;
 
 /// Everything a training run is configured by. Unset fields take the `tiny` preset's
 /// values; [`TrainConfig::preset`] gives the others.
@@ -72,6 +75,11 @@ pub struct TrainConfig {
     /// nor saved in checkpoints.
     #[serde(skip)]
     pub time_dispatches: bool,
+    /// The kernels' tuning (`None`: by adapter; see [`ContextOptions::kernels`]):
+    /// `tidepool bench step` compares both on one adapter. Not a setting of the
+    /// config surface, nor saved in checkpoints.
+    #[serde(skip)]
+    pub kernels: Option<Target>,
 }
 
 impl Default for TrainConfig {
@@ -211,6 +219,7 @@ impl TrainConfig {
             precision: Precision::F32,
             submit_every: DEFAULT_SUBMIT_EVERY,
             time_dispatches: false,
+            kernels: None,
         };
         Ok(match name {
             "tiny" => base,
@@ -567,10 +576,11 @@ impl Trainer {
             precision: cfg.precision,
             submit_every: cfg.submit_every,
             time_dispatches: cfg.time_dispatches,
+            kernels: cfg.kernels,
             ..Default::default()
         })
         .await?;
-        crate::plan::check(cfg, vocab, &DeviceLimits::from_wgpu(ctx.limits()))?;
+        crate::plan::check(cfg, vocab, &DeviceLimits::of(&ctx))?;
         Ok(ctx)
     }
 
@@ -868,14 +878,7 @@ impl Trainer {
         let masks = dropout.as_ref();
         let acts = model::forward(&forward, &self.model, &weights, batch, b, t, masks);
         let rows = b * t;
-        kernels::mean_into(
-            &self.ctx,
-            kernels::Target::of(&self.ctx),
-            &acts.losses,
-            rows,
-            loss_to,
-            slot,
-        );
+        Mean::default().write(&self.ctx, &acts.losses, rows, loss_to, slot);
         // Drawn for the backward, which writes every gradient into it.
         let grads = self.ctx.allocating_as("gradients", || {
             GradArena::new(&self.ctx, &layout, &self.params)
@@ -894,16 +897,20 @@ impl Trainer {
         let hp = self.cfg.adamw_decayed(step);
         let clip = self.cfg.grad_clip;
         let (params, moments) = (&self.params, &self.moments);
-        kernels::adamw_step(
-            &self.ctx,
+        let step = OptimizerStep {
+            hp,
+            max_norm: clip,
+            decay: &decay,
+            report: Some(report),
+            target: None,
+            per_dispatch: None,
+        };
+        let arenas = Arenas {
             params,
             grads,
-            &decay,
             moments,
-            &hp,
-            clip,
-            Some(report),
-        );
+        };
+        step.run(&self.ctx, arenas);
     }
 
     /// `inputs` and `targets` must be `batch` full windows of `context` tokens (the
@@ -1017,8 +1024,7 @@ impl Trainer {
                     let ops = GpuOps::new(&self.ctx);
                     let weights = self.weights();
                     let acts = model::forward(&ops, &self.model, &weights, &batch, b, c, None);
-                    let target = kernels::Target::of(&self.ctx);
-                    kernels::mean_into(&self.ctx, target, &acts.losses, b * c, &gathered, i);
+                    Mean::default().write(&self.ctx, &acts.losses, b * c, &gathered, i);
                 });
             }
             self.ctx

@@ -286,7 +286,7 @@ impl Trainer {
             let mut guard = claim.trainer()?;
             let old = guard.as_ref().ok_or_else(freed)?;
             corpus.check_context(cfg.context).map_err(js_error)?;
-            let limits = DeviceLimits::from_wgpu(old.context().limits());
+            let limits = DeviceLimits::of(old.context());
             plan::check(&cfg, corpus.vocab_size() as u64, &limits).map_err(js_error)?;
             // Drops the old trainer: its context destroys every buffer it made.
             *guard = None;

@@ -549,7 +549,7 @@ gpu_test!(slices_bind_their_own_range, slices_body());
 async fn slices_body() {
     use std::num::NonZeroU64;
     use tidepool::gpu::Slice;
-    use tidepool::kernels::encoder_forward;
+    use tidepool::kernels::{Embedding, EmbeddingShape};
     let ctx = context().await;
     let mut rng = Rng::new(fresh_seed());
     let (v, c, t) = (7usize, 3usize, 5usize);
@@ -576,16 +576,17 @@ async fn slices_body() {
             .collect()
     };
     let created = || ctx.counters().bind_groups_created;
-    let out = encoder_forward(&ctx, window(0), &gwte, &gwpe, 1, t, c);
+    let shape = EmbeddingShape { b: 1, t, c, v };
+    let out = Embedding::default().forward(&ctx, window(0), &gwte, &gwpe, shape);
     assert_eq!(read(&ctx, &out, t * c).await, rows(&first));
     drop(out); // its buffer comes back for the next output
     let before = created();
-    let out = encoder_forward(&ctx, window(align), &gwte, &gwpe, 1, t, c);
+    let out = Embedding::default().forward(&ctx, window(align), &gwte, &gwpe, shape);
     assert_eq!(created(), before + 1, "another range reused a bind group");
     assert_eq!(read(&ctx, &out, t * c).await, rows(&second));
     drop(out);
     let before = created();
-    let out = encoder_forward(&ctx, window(0), &gwte, &gwpe, 1, t, c);
+    let out = Embedding::default().forward(&ctx, window(0), &gwte, &gwpe, shape);
     assert_eq!(created(), before, "the same range made a new bind group");
     assert_eq!(read(&ctx, &out, t * c).await, rows(&first));
     ctx.take_error().expect("no WebGPU error");

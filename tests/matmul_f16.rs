@@ -4,8 +4,9 @@
 //! the adapter has no shader-f16; and, natively, the tensor-core shaders compiled to
 //! SPIR-V by naga (no device here runs them).
 //!
-//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` makes this test
-//! fail unless the tensor-core core runs (see the README's Precision section).
+//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` (or `coop2`) in
+//! the test's environment makes its f16 context force that tensor-core core
+//! (`ContextOptions::f16_core`): the test then fails unless that core runs.
 
 mod common;
 
@@ -15,10 +16,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use common::{context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
-use tidepool::kernels::{
-    matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
-    matmul_forward_variant, MatmulVariant, GRAD_SCALE,
-};
+use tidepool::kernels::{F16Core, Fusion, Linear, Matmul, MatmulShape, MatmulVariant, GRAD_SCALE};
 use tidepool::rng::{fresh_seed, Rng};
 use tidepool::{ContextOptions, WgpuContext};
 
@@ -131,11 +129,28 @@ fn check(what: &str, got: &[f32], want: &[f32], exact: &[f32], tol: f32, seed: u
 
 // ---- contexts ----
 
-/// An f16 context, or `None` after checking the refusal where the adapter has no
-/// shader-f16 (SwiftShader in Chromium).
+/// The tensor-core core the test's environment asks for: `TIDEPOOL_F16_CORE`
+/// natively (`coop`, `coop2` or `fallback`), none in the browser.
+fn forced_core() -> Option<F16Core> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Ok(value) = std::env::var("TIDEPOOL_F16_CORE") {
+        let core = F16Core::parse(value.trim());
+        assert!(
+            core.is_some(),
+            "TIDEPOOL_F16_CORE={value:?} is none of coop, coop2, fallback"
+        );
+        return core;
+    }
+    None
+}
+
+/// An f16 context (forcing the core [`forced_core`] names), or `None` after
+/// checking the refusal where the adapter has no shader-f16 (SwiftShader in
+/// Chromium).
 async fn f16_context() -> Option<WgpuContext> {
     let options = ContextOptions {
         precision: Precision::F16,
+        f16_core: forced_core(),
         ..Default::default()
     };
     match WgpuContext::with_options(options).await {
@@ -160,16 +175,15 @@ async fn f16_context() -> Option<WgpuContext> {
 }
 
 /// The f16 variants `ctx` runs: the tensor-core ones only where it has them, and
-/// then certainly when `TIDEPOOL_F16_CORE=coop` (or `coop2`) asks.
+/// then certainly when the context forces one.
 fn variants(ctx: &WgpuContext) -> Vec<MatmulVariant> {
-    #[cfg(not(target_arch = "wasm32"))]
     for (core, variant) in [
-        ("coop", MatmulVariant::Coop { split: false }),
-        ("coop2", MatmulVariant::Coop2 { split: false }),
+        (F16Core::Coop, MatmulVariant::Coop { split: false }),
+        (F16Core::Coop2, MatmulVariant::Coop2 { split: false }),
     ] {
-        if std::env::var("TIDEPOOL_F16_CORE").as_deref() == Ok(core) {
+        if ctx.f16_core() == Some(core) {
             if let Err(why) = variant.runs_on(ctx) {
-                panic!("TIDEPOOL_F16_CORE={core}, but {why}");
+                panic!("the context forces the {} core, but {why}", core.name());
             }
         }
     }
@@ -220,11 +234,16 @@ async fn forward_body() {
             // Each variant, then the launcher's own choice under precision f16.
             for variant in variants(&ctx).into_iter().map(Some).chain([None]) {
                 let out = poisoned(&ctx, &[rows * n], || {
-                    let gb = with_bias.then(|| (&g_b).into());
-                    match variant {
-                        Some(v) => matmul_forward_variant(&ctx, v, &g_inp, &g_w, gb, rows, k, n),
-                        None => matmul_forward(&ctx, &g_inp, &g_w, gb, rows, k, n),
-                    }
+                    let x = Linear {
+                        inp: &g_inp,
+                        weight: (&g_w).into(),
+                        bias: with_bias.then(|| (&g_b).into()),
+                    };
+                    let op = Matmul {
+                        variant,
+                        fusion: Fusion::default(),
+                    };
+                    op.forward(&ctx, x, MatmulShape { rows, k, n })
                 });
                 let got = read(&ctx, &out, rows * n).await;
                 let what = format!("forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
@@ -254,15 +273,25 @@ async fn backward_body() {
         let inp = rng.vec(rows * k, -1.0, 1.0);
         let weight = rng.vec(n * k, -1.0, 1.0);
         let (g_dout, g_inp, g_w) = (ctx.upload(&dout), ctx.upload(&inp), ctx.upload(&weight));
+        // The backward reads no bias: it only makes the bias's gradient.
+        let g_b = ctx.upload(&vec![0.0f32; n]);
+        let shape = MatmulShape { rows, k, n };
+        let x = Linear {
+            inp: &g_inp,
+            weight: (&g_w).into(),
+            bias: None,
+        };
         let want_dinp = dinp_ref(&dout, &weight, rows, k, n);
         let exact_dinp = exact_ref(|r, j| dout[r * n + j], |j, i| weight[j * k + i], rows, n, k);
         let want_dw = dweight_ref(&dout, &inp, rows, k, n);
         let exact_dw = exact_ref(|j, r| dout[r * n + j], |r, i| inp[r * k + i], n, rows, k);
         for variant in variants(&ctx) {
             let what = format!("{variant:?} {rows}x{k}x{n}");
-            let dinp = poisoned(&ctx, &[rows * k], || {
-                matmul_dinp_variant(&ctx, variant, &g_dout, &g_w, rows, k, n)
-            });
+            let op = Matmul {
+                variant: Some(variant),
+                fusion: Fusion::default(),
+            };
+            let dinp = poisoned(&ctx, &[rows * k], || op.dinp(&ctx, &g_dout, x, shape));
             let got = read(&ctx, &dinp, rows * k).await;
             check(
                 &format!("dinp {what}"),
@@ -273,7 +302,7 @@ async fn backward_body() {
                 seed,
             );
             let dw = poisoned(&ctx, &[n * k], || {
-                matmul_dweight_variant(&ctx, variant, &g_dout, &g_inp, rows, k, n)
+                op.weight_grads(&ctx, &g_dout, x, shape).0
             });
             let got = read(&ctx, &dw, n * k).await;
             check(
@@ -288,7 +317,11 @@ async fn backward_body() {
         // As the model calls it: the chooser's variants, and dbias (f32 sums of the
         // f32 gradients: no f16 in it).
         let (dinp, dw, db) = poisoned(&ctx, &[n, n * k, rows * k], || {
-            matmul_backward(&ctx, &g_dout, &g_inp, &g_w, rows, k, n, true)
+            let x = Linear {
+                bias: Some((&g_b).into()),
+                ..x
+            };
+            Matmul::default().backward(&ctx, &g_dout, x, shape)
         });
         let what = format!("matmul_backward {rows}x{k}x{n}");
         let got = read(&ctx, &dinp, rows * k).await;
@@ -330,7 +363,10 @@ fn f16_kernels_compile_to_spirv() {
         | Capabilities::COOPERATIVE_MATRIX
         | Capabilities::SUBGROUP
         | Capabilities::SUBGROUP_BARRIER;
-    for kernel in tidepool::kernels::F16_KERNELS {
+    let f16 = tidepool::kernels::catalog(false)
+        .into_iter()
+        .filter(|k| ["_f16", "_coop"].iter().any(|s| k.name.contains(s)) && !k.name.contains('#'));
+    for kernel in f16 {
         let module = naga::front::wgsl::parse_str(kernel.source)
             .unwrap_or_else(|e| panic!("{}: {}", kernel.name, e.emit_to_string(kernel.source)));
         let info = Validator::new(ValidationFlags::all(), caps)
@@ -511,7 +547,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
     }
 
     fn kernel(name: &str, rules: &[(&str, &str)]) -> Kernel {
-        let real = tidepool::kernels::F16_KERNELS
+        let real = tidepool::kernels::catalog(false)
             .into_iter()
             .find(|k| k.name == name)
             .expect("kernel");

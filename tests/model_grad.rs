@@ -1,7 +1,7 @@
 //! The whole model's backward against central finite differences of its forward,
 //! on the CPU: a small random GPT (2 layers, width 12, 3 heads) with dropout on and
 //! its masks fixed (a fixed `Dropout { p, seed, step }`), a random sample of elements
-//! of every parameter tensor. Unlike the per-op checks in `reference_grad.rs`, this
+//! of every parameter tensor. Unlike the per-op checks in `tests/ops/`, this
 //! catches mistakes in how `model::backward` chains the ops (a mask left out, a
 //! gradient routed to the wrong tensor).
 #![cfg(not(target_arch = "wasm32"))]

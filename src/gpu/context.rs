@@ -16,6 +16,7 @@ use crate::config::Precision;
 use crate::error::{Error, Result};
 use crate::pool::{BufferPool, BufferPoolConfig, BufferPoolStats};
 use crate::trace::{StepTrace, Trace};
+use crate::tuning::{F16Core, Target};
 
 /// How to build a context.
 #[derive(Clone, Debug)]
@@ -42,6 +43,13 @@ pub struct ContextOptions {
     /// keeps the shared-memory ones (op parity runs both). Natively the environment
     /// variable `TIDEPOOL_NO_SUBGROUPS=1` also turns them off (for benchmarks).
     pub subgroups: bool,
+    /// The kernels' tuning ([`Target`]): `None` picks it by adapter
+    /// ([`Target::for_adapter`]); benchmarks compare both on one adapter.
+    pub kernels: Option<Target>,
+    /// The core of the f16 matmuls: `None` picks the tensor-core one where the
+    /// device runs it. A tensor-core core named here where the device cannot run it
+    /// makes the f16 matmuls panic: a test run there must not pass on the fallback.
+    pub f16_core: Option<F16Core>,
 }
 
 impl Default for ContextOptions {
@@ -53,6 +61,8 @@ impl Default for ContextOptions {
             submit_every: 0,
             time_dispatches: false,
             subgroups: true,
+            kernels: None,
+            f16_core: None,
         }
     }
 }
@@ -115,6 +125,10 @@ pub struct WgpuContext {
     /// JS getters, and launchers ask for them every step.
     limits: wgpu::Limits,
     precision: Precision,
+    /// The kernels' tuning and f16 core ([`ContextOptions::kernels`],
+    /// [`ContextOptions::f16_core`]).
+    kernel_target: Target,
+    f16_core: Option<F16Core>,
     submit_every: u32,
     timer: Option<Mutex<DispatchTimer>>,
     /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
@@ -226,6 +240,9 @@ impl WgpuContext {
             && device_subgroups
             && subgroup_widths_fit(&info)
             && !subgroups_off_by_env();
+        let kernel_target = options
+            .kernels
+            .unwrap_or_else(|| Target::for_adapter(&info));
         // What the device got (the adapter's, asked for in full above).
         let limits = device.limits();
         Ok(WgpuContext {
@@ -234,6 +251,8 @@ impl WgpuContext {
             info,
             limits,
             precision: options.precision,
+            kernel_target,
+            f16_core: options.f16_core,
             submit_every: options.submit_every,
             timer,
             subgroups,
@@ -287,6 +306,17 @@ impl WgpuContext {
     /// Operands of the matmuls on this context ([`ContextOptions::precision`]).
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// The kernels' tuning on this context ([`ContextOptions::kernels`]).
+    pub fn kernel_target(&self) -> Target {
+        self.kernel_target
+    }
+
+    /// The f16 matmuls' core this context forces, if any
+    /// ([`ContextOptions::f16_core`]).
+    pub fn f16_core(&self) -> Option<F16Core> {
+        self.f16_core
     }
 
     /// Everything the adapter offers; [`wgpu::Device::features`] is what this

@@ -3,13 +3,22 @@
 
 use std::sync::OnceLock;
 
-use super::target::Target;
-use super::{loop_lines, unroll, ENABLE_SUBGROUPS};
+use super::check_len;
+use super::wgsl::{loop_lines, select, unroll, ENABLE_SUBGROUPS};
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
+pub use crate::reference::AttentionShape;
 use crate::reference::{dropout_mask_params, AttnDropout};
+use crate::tuning::Target;
 
-/// Queries (forward, dq) or keys (dkdv) of one workgroup of the GPU kernels.
+/// Queries (forward, dq) or keys (dkdv) of one workgroup of the GPU kernels (`BQ`
+/// in their shaders).
 const BLOCK: usize = 64;
+/// Keys a step of the GPU forward stages in workgroup memory (`BKV`), and rows of
+/// the other side a step of the GPU backward does (`BT`).
+const FORWARD_KEYS: usize = 16;
+const BACKWARD_TILE: usize = 8;
+/// Threads of the GPU backward's workgroups (its partial dots are one a thread).
+const BACKWARD_THREADS: usize = 128;
 /// Head-size bounds of the compiled variants, in vec4s, by [`Target`]: hs <= 16,
 /// 64, 128 on GPUs, and also 32 on CPUs, where every channel of padding costs (the
 /// `small` preset's heads).
@@ -20,8 +29,8 @@ const CPU_ROWS: [usize; 4] = [4, 2, 2, 2];
 /// The most vec4s of a tensor's per-lane state (R * HS4) the CPU kernels keep in
 /// named variables; larger heads loop over arrays instead. SwiftShader runs named
 /// variables several times faster, but its compile time and memory grow steeply
-/// with their number (8 rows of hs 16 did not finish compiling; BENCHMARKS.md,
-/// round five).
+/// with their number (8 rows of hs 16 did not finish compiling; BENCHMARKS.md:
+/// CPU adapters).
 const CPU_UNROLLED: usize = 16;
 /// Lanes a workgroup of the CPU kernels (`LANES` in their shaders).
 const CPU_LANES: usize = 8;
@@ -79,24 +88,12 @@ pub fn attention_subgroups(ctx: &WgpuContext) -> bool {
     ctx.subgroups() && ctx.adapter_info().subgroup_min_size >= 2
 }
 
-/// A GPU kernel's template with one exchange of half dots: lines starting
-/// `#SG ` (subgroup shuffles) where `subgroups`, else those starting `#SM `
-/// (shared memory), the marker removed; the other variant's lines dropped.
+/// A GPU kernel's template with one exchange of half dots: lines tagged `#SG `
+/// (subgroup shuffles) where `subgroups`, else those tagged `#SM ` (shared
+/// memory).
 fn pair_exchange(template: &str, subgroups: bool) -> String {
-    let (keep, drop) = if subgroups {
-        ("#SG ", "#SM ")
-    } else {
-        ("#SM ", "#SG ")
-    };
-    let mut wgsl = String::with_capacity(template.len());
-    for line in template.lines() {
-        if line.starts_with(drop) {
-            continue;
-        }
-        wgsl.push_str(line.strip_prefix(keep).unwrap_or(line));
-        wgsl.push('\n');
-    }
-    wgsl
+    let on = if subgroups { "SG" } else { "SM" };
+    select(template, &["SG", "SM"], &[on])
 }
 
 /// The compiled variants: the GPU tuning with either pair exchange
@@ -226,188 +223,194 @@ struct Params {
     keep_scale: f32,
 }
 
-/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
-#[track_caller]
-fn check_len(buffer: &PooledBuffer, floats: usize, what: &str) {
-    assert!(
-        buffer.size() >= floats as u64 * 4,
-        "{what}: a {}-byte buffer for {floats} floats",
-        buffer.size()
-    );
+/// What the forward saved for the backward: its input, its output and each row's
+/// logsumexp.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionSaved<'a> {
+    pub qkv: &'a PooledBuffer,
+    pub out: &'a PooledBuffer,
+    pub lse: &'a PooledBuffer,
 }
 
-fn setup(
-    ctx: &WgpuContext,
-    target: Target,
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    dropout: Option<AttnDropout>,
-) -> (Params, &'static Kernels, [u32; 3]) {
-    assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
-    assert!(
-        c.is_multiple_of(nh),
-        "c = {c} does not split into nh = {nh} heads"
-    );
-    let hs = c / nh;
-    let v = HS4S[target as usize]
-        .iter()
-        .position(|&hs4| hs <= 4 * hs4)
-        .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
-    let variant = match target {
-        Target::Gpu => Variant::Gpu {
-            subgroups: attention_subgroups(ctx),
-        },
-        Target::Cpu => Variant::Cpu,
-    };
-    let kernels = kernels(variant, v);
-    // Workgroups of the forward and of each backward pass (the fused backward
-    // takes twice as many: its dq blocks, then its dk/dv blocks).
-    let block = match target {
-        Target::Gpu => BLOCK,
-        Target::Cpu => CPU_LANES * CPU_ROWS[v],
-    };
-    let groups = [t.div_ceil(block) as u32, (b * nh) as u32, 1];
-    assert!(
-        b * nh <= 65535,
-        "b * nh = {} exceeds one grid dimension",
-        b * nh
-    );
-    let params = Params {
-        t: t as u32,
-        c: c as u32,
-        nh: nh as u32,
-        hs: hs as u32,
-        scale: 1.0 / (hs as f32).sqrt(),
-        seed: 0,
-        threshold: 0,
-        keep_scale: 1.0,
-    };
-    let params = match dropout {
-        Some(d) => {
-            let (threshold, keep_scale) = dropout_mask_params(d.p);
-            Params {
-                seed: d.seed,
-                threshold,
-                keep_scale,
-                ..params
+/// Causal multi-head self-attention, flash style: the forward saves one logsumexp
+/// per row instead of the `b*heads*t*t` probabilities, and the backward recomputes
+/// them (and the dropout mask: never stored).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Attention {
+    /// The kernels' tuning (`None`: the context's).
+    pub target: Option<Target>,
+    /// Dropout on the probabilities, as [`crate::reference::attention_forward`]
+    /// masks them (in the numerator only: the softmax's sum and the logsumexp are of
+    /// the undropped probabilities).
+    pub dropout: Option<AttnDropout>,
+}
+
+impl Attention {
+    /// `out` `[b, t, c]` of `qkv` `[b, t, 3c]` (queries, keys, values along
+    /// channels), and the logsumexp of each row's scaled scores, `[b, heads, t]`.
+    pub fn forward(
+        &self,
+        ctx: &WgpuContext,
+        qkv: &PooledBuffer,
+        shape: AttentionShape,
+    ) -> (PooledBuffer, PooledBuffer) {
+        let (params, kernels, groups) = self.setup(ctx, shape);
+        let AttentionShape { b, t, c, heads } = shape;
+        check_len(qkv, b * t * 3 * c, "attention forward qkv");
+        let out = ctx.create_pooled(b * t * c * 4);
+        let lse = ctx.create_pooled(b * heads * t * 4);
+        ctx.dispatch(&kernels.forward, &params, &[qkv, &out, &lse], groups);
+        (out, lse)
+    }
+
+    /// The gradient with respect to `qkv`, `dqkv` `[b, t, 3c]`, from `dout` `[b, t,
+    /// c]` and what the forward saved.
+    pub fn backward(
+        &self,
+        ctx: &WgpuContext,
+        dout: &PooledBuffer,
+        saved: AttentionSaved,
+        shape: AttentionShape,
+    ) -> PooledBuffer {
+        let (params, kernels, groups) = self.setup(ctx, shape);
+        let AttentionShape { b, t, c, heads } = shape;
+        let AttentionSaved { qkv, out, lse } = saved;
+        check_len(dout, b * t * c, "attention backward dout");
+        check_len(qkv, b * t * 3 * c, "attention backward qkv");
+        check_len(out, b * t * c, "attention backward out");
+        check_len(lse, b * heads * t, "attention backward saved");
+        let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
+        match &kernels.backward {
+            Backward::Fused(kernel) => {
+                let [x, y, z] = groups;
+                let fused = [2 * x, y, z];
+                ctx.dispatch(kernel, &params, &[dout, qkv, lse, &dqkv, out], fused);
+            }
+            Backward::Split { dq, dkdv } => {
+                // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
+                let dsum = ctx.create_pooled(b * heads * t * 4);
+                ctx.dispatch(dq, &params, &[dout, qkv, lse, &dsum, &dqkv, out], groups);
+                ctx.dispatch(dkdv, &params, &[dout, qkv, lse, &dsum, &dqkv], groups);
             }
         }
-        None => params,
-    };
-    (params, kernels, groups)
-}
-
-/// Causal self-attention over `qkv` `[b, t, 3c]` (queries, keys, values along
-/// channels; head size `c / nh`, at most 128). Returns `out` `[b, t, c]` and what
-/// [`attention_backward`] needs: the logsumexp of each row's scaled scores,
-/// `[b, nh, t]`. With `dropout`, the probabilities are masked as
-/// [`crate::reference::attention_forward`] masks them (in the numerator only: the
-/// softmax's sum and the logsumexp are of the undropped probabilities).
-pub fn attention_forward(
-    ctx: &WgpuContext,
-    qkv: &PooledBuffer,
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    dropout: Option<AttnDropout>,
-) -> (PooledBuffer, PooledBuffer) {
-    attention_forward_on(ctx, Target::of(ctx), qkv, b, t, c, nh, dropout)
-}
-
-/// [`attention_forward`] computed by the kernels tuned for `target`.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_forward_on(
-    ctx: &WgpuContext,
-    target: Target,
-    qkv: &PooledBuffer,
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    dropout: Option<AttnDropout>,
-) -> (PooledBuffer, PooledBuffer) {
-    let (params, kernels, groups) = setup(ctx, target, b, t, c, nh, dropout);
-    check_len(qkv, b * t * 3 * c, "attention_forward qkv");
-    let out = ctx.create_pooled(b * t * c * 4);
-    let lse = ctx.create_pooled(b * nh * t * 4);
-    ctx.dispatch(&kernels.forward, &params, &[qkv, &out, &lse], groups);
-    (out, lse)
-}
-
-/// Gradient of [`attention_forward`] with respect to `qkv`: `dqkv` `[b, t, 3c]`,
-/// from `dout` `[b, t, c]`, the forward's input, output and saved logsumexp, and
-/// the forward's `dropout` (its mask is recomputed, never stored).
-#[allow(clippy::too_many_arguments)]
-pub fn attention_backward(
-    ctx: &WgpuContext,
-    dout: &PooledBuffer,
-    qkv: &PooledBuffer,
-    out: &PooledBuffer,
-    saved: &PooledBuffer,
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    dropout: Option<AttnDropout>,
-) -> PooledBuffer {
-    attention_backward_on(
-        ctx,
-        Target::of(ctx),
-        dout,
-        qkv,
-        out,
-        saved,
-        b,
-        t,
-        c,
-        nh,
-        dropout,
-    )
-}
-
-/// [`attention_backward`] computed by the kernels tuned for `target`.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_backward_on(
-    ctx: &WgpuContext,
-    target: Target,
-    dout: &PooledBuffer,
-    qkv: &PooledBuffer,
-    out: &PooledBuffer,
-    saved: &PooledBuffer,
-    b: usize,
-    t: usize,
-    c: usize,
-    nh: usize,
-    dropout: Option<AttnDropout>,
-) -> PooledBuffer {
-    let (params, kernels, groups) = setup(ctx, target, b, t, c, nh, dropout);
-    check_len(dout, b * t * c, "attention_backward dout");
-    check_len(qkv, b * t * 3 * c, "attention_backward qkv");
-    check_len(out, b * t * c, "attention_backward out");
-    check_len(saved, b * nh * t, "attention_backward saved");
-    let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
-    match &kernels.backward {
-        Backward::Fused(kernel) => {
-            let [x, y, z] = groups;
-            let fused = [2 * x, y, z];
-            ctx.dispatch(kernel, &params, &[dout, qkv, saved, &dqkv, out], fused);
-        }
-        Backward::Split { dq, dkdv } => {
-            // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
-            let dsum = ctx.create_pooled(b * nh * t * 4);
-            ctx.dispatch(dq, &params, &[dout, qkv, saved, &dsum, &dqkv, out], groups);
-            ctx.dispatch(dkdv, &params, &[dout, qkv, saved, &dsum, &dqkv], groups);
-        }
+        dqkv
     }
-    dqkv
+
+    /// Bytes of workgroup memory the kernels for heads of `hs` channels declare on
+    /// adapters of `target` (the GPU tuning's with the shared-memory exchange of
+    /// half dots, the larger): the forward's staged keys and values and its partial
+    /// dots, the backward's tile, partial dots and row statistics.
+    pub fn workgroup_bytes(target: Target, hs: usize) -> u64 {
+        if target == Target::Cpu {
+            return 0;
+        }
+        let hs4 = HS4S[0].iter().copied().find(|&h| hs <= 4 * h).unwrap_or(32);
+        let forward = 2 * FORWARD_KEYS * hs4 * 16 + 512 * 16;
+        let backward = 2 * BACKWARD_TILE * hs4 * 16
+            + BACKWARD_TILE * BACKWARD_THREADS * 8
+            + 2 * BACKWARD_TILE * 4
+            + BACKWARD_TILE * hs4 * 4;
+        forward.max(backward) as u64
+    }
+
+    /// The largest grid of a launch over `shape` on adapters of `target` (the GPU
+    /// backward's: its dq blocks, then its dk/dv blocks).
+    pub fn grid(target: Target, shape: AttentionShape) -> [u64; 3] {
+        let AttentionShape { b, t, c, heads } = shape;
+        let hs = c / heads.max(1);
+        let blocks = match target {
+            Target::Gpu => 2 * t.div_ceil(BLOCK),
+            Target::Cpu => {
+                let v = HS4S[1].iter().position(|&h| hs <= 4 * h).unwrap_or(3);
+                t.div_ceil(CPU_LANES * CPU_ROWS[v])
+            }
+        };
+        [blocks as u64, b as u64 * heads as u64, 1]
+    }
+
+    /// The uniform, the kernels and the grid of a launch over `shape`.
+    fn setup(
+        &self,
+        ctx: &WgpuContext,
+        shape: AttentionShape,
+    ) -> (Params, &'static Kernels, [u32; 3]) {
+        let AttentionShape { b, t, c, heads: nh } = shape;
+        let target = self.target.unwrap_or(ctx.kernel_target());
+        assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
+        assert!(
+            c.is_multiple_of(nh),
+            "c = {c} does not split into nh = {nh} heads"
+        );
+        let hs = c / nh;
+        let v = HS4S[target as usize]
+            .iter()
+            .position(|&hs4| hs <= 4 * hs4)
+            .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
+        let variant = match target {
+            Target::Gpu => Variant::Gpu {
+                subgroups: attention_subgroups(ctx),
+            },
+            Target::Cpu => Variant::Cpu,
+        };
+        let kernels = kernels(variant, v);
+        // Workgroups of the forward and of each backward pass (the fused backward
+        // takes twice as many: its dq blocks, then its dk/dv blocks).
+        let block = match target {
+            Target::Gpu => BLOCK,
+            Target::Cpu => CPU_LANES * CPU_ROWS[v],
+        };
+        let groups = [t.div_ceil(block) as u32, (b * nh) as u32, 1];
+        assert!(
+            b * nh <= 65535,
+            "b * nh = {} exceeds one grid dimension",
+            b * nh
+        );
+        let mut params = Params {
+            t: t as u32,
+            c: c as u32,
+            nh: nh as u32,
+            hs: hs as u32,
+            scale: 1.0 / (hs as f32).sqrt(),
+            seed: 0,
+            threshold: 0,
+            keep_scale: 1.0,
+        };
+        if let Some(d) = self.dropout {
+            let (threshold, keep_scale) = dropout_mask_params(d.p);
+            (params.seed, params.threshold, params.keep_scale) = (d.seed, threshold, keep_scale);
+        }
+        (params, kernels, groups)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::{pair_exchange, BACKWARD_WGSL, FORWARD_WGSL};
+
+    /// The block sizes `Attention::workgroup_bytes` and `Attention::grid` count
+    /// with are the shaders'.
+    #[test]
+    fn block_sizes_are_the_shaders() {
+        let consts = [
+            (FORWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
+            (
+                FORWARD_WGSL,
+                format!("const BKV: u32 = {}u;", super::FORWARD_KEYS),
+            ),
+            (BACKWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
+            (
+                BACKWARD_WGSL,
+                format!("const BT: u32 = {}u;", super::BACKWARD_TILE),
+            ),
+            (
+                BACKWARD_WGSL,
+                format!("@workgroup_size({})", super::BACKWARD_THREADS),
+            ),
+        ];
+        for (source, line) in consts {
+            assert!(source.contains(&line), "{line}");
+        }
+    }
 
     #[test]
     fn pair_exchange_keeps_one_variant_and_drops_the_markers() {

@@ -34,7 +34,8 @@ const MASKED: f32 = -1.0e30;
 // Branch-free: each read is clamped into the buffer and the channels past hs are
 // selected away. It is inlined once a vec4 of the head a key, and with a branch a
 // channel there LLVM (lavapipe) took minutes over the larger heads, and the kernels
-// ran slower (BENCHMARKS.md, round sixteen).
+// ran slower (BENCHMARKS.md: CPU attention kernels without
+// branches in their loads).
 fn load4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
     let last = arrayLength(&qkv) - 1u;

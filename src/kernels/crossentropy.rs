@@ -1,8 +1,9 @@
-//! Softmax + cross-entropy with its gradient (fused), and the mean of the losses.
+//! Softmax + cross-entropy with its gradient (fused). The mean of the losses is
+//! [`super::Mean`].
 
-use super::optimizer::sum_into;
-use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
+pub use crate::reference::CrossEntropyShape;
+use crate::tuning::Target;
 
 pub(super) const SOURCE: &str = with_prelude!("crossentropy.wgsl");
 
@@ -31,87 +32,54 @@ struct Params {
     _pad: u32,
 }
 
-/// Softmax cross-entropy of each of `rows` rows of `v` logits against its target
-/// (`targets`: `rows` u32), with its gradient: returns `losses` (`rows`) and `dlogits
-/// = (softmax - onehot(targets)) * dloss` (`rows*v`), the gradient of `dloss *
-/// sum(losses)` (`dloss = 1/rows` for the mean loss). One pass: the gradient needs
-/// no kernel of its own.
-pub fn crossentropy_forward<'a>(
-    ctx: &WgpuContext,
-    logits: &PooledBuffer,
-    targets: impl Into<Slice<'a>>,
-    rows: usize,
-    v: usize,
-    dloss: f32,
-) -> (PooledBuffer, PooledBuffer) {
-    crossentropy_forward_on(ctx, Target::of(ctx), logits, targets, rows, v, dloss)
+/// Softmax cross-entropy of each row of `v` logits against its target, with its
+/// gradient in the same pass: one workgroup a row (GPUs) or one thread a row (CPU
+/// adapters).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrossEntropy {
+    /// The kernels' tuning (`None`: the context's).
+    pub target: Option<Target>,
 }
 
-/// [`crossentropy_forward`] in the variant for `target`: one workgroup a row (GPUs)
-/// or one thread a row (CPU adapters).
-pub fn crossentropy_forward_on<'a>(
-    ctx: &WgpuContext,
-    target: Target,
-    logits: &PooledBuffer,
-    targets: impl Into<Slice<'a>>,
-    rows: usize,
-    v: usize,
-    dloss: f32,
-) -> (PooledBuffer, PooledBuffer) {
-    let losses = ctx.create_pooled(rows * 4);
-    let dlogits = ctx.create_pooled(rows * v * 4);
-    let params = Params {
-        rows: rows as u32,
-        v: v as u32,
-        scale: dloss,
-        _pad: 0,
-    };
-    let (kernel, grid) = match target {
-        Target::Gpu => (&FORWARD, grid_1d(rows as u32, 1)),
-        Target::Cpu => (&FORWARD_ROWS, grid_1d(rows as u32, WG)),
-    };
-    ctx.dispatch_slices(
-        kernel,
-        &params,
-        &[
-            logits.into(),
-            targets.into(),
-            (&losses).into(),
-            (&dlogits).into(),
-        ],
-        grid,
-    );
-    (losses, dlogits)
-}
-
-/// The mean of `n` floats, as a 1-float buffer: a two-pass parallel sum (see
-/// the optimizer module), fixed order, so the same input gives the same bits.
-pub fn mean(ctx: &WgpuContext, x: &PooledBuffer, n: usize) -> PooledBuffer {
-    mean_on(ctx, Target::of(ctx), x, n)
-}
-
-/// [`mean`] in the variant for `target`.
-pub fn mean_on(ctx: &WgpuContext, target: Target, x: &PooledBuffer, n: usize) -> PooledBuffer {
-    let out = ctx.create_pooled(4);
-    mean_into(ctx, target, x, n, &out, 0);
-    out
-}
-
-/// [`mean_on`] into float `slot` of `out` (the same bits), writing nothing else.
-pub fn mean_into(
-    ctx: &WgpuContext,
-    target: Target,
-    x: &PooledBuffer,
-    n: usize,
-    out: &PooledBuffer,
-    slot: usize,
-) {
-    assert!(
-        out.len() >= (slot + 1) * 4,
-        "slot {slot} of a {}-byte buffer",
-        out.len()
-    );
-    sum_into(ctx, target, x, n, false, 1.0 / n.max(1) as f32, out, slot);
+impl CrossEntropy {
+    /// Losses (`rows`) and `dlogits = (softmax - onehot(targets)) * dloss` (`rows*v`)
+    /// of `logits` (`rows*v`) against `targets` (`rows` u32): the gradient of
+    /// `dloss * sum(losses)` (`dloss = 1/rows` for the mean loss), so the gradient
+    /// needs no kernel of its own.
+    pub fn forward<'a>(
+        &self,
+        ctx: &WgpuContext,
+        logits: &PooledBuffer,
+        targets: impl Into<Slice<'a>>,
+        shape: CrossEntropyShape,
+        dloss: f32,
+    ) -> (PooledBuffer, PooledBuffer) {
+        let CrossEntropyShape { rows, v } = shape;
+        let losses = ctx.create_pooled(rows * 4);
+        let dlogits = ctx.create_pooled(rows * v * 4);
+        let params = Params {
+            rows: rows as u32,
+            v: v as u32,
+            scale: dloss,
+            _pad: 0,
+        };
+        let (kernel, grid) = match self.target.unwrap_or(ctx.kernel_target()) {
+            Target::Gpu => (&FORWARD, grid_1d(rows as u32, 1)),
+            Target::Cpu => (&FORWARD_ROWS, grid_1d(rows as u32, WG)),
+        };
+        ctx.dispatch_slices(
+            kernel,
+            &params,
+            &[
+                logits.into(),
+                targets.into(),
+                (&losses).into(),
+                (&dlogits).into(),
+            ],
+            grid,
+        );
+        (losses, dlogits)
+    }
 }
 
 /// Every kernel of this op.

@@ -5,7 +5,7 @@
 //             probability underflows to 0) and dlogits = (probs - onehot(target)) *
 //             scale, the gradient of scale * (sum of the losses)
 //   forward_rows  the same with one thread a row (CPU adapters: no barriers)
-// (The mean of the losses is the optimizer's sum reduction; see optimizer.wgsl.)
+// (The mean of the losses is the optimizer's sum reduction; see reduce.wgsl.)
 
 struct Params { rows: u32, v: u32, scale: f32, _pad0: u32 }
 

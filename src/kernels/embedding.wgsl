@@ -81,7 +81,7 @@ fn dwte_rows_extra(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 }
 
 // extra[idx], or with p.extra_splits > 1 the sum over s of extra[s * v * c + idx] in
-// optimizer_tensors.wgsl's `grad_at_N` order: the same bits as adding the head's
+// multi_tensor.wgsl's `grad_at_N` order: the same bits as adding the head's
 // split partials first.
 fn extra_at(idx: u32) -> f32 {
     let splits = p.extra_splits;

@@ -1,8 +1,9 @@
 //! LayerNorm (eps 1e-5, biased variance as PyTorch), forward and backward.
 
-use super::target::Target;
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
+pub use crate::reference::LayerNormShape;
 use crate::reference::{dropout_mask_params, DropoutMask};
+use crate::tuning::Target;
 
 pub(super) const SOURCE: &str = concat!(
     include_str!("prelude.wgsl"),
@@ -113,22 +114,6 @@ fn params_in_dinp(ctx: &WgpuContext, target: Target, rows: usize) -> bool {
         && ctx.limits().max_storage_buffers_per_shader_stage >= PARAMS_STORAGE_BUFFERS
 }
 
-/// Floats of pooled scratch that [`layernorm_backward_on`] draws for its weight
-/// gradients: 0 where the dinp pass sums them (GPUs, up to 4096 rows), else two
-/// passes' `2 * ceil(rows / 64) * c` partial sums.
-pub fn layernorm_backward_scratch(
-    ctx: &WgpuContext,
-    target: Target,
-    rows: usize,
-    c: usize,
-) -> usize {
-    if params_in_dinp(ctx, target, rows) {
-        0
-    } else {
-        2 * rows.div_ceil(CHUNK_ROWS).max(1) * c
-    }
-}
-
 /// GPUs: one workgroup a row. CPU adapters: one thread a row.
 fn row_grid(target: Target, rows: usize) -> [u32; 3] {
     match target {
@@ -137,232 +122,233 @@ fn row_grid(target: Target, rows: usize) -> [u32; 3] {
     }
 }
 
-/// LayerNorm of each of `rows` rows of `c` floats: returns `out` (`rows*c`) and the
-/// per-row `mean` and `rstd` (`rows` each) for the backward pass.
-pub fn layernorm_forward<'w>(
-    ctx: &WgpuContext,
-    inp: &PooledBuffer,
-    weight: impl Into<Slice<'w>>,
-    bias: impl Into<Slice<'w>>,
-    rows: usize,
-    c: usize,
-) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
-    layernorm_forward_on(ctx, Target::of(ctx), inp, weight, bias, rows, c)
+/// What the forward saved for the backward: its input and each row's mean and rstd.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerNormSaved<'a> {
+    pub inp: &'a PooledBuffer,
+    pub mean: &'a PooledBuffer,
+    pub rstd: &'a PooledBuffer,
 }
 
-/// [`layernorm_forward`] in the variant for `target`.
-pub fn layernorm_forward_on<'w>(
-    ctx: &WgpuContext,
-    target: Target,
-    inp: &PooledBuffer,
-    weight: impl Into<Slice<'w>>,
-    bias: impl Into<Slice<'w>>,
-    rows: usize,
-    c: usize,
-) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
-    let out = ctx.create_pooled(rows * c * 4);
-    let mean = ctx.create_pooled(rows * 4);
-    let rstd = ctx.create_pooled(rows * 4);
-    let params = Params::new(rows, c, 0, 0);
-    let kernel = match target {
-        Target::Gpu => &FORWARD,
-        Target::Cpu => &FORWARD_ROWS,
-    };
-    ctx.dispatch_slices(
-        kernel,
-        &params,
-        &[
-            inp.into(),
-            weight.into(),
-            bias.into(),
-            (&out).into(),
-            (&mean).into(),
-            (&rstd).into(),
-        ],
-        row_grid(target, rows),
-    );
-    (out, mean, rstd)
+/// The backward's results: `dinp` (`rows*c`), its copy through the dropout mask
+/// when one was given, and the weight gradients (`c` each, summed over rows).
+pub struct LayerNormGrads {
+    pub dinp: PooledBuffer,
+    pub masked: Option<PooledBuffer>,
+    pub dweight: PooledBuffer,
+    pub dbias: PooledBuffer,
 }
 
-/// Gradients of [`layernorm_forward`]: `dinp` (`rows*c`), `dweight` and `dbias` (`c`,
-/// summed over rows). The sum over rows runs in a fixed order: on GPUs up to 4096 rows
-/// in the dinp pass's own column workgroups (lanes of rows, then a fixed tree), else
-/// in two passes (chunks of rows, then the chunks) through a scratch buffer from the
-/// pool ([`layernorm_backward_scratch`] floats).
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward<'w>(
-    ctx: &WgpuContext,
-    dout: &PooledBuffer,
-    inp: &PooledBuffer,
-    weight: impl Into<Slice<'w>>,
-    mean: &PooledBuffer,
-    rstd: &PooledBuffer,
-    rows: usize,
-    c: usize,
-) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
-    layernorm_backward_on(ctx, Target::of(ctx), dout, inp, weight, mean, rstd, rows, c)
+/// LayerNorm over each row (eps 1e-5, biased variance, as PyTorch), forward and
+/// backward. The backward's sum over rows runs in a fixed order: on GPUs up to 4096
+/// rows in the dinp pass's own column workgroups (lanes of rows, then a fixed
+/// tree), else in two passes (chunks of rows, then the chunks) through a scratch
+/// buffer from the pool ([`LayerNorm::backward_scratch`] floats).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LayerNorm<'a> {
+    /// The kernels' tuning (`None`: the context's).
+    pub target: Option<Target>,
+    /// Backward: the input was also the residual stream, whose gradient from above
+    /// this is: `dinp = resid + ` the layernorm's input gradient.
+    pub resid: Option<&'a PooledBuffer>,
+    /// Backward: `dinp` is also returned through this dropout mask (the gradient of
+    /// the residual branch whose output the input was).
+    pub mask: Option<DropoutMask>,
 }
 
-/// [`layernorm_backward`] in the variant for `target`.
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_on<'w>(
-    ctx: &WgpuContext,
-    target: Target,
-    dout: &PooledBuffer,
-    inp: &PooledBuffer,
-    weight: impl Into<Slice<'w>>,
-    mean: &PooledBuffer,
-    rstd: &PooledBuffer,
-    rows: usize,
-    c: usize,
-) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
-    let (dinp, _, dweight, dbias) = layernorm_backward_fused_on(
-        ctx, target, dout, inp, weight, mean, rstd, rows, c, None, None,
-    );
-    (dinp, dweight, dbias)
-}
-
-/// [`layernorm_backward_on`] where the input was also the residual stream: `dinp` is
-/// `resid + ` the layernorm's input gradient (`resid`: the stream's gradient from
-/// above), and with `mask` also returned through that dropout mask (the gradient of
-/// the residual branch whose output the input was). Returns (dinp, masked, dweight,
-/// dbias).
-#[allow(clippy::too_many_arguments)]
-pub fn layernorm_backward_fused_on<'w>(
-    ctx: &WgpuContext,
-    target: Target,
-    dout: &PooledBuffer,
-    inp: &PooledBuffer,
-    weight: impl Into<Slice<'w>>,
-    mean: &PooledBuffer,
-    rstd: &PooledBuffer,
-    rows: usize,
-    c: usize,
-    resid: Option<&PooledBuffer>,
-    mask: Option<DropoutMask>,
-) -> (
-    PooledBuffer,
-    Option<PooledBuffer>,
-    PooledBuffer,
-    PooledBuffer,
-) {
-    let (dinp, masked, grads) = layernorm_backward_into(
-        ctx,
-        target,
-        dout,
-        inp,
-        weight,
-        mean,
-        rstd,
-        (rows, c),
-        resid,
-        mask,
-        None,
-    );
-    let (dweight, dbias) = grads.expect("made without destinations");
-    (dinp, masked, dweight, dbias)
-}
-
-/// [`layernorm_backward_fused_on`] with dweight and dbias written into `dests`
-/// where given (ranges of `c` floats of the trainer's
-/// [`crate::kernels::GradArena`]), else returned. `shape`: (rows, c).
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
-pub(crate) fn layernorm_backward_into<'w>(
-    ctx: &WgpuContext,
-    target: Target,
-    dout: &PooledBuffer,
-    inp: &PooledBuffer,
-    weight: impl Into<Slice<'w>>,
-    mean: &PooledBuffer,
-    rstd: &PooledBuffer,
-    (rows, c): (usize, usize),
-    resid: Option<&PooledBuffer>,
-    mask: Option<DropoutMask>,
-    dests: Option<[Slice; 2]>,
-) -> (
-    PooledBuffer,
-    Option<PooledBuffer>,
-    Option<(PooledBuffer, PooledBuffer)>,
-) {
-    if let Some(dests) = &dests {
-        assert!(
-            dests.iter().all(|d| d.size() == c as u64 * 4),
-            "layernorm gradients of {c} floats"
-        );
+impl LayerNorm<'_> {
+    fn target(&self, ctx: &WgpuContext) -> Target {
+        self.target.unwrap_or(ctx.kernel_target())
     }
-    // The weight gradients' buffers when they have no destination.
-    let made = dests
-        .is_none()
-        .then(|| (ctx.create_pooled(c * 4), ctx.create_pooled(c * 4)));
-    let [dweight, dbias]: [Slice; 2] = match (&made, dests) {
-        (Some((w, b)), _) => [w.into(), b.into()],
-        (None, Some(dests)) => dests,
-        (None, None) => unreachable!(),
-    };
-    let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
-    let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
-    if let Some(resid) = resid {
-        assert!(
-            resid.size() >= (rows * c * 4) as u64,
-            "layernorm_backward resid"
-        );
-        params.flags |= RESID;
-    }
-    if let Some(m) = mask {
-        let (threshold, scale) = dropout_mask_params(m.p);
-        (params.seed, params.threshold, params.scale) = (m.seed, threshold, scale);
-        params.flags |= MASK;
-    }
-    let dinp = ctx.create_pooled(rows * c * 4);
-    let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
-    let in_dinp = params_in_dinp(ctx, target, rows);
-    // Without a mask the dinp pass binds `scratch` in place of `masked` (written only
-    // with one): WebGPU forbids two writable bindings of one buffer in a dispatch,
-    // written or not. In two passes it is their partial sums, written only by a later
-    // pass; in one, a 4-byte stand-in.
-    let scratch = ctx.create_pooled(if in_dinp { 4 } else { 2 * chunks * c * 4 });
-    let resid_or_any = resid.unwrap_or(dout);
-    let masked_or_any = masked.as_ref().unwrap_or(&scratch);
-    let mut bound: Vec<Slice> = vec![
-        dout.into(),
-        inp.into(),
-        weight.into(),
-        mean.into(),
-        rstd.into(),
-        (&dinp).into(),
-        resid_or_any.into(),
-        masked_or_any.into(),
-    ];
-    if in_dinp {
-        bound.extend([dweight, dbias]);
-        let groups = rows + c.div_ceil(PARAMS_CHANNELS);
+
+    /// `out` (`rows*c`) and each row's `mean` and `rstd` (`rows` each) for the
+    /// backward.
+    pub fn forward<'w>(
+        &self,
+        ctx: &WgpuContext,
+        inp: &PooledBuffer,
+        weight: impl Into<Slice<'w>>,
+        bias: impl Into<Slice<'w>>,
+        shape: LayerNormShape,
+    ) -> (PooledBuffer, PooledBuffer, PooledBuffer) {
+        let LayerNormShape { rows, c } = shape;
+        let target = self.target(ctx);
+        let out = ctx.create_pooled(rows * c * 4);
+        let mean = ctx.create_pooled(rows * 4);
+        let rstd = ctx.create_pooled(rows * 4);
+        let params = Params::new(rows, c, 0, 0);
+        let kernel = match target {
+            Target::Gpu => &FORWARD,
+            Target::Cpu => &FORWARD_ROWS,
+        };
         ctx.dispatch_slices(
-            &BACKWARD_DINP_PARAMS,
+            kernel,
             &params,
-            &bound,
-            grid_1d(groups as u32, 1),
+            &[
+                inp.into(),
+                weight.into(),
+                bias.into(),
+                (&out).into(),
+                (&mean).into(),
+                (&rstd).into(),
+            ],
+            row_grid(target, rows),
         );
-        return (dinp, masked, made);
+        (out, mean, rstd)
     }
-    let kernel = match target {
-        Target::Gpu => &BACKWARD_DINP,
-        Target::Cpu => &BACKWARD_DINP_ROWS,
-    };
-    ctx.dispatch_slices(kernel, &params, &bound, row_grid(target, rows));
-    let partial = &scratch;
-    ctx.dispatch(
-        &BACKWARD_PARTIAL,
-        &params,
-        &[dout, inp, mean, rstd, partial],
-        grid_1d((chunks * c) as u32, WG),
-    );
-    ctx.dispatch_slices(
-        &BACKWARD_FINAL,
-        &params,
-        &[partial.into(), dweight, dbias],
-        grid_1d(c as u32, WG),
-    );
-    (dinp, masked, made)
+
+    /// Floats of pooled scratch the backward draws for its weight gradients: 0
+    /// where the dinp pass sums them (GPUs, up to 4096 rows), else two passes'
+    /// `2 * ceil(rows / 64) * c` partial sums.
+    pub fn backward_scratch(&self, ctx: &WgpuContext, shape: LayerNormShape) -> usize {
+        let LayerNormShape { rows, c } = shape;
+        if params_in_dinp(ctx, self.target(ctx), rows) {
+            0
+        } else {
+            2 * rows.div_ceil(CHUNK_ROWS).max(1) * c
+        }
+    }
+
+    /// The most scratch [`LayerNorm::backward_scratch`] gives for `rows` rows of `c`
+    /// channels on any device (its two passes' partial sums), in u64 for the planner.
+    pub fn most_scratch_floats(rows: u64, c: u64) -> u64 {
+        2 * rows.div_ceil(CHUNK_ROWS as u64).max(1) * c
+    }
+
+    /// The gradients of [`LayerNorm::forward`] from `dout`.
+    pub fn backward<'w>(
+        &self,
+        ctx: &WgpuContext,
+        dout: &PooledBuffer,
+        saved: LayerNormSaved,
+        weight: impl Into<Slice<'w>>,
+        shape: LayerNormShape,
+    ) -> LayerNormGrads {
+        let (dinp, masked, grads) = self.backward_to(ctx, dout, saved, weight.into(), shape, None);
+        let (dweight, dbias) = grads.expect("made without destinations");
+        LayerNormGrads {
+            dinp,
+            masked,
+            dweight,
+            dbias,
+        }
+    }
+
+    /// [`LayerNorm::backward`] with dweight and dbias written into `dests` (ranges
+    /// of `c` floats of the trainer's [`crate::kernels::GradArena`]): returns
+    /// (dinp, masked).
+    pub(crate) fn backward_into(
+        &self,
+        ctx: &WgpuContext,
+        dout: &PooledBuffer,
+        saved: LayerNormSaved,
+        weight: Slice,
+        shape: LayerNormShape,
+        dests: [Slice; 2],
+    ) -> (PooledBuffer, Option<PooledBuffer>) {
+        let (dinp, masked, _) = self.backward_to(ctx, dout, saved, weight, shape, Some(dests));
+        (dinp, masked)
+    }
+
+    /// The backward, with the weight gradients into `dests` where given, else
+    /// into buffers of their own, returned.
+    #[allow(clippy::type_complexity)]
+    fn backward_to(
+        &self,
+        ctx: &WgpuContext,
+        dout: &PooledBuffer,
+        saved: LayerNormSaved,
+        weight: Slice,
+        shape: LayerNormShape,
+        dests: Option<[Slice; 2]>,
+    ) -> (
+        PooledBuffer,
+        Option<PooledBuffer>,
+        Option<(PooledBuffer, PooledBuffer)>,
+    ) {
+        let LayerNormShape { rows, c } = shape;
+        let LayerNormSaved { inp, mean, rstd } = saved;
+        let (target, resid, mask) = (self.target(ctx), self.resid, self.mask);
+        if let Some(dests) = &dests {
+            assert!(
+                dests.iter().all(|d| d.size() == c as u64 * 4),
+                "layernorm gradients of {c} floats"
+            );
+        }
+        // The weight gradients' buffers when they have no destination.
+        let made = dests
+            .is_none()
+            .then(|| (ctx.create_pooled(c * 4), ctx.create_pooled(c * 4)));
+        let [dweight, dbias]: [Slice; 2] = match (&made, dests) {
+            (Some((w, b)), _) => [w.into(), b.into()],
+            (None, Some(dests)) => dests,
+            (None, None) => unreachable!(),
+        };
+        let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
+        let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
+        if let Some(resid) = resid {
+            assert!(
+                resid.size() >= (rows * c * 4) as u64,
+                "layernorm_backward resid"
+            );
+            params.flags |= RESID;
+        }
+        if let Some(m) = mask {
+            let (threshold, scale) = dropout_mask_params(m.p);
+            (params.seed, params.threshold, params.scale) = (m.seed, threshold, scale);
+            params.flags |= MASK;
+        }
+        let dinp = ctx.create_pooled(rows * c * 4);
+        let masked = mask.map(|_| ctx.create_pooled(rows * c * 4));
+        let in_dinp = params_in_dinp(ctx, target, rows);
+        // Without a mask the dinp pass binds `scratch` in place of `masked` (written only
+        // with one): WebGPU forbids two writable bindings of one buffer in a dispatch,
+        // written or not. In two passes it is their partial sums, written only by a later
+        // pass; in one, a 4-byte stand-in.
+        let scratch = ctx.create_pooled(if in_dinp { 4 } else { 2 * chunks * c * 4 });
+        let resid_or_any = resid.unwrap_or(dout);
+        let masked_or_any = masked.as_ref().unwrap_or(&scratch);
+        let mut bound: Vec<Slice> = vec![
+            dout.into(),
+            inp.into(),
+            weight,
+            mean.into(),
+            rstd.into(),
+            (&dinp).into(),
+            resid_or_any.into(),
+            masked_or_any.into(),
+        ];
+        if in_dinp {
+            bound.extend([dweight, dbias]);
+            let groups = rows + c.div_ceil(PARAMS_CHANNELS);
+            ctx.dispatch_slices(
+                &BACKWARD_DINP_PARAMS,
+                &params,
+                &bound,
+                grid_1d(groups as u32, 1),
+            );
+            return (dinp, masked, made);
+        }
+        let kernel = match target {
+            Target::Gpu => &BACKWARD_DINP,
+            Target::Cpu => &BACKWARD_DINP_ROWS,
+        };
+        ctx.dispatch_slices(kernel, &params, &bound, row_grid(target, rows));
+        let partial = &scratch;
+        ctx.dispatch(
+            &BACKWARD_PARTIAL,
+            &params,
+            &[dout, inp, mean, rstd, partial],
+            grid_1d((chunks * c) as u32, WG),
+        );
+        ctx.dispatch_slices(
+            &BACKWARD_FINAL,
+            &params,
+            &[partial.into(), dweight, dbias],
+            grid_1d(c as u32, WG),
+        );
+        (dinp, masked, made)
+    }
 }
 
 /// Every kernel of this op.

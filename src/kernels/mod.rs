@@ -1,143 +1,77 @@
-//! GPU kernels: one `.wgsl` per op, with a typed launcher each.
+//! GPU kernels: every op of GPT training in WGSL, each with a launch description.
 //!
-//! A launcher takes `PooledBuffer`s and shapes, records its dispatch into the
-//! context's current scope, and returns its output as a `PooledBuffer` drawn from the
-//! pool. Every kernel writes every element of its output (rule 2 in [`crate::gpu`]);
-//! its CPU specification is the function of the same name in [`crate::reference`].
+//! An op is a small value saying how to launch it ([`Matmul`], [`LayerNorm`],
+//! [`Attention`], [`Embedding`], [`CrossEntropy`], [`Mean`], [`OptimizerStep`]: the
+//! variant or tuning, the fusions) with one entry point a pass (`forward`,
+//! `backward`, ...) taking the operands and a shape value. A launch records its
+//! dispatches into the context's current scope and returns its outputs as
+//! `PooledBuffer`s drawn from the pool. Every kernel writes every element of its
+//! output (rule 2 in [`crate::gpu`]); its CPU specification is the function of the
+//! same name in [`crate::reference`], and its parity test is `tests/ops/<op>.rs`.
+//!
+//! Where a kernel has a variant for CPU adapters ([`Target`]), the context's choice
+//! runs ([`crate::gpu::WgpuContext::kernel_target`]) unless the launch names one.
+//! How the WGSL is put together and specialised is written down in
+//! `src/kernels/README.md`.
+//!
+//! Modules import downwards only: the ops use `wgsl` (source assembly), the
+//! arenas and the multi-tensor kernels; the optimizer uses those; nothing here
+//! imports the model.
 
-use std::borrow::Cow;
+#[macro_use]
+mod wgsl;
 
-use crate::gpu::Kernel;
+mod arenas;
+mod attention;
+mod crossentropy;
+mod embedding;
+mod gelu;
+mod layernorm;
+pub mod matmul;
+mod multi_tensor;
+mod optimizer;
+mod reduce;
+mod residual;
 
-/// The shared helpers joined in front of a kernel's own source (`with_prelude!`):
-/// `linear` and the block reductions, by shared memory.
-pub(crate) const PRELUDE: &str = include_str!("prelude.wgsl");
-
-/// The block reductions by subgroups, in place of `PRELUDE`'s where the device has
-/// subgroups ([`source_for`]).
-const SUBGROUP_REDUCTIONS: &str = include_str!("prelude_subgroups.wgsl");
-
-/// What a module calling subgroup operations begins with. Browsers' WGSL compilers
-/// want the extension enabled, first in the module; naga 30 (native) has subgroups
-/// without it and rejects the directive as unimplemented.
-pub(crate) const ENABLE_SUBGROUPS: &str = if cfg!(target_arch = "wasm32") {
-    "enable subgroups;\n"
-} else {
-    ""
+pub use crate::tuning::{F16Core, Target};
+pub use arenas::{GradArena, GradDest, ParamArena};
+pub use attention::{attention_subgroups, Attention, AttentionSaved, AttentionShape};
+pub use crossentropy::{CrossEntropy, CrossEntropyShape};
+pub use embedding::{token_index, Embedding, EmbeddingShape, ExtraGrad, TokenIndex};
+pub use gelu::gelu_forward;
+pub use layernorm::{LayerNorm, LayerNormGrads, LayerNormSaved, LayerNormShape};
+pub use matmul::{
+    coop2_supported, coop_supported, is_f16_16x16, Fusion, Layout, Linear, Matmul, MatmulShape,
+    MatmulVariant, SplitSums, WeightGrad, GRAD_SCALE,
 };
+pub use multi_tensor::{
+    sum_splits_together, SplitSum, TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
+};
+pub use optimizer::{scratch_floats, Arenas, Moments, OptimizerStep};
+pub use reduce::{scale_in_place, sum_in_one_pass, Mean};
+pub use residual::residual_forward;
+pub use wgsl::{source_for, MAX_SUBGROUP_WIDTH};
 
-/// Where `PRELUDE`'s shared-memory reductions begin.
-const REDUCTIONS_MARK: &str = "// ---- block reductions: shared memory";
+use crate::gpu::{Kernel, Slice};
 
-/// The widest subgroup the subgroup reductions handle: the smallest `WG` of a kernel
-/// calling `block_sum` or `block_max` (layernorm's and cross-entropy's 128), which
-/// every subgroup width (a power of two) up to it divides.
-pub const MAX_SUBGROUP_WIDTH: u32 = 128;
+/// The largest workgroup any kernel declares: the GEMMs', the embedding's, the
+/// sums' and the optimizer's 256 threads.
+pub const MAX_WORKGROUP_SIZE: u64 = 256;
 
-/// Writes each code line of `template` holding `marker` out `count` times, in order,
-/// with `{marker}u` replaced by the copy's index as a WGSL `u32` literal and
-/// `marker` by the bare index (`let a#R = a_at(ra#R, k);` -> `let a0 = ..`, `let a1
-/// = ..`). Other lines and comments pass unchanged. Kernels keep per-row or
-/// per-channel state in named variables this way rather than in arrays indexed by a
-/// loop counter, which some shader compilers (SwiftShader's) keep in memory. Apply
-/// it once a marker for lines holding several (every combination, the first
-/// marker's outermost).
-pub(crate) fn unroll(template: &str, marker: &str, count: usize) -> String {
-    let literal = format!("{marker}u");
-    let mut wgsl = String::with_capacity(template.len());
-    for line in template.lines() {
-        if line.contains(marker) && !line.trim_start().starts_with("//") {
-            for i in 0..count {
-                let copy = line.replace(&literal, &format!("{i}u"));
-                wgsl.push_str(&copy.replace(marker, &i.to_string()));
-                wgsl.push('\n');
-            }
-        } else {
-            wgsl.push_str(line);
-            wgsl.push('\n');
-        }
-    }
-    wgsl
-}
+/// The most storage buffers one dispatch binds: the layernorm backward's dinp pass
+/// (its variant that also sums the weight gradients binds 10, and runs only where
+/// the device binds that many; the multi-tensor sums take as many tensors as the
+/// device binds).
+pub const MAX_STORAGE_BUFFERS: u64 = 8;
 
-/// The compact form of [`unroll`]: each code line of `template` holding `marker`
-/// becomes a loop over `0 .. bound` (a WGSL constant), with `{marker}u` the loop's
-/// index and `name{marker}` element `name[i]` of an `array<vec4<f32>, bound>`. A
-/// line declaring such a name (`let` or `var name{marker} = init;`) declares the
-/// array and fills it. The same arithmetic in a fraction of the shader, for where
-/// compile time matters more than registers.
-pub(crate) fn loop_lines(template: &str, marker: &str, bound: &str) -> String {
-    let index = format!("{}_", marker.trim_start_matches('#').to_lowercase());
-    let looped = |stmt: &str| {
-        let stmt = stmt
-            .replace(&format!("{marker}u"), &index)
-            .replace(marker, &format!("[{index}]"));
-        format!("for (var {index} = 0u; {index} < {bound}; {index}++) {{ {stmt} }}")
-    };
-    let mut wgsl = String::with_capacity(template.len());
-    for line in template.lines() {
-        let code = line.trim_start();
-        if !line.contains(marker) || code.starts_with("//") {
-            wgsl.push_str(line);
-        } else {
-            let indent = &line[..line.len() - code.len()];
-            let decl = code
-                .strip_prefix("var ")
-                .or_else(|| code.strip_prefix("let "))
-                .and_then(|rest| rest.split_once(&format!("{marker} = ")));
-            match decl {
-                Some((name, init)) => {
-                    let fill = looped(&format!("{name}{marker} = {init}"));
-                    wgsl.push_str(&format!(
-                        "{indent}var {name}: array<vec4<f32>, {bound}>; {fill}"
-                    ));
-                }
-                None => wgsl.push_str(&format!("{indent}{}", looped(code))),
-            }
-        }
-        wgsl.push('\n');
-    }
-    wgsl
-}
-
-/// The WGSL a context compiles for `kernel`: its own source, or, with `subgroups`,
-/// the same with the prelude's block reductions swapped for the subgroup ones (for
-/// kernels joined after `PRELUDE`; the others are unchanged). The one place the
-/// variant is chosen; the context decides `subgroups` ([`crate::gpu::WgpuContext::subgroups`]).
-pub fn source_for(kernel: &Kernel, subgroups: bool) -> Cow<'static, str> {
-    match kernel.source.strip_prefix(PRELUDE) {
-        Some(own) if subgroups => {
-            let common = &PRELUDE[..PRELUDE
-                .find(REDUCTIONS_MARK)
-                .expect("prelude.wgsl marks its reductions")];
-            Cow::Owned(format!(
-                "{ENABLE_SUBGROUPS}{common}{SUBGROUP_REDUCTIONS}{own}"
-            ))
-        }
-        _ => Cow::Borrowed(kernel.source),
-    }
-}
-
-/// One kernel of each source joined after the prelude (its module has every entry
-/// point of that source), the optimizer's generated ones for 1 and 3 tensors: what
-/// the naga test (tests/op_parity.rs) compiles with each prelude.
-pub fn prelude_kernels() -> Vec<Kernel> {
-    let one = |name, source| Kernel {
-        name,
-        source,
-        entry: "",
-        unchecked: false,
-    };
-    let mut kernels = vec![
-        one("layernorm", layernorm::SOURCE),
-        one("crossentropy", crossentropy::SOURCE),
-        one("optimizer", optimizer::SOURCE),
-        one("embedding", embedding::SOURCE),
-        one("gelu", gelu::SOURCE),
-        residual::RESIDUAL,
-    ];
-    kernels.extend(optimizer::generated_kernels());
-    kernels
+/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
+#[track_caller]
+pub(crate) fn check_len<'a>(buffer: impl Into<Slice<'a>>, floats: usize, what: &str) {
+    let bytes = buffer.into().size();
+    assert!(
+        bytes >= floats as u64 * 4,
+        "{what}: a {bytes}-byte binding for {floats} floats"
+    );
 }
 
 /// Every kernel the launchers can dispatch, each specialization included, with the
@@ -154,125 +88,7 @@ pub fn catalog(compact: bool) -> Vec<Kernel> {
     all.extend(embedding::catalog());
     all.extend(matmul::catalog());
     all.extend(attention::catalog(compact));
-    all.extend(optimizer::catalog());
+    all.extend(reduce::catalog());
+    all.extend(multi_tensor::catalog());
     all
-}
-
-/// A kernel's WGSL with the shared helpers of `prelude.wgsl` joined in front.
-macro_rules! with_prelude {
-    ($file:literal) => {
-        concat!(include_str!("prelude.wgsl"), include_str!($file))
-    };
-}
-
-/// An attention kernel's WGSL with the dropout mask's hash and `keep` joined in front
-/// (one copy for the four kernels, GPU and CPU tunings).
-macro_rules! with_dropout_mask {
-    ($file:literal) => {
-        concat!(
-            include_str!("hash.wgsl"),
-            include_str!("attention_mask.wgsl"),
-            include_str!($file)
-        )
-    };
-}
-
-mod target;
-
-pub use target::{force, Target};
-
-// ---- elementwise: residual add, GELU (for the CPU-adapter matmuls) ----
-// Dropout has no kernel of its own: the mask (hash.wgsl) is applied inside the
-// embedding, matmul-epilogue, layernorm-backward and attention kernels.
-mod gelu;
-mod residual;
-
-pub use gelu::gelu_forward;
-pub use residual::residual_forward;
-
-// ---- row reductions: layernorm, cross-entropy ----
-mod crossentropy;
-mod layernorm;
-
-pub use crossentropy::{crossentropy_forward, crossentropy_forward_on, mean, mean_into, mean_on};
-pub use layernorm::{
-    layernorm_backward, layernorm_backward_fused_on, layernorm_backward_on,
-    layernorm_backward_scratch, layernorm_forward, layernorm_forward_on,
-};
-
-// ---- embedding ----
-mod embedding;
-
-pub use embedding::{
-    encoder_backward, encoder_backward_on, encoder_forward, encoder_forward_dropout, token_index,
-};
-
-// ---- matmul ----
-mod matmul;
-mod matmul_coop;
-
-pub use matmul_coop::{
-    coop2_supported, coop_supported, is_f16_16x16, GRAD_SCALE, KERNELS as F16_KERNELS,
-};
-
-pub use matmul::{
-    matmul_backward, matmul_backward_deferred, matmul_backward_fused, matmul_dinp,
-    matmul_dinp_fused_variant, matmul_dinp_variant, matmul_dweight, matmul_dweight_fused_variant,
-    matmul_dweight_variant, matmul_forward, matmul_forward_fused, matmul_forward_fused_variant,
-    matmul_forward_variant, matmul_weight_grads_variant, ForwardFusion, MatmulVariant,
-};
-
-// ---- weight gradients from split partials ----
-mod split_sums;
-
-pub(crate) use embedding::encoder_backward_into;
-pub(crate) use layernorm::layernorm_backward_into;
-pub(crate) use matmul::{matmul_backward_into, weight_grad_splits};
-pub use split_sums::{GradDest, SplitSums, WeightGrad};
-
-// ---- attention ----
-mod attention;
-
-pub use attention::{
-    attention_backward, attention_backward_on, attention_forward, attention_forward_on,
-    attention_subgroups,
-};
-
-// ---- optimizer: gradient norms, clipping, AdamW; the parameters' arenas ----
-mod arena;
-mod optimizer;
-
-pub use arena::{ArenaLayout, GradArena, GradLayout, ParamArena, ALIGN_FLOATS, HEADER_FLOATS};
-
-pub use optimizer::{
-    adamw_step, adamw_step_on, scale_in_place, scratch_floats, sum_in_one_pass,
-    sum_splits_together, AdamW, Arenas, Moments, SplitSum, TensorsPerDispatch,
-    MAX_TENSORS_PER_DISPATCH,
-};
-
-#[cfg(test)]
-mod tests {
-    use super::{loop_lines, unroll};
-
-    #[test]
-    fn unroll_writes_each_marked_line_once_an_index() {
-        let t = "let x = 1u;\n// a#R stays\n    var a#R = f(#Ru, b#R);\n";
-        assert_eq!(
-            unroll(t, "#R", 3),
-            "let x = 1u;\n// a#R stays\n    var a0 = f(0u, b0);\n    var a1 = f(1u, b1);\n    var a2 = f(2u, b2);\n"
-        );
-        // Two markers on one line: every combination, the first applied outermost.
-        let both = unroll(&unroll("s#R += q#R_#C;", "#R", 2), "#C", 2);
-        assert_eq!(both, "s0 += q0_0;\ns0 += q0_1;\ns1 += q1_0;\ns1 += q1_1;\n");
-    }
-
-    #[test]
-    fn loop_lines_declares_arrays_and_loops_over_them() {
-        let t = "  let k#C = load(#Cu);\n  s += dot(q#C, k#C);\nlet y = 2u;\n";
-        assert_eq!(
-            loop_lines(t, "#C", "HS4"),
-            "  var k: array<vec4<f32>, HS4>; for (var c_ = 0u; c_ < HS4; c_++) { k[c_] = load(c_); }\n\
-             \x20 for (var c_ = 0u; c_ < HS4; c_++) { s += dot(q[c_], k[c_]); }\nlet y = 2u;\n"
-        );
-    }
 }

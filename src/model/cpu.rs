@@ -2,7 +2,10 @@
 //! reference trainer.
 
 use super::Ops;
-use crate::reference::{self as r, AttnDropout, DropoutMask};
+use crate::reference::{
+    self as r, AttentionShape, AttnDropout, CrossEntropyShape, DropoutMask, EmbeddingShape,
+    LayerNormShape, MatmulShape,
+};
 
 /// The CPU backend: [`crate::reference`] behind [`Ops`].
 pub struct CpuOps;
@@ -23,117 +26,94 @@ impl Ops for CpuOps {
     fn encoder_forward(
         &self,
         batch: &CpuBatch,
-        wte: &T,
-        wpe: &T,
-        b: usize,
-        t: usize,
-        c: usize,
+        (wte, wpe): (&T, &T),
+        shape: EmbeddingShape,
         dropout: Option<DropoutMask>,
     ) -> T {
-        r::encoder_forward_dropout(&batch.tokens, wte, wpe, b, t, c, dropout)
+        r::encoder_forward_dropout(&batch.tokens, wte, wpe, shape, dropout)
     }
     fn encoder_backward(
         &self,
         dout: &T,
         batch: &CpuBatch,
         _embeddings: (&T, &T),
-        b: usize,
-        t: usize,
-        c: usize,
-        v: usize,
+        shape: EmbeddingShape,
         head_dwte: &T,
     ) -> (T, T) {
-        let (mut dwte, dwpe) = r::encoder_backward(dout, &batch.tokens, b, t, c, v);
+        let (mut dwte, dwpe) = r::encoder_backward(dout, &batch.tokens, shape);
         dwte.iter_mut().zip(head_dwte).for_each(|(d, h)| *d += h);
         (dwte, dwpe)
     }
-    fn layernorm_forward(&self, x: &T, w: &T, bias: &T, rows: usize, c: usize) -> (T, T, T) {
-        r::layernorm_forward(x, w, bias, rows, c)
+    fn layernorm_forward(&self, x: &T, (w, bias): (&T, &T), shape: LayerNormShape) -> (T, T, T) {
+        r::layernorm_forward(x, w, bias, shape)
     }
     fn layernorm_backward(
         &self,
         dout: &T,
-        x: &T,
+        (x, mean, rstd): (&T, &T, &T),
         (w, _bias): (&T, &T),
-        mean: &T,
-        rstd: &T,
-        rows: usize,
-        c: usize,
+        shape: LayerNormShape,
         resid: Option<&T>,
         dropout: Option<DropoutMask>,
     ) -> (T, Option<T>, T, T) {
         let resid = resid.map(|r| r.as_slice());
-        r::layernorm_backward_residual(dout, x, w, mean, rstd, rows, c, resid, dropout)
+        r::layernorm_backward_residual(dout, x, w, (mean, rstd), shape, resid, dropout)
     }
-    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, rows: usize, k: usize, n: usize) -> T {
-        r::matmul_forward(x, w, bias.map(|b| b.as_slice()), rows, k, n)
+    fn matmul_forward(&self, x: &T, w: &T, bias: Option<&T>, shape: MatmulShape) -> T {
+        r::matmul_forward(x, w, bias.map(|b| b.as_slice()), shape)
     }
     fn residual_branch_forward(
         &self,
         resid: &T,
         x: &T,
-        w: &T,
-        bias: &T,
-        rows: usize,
-        k: usize,
-        n: usize,
+        (w, bias): (&T, &T),
+        shape: MatmulShape,
         gelu_inp: bool,
         dropout: Option<DropoutMask>,
     ) -> T {
-        r::residual_branch_forward(resid, x, w, bias, rows, k, n, gelu_inp, dropout)
+        r::residual_branch_forward(resid, x, (w, bias), shape, gelu_inp, dropout)
     }
     fn matmul_backward(
         &self,
         dout: &T,
         x: &T,
         (w, _bias): (&T, &T),
-        rows: usize,
-        k: usize,
-        n: usize,
+        shape: MatmulShape,
         gelu_inp: bool,
     ) -> (T, T, T) {
-        let (dx, dw, db) = r::matmul_backward_act(dout, x, w, rows, k, n, true, gelu_inp);
+        let (dx, dw, db) = r::matmul_backward_act(dout, x, w, shape, true, gelu_inp);
         (dx, dw, db.expect("with a bias"))
     }
-    fn head_backward(&self, dout: &T, x: &T, wte: &T, rows: usize, c: usize, v: usize) -> (T, T) {
-        let (dx, dwte, _) = r::matmul_backward_act(dout, x, wte, rows, c, v, false, false);
+    fn head_backward(&self, dout: &T, x: &T, wte: &T, shape: MatmulShape) -> (T, T) {
+        let (dx, dwte, _) = r::matmul_backward_act(dout, x, wte, shape, false, false);
         (dx, dwte)
     }
     fn attention_forward(
         &self,
         qkv: &T,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
+        shape: AttentionShape,
         dropout: Option<AttnDropout>,
     ) -> (T, T) {
-        r::attention_forward(qkv, b, t, c, nh, dropout)
+        r::attention_forward(qkv, shape, dropout)
     }
     fn attention_backward(
         &self,
         dout: &T,
-        qkv: &T,
-        _out: &T,
-        att: &T,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
+        (qkv, _out, att): (&T, &T, &T),
+        shape: AttentionShape,
         dropout: Option<AttnDropout>,
     ) -> T {
-        r::attention_backward(dout, qkv, att, b, t, c, nh, dropout)
+        r::attention_backward(dout, qkv, att, shape, dropout)
     }
     fn crossentropy_forward(
         &self,
         logits: &T,
         batch: &CpuBatch,
-        rows: usize,
-        v: usize,
+        shape: CrossEntropyShape,
         dloss: f32,
     ) -> (T, T) {
-        let (losses, probs) = r::crossentropy_forward(logits, &batch.targets, rows, v);
-        let dlogits = r::crossentropy_backward(&probs, &batch.targets, rows, v, dloss);
+        let (losses, probs) = r::crossentropy_forward(logits, &batch.targets, shape);
+        let dlogits = r::crossentropy_backward(&probs, &batch.targets, shape, dloss);
         (losses, dlogits)
     }
     fn mean(&self, x: &T, _n: usize) -> T {

@@ -3,10 +3,16 @@
 use std::cell::RefCell;
 use std::num::NonZeroU64;
 
-use super::{GptConfig, GptParams, Ops};
+use super::{GptConfig, GptParams, Ops, Shapes};
 use crate::gpu::{PooledBuffer, Slice, WgpuContext};
-use crate::kernels::{self, GradArena, GradDest, SplitSums, WeightGrad};
-use crate::reference::{AttnDropout, DropoutMask};
+use crate::kernels::{
+    self, Attention, AttentionSaved, CrossEntropy, Embedding, ExtraGrad, Fusion, GradArena,
+    GradDest, LayerNorm, LayerNormSaved, Linear, Matmul, Mean, SplitSums, TokenIndex, WeightGrad,
+};
+use crate::reference::{
+    AttentionShape, AttnDropout, CrossEntropyShape, DropoutMask, EmbeddingShape, LayerNormShape,
+    MatmulShape,
+};
 
 /// The GPU backend: a thin adapter from [`Ops`] to the kernel launchers. The
 /// backward writes every parameter's gradient into its slot of a [`GradArena`]
@@ -62,7 +68,7 @@ impl<'a> GpuOps<'a> {
 /// while all such partials stay under [`SplitSums::MAX_BYTES`] (last block first,
 /// as the backward makes them); every other slot holds a value.
 pub fn grad_rooms(ctx: &WgpuContext, model: &GptConfig, rows: usize) -> Vec<usize> {
-    let c = model.width;
+    let shapes = Shapes::new(model, rows, 1);
     let flat = vec![1usize; model.params().len()];
     let mut rooms = GptParams::from_flat(flat).expect("GptConfig::params");
     let mut bytes = 0u64;
@@ -82,17 +88,24 @@ pub fn grad_rooms(ctx: &WgpuContext, model: &GptConfig, rows: usize) -> Vec<usiz
             (
                 &mut block.mlp_proj_weight,
                 &mut block.mlp_proj_bias,
-                4 * c,
-                c,
+                shapes.mlp_proj,
             ),
-            (&mut block.c_fc_weight, &mut block.c_fc_bias, c, 4 * c),
-            (&mut block.attn_proj_weight, &mut block.attn_proj_bias, c, c),
-            (&mut block.c_attn_weight, &mut block.c_attn_bias, c, 3 * c),
+            (&mut block.c_fc_weight, &mut block.c_fc_bias, shapes.c_fc),
+            (
+                &mut block.attn_proj_weight,
+                &mut block.attn_proj_bias,
+                shapes.attn_proj,
+            ),
+            (
+                &mut block.c_attn_weight,
+                &mut block.c_attn_bias,
+                shapes.c_attn,
+            ),
         ];
-        for (weight, bias, k, n) in linears {
-            let (dweight, dbias) = kernels::weight_grad_splits(ctx, rows, k, n);
-            *weight = room(dweight, n * k);
-            *bias = room(dbias, n);
+        for (weight, bias, shape) in linears {
+            let (dweight, dbias) = kernels::matmul::weight_grad_splits(ctx, shape);
+            *weight = room(dweight, shape.n * shape.k);
+            *bias = room(dbias, shape.n);
         }
     }
     rooms.into_flat()
@@ -108,7 +121,7 @@ enum BatchStore {
     /// The four arrays in one buffer, each bound as a range ([`Slice`]) at an
     /// aligned byte offset: one pooled buffer and one copy a batch.
     Packed(PooledBuffer, [(u64, NonZeroU64); 4]),
-    /// Four buffers of the seed's `upload`.
+    /// Four buffers of [`WgpuContext::upload`], never recycled.
     Separate([PooledBuffer; 4]),
 }
 
@@ -142,7 +155,7 @@ impl GpuBatch {
     }
 
     /// Uploads batches of `(tokens, targets)` through the staging belt (`belt`) or
-    /// the seed's `upload`. Through the belt each batch is one pooled buffer (so
+    /// [`WgpuContext::upload`]. Through the belt each batch is one pooled buffer (so
     /// steady-state steps create no buffers for their inputs), all of them written
     /// through one staging chunk, one map cycle and one run of copies: a trainer
     /// uploads a call's batches at once ([`crate::train::Trainer::steps`]).
@@ -218,6 +231,14 @@ impl GpuBatch {
     pub fn positions(&self) -> Slice<'_> {
         self.array(3)
     }
+
+    /// The batch's tokens grouped by token id, for the embedding's backward.
+    pub fn index(&self) -> TokenIndex<'_> {
+        TokenIndex {
+            offsets: self.offsets(),
+            positions: self.positions(),
+        }
+    }
 }
 
 type T = PooledBuffer;
@@ -236,37 +257,33 @@ impl<'a> Ops for GpuOps<'a> {
     fn encoder_forward(
         &self,
         batch: &GpuBatch,
-        wte: &W<'a>,
-        wpe: &W<'a>,
-        b: usize,
-        t: usize,
-        c: usize,
+        (wte, wpe): (&W<'a>, &W<'a>),
+        shape: EmbeddingShape,
         dropout: Option<DropoutMask>,
     ) -> T {
-        kernels::encoder_forward_dropout(self.0, batch.tokens(), *wte, *wpe, b, t, c, dropout)
+        let op = Embedding {
+            dropout,
+            ..Default::default()
+        };
+        op.forward(self.0, batch.tokens(), *wte, *wpe, shape)
     }
     fn encoder_backward(
         &self,
         dout: &T,
         batch: &GpuBatch,
         (wte, wpe): (&W<'a>, &W<'a>),
-        b: usize,
-        t: usize,
-        c: usize,
-        v: usize,
+        shape: EmbeddingShape,
         head_dwte: &T,
     ) -> ((), ()) {
         let ((i, dwte), (j, dwpe)) = (self.dest(wte), self.dest(wpe));
         // The head's gradient may still be split partials: the kernel adds them.
-        kernels::encoder_backward_into(
-            self.0,
-            kernels::Target::of(self.0),
-            dout,
-            (batch.offsets(), batch.positions()),
-            (b, t, c, v),
-            Some((head_dwte, self.splits_of(head_dwte))),
-            Some([dwte.value(), dwpe.value()]),
-        );
+        let head = ExtraGrad {
+            grad: head_dwte,
+            splits: self.splits_of(head_dwte),
+        };
+        let dests = [dwte.value(), dwpe.value()];
+        let index = batch.index();
+        Embedding::default().backward_into(self.0, dout, index, shape, Some(head), dests);
         self.note(i, WeightGrad::InDest { splits: 1 });
         self.note(j, WeightGrad::InDest { splits: 1 });
         ((), ())
@@ -274,121 +291,102 @@ impl<'a> Ops for GpuOps<'a> {
     fn layernorm_forward(
         &self,
         x: &T,
-        w: &W<'a>,
-        bias: &W<'a>,
-        rows: usize,
-        c: usize,
+        (w, bias): (&W<'a>, &W<'a>),
+        shape: LayerNormShape,
     ) -> (T, T, T) {
-        kernels::layernorm_forward(self.0, x, *w, *bias, rows, c)
+        LayerNorm::default().forward(self.0, x, *w, *bias, shape)
     }
     fn layernorm_backward(
         &self,
         dout: &T,
-        x: &T,
+        (inp, mean, rstd): (&T, &T, &T),
         (w, bias): (&W<'a>, &W<'a>),
-        mean: &T,
-        rstd: &T,
-        rows: usize,
-        c: usize,
+        shape: LayerNormShape,
         resid: Option<&T>,
         dropout: Option<DropoutMask>,
     ) -> (T, Option<T>, (), ()) {
         let ((i, dweight), (j, dbias)) = (self.dest(w), self.dest(bias));
-        let (dinp, masked, _) = kernels::layernorm_backward_into(
-            self.0,
-            kernels::Target::of(self.0),
-            dout,
-            x,
-            *w,
-            mean,
-            rstd,
-            (rows, c),
+        let op = LayerNorm {
             resid,
-            dropout,
-            Some([dweight.value(), dbias.value()]),
-        );
+            mask: dropout,
+            ..Default::default()
+        };
+        let saved = LayerNormSaved { inp, mean, rstd };
+        let dests = [dweight.value(), dbias.value()];
+        let (dinp, masked) = op.backward_into(self.0, dout, saved, *w, shape, dests);
         self.note(i, WeightGrad::InDest { splits: 1 });
         self.note(j, WeightGrad::InDest { splits: 1 });
         (dinp, masked, (), ())
     }
-    fn matmul_forward(
-        &self,
-        x: &T,
-        w: &W<'a>,
-        bias: Option<&W<'a>>,
-        rows: usize,
-        k: usize,
-        n: usize,
-    ) -> T {
-        kernels::matmul_forward(self.0, x, *w, bias.copied(), rows, k, n)
+    fn matmul_forward(&self, x: &T, w: &W<'a>, bias: Option<&W<'a>>, shape: MatmulShape) -> T {
+        let x = Linear {
+            inp: x,
+            weight: *w,
+            bias: bias.copied(),
+        };
+        Matmul::default().forward(self.0, x, shape)
     }
     fn residual_branch_forward(
         &self,
         resid: &T,
         x: &T,
-        w: &W<'a>,
-        bias: &W<'a>,
-        rows: usize,
-        k: usize,
-        n: usize,
+        (w, bias): (&W<'a>, &W<'a>),
+        shape: MatmulShape,
         gelu_inp: bool,
         dropout: Option<DropoutMask>,
     ) -> T {
-        let fusion = kernels::ForwardFusion {
-            gelu_inp,
-            dropout,
-            residual: Some(resid),
+        let op = Matmul {
+            variant: None,
+            fusion: Fusion {
+                gelu_inp,
+                dropout,
+                residual: Some(resid),
+            },
         };
-        kernels::matmul_forward_fused(self.0, x, *w, Some(*bias), rows, k, n, fusion)
+        let x = Linear {
+            inp: x,
+            weight: *w,
+            bias: Some(*bias),
+        };
+        op.forward(self.0, x, shape)
     }
     fn matmul_backward(
         &self,
         dout: &T,
         x: &T,
         (w, bias): (&W<'a>, &W<'a>),
-        rows: usize,
-        k: usize,
-        n: usize,
+        shape: MatmulShape,
         gelu_inp: bool,
     ) -> (T, (), ()) {
         let ((i, dweight), (j, dbias)) = (self.dest(w), self.dest(bias));
         let mut sums = self.1.borrow_mut();
-        let (dinp, dweight, dbias) = kernels::matmul_backward_into(
-            self.0,
-            dout,
-            x,
-            *w,
-            (rows, k, n, gelu_inp),
-            Some(dweight),
-            Some(Some(dbias)),
-            Some(&mut sums),
-        );
+        let op = Matmul {
+            variant: None,
+            fusion: Fusion {
+                gelu_inp,
+                ..Default::default()
+            },
+        };
+        let x = Linear {
+            inp: x,
+            weight: *w,
+            bias: Some(*bias),
+        };
+        let dests = [dweight, dbias];
+        let (dinp, dweight, dbias) = op.backward_into(self.0, dout, x, shape, dests, &mut sums);
         self.note(i, dweight);
         self.note(j, dbias.expect("with a bias"));
         (dinp, (), ())
     }
-    fn head_backward(
-        &self,
-        dout: &T,
-        x: &T,
-        wte: &W<'a>,
-        rows: usize,
-        c: usize,
-        v: usize,
-    ) -> (T, T) {
+    fn head_backward(&self, dout: &T, x: &T, wte: &W<'a>, shape: MatmulShape) -> (T, T) {
         let mut sums = self.1.borrow_mut();
-        let (dinp, dwte, _) = kernels::matmul_backward_deferred(
-            self.0,
-            dout,
-            x,
-            *wte,
-            rows,
-            c,
-            v,
-            false,
-            false,
-            Some(&mut sums),
-        );
+        let x = Linear {
+            inp: x,
+            weight: *wte,
+            bias: None,
+        };
+        let (dinp, dwte, _) =
+            Matmul::default().backward_deferred(self.0, dout, x, shape, Some(&mut sums));
         (dinp, dwte)
     }
     fn finish_weight_grads(&self) {
@@ -397,39 +395,38 @@ impl<'a> Ops for GpuOps<'a> {
     fn attention_forward(
         &self,
         qkv: &T,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
+        shape: AttentionShape,
         dropout: Option<AttnDropout>,
     ) -> (T, T) {
-        kernels::attention_forward(self.0, qkv, b, t, c, nh, dropout)
+        let op = Attention {
+            dropout,
+            ..Default::default()
+        };
+        op.forward(self.0, qkv, shape)
     }
     fn attention_backward(
         &self,
         dout: &T,
-        qkv: &T,
-        out: &T,
-        saved: &T,
-        b: usize,
-        t: usize,
-        c: usize,
-        nh: usize,
+        (qkv, out, lse): (&T, &T, &T),
+        shape: AttentionShape,
         dropout: Option<AttnDropout>,
     ) -> T {
-        kernels::attention_backward(self.0, dout, qkv, out, saved, b, t, c, nh, dropout)
+        let op = Attention {
+            dropout,
+            ..Default::default()
+        };
+        op.backward(self.0, dout, AttentionSaved { qkv, out, lse }, shape)
     }
     fn crossentropy_forward(
         &self,
         logits: &T,
         batch: &GpuBatch,
-        rows: usize,
-        v: usize,
+        shape: CrossEntropyShape,
         dloss: f32,
     ) -> (T, T) {
-        kernels::crossentropy_forward(self.0, logits, batch.targets(), rows, v, dloss)
+        CrossEntropy::default().forward(self.0, logits, batch.targets(), shape, dloss)
     }
     fn mean(&self, x: &T, n: usize) -> T {
-        kernels::mean(self.0, x, n)
+        Mean::default().of(self.0, x, n)
     }
 }

@@ -1,0 +1,94 @@
+// Forward, A·Bᵀ: out[r, j] = sum_i act(inp[r, i]) * weight[j, i] + bias[j], act =
+// GELU with FUSE_GELU_INP (the MLP's c_proj reads c_fc's pre-GELU output), else none;
+// with FUSE_DROPOUT and FUSE_RESIDUAL, out = resid + dropout(that): a residual
+// branch's end (matmul_fuse.wgsl).
+// GEMM m = rows, n = n, k = k; both operands are read along k.
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inp: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+// Bound to `inp` again when there is no bias.
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// Bound to `inp` again without FUSE_RESIDUAL.
+@group(0) @binding(5) var<storage, read> resid: array<f32>;
+
+fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = m0 + t / 2u;
+    let k = k0 + (t % 2u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < p.m) {
+        let base = r * p.k + k;
+        if (k < k_end) { v.x = inp[base]; }
+        if (k + 1u < k_end) { v.y = inp[base + 1u]; }
+        if (k + 2u < k_end) { v.z = inp[base + 2u]; }
+        if (k + 3u < k_end) { v.w = inp[base + 3u]; }
+    }
+    // Padding stays 0: gelu(0) = 0.
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+    return v;
+}
+
+// Both operands are read along k (rows of A, rows of `weight`).
+const A_ALONG_K: bool = true;
+
+// matmul.wgsl's sums of A (matmul_tn_sums.wgsl): none here.
+const A_SUMS: bool = false;
+fn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}
+
+// load_a / load_b without the bounds checks, for matmul_coop2.wgsl's interior steps
+// (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
+// index rounded down to a multiple of 4 (which it already is) tells the compiler the
+// 4 floats are 16-byte aligned.
+fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((m0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) & ~3u;
+    let v = vec4<f32>(inp[q], inp[q + 1u], inp[q + 2u], inp[q + 3u]);
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+    return v;
+}
+
+fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let j = n0 + t / 2u;
+    let k = k0 + (t % 2u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (j < p.n) {
+        let base = j * p.k + k;
+        if (k < k_end) { v.x = weight[base]; }
+        if (k + 1u < k_end) { v.y = weight[base + 1u]; }
+        if (k + 2u < k_end) { v.z = weight[base + 2u]; }
+        if (k + 3u < k_end) { v.w = weight[base + 3u]; }
+    }
+    return v;
+}
+
+const B_ALONG_K: bool = true;
+
+fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((n0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) & ~3u;
+    return vec4<f32>(weight[q], weight[q + 1u], weight[q + 2u], weight[q + 3u]);
+}
+
+// A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
+// No GELU prologue here: that core gets GELU's output in a buffer instead
+// (`MatmulVariant::gelu_on_load`): even an untaken branch in its inner loop slowed
+// lavapipe's tiny step (BENCHMARKS figures in the commit).
+fn a_at(m: u32, k: u32) -> f32 { return inp[m * p.k + k]; }
+fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
+
+fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
+    if (r >= p.m) { return; }
+    // Split-K: split z writes its own slice of `out` ([splits, m, n]), without the
+    // epilogue (matmul_reduce.wgsl applies it to the sum).
+    let base = (z * p.m + r) * p.n + j;
+    for (var i = 0u; i < 4u; i++) {
+        if (j + i < p.n) {
+            let at = r * p.n + j + i;
+            var w = v[i];
+            if (fused(p.flags, FUSE_BIAS)) { w += bias[j + i]; }
+            if (fused(p.flags, FUSE_DROPOUT)) { w = dropout_at(w, at, p.seed, p.threshold, p.scale); }
+            if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at] + w; }
+            out[base + i] = w;
+        }
+    }
+}

@@ -1,0 +1,78 @@
+// dweight = doutᵀ · inp, Aᵀ·B: dweight[j, i] = sum_r dout[r, j] * inp[r, i], split
+// over r: split z sums rows z*k_chunk .. and writes its own slice of `part`
+// ([splits, n, k]); matmul_reduce.wgsl adds the slices in a fixed order.
+// With FUSE_GELU_INP, inp goes through GELU as it is loaded (as in the forward).
+// GEMM m = n (dweight's rows), n = k, k = rows.
+struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> dout: array<f32>;
+@group(0) @binding(2) var<storage, read> inp: array<f32>;
+@group(0) @binding(3) var<storage, read_write> part: array<f32>;
+
+// dout read along its columns j (the GEMM's m), one row r a step.
+fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = k0 + t / 32u;
+    let j = m0 + (t % 32u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < k_end) {
+        let base = r * p.m + j;
+        if (j < p.m) { v.x = dout[base]; }
+        if (j + 1u < p.m) { v.y = dout[base + 1u]; }
+        if (j + 2u < p.m) { v.z = dout[base + 2u]; }
+        if (j + 3u < p.m) { v.w = dout[base + 3u]; }
+    }
+    return v;
+}
+
+const A_ALONG_K: bool = false;
+
+// load_a / load_b without the bounds checks, for matmul_coop2.wgsl's interior steps
+// (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
+// index rounded down to a multiple of 4 (which it already is) tells the compiler the
+// 4 floats are 16-byte aligned.
+fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((k0 + t / 32u) * p.m + m0 + (t % 32u) * 4u) & ~3u;
+    return vec4<f32>(dout[q], dout[q + 1u], dout[q + 2u], dout[q + 3u]);
+}
+
+fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    let r = k0 + t / 32u;
+    let i = n0 + (t % 32u) * 4u;
+    var v = vec4<f32>(0.0);
+    if (r < k_end) {
+        let base = r * p.n + i;
+        if (i < p.n) { v.x = inp[base]; }
+        if (i + 1u < p.n) { v.y = inp[base + 1u]; }
+        if (i + 2u < p.n) { v.z = inp[base + 2u]; }
+        if (i + 3u < p.n) { v.w = inp[base + 3u]; }
+    }
+    // Padding stays 0: gelu(0) = 0.
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+    return v;
+}
+
+const B_ALONG_K: bool = false;
+
+fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+    let q = ((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) & ~3u;
+    let v = vec4<f32>(inp[q], inp[q + 1u], inp[q + 2u], inp[q + 3u]);
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+    return v;
+}
+
+// A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
+// No GELU prologue here: that core gets GELU's output in a buffer instead
+// (`MatmulVariant::gelu_on_load`): even an untaken branch in its inner loop slowed
+// lavapipe's tiny step (BENCHMARKS figures in the commit).
+fn a_at(m: u32, k: u32) -> f32 { return dout[k * p.m + m]; }
+fn b_at(k: u32, n: u32) -> f32 { return inp[k * p.n + n]; }
+
+fn write4(z: u32, j: u32, i: u32, v: vec4<f32>) {
+    if (j >= p.m) { return; }
+    let base = (z * p.m + j) * p.n + i;
+    for (var c = 0u; c < 4u; c++) {
+        if (i + c < p.n) { part[base + c] = v[c]; }
+    }
+}
+

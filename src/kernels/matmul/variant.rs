@@ -1,0 +1,484 @@
+//! Which GEMM variant computes a product, and what that variant needs: its tiles
+//! and grid, how it splits a reduction into partials, its workgroup memory. Pure
+//! functions of the shape and the tuning ([`MatmulVariant::choose_for`]), so the
+//! planner ([`crate::plan`]) asks the same questions the launchers do.
+
+use super::Layout;
+use crate::config::Precision;
+use crate::gpu::WgpuContext;
+use crate::tuning::{F16Core, Target};
+
+/// Output tile of one workgroup of the tiled variant (square) and its step along
+/// the reduction.
+const TILE: usize = 128;
+/// Rows of the `Narrow` variant's tiles (its columns are `TILE`).
+const NARROW_ROWS: usize = 64;
+pub(super) const BK: usize = 8;
+/// Output columns of one workgroup of the CPU variants (8 lanes, 8 columns each);
+/// its rows are the variant's (`MatmulVariant::cpu_rows`).
+const CPU_COLS: usize = 64;
+/// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
+/// of a large GPU (an H200 holds about 264 of these at once), so that few output
+/// tiles still fill it and the last wave's idle share stays small.
+const TARGET_WORKGROUPS: usize = 1024;
+/// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
+/// weight gradient's rows are split only when its output has fewer than this many,
+/// since each split costs a pass that adds the partial outputs.
+const CPU_TARGET_WORKGROUPS: usize = 4;
+/// Fewest reduction steps (rows) one split of dweight / dbias takes on a GPU: below
+/// that the extra partials cost more than the parallelism gains. On the H200 64 beat
+/// 256 (the page's presets 12-17% faster natively and through Dawn), 128 and 32
+/// (BENCHMARKS.md: the page's presets natively and through Dawn); the shakespeare
+/// step splits by TARGET_WORKGROUPS first and does not change.
+const MIN_SPLIT: usize = 64;
+/// The same on CPU adapters, where a split's partials cost a pass over memory.
+const CPU_MIN_SPLIT: usize = 256;
+/// The same for the split-K forward and dinp, whose partials are whole outputs.
+const MIN_SPLIT_K: usize = 128;
+/// Columns of dout one workgroup of the dbias pass sums (`colsum_part` in
+/// matmul_reduce.wgsl).
+pub(super) const COLSUM_COLS: usize = 64;
+
+/// Whether the launchers' default tensor-core core is matmul_coop2.wgsl (deeper k
+/// steps, unguarded interior loads) rather than matmul_coop.wgsl.
+const DEFAULT_COOP2: bool = true;
+
+/// How a GEMM is computed. Every variant gives the same results up to f32 rounding
+/// (each is checked against the CPU reference by the op-parity tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatmulVariant {
+    /// 128x128 output tiles staged through workgroup memory by 256 threads, 8x8 a
+    /// thread: for GPUs.
+    Tiled,
+    /// The tiled kernel with the reduction (k) split over several workgroups a
+    /// tile, whose partial outputs are then added in a fixed order (plus the bias):
+    /// for outputs too narrow to fill a GPU with 128x128 tiles (n = 384 and 65 at
+    /// 16k rows). dweight is split over rows in every variant, so here it equals
+    /// `Tiled`.
+    SplitK,
+    /// The tiled kernel on 64x128 output tiles, 4x8 a thread: twice the workgroups
+    /// of `Tiled` and fewer registers each, for reductions too short to split (the
+    /// head's dinp, k = 65), where each workgroup's set-up and stores weigh more
+    /// than its products. Split like `Tiled` (dweight over rows, nothing else).
+    Narrow,
+    /// No workgroup memory and no barriers, 16 rows x 8 columns a lane (workgroups of
+    /// 16 x 64 outputs): for CPU adapters in the browser (SwiftShader in Chromium).
+    Cpu16,
+    /// The same with 32 rows a lane: for CPU adapters natively (lavapipe), where the
+    /// lanes' gathered loads of B serve twice the rows. Faster on lavapipe, slower
+    /// on SwiftShader (BENCHMARKS.md: CPU adapters).
+    Cpu32,
+    /// `--precision f16` on tensor cores: operands rounded to f16, sums in f32;
+    /// `split` as in `SplitK`.
+    Coop { split: bool },
+    /// The same on `matmul_coop2.wgsl` (deeper k steps, unguarded interior loads).
+    Coop2 { split: bool },
+    /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
+    F16 { split: bool },
+}
+
+impl MatmulVariant {
+    /// The f32 variants.
+    pub const ALL: [MatmulVariant; 5] = [
+        MatmulVariant::Tiled,
+        MatmulVariant::SplitK,
+        MatmulVariant::Narrow,
+        MatmulVariant::Cpu16,
+        MatmulVariant::Cpu32,
+    ];
+    /// The f16 variants (tests/matmul_f16.rs).
+    pub const F16_ALL: [MatmulVariant; 6] = [
+        MatmulVariant::F16 { split: false },
+        MatmulVariant::F16 { split: true },
+        MatmulVariant::Coop { split: false },
+        MatmulVariant::Coop { split: true },
+        MatmulVariant::Coop2 { split: false },
+        MatmulVariant::Coop2 { split: true },
+    ];
+
+    /// Whether this variant runs on tensor cores.
+    pub fn is_coop(self) -> bool {
+        matches!(
+            self,
+            MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. }
+        )
+    }
+
+    /// Whether a context made for this variant's precision runs it, or why not: the
+    /// tensor-core variants need what [`coop_supported`] and [`coop2_supported`]
+    /// check.
+    pub fn runs_on(self, ctx: &WgpuContext) -> Result<(), String> {
+        match self {
+            MatmulVariant::Coop { .. } => coop_supported(ctx),
+            MatmulVariant::Coop2 { .. } => coop2_supported(ctx),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulVariant::Tiled => "tiled",
+            MatmulVariant::SplitK => "splitk",
+            MatmulVariant::Narrow => "narrow",
+            MatmulVariant::Cpu16 => "cpu16",
+            MatmulVariant::Cpu32 => "cpu32",
+            MatmulVariant::Coop { split: false } => "coop",
+            MatmulVariant::Coop { split: true } => "coop-splitk",
+            MatmulVariant::Coop2 { split: false } => "coop2",
+            MatmulVariant::Coop2 { split: true } => "coop2-splitk",
+            MatmulVariant::F16 { split: false } => "f16",
+            MatmulVariant::F16 { split: true } => "f16-splitk",
+        }
+    }
+
+    /// The variant the launchers use on `ctx` for an `m x n` output reduced over
+    /// `k`: [`MatmulVariant::choose_for`] the context's tuning and precision, with
+    /// an f16 product on the tensor-core core the context forces
+    /// ([`crate::gpu::ContextOptions::f16_core`]) or the device runs.
+    ///
+    /// Panics where the context forces a tensor-core core its device cannot run: a
+    /// test run there must not pass on the fallback.
+    pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
+        let variant = Self::choose_for(ctx.kernel_target(), ctx.precision(), m, n, k);
+        let MatmulVariant::F16 { split } = variant else {
+            return variant;
+        };
+        let core = match ctx.f16_core() {
+            Some(forced @ (F16Core::Coop | F16Core::Coop2)) => {
+                let check = match forced {
+                    F16Core::Coop => coop_supported(ctx),
+                    _ => coop2_supported(ctx),
+                };
+                if let Err(why) = check {
+                    panic!("ContextOptions::f16_core is {}, but {why}", forced.name());
+                }
+                forced
+            }
+            Some(F16Core::Fallback) => F16Core::Fallback,
+            None if coop_supported(ctx).is_err() => F16Core::Fallback,
+            None if DEFAULT_COOP2 && coop2_supported(ctx).is_ok() => F16Core::Coop2,
+            None => F16Core::Coop,
+        };
+        match core {
+            F16Core::Coop => MatmulVariant::Coop { split },
+            F16Core::Coop2 => MatmulVariant::Coop2 { split },
+            F16Core::Fallback => MatmulVariant::F16 { split },
+        }
+    }
+
+    /// The variant for an `m x n` output reduced over `k` on adapters of `target`,
+    /// f16 products on the fallback core (the tensor-core cores tile, split and
+    /// fill their grids alike): on GPUs, split-K when the output has very few
+    /// 128x128 tiles (the weight gradients: a long reduction over every row), or few
+    /// tiles and a reduction long both absolutely and against the output's width.
+    /// Shorter reductions lose more to the extra reduce pass than they gain (the
+    /// H200 table in BENCHMARKS.md). Reductions too short to split over a wave of
+    /// tiles or more take `Narrow`. Under f16, the same split.
+    pub fn choose_for(
+        target: Target,
+        precision: Precision,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> MatmulVariant {
+        let f32_variant = match target {
+            // CPU adapters in a browser: SwiftShader in Chromium.
+            Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::Cpu16,
+            Target::Cpu => MatmulVariant::Cpu32,
+            Target::Gpu => Self::choose_gpu(m, n, k),
+        };
+        match precision {
+            Precision::F32 => f32_variant,
+            Precision::F16 => MatmulVariant::F16 {
+                split: f32_variant == MatmulVariant::SplitK,
+            },
+        }
+    }
+
+    /// [`MatmulVariant::choose_for`]'s f32 choice on GPUs.
+    fn choose_gpu(m: usize, n: usize, k: usize) -> MatmulVariant {
+        let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+        let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
+        let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
+        // The head's dinp (k = 65, 384 tiles): faster in Narrow's smaller tiles on
+        // the H200; at k >= 384 Narrow was slower.
+        let short_k = k < MIN_SPLIT_K && tiles >= TARGET_WORKGROUPS / 4;
+        if few_tiles || long_k {
+            MatmulVariant::SplitK
+        } else if short_k {
+            MatmulVariant::Narrow
+        } else {
+            MatmulVariant::Tiled
+        }
+    }
+
+    /// Rows and columns of the output one workgroup computes.
+    fn tile(self) -> (usize, usize) {
+        match (self, self.cpu_rows()) {
+            (_, Some(rows)) => (rows, CPU_COLS),
+            (MatmulVariant::Narrow, None) => (NARROW_ROWS, TILE),
+            (_, None) => (TILE, TILE),
+        }
+    }
+
+    /// Workgroups for an `m x n` output in `splits` slices: x along the columns, y
+    /// along the rows, z the slices. In u64, for the planner to compare with a
+    /// device's limit before anything is launched.
+    pub fn grid(self, m: usize, n: usize, splits: usize) -> [u64; 3] {
+        let (rows, cols) = self.tile();
+        [n.div_ceil(cols), m.div_ceil(rows), splits].map(|g| g as u64)
+    }
+
+    /// [`MatmulVariant::grid`] for a launch; panics past WebGPU's 65535 a dimension
+    /// (the planner refuses such a shape first).
+    pub(super) fn launch_grid(self, m: usize, n: usize, splits: usize) -> [u32; 3] {
+        self.grid(m, n, splits).map(|g| {
+            assert!(
+                g <= 65535,
+                "a {m}x{n} matmul needs {g} workgroups along one axis (at most 65535)"
+            );
+            g as u32
+        })
+    }
+
+    /// Bytes of workgroup memory the variant's core declares.
+    pub fn workgroup_bytes(self) -> u64 {
+        match self {
+            // Two buffers of 8 steps of a 128-wide tile of A and of B, in vec4s.
+            MatmulVariant::Tiled | MatmulVariant::SplitK => 2 * 2 * (BK * TILE / 4) as u64 * 16,
+            // A's tiles half as tall.
+            MatmulVariant::Narrow => 2 * (BK * (TILE + NARROW_ROWS) / 4) as u64 * 16,
+            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => 0,
+            // Tiled's in f16.
+            MatmulVariant::F16 { .. } => 2 * 2 * (BK * TILE / 4) as u64 * 8,
+            // A 2 x 128 x 24 halves, B 2 x 16 x 136 halves, the output staging 8 x
+            // 256 floats.
+            MatmulVariant::Coop { .. } => (2 * 128 * 24 + 2 * 16 * 136) * 2 + 8 * 256 * 4,
+            MatmulVariant::Coop2 { .. } => COOP2_WORKGROUP_BYTES as u64,
+        }
+    }
+
+    /// Whether the core applies a GELU prologue as it loads. The CPU core reloads each
+    /// element of A for every 8 output columns (and of B for every 8 rows), so there a
+    /// GELU on load would cost several times the product: it reads GELU's output from
+    /// a transient buffer instead (made just before, dropped just after).
+    pub(super) fn gelu_on_load(self) -> bool {
+        !self.is_cpu()
+    }
+
+    /// Whether this variant's dweight core also sums dout's columns, giving dbias
+    /// (`DWEIGHT_BIAS`, matmul_tn_sums.wgsl): matmul.wgsl's, that of `Tiled` and
+    /// `SplitK`.
+    pub(super) fn sums_bias(self) -> bool {
+        matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
+    }
+
+    /// Whether this is one of the CPU adapters' cores.
+    pub fn is_cpu(self) -> bool {
+        self.cpu_rows().is_some()
+    }
+
+    /// Rows of a CPU core's workgroup (and of each lane's block).
+    pub(super) fn cpu_rows(self) -> Option<usize> {
+        match self {
+            MatmulVariant::Cpu16 => Some(16),
+            MatmulVariant::Cpu32 => Some(32),
+            _ => None,
+        }
+    }
+
+    /// Workgroups to aim for when the reduction is split.
+    fn target_workgroups(self) -> usize {
+        match self {
+            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_TARGET_WORKGROUPS,
+            _ => TARGET_WORKGROUPS,
+        }
+    }
+
+    /// Fewest rows a split of a weight gradient takes.
+    fn min_split(self) -> usize {
+        match self {
+            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_MIN_SPLIT,
+            _ => MIN_SPLIT,
+        }
+    }
+
+    /// (chunk, splits) of the reduction of `layout`'s product for a Linear of
+    /// `rows` rows, `k` inputs and `n` outputs: dweight over rows, the others over
+    /// their k (split-K variants only).
+    pub(super) fn split_of(
+        self,
+        layout: Layout,
+        rows: usize,
+        k: usize,
+        n: usize,
+    ) -> (usize, usize) {
+        match layout {
+            Layout::Forward => self.k_splits(rows, n, k),
+            Layout::Dinp => self.k_splits(rows, k, n),
+            Layout::Dweight => self.dweight_split(rows, k, n),
+        }
+    }
+
+    /// (chunk, splits) of an `m x n` output's reduction over `k`: one split except
+    /// in the split-K variants.
+    fn k_splits(self, m: usize, n: usize, k: usize) -> (usize, usize) {
+        let splits = matches!(
+            self,
+            MatmulVariant::SplitK
+                | MatmulVariant::Coop { split: true }
+                | MatmulVariant::Coop2 { split: true }
+                | MatmulVariant::F16 { split: true }
+        );
+        if !splits {
+            return (k, 1);
+        }
+        let [gx, gy, _] = self.grid(m, n, 1);
+        let want = TARGET_WORKGROUPS.div_ceil((gx * gy) as usize);
+        split(k, want, BK, MIN_SPLIT_K)
+    }
+
+    /// How the reduction over `rows` of dweight (`[n, k]`) splits: (rows a split,
+    /// splits).
+    fn dweight_split(self, rows: usize, k: usize, n: usize) -> (usize, usize) {
+        let [gx, gy, _] = self.grid(n, k, 1);
+        let groups = (gx * gy) as usize;
+        let want = self.target_workgroups().div_ceil(groups);
+        split(rows, want, BK, self.min_split())
+    }
+
+    /// How the column sums of dbias (`n` of them) over `rows` split beside this
+    /// variant's dweight: (rows a split, splits).
+    pub(super) fn dbias_split(self, rows: usize, n: usize) -> (usize, usize) {
+        let want = TARGET_WORKGROUPS.div_ceil(n.div_ceil(COLSUM_COLS));
+        split(rows, want, 1, self.min_split())
+    }
+
+    /// Partials dweight and dbias of a Linear of `rows` rows, `k` inputs and `n`
+    /// outputs are reduced from by this (dweight's) variant: (dweight's, dbias's).
+    pub(super) fn weight_grad_splits(self, rows: usize, k: usize, n: usize) -> (usize, usize) {
+        let dweight = self.dweight_split(rows, k, n).1;
+        let dbias = if self.sums_bias() {
+            dweight
+        } else {
+            self.dbias_split(rows, n).1
+        };
+        (dweight, dbias)
+    }
+}
+
+/// Splits a reduction of `len` steps over about `want` workgroups, each split at
+/// least `min` steps: (chunk, splits), the chunk a multiple of `align`, every split
+/// non-empty.
+fn split(len: usize, want: usize, align: usize, min: usize) -> (usize, usize) {
+    let splits = want.clamp(1, len.div_ceil(min).max(1));
+    let chunk = len.div_ceil(splits).div_ceil(align) * align;
+    (chunk, len.div_ceil(chunk))
+}
+
+/// Whether the tensor-core core (matmul_coop.wgsl) runs on `ctx`, or why not.
+pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
+    use wgpu::Features as F;
+    let needed = F::SHADER_F16 | F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    if !ctx.adapter_features().contains(needed) {
+        return Err(format!(
+            "{} offers no cooperative matrices with shader-f16 and subgroups",
+            ctx.adapter_name()
+        ));
+    }
+    if !ctx.device.features().contains(needed) {
+        return Err("the context was not made with precision f16".into());
+    }
+    if !ctx.cooperative_matrices().iter().any(is_f16_16x16) {
+        return Err(format!(
+            "no cooperative-matrix configuration is 16x16x16 f16 x f16 -> f32 (the adapter has {:?})",
+            ctx.cooperative_matrices()
+        ));
+    }
+    let info = ctx.adapter_info();
+    if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
+        return Err(format!(
+            "matmul_coop.wgsl is written for 8 subgroups of 32; this adapter's subgroups are {} to {} wide",
+            info.subgroup_min_size, info.subgroup_max_size
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes of workgroup memory matmul_coop2.wgsl declares.
+const COOP2_WORKGROUP_BYTES: u32 = 49152;
+
+/// Whether matmul_coop2.wgsl runs on `ctx` (as matmul_coop.wgsl, with 48 KiB of
+/// workgroup memory), or why not.
+pub fn coop2_supported(ctx: &WgpuContext) -> Result<(), String> {
+    coop_supported(ctx)?;
+    let have = ctx.limits().max_compute_workgroup_storage_size;
+    if have < COOP2_WORKGROUP_BYTES {
+        return Err(format!(
+            "matmul_coop2.wgsl needs {COOP2_WORKGROUP_BYTES} bytes of workgroup memory; this device has {have}"
+        ));
+    }
+    Ok(())
+}
+
+/// The configuration the tensor-core cores use: 16x16x16, f16 x f16 -> f32.
+pub fn is_f16_16x16(c: &wgpu::CooperativeMatrixProperties) -> bool {
+    use wgpu::CooperativeScalarType::{F16, F32};
+    (c.m_size, c.n_size, c.k_size) == (16, 16, 16) && c.ab_type == F16 && c.cr_type == F32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatmulVariant;
+
+    /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
+    /// symbols) as (output rows, output columns, reduction): Narrow takes the head's
+    /// dinp alone, the one where it beat Tiled on the H200; the others keep the
+    /// choices measured before it.
+    #[test]
+    fn narrow_takes_only_the_heads_dinp_of_the_shakespeare_step() {
+        let rows = 16384;
+        let layers = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
+        for (k, n) in layers {
+            let forward = MatmulVariant::choose_gpu(rows, n, k);
+            let dinp = MatmulVariant::choose_gpu(rows, k, n);
+            let dweight = MatmulVariant::choose_gpu(n, k, rows);
+            let long_k = k == 1536;
+            let want_forward = if long_k {
+                MatmulVariant::SplitK
+            } else {
+                MatmulVariant::Tiled
+            };
+            let want_dinp = match n {
+                65 => MatmulVariant::Narrow,
+                1536 => MatmulVariant::SplitK,
+                _ => MatmulVariant::Tiled,
+            };
+            assert_eq!(forward, want_forward, "forward k {k} n {n}");
+            assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
+            assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
+        }
+    }
+
+    /// The workgroup memory each core declares, counted from its WGSL.
+    #[test]
+    fn workgroup_bytes_match_the_cores_declarations() {
+        let cases = [
+            (MatmulVariant::Tiled, 2 * 512 * 16),
+            (MatmulVariant::Narrow, 256 * 16 + 512 * 16),
+            (MatmulVariant::Cpu32, 0),
+            (MatmulVariant::F16 { split: false }, 2 * 512 * 8),
+            (
+                MatmulVariant::Coop { split: false },
+                6144 * 2 + 4352 * 2 + 2048 * 4,
+            ),
+            (
+                MatmulVariant::Coop2 { split: true },
+                2 * 10240 * 2 + 2048 * 4,
+            ),
+        ];
+        for (variant, bytes) in cases {
+            assert_eq!(variant.workgroup_bytes(), bytes, "{variant:?}");
+        }
+    }
+}
