@@ -441,7 +441,7 @@ async fn training_body() {
 
 // ---- the tensor-core core's own logic, on emulated cooperative matrices ----
 //
-// No device here has cooperative matrices, but everything in matmul_coop.wgsl around
+// No device here has cooperative matrices, but everything in the coop cores around
 // them (the hooks' tiles rounded into workgroup memory, the double buffers, which
 // subgroup owns which block, the output staging and write4, edges and split slices)
 // can still run: the test rewrites the cooperative operations into plain WGSL (each
@@ -487,7 +487,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
 }
 "#;
 
-    /// The rewrite of matmul_coop.wgsl's own cooperative operations.
+    /// The rewrite of the C1 core's own cooperative operations.
     const COOP_RULES: &[(&str, &str)] = &[
         ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
         ("], A_STRIDE)", ", A_STRIDE)"),
@@ -499,7 +499,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ),
     ];
 
-    /// The same for matmul_coop2.wgsl (row- and column-major fragments).
+    /// The same for the C2 core (row- and column-major fragments).
     const COOP2_RULES: &[(&str, &str)] = &[
         ("-> coop_mat16x16<f16, A>", "-> vec3<u32>"),
         ("-> coop_mat16x16<f16, B>", "-> vec3<u32>"),
@@ -629,7 +629,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         let mut rng = Rng::new(seed);
         // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
         // multiples of 4 past one tile and one 32-deep step in every product, so that
-        // matmul_coop2.wgsl's first tile takes its unguarded interior path for
+        // the C2 core's first tile takes its unguarded interior path for
         // whole steps (with and without a split) and the other tiles and the last
         // step the guarded one.
         let extra = (1 + rng.below(200), 1 + rng.below(100), 1 + rng.below(200));

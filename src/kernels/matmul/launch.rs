@@ -2,7 +2,7 @@
 //! split, the fixed-order sum of the partials (with the epilogue the partials left
 //! out), or for weight gradients the partials as they are ([`Partials`]).
 
-use super::source::{fuse, kernel, specialized, COLSUM, DWEIGHT_BIAS, SUM_SPLITS_FUSED};
+use super::source::{dweight_bias, fuse, kernel, specialized, COLSUM, SUM_SPLITS_FUSED};
 use super::split_sums::Partials;
 use super::{Fusion, Layout, Linear, MatmulShape, MatmulVariant};
 use crate::gpu::{grid_1d, PooledBuffer, Slice, WgpuContext};
@@ -253,7 +253,7 @@ pub(super) fn weight_partials<'d>(
     let fused_bias = dests.bias.filter(|_| variant.sums_bias());
     let params = GemmParams::new(n, k, rows, chunk, prologue);
     let kernel = if fused_bias.is_some() {
-        &DWEIGHT_BIAS
+        dweight_bias()
     } else {
         kernel(variant, Layout::Dweight)
     };

@@ -1,73 +1,146 @@
-// Tensor-core GEMM core: c[z][m, n] = sum over k in split z of A(m, k) * B(k, n),
+// Tensor-core GEMM cores: c[z][m, n] = sum over k in split z of A(m, k) * B(k, n),
 // with A and B rounded to f16 and the products summed in f32 by cooperative
 // matrices (16x16x16, f16 x f16 -> f32: what wgpu exposes as
 // EXPERIMENTAL_COOPERATIVE_MATRIX on VK_KHR_cooperative_matrix). Joined after the
-// same preludes as matmul.wgsl; source.rs puts `enable f16;`,
-// `enable wgpu_cooperative_matrix;` and A_SCALE in front of them.
+// same preludes as the tiled cores; source.rs puts `enable f16;`,
+// `enable wgpu_cooperative_matrix;` and A_SCALE in front of them. One template,
+// two cores (source.rs names each one's tag):
+//   C1  `Coop`: steps of BK = 16; each step every thread calls the prelude's load_a
+//       / load_b twice (two 128 x 8 tiles), rounds the 4 + 4 floats to f16 and
+//       stores them in workgroup memory: A as [m][k], B as [k][n], row-major, rows
+//       padded by 8 halves.
+//   C2  `Coop2`: steps of BK = 32 (two 16-deep products a barrier, 16 MMAs a
+//       subgroup per barrier). Interior steps (the tile inside m and n, the step
+//       inside the split, and m, n, k and the split's start multiples of 4) load
+//       through the preludes' unguarded `load_a_fast` / `load_b_fast`, edge steps
+//       through `load_a` / `load_b` (the same 4 floats, GELU prologue included).
+//       Each operand is stored in the order the hook delivers it (4 consecutive
+//       halves a thread, no transposing stores): along k as [mn][k], otherwise as
+//       [k][mn]; the fragments are loaded row- or column-major to match. Row
+//       strides 40 halves ([mn][k]) and 136 ([k][mn]): the 8 rows of a fragment's
+//       16-byte rows fall in distinct banks.
 //
-// A workgroup of 256 threads in 8 subgroups of 32 (the launcher runs this core only
-// where subgroups are exactly 32 wide) computes a 128x128 tile of C. Each step of
-// BK = 16 along k, every thread calls the prelude's load_a / load_b twice (two
-// 128 x 8 tiles), rounds the 4 + 4 floats to f16 and stores them in workgroup
-// memory: A as [m][k], B as [k][n], row-major, rows padded by 8 halves. Subgroup s
+// A workgroup of 256 threads in 8 subgroups of 32 (the launcher runs these cores
+// only where subgroups are exactly 32 wide) computes a 128x128 tile of C. Subgroup s
 // owns rows (s / 2) * 32 .. + 32 and columns (s % 2) * 64 .. + 64 of the tile: 2 x 4
-// accumulators, 2 A and 4 B fragments a step. Like matmul.wgsl, the next step's
-// global loads are issued before this step's math (two shared buffers, one barrier
-// a step). At the end each accumulator goes through workgroup memory, 16x16 floats
-// a subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
+// accumulators, 2 A and 4 B fragments a 16-deep product. The next step's global
+// loads are issued before this step's math (two shared buffers, one barrier a
+// step). At the end each accumulator goes through workgroup memory, 16x16 floats a
+// subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
 //
 // A_SCALE: the A operand is multiplied by it (a power of two) before rounding and
 // the sums by 1 / A_SCALE after: in the backward GEMMs A is a gradient, whose
 // elements (about 1e-6 and below) would otherwise fall to f16's subnormals. The
 // scaling is exact in f32; only the f16 rounding sees it.
 //
-// Shared: A 2 x 128 x 24 halves (12 KiB), B 2 x 16 x 136 halves (8.5 KiB), the
-// output staging 8 x 256 floats (8 KiB).
+// Shared, C1: A 2 x 128 x 24 halves (12 KiB), B 2 x 16 x 136 halves (8.5 KiB), the
+// output staging 8 x 256 floats (8 KiB). C2: A and B 2 x 5120 halves each (20 KiB
+// each), the staging: 48 KiB, the most a Vulkan workgroup has on NVIDIA
+// (`coop2_supported` checks the limit). The staging cannot be shared by halves of
+// the workgroup in turn: cooperative stores need uniform control flow.
 
 const BM: u32 = 128u;
 const BN: u32 = 128u;
-const BK: u32 = 16u;
-const A_STRIDE: u32 = 24u;
-const B_STRIDE: u32 = 136u;
-const A_BUF: u32 = 3072u; // BM * A_STRIDE
-const B_BUF: u32 = 2176u; // BK * B_STRIDE
+const BK: u32 = {C1:16u}{C2:32u};
+#C1 const A_STRIDE: u32 = 24u;
+#C1 const B_STRIDE: u32 = 136u;
+#C1 const A_BUF: u32 = 3072u; // BM * A_STRIDE
+#C1 const B_BUF: u32 = 2176u; // BK * B_STRIDE
+#C2 const LD_K: u32 = 40u;
+#C2 const LD_MN: u32 = 136u;
+// Halves of one buffer: max(128 * LD_K, BK * LD_MN).
+#C2 const BUF: u32 = 5120u;
 
-var<workgroup> As: array<f16, 6144>;
-var<workgroup> Bs: array<f16, 4352>;
+var<workgroup> As: array<f16, {C1:6144}{C2:10240}>;
+var<workgroup> Bs: array<f16, {C1:4352}{C2:10240}>;
 var<workgroup> Cs: array<f32, 2048>;
 
 // Stores the 4 floats thread t loaded for k offsets k8 .. k8 + 8 of buffer buf.
 fn put_a(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
     let h = vec4<f16>(v * A_SCALE);
+#C2     var at: u32;
     if (A_ALONG_K) {
         // Row t / 2, k offsets (t % 2) * 4 .. + 4.
-        let at = buf * A_BUF + (t / 2u) * A_STRIDE + k8 + (t % 2u) * 4u;
-        As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
+#C1         let at = buf * A_BUF + (t / 2u) * A_STRIDE + k8 + (t % 2u) * 4u;
+#C1         As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
+#C2         at = buf * BUF + (t / 2u) * LD_K + k8 + (t % 2u) * 4u;
     } else {
-        // Step t / 32, rows (t % 32) * 4 .. + 4.
-        let at = buf * A_BUF + (t % 32u) * 4u * A_STRIDE + k8 + t / 32u;
-        As[at] = h.x;
-        As[at + A_STRIDE] = h.y;
-        As[at + 2u * A_STRIDE] = h.z;
-        As[at + 3u * A_STRIDE] = h.w;
+#C1         // Step t / 32, rows (t % 32) * 4 .. + 4.
+#C1         let at = buf * A_BUF + (t % 32u) * 4u * A_STRIDE + k8 + t / 32u;
+#C1         As[at] = h.x;
+#C1         As[at + A_STRIDE] = h.y;
+#C1         As[at + 2u * A_STRIDE] = h.z;
+#C1         As[at + 3u * A_STRIDE] = h.w;
+#C2         // k offset t / 32, rows (t % 32) * 4 .. + 4.
+#C2         at = buf * BUF + (k8 + t / 32u) * LD_MN + (t % 32u) * 4u;
     }
+#C2     As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
 }
 
 fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
     let h = vec4<f16>(v);
+#C2     var at: u32;
     if (B_ALONG_K) {
         // Column t / 2, k offsets (t % 2) * 4 .. + 4.
-        let at = buf * B_BUF + (k8 + (t % 2u) * 4u) * B_STRIDE + t / 2u;
-        Bs[at] = h.x;
-        Bs[at + B_STRIDE] = h.y;
-        Bs[at + 2u * B_STRIDE] = h.z;
-        Bs[at + 3u * B_STRIDE] = h.w;
+#C1         let at = buf * B_BUF + (k8 + (t % 2u) * 4u) * B_STRIDE + t / 2u;
+#C1         Bs[at] = h.x;
+#C1         Bs[at + B_STRIDE] = h.y;
+#C1         Bs[at + 2u * B_STRIDE] = h.z;
+#C1         Bs[at + 3u * B_STRIDE] = h.w;
+#C2         at = buf * BUF + (t / 2u) * LD_K + k8 + (t % 2u) * 4u;
     } else {
-        // Step t / 32, columns (t % 32) * 4 .. + 4.
-        let at = buf * B_BUF + (k8 + t / 32u) * B_STRIDE + (t % 32u) * 4u;
-        Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
+#C1         // Step t / 32, columns (t % 32) * 4 .. + 4.
+#C1         let at = buf * B_BUF + (k8 + t / 32u) * B_STRIDE + (t % 32u) * 4u;
+#C1         Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
+#C2         // k offset t / 32, columns (t % 32) * 4 .. + 4.
+#C2         at = buf * BUF + (k8 + t / 32u) * LD_MN + (t % 32u) * 4u;
     }
+#C2     Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
 }
+
+// Thread t's 4 + 4 vec4 of the 32-deep step at k0: unguarded where the whole step
+// lies inside the tile and the split (`interior`: uniform over the workgroup).
+#C2 fn fetch(m0: u32, n0: u32, k0: u32, k_end: u32, interior: bool, t: u32,
+#C2     ra0: ptr<function, vec4<f32>>, ra1: ptr<function, vec4<f32>>,
+#C2     ra2: ptr<function, vec4<f32>>, ra3: ptr<function, vec4<f32>>,
+#C2     rb0: ptr<function, vec4<f32>>, rb1: ptr<function, vec4<f32>>,
+#C2     rb2: ptr<function, vec4<f32>>, rb3: ptr<function, vec4<f32>>) {
+#C2     if (interior && k0 + BK <= k_end) {
+#C2         *ra0 = load_a_fast(m0, k0, t); *ra1 = load_a_fast(m0, k0 + 8u, t);
+#C2         *ra2 = load_a_fast(m0, k0 + 16u, t); *ra3 = load_a_fast(m0, k0 + 24u, t);
+#C2         *rb0 = load_b_fast(n0, k0, t); *rb1 = load_b_fast(n0, k0 + 8u, t);
+#C2         *rb2 = load_b_fast(n0, k0 + 16u, t); *rb3 = load_b_fast(n0, k0 + 24u, t);
+#C2     } else {
+#C2         *ra0 = load_a(m0, k0, k_end, t); *ra1 = load_a(m0, k0 + 8u, k_end, t);
+#C2         *ra2 = load_a(m0, k0 + 16u, k_end, t); *ra3 = load_a(m0, k0 + 24u, k_end, t);
+#C2         *rb0 = load_b(n0, k0, k_end, t); *rb1 = load_b(n0, k0 + 8u, k_end, t);
+#C2         *rb2 = load_b(n0, k0 + 16u, k_end, t); *rb3 = load_b(n0, k0 + 24u, k_end, t);
+#C2     }
+#C2 }
+
+#C2 fn stash(buf: u32, t: u32, ra0: vec4<f32>, ra1: vec4<f32>, ra2: vec4<f32>, ra3: vec4<f32>,
+#C2     rb0: vec4<f32>, rb1: vec4<f32>, rb2: vec4<f32>, rb3: vec4<f32>) {
+#C2     put_a(buf, 0u, t, ra0); put_a(buf, 8u, t, ra1);
+#C2     put_a(buf, 16u, t, ra2); put_a(buf, 24u, t, ra3);
+#C2     put_b(buf, 0u, t, rb0); put_b(buf, 8u, t, rb1);
+#C2     put_b(buf, 16u, t, rb2); put_b(buf, 24u, t, rb3);
+#C2 }
+
+// The A fragment of rows row .. + 16, k offsets kk .. + 16 of buffer buf.
+#C2 fn frag_a(buf: u32, row: u32, kk: u32) -> coop_mat16x16<f16, A> {
+#C2     if (A_ALONG_K) {
+#C2         return coopLoadT<coop_mat16x16<f16, A>>(&As[buf * BUF + row * LD_K + kk], LD_K);
+#C2     }
+#C2     return coopLoad<coop_mat16x16<f16, A>>(&As[buf * BUF + kk * LD_MN + row], LD_MN);
+#C2 }
+
+// The B fragment of k offsets kk .. + 16, columns col .. + 16 of buffer buf.
+#C2 fn frag_b(buf: u32, kk: u32, col: u32) -> coop_mat16x16<f16, B> {
+#C2     if (B_ALONG_K) {
+#C2         return coopLoad<coop_mat16x16<f16, B>>(&Bs[buf * BUF + col * LD_K + kk], LD_K);
+#C2     }
+#C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[buf * BUF + kk * LD_MN + col], LD_MN);
+#C2 }
 
 // Through this subgroup's 16x16 staging block to write4: lane l writes rows
 // (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4.
@@ -96,49 +169,78 @@ fn main(
     let k_begin = z * p.k_chunk;
     let k_end = min(k_begin + p.k_chunk, p.k);
     let steps = (k_end - k_begin + BK - 1u) / BK;
+    // Workgroup-uniform: whether full steps of this tile may skip the bounds checks.
+#C2     let interior = m0 + BM <= p.m && n0 + BN <= p.n
+#C2         && ((p.m | p.n | p.k | k_begin) & 3u) == 0u;
     // This subgroup's rows and columns within the tile.
     let sm = (s / 2u) * 32u;
     let sn = (s % 2u) * 64u;
 
-    var ra0 = load_a(m0, k_begin, k_end, t);
-    var ra1 = load_a(m0, k_begin + 8u, k_end, t);
-    var rb0 = load_b(n0, k_begin, k_end, t);
-    var rb1 = load_b(n0, k_begin + 8u, k_end, t);
-    put_a(0u, 0u, t, ra0); put_a(0u, 8u, t, ra1);
-    put_b(0u, 0u, t, rb0); put_b(0u, 8u, t, rb1);
-    workgroupBarrier();
+#C1     var ra0 = load_a(m0, k_begin, k_end, t);
+#C1     var ra1 = load_a(m0, k_begin + 8u, k_end, t);
+#C1     var rb0 = load_b(n0, k_begin, k_end, t);
+#C1     var rb1 = load_b(n0, k_begin + 8u, k_end, t);
+#C1     put_a(0u, 0u, t, ra0); put_a(0u, 8u, t, ra1);
+#C1     put_b(0u, 0u, t, rb0); put_b(0u, 8u, t, rb1);
+#C1     workgroupBarrier();
 
     var c00 = coop_mat16x16<f32, C>(); var c01 = coop_mat16x16<f32, C>();
     var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
+#C2     var ra0: vec4<f32>; var ra1: vec4<f32>; var ra2: vec4<f32>; var ra3: vec4<f32>;
+#C2     var rb0: vec4<f32>; var rb1: vec4<f32>; var rb2: vec4<f32>; var rb3: vec4<f32>;
+#C2     fetch(m0, n0, k_begin, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
+#C2     stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2     workgroupBarrier();
 
+    // No cooperative operation under a branch: they need uniform control flow.
     for (var step = 0u; step < steps; step++) {
         let cur = step % 2u;
         let more = step + 1u < steps;
         if (more) {
-            let k0 = k_begin + (step + 1u) * BK;
-            ra0 = load_a(m0, k0, k_end, t);
-            ra1 = load_a(m0, k0 + 8u, k_end, t);
-            rb0 = load_b(n0, k0, k_end, t);
-            rb1 = load_b(n0, k0 + 8u, k_end, t);
+#C1             let k0 = k_begin + (step + 1u) * BK;
+#C1             ra0 = load_a(m0, k0, k_end, t);
+#C1             ra1 = load_a(m0, k0 + 8u, k_end, t);
+#C1             rb0 = load_b(n0, k0, k_end, t);
+#C1             rb1 = load_b(n0, k0 + 8u, k_end, t);
+#C2             fetch(m0, n0, k_begin + (step + 1u) * BK, k_end, interior, t,
+#C2                 &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
         }
-        let a_at = cur * A_BUF + sm * A_STRIDE;
-        let b_at = cur * B_BUF + sn;
-        let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[a_at], A_STRIDE);
-        let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[a_at + 16u * A_STRIDE], A_STRIDE);
-        let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at], B_STRIDE);
-        let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at + 16u], B_STRIDE);
-        let b2 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at + 32u], B_STRIDE);
-        let b3 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at + 48u], B_STRIDE);
+#C1         let a_at = cur * A_BUF + sm * A_STRIDE;
+#C1         let b_at = cur * B_BUF + sn;
+#C1         let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[a_at], A_STRIDE);
+#C1         let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[a_at + 16u * A_STRIDE], A_STRIDE);
+#C1         let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at], B_STRIDE);
+#C1         let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at + 16u], B_STRIDE);
+#C1         let b2 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at + 32u], B_STRIDE);
+#C1         let b3 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[b_at + 48u], B_STRIDE);
+        // The products of each 16-deep half of the step (C1's step is one).
+#C2         var a0 = frag_a(cur, sm, 0u);
+#C2         var a1 = frag_a(cur, sm + 16u, 0u);
+#C2         var b0 = frag_b(cur, 0u, sn);
+#C2         var b1 = frag_b(cur, 0u, sn + 16u);
+#C2         var b2 = frag_b(cur, 0u, sn + 32u);
+#C2         var b3 = frag_b(cur, 0u, sn + 48u);
         c00 = coopMultiplyAdd(a0, b0, c00); c01 = coopMultiplyAdd(a0, b1, c01);
         c02 = coopMultiplyAdd(a0, b2, c02); c03 = coopMultiplyAdd(a0, b3, c03);
         c10 = coopMultiplyAdd(a1, b0, c10); c11 = coopMultiplyAdd(a1, b1, c11);
         c12 = coopMultiplyAdd(a1, b2, c12); c13 = coopMultiplyAdd(a1, b3, c13);
+#C2         a0 = frag_a(cur, sm, 16u);
+#C2         a1 = frag_a(cur, sm + 16u, 16u);
+#C2         b0 = frag_b(cur, 16u, sn);
+#C2         b1 = frag_b(cur, 16u, sn + 16u);
+#C2         b2 = frag_b(cur, 16u, sn + 32u);
+#C2         b3 = frag_b(cur, 16u, sn + 48u);
+#C2         c00 = coopMultiplyAdd(a0, b0, c00); c01 = coopMultiplyAdd(a0, b1, c01);
+#C2         c02 = coopMultiplyAdd(a0, b2, c02); c03 = coopMultiplyAdd(a0, b3, c03);
+#C2         c10 = coopMultiplyAdd(a1, b0, c10); c11 = coopMultiplyAdd(a1, b1, c11);
+#C2         c12 = coopMultiplyAdd(a1, b2, c12); c13 = coopMultiplyAdd(a1, b3, c13);
         if (more) {
             // The other buffers were last read in step - 1, before the barrier.
-            put_a(1u - cur, 0u, t, ra0); put_a(1u - cur, 8u, t, ra1);
-            put_b(1u - cur, 0u, t, rb0); put_b(1u - cur, 8u, t, rb1);
+#C1             put_a(1u - cur, 0u, t, ra0); put_a(1u - cur, 8u, t, ra1);
+#C1             put_b(1u - cur, 0u, t, rb0); put_b(1u - cur, 8u, t, rb1);
+#C2             stash(1u - cur, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
         }
         workgroupBarrier();
     }

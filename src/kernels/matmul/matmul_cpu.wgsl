@@ -1,5 +1,5 @@
 // GEMM for CPU adapters (lavapipe, SwiftShader, WARP): c[z][m, n] = sum over k in
-// split z of A(m, k) * B(k, n), after the same preludes as matmul.wgsl.
+// split z of A(m, k) * B(k, n), after the same preludes as matmul_tiled.wgsl.
 //
 // CPU implementations run a workgroup's invocations as the SIMD lanes of one CPU
 // thread: a barrier is a switch between lanes' coroutines, workgroup memory buys

@@ -1,4 +1,4 @@
-// Joined after matmul_tn.wgsl for matmul.wgsl's dweight with the bias: the core
+// Joined after matmul_tn.wgsl for the tiled core's dweight with the bias: the core
 // also sums the A it loads (dout) over its split's rows, in the workgroups of the
 // first column of tiles, and hands the sums of 4 columns j..j+3 here: dbias's
 // partial of split z ([splits, m]), with no pass of its own. A binding of its own

@@ -3,11 +3,11 @@
 //!
 //! - `variant`: which variant computes a product and what it needs (tiles, grid,
 //!   splits of the reduction, workgroup memory), also for the planner.
-//! - `source`: the WGSL of each variant's kernels: a core (`matmul.wgsl`,
-//!   `matmul_narrow.wgsl`, `matmul_cpu.wgsl`, the f16 cores `matmul_f16.wgsl`,
-//!   `matmul_coop.wgsl` and `matmul_coop2.wgsl`) after one prelude per operand
-//!   layout ([`Layout`]: `matmul_nt` / `_nn` / `_tn.wgsl`), specialised to a
-//!   launch's fusions.
+//! - `source`: the WGSL of each variant's kernels: a core after one prelude per
+//!   operand layout ([`Layout`]: `matmul_nt` / `_nn` / `_tn.wgsl`), specialised to
+//!   a launch's fusions. The cores come from three templates: `matmul_tiled.wgsl`
+//!   (`Tiled`, `F16`, `Narrow`), `matmul_coop.wgsl` (`Coop`, `Coop2`) and
+//!   `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 //! - `launch`: the dispatches, and for split reductions the fixed-order sums
 //!   (`matmul_reduce.wgsl`).
 //! - `split_sums`: weight gradients whose split partials are added later,

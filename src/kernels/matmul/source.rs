@@ -1,12 +1,14 @@
 //! The WGSL of each GEMM kernel: a layout prelude (`matmul_nt` / `_nn` /
 //! `_tn.wgsl`, with the fusions' helpers in front) joined with a variant's core, and
-//! a launch's fusion flags fixed in the source ([`specialized`]).
+//! a launch's fusion flags fixed in the source ([`specialized`]). The cores come
+//! from three templates: `matmul_tiled.wgsl` (`Tiled`, `Narrow`, `F16`),
+//! `matmul_coop.wgsl` (`Coop`, `Coop2`) and `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 
 use std::sync::OnceLock;
 
 use super::{Layout, MatmulVariant};
 use crate::gpu::Kernel;
-use crate::kernels::wgsl::unroll;
+use crate::kernels::wgsl::{select, unroll};
 
 /// A GEMM prelude with what its fusions call joined in front (the dropout hash, GELU,
 /// and the flags of `matmul_fuse.wgsl`): every core is joined after one of these.
@@ -21,40 +23,6 @@ macro_rules! gemm_prelude {
     };
 }
 
-macro_rules! gemm_kernel {
-    ($name:literal, $prelude:literal, $core:literal) => {
-        gemm_kernel!($name, $prelude, "", $core)
-    };
-    ($name:literal, $prelude:literal, $consts:literal, $core:literal) => {
-        Kernel {
-            name: $name,
-            source: concat!(gemm_prelude!($prelude), $consts, include_str!($core)),
-            entry: "main",
-            unchecked: UNCHECKED,
-        }
-    };
-}
-
-/// An f16 core after a prelude, with the extensions it enables and its A_SCALE in
-/// front.
-macro_rules! half_kernel {
-    ($name:literal, $enable:literal, $scale:literal, $prelude:literal, $core:literal) => {
-        Kernel {
-            name: $name,
-            source: concat!(
-                $enable,
-                "const A_SCALE: f32 = ",
-                $scale,
-                ";\n",
-                gemm_prelude!($prelude),
-                include_str!($core)
-            ),
-            entry: "main",
-            unchecked: UNCHECKED,
-        }
-    };
-}
-
 /// Every index in these shaders is guarded (or clamped), and each launcher checks
 /// its buffers (`check_len`), so they run without wgpu's per-access bounds checks.
 const UNCHECKED: bool = true;
@@ -64,105 +32,194 @@ const UNCHECKED: bool = true;
 /// down to about 1e-8 stay normal f16 numbers; overflow needs |gradient| > 16.
 pub const GRAD_SCALE: f32 = 4096.0;
 
-const FORWARD: Kernel = gemm_kernel!("matmul_forward", "matmul_nt.wgsl", "matmul.wgsl");
-const DINP: Kernel = gemm_kernel!("matmul_backward_dinp", "matmul_nn.wgsl", "matmul.wgsl");
-const DWEIGHT: Kernel = gemm_kernel!(
-    "matmul_backward_dweight",
-    "matmul_tn.wgsl",
-    "const A_SUMS: bool = false;\nfn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}\n",
-    "matmul.wgsl"
-);
-/// [`DWEIGHT`] that also sums dbias's partials (`MatmulVariant::sums_bias`).
-pub(super) const DWEIGHT_BIAS: Kernel = Kernel {
-    name: "matmul_backward_dweight_bias",
-    source: concat!(
-        gemm_prelude!("matmul_tn.wgsl"),
-        include_str!("matmul_tn_sums.wgsl"),
-        include_str!("matmul.wgsl")
-    ),
-    entry: "main",
-    unchecked: UNCHECKED,
-};
-const FORWARD_NARROW: Kernel = gemm_kernel!(
-    "matmul_forward_narrow",
-    "matmul_nt.wgsl",
-    "matmul_narrow.wgsl"
-);
-const DINP_NARROW: Kernel = gemm_kernel!(
-    "matmul_backward_dinp_narrow",
-    "matmul_nn.wgsl",
-    "matmul_narrow.wgsl"
-);
-const DWEIGHT_NARROW: Kernel = gemm_kernel!(
-    "matmul_backward_dweight_narrow",
-    "matmul_tn.wgsl",
-    "matmul_narrow.wgsl"
-);
+/// The templates of the cores ([`select`]'s tags name each core's lines).
+const TILED: &str = include_str!("matmul_tiled.wgsl");
+const TILED_TAGS: &[&str] = &["F32", "F16", "WIDE", "NARROW", "SUMS"];
+const COOP: &str = include_str!("matmul_coop.wgsl");
+const COOP_TAGS: &[&str] = &["C1", "C2"];
+/// The CPU adapters' core, its rows written out by [`unroll`].
+const CPU: &str = include_str!("matmul_cpu.wgsl");
 
-// The scale literals equal GRAD_SCALE (checked by a unit test below).
-const FORWARD_F16: Kernel = half_kernel!(
-    "matmul_forward_f16",
-    "enable f16;\n",
-    "1.0",
-    "matmul_nt.wgsl",
-    "matmul_f16.wgsl"
-);
-const DINP_F16: Kernel = half_kernel!(
-    "matmul_dinp_f16",
-    "enable f16;\n",
-    "4096.0",
-    "matmul_nn.wgsl",
-    "matmul_f16.wgsl"
-);
-const DWEIGHT_F16: Kernel = half_kernel!(
-    "matmul_dweight_f16",
-    "enable f16;\n",
-    "4096.0",
-    "matmul_tn.wgsl",
-    "matmul_f16.wgsl"
-);
-const FORWARD_COOP: Kernel = half_kernel!(
-    "matmul_forward_coop",
-    "enable f16;\nenable wgpu_cooperative_matrix;\n",
-    "1.0",
-    "matmul_nt.wgsl",
-    "matmul_coop.wgsl"
-);
-const DINP_COOP: Kernel = half_kernel!(
-    "matmul_dinp_coop",
-    "enable f16;\nenable wgpu_cooperative_matrix;\n",
-    "4096.0",
-    "matmul_nn.wgsl",
-    "matmul_coop.wgsl"
-);
-const DWEIGHT_COOP: Kernel = half_kernel!(
-    "matmul_dweight_coop",
-    "enable f16;\nenable wgpu_cooperative_matrix;\n",
-    "4096.0",
-    "matmul_tn.wgsl",
-    "matmul_coop.wgsl"
-);
-const FORWARD_COOP2: Kernel = half_kernel!(
-    "matmul_forward_coop2",
-    "enable f16;\nenable wgpu_cooperative_matrix;\n",
-    "1.0",
-    "matmul_nt.wgsl",
-    "matmul_coop2.wgsl"
-);
-const DINP_COOP2: Kernel = half_kernel!(
-    "matmul_dinp_coop2",
-    "enable f16;\nenable wgpu_cooperative_matrix;\n",
-    "4096.0",
-    "matmul_nn.wgsl",
-    "matmul_coop2.wgsl"
-);
-const DWEIGHT_COOP2: Kernel = half_kernel!(
-    "matmul_dweight_coop2",
-    "enable f16;\nenable wgpu_cooperative_matrix;\n",
-    "4096.0",
-    "matmul_tn.wgsl",
-    "matmul_coop2.wgsl"
-);
+/// The core of each variant: what its kernels are named, their source before the
+/// layout prelude, and their own source after it.
+struct Core {
+    /// Forward, dinp, dweight.
+    names: [&'static str; 3],
+    /// Extensions a core needs enabled, first in the module.
+    enable: &'static str,
+    /// Whether the core rounds its operands to f16 (it reads `A_SCALE`).
+    f16: bool,
+    /// The core's own source (with [`Layout`] for what depends on it).
+    own: fn(Layout) -> String,
+}
+
+const F16_ENABLE: &str = "enable f16;\n";
+const COOP_ENABLE: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
+
+/// The cores, in [`core_index`]'s order.
+const CORES: [Core; 7] = [
+    Core {
+        names: [
+            "matmul_forward",
+            "matmul_backward_dinp",
+            "matmul_backward_dweight",
+        ],
+        enable: "",
+        f16: false,
+        own: |layout| {
+            // Only matmul_tn_sums.wgsl's kernel sums A; the other preludes say so.
+            let no_sums = match layout {
+                Layout::Dweight => {
+                    "const A_SUMS: bool = false;\nfn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}\n"
+                }
+                _ => "",
+            };
+            format!(
+                "{no_sums}{}",
+                select(TILED, TILED_TAGS, &["F32", "WIDE", "SUMS"])
+            )
+        },
+    },
+    Core {
+        names: [
+            "matmul_forward_narrow",
+            "matmul_backward_dinp_narrow",
+            "matmul_backward_dweight_narrow",
+        ],
+        enable: "",
+        f16: false,
+        own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW"]),
+    },
+    Core {
+        names: [
+            "matmul_forward_cpu16",
+            "matmul_dinp_cpu16",
+            "matmul_dweight_cpu16",
+        ],
+        enable: "",
+        f16: false,
+        own: |_| format!("const ROWS: u32 = 16u;\n{}", unroll(CPU, "#R", 16)),
+    },
+    Core {
+        names: [
+            "matmul_forward_cpu32",
+            "matmul_dinp_cpu32",
+            "matmul_dweight_cpu32",
+        ],
+        enable: "",
+        f16: false,
+        own: |_| format!("const ROWS: u32 = 32u;\n{}", unroll(CPU, "#R", 32)),
+    },
+    Core {
+        names: [
+            "matmul_forward_f16",
+            "matmul_dinp_f16",
+            "matmul_dweight_f16",
+        ],
+        enable: F16_ENABLE,
+        f16: true,
+        own: |_| select(TILED, TILED_TAGS, &["F16", "WIDE"]),
+    },
+    Core {
+        names: [
+            "matmul_forward_coop",
+            "matmul_dinp_coop",
+            "matmul_dweight_coop",
+        ],
+        enable: COOP_ENABLE,
+        f16: true,
+        own: |_| select(COOP, COOP_TAGS, &["C1"]),
+    },
+    Core {
+        names: [
+            "matmul_forward_coop2",
+            "matmul_dinp_coop2",
+            "matmul_dweight_coop2",
+        ],
+        enable: COOP_ENABLE,
+        f16: true,
+        own: |_| select(COOP, COOP_TAGS, &["C2"]),
+    },
+];
+
+/// Where `variant`'s core is in [`CORES`] (split variants launch their unsplit
+/// twin's kernels).
+fn core_index(variant: MatmulVariant) -> usize {
+    match variant {
+        MatmulVariant::Tiled | MatmulVariant::SplitK => 0,
+        MatmulVariant::Narrow => 1,
+        MatmulVariant::Cpu16 => 2,
+        MatmulVariant::Cpu32 => 3,
+        MatmulVariant::F16 { .. } => 4,
+        MatmulVariant::Coop { .. } => 5,
+        MatmulVariant::Coop2 { .. } => 6,
+    }
+}
+
+/// The layout prelude of `layout`'s product, with what its fusions call in front.
+fn prelude(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Forward => gemm_prelude!("matmul_nt.wgsl"),
+        Layout::Dinp => gemm_prelude!("matmul_nn.wgsl"),
+        Layout::Dweight => gemm_prelude!("matmul_tn.wgsl"),
+    }
+}
+
+fn layout_index(layout: Layout) -> usize {
+    match layout {
+        Layout::Forward => 0,
+        Layout::Dinp => 1,
+        Layout::Dweight => 2,
+    }
+}
+
+/// Made once a process and leaked: kernels are `'static` like the others.
+fn leak(source: String) -> &'static str {
+    Box::leak(source.into_boxed_str())
+}
+
+/// The kernel `variant` computes `layout`'s product with, built on first use.
+pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel {
+    static KERNELS: [[OnceLock<Kernel>; 3]; 7] = [const { [const { OnceLock::new() }; 3] }; 7];
+    let (c, l) = (core_index(variant), layout_index(layout));
+    KERNELS[c][l].get_or_init(|| {
+        let core = &CORES[c];
+        // The forward's A is an activation: no scale (see GRAD_SCALE).
+        let scale = match (core.f16, layout) {
+            (false, _) => String::new(),
+            (true, Layout::Forward) => "const A_SCALE: f32 = 1.0;\n".into(),
+            (true, _) => format!("const A_SCALE: f32 = {GRAD_SCALE:.1};\n"),
+        };
+        let source = format!(
+            "{}{scale}{}{}",
+            core.enable,
+            prelude(layout),
+            (core.own)(layout)
+        );
+        Kernel {
+            name: core.names[l],
+            source: leak(source),
+            entry: "main",
+            unchecked: UNCHECKED,
+        }
+    })
+}
+
+/// `Tiled`'s dweight that also sums dbias's partials (`MatmulVariant::sums_bias`):
+/// matmul_tn_sums.wgsl between the prelude and the core.
+pub(super) fn dweight_bias() -> &'static Kernel {
+    static KERNEL: OnceLock<Kernel> = OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let core = select(TILED, TILED_TAGS, &["F32", "WIDE", "SUMS"]);
+        let sums = include_str!("matmul_tn_sums.wgsl");
+        Kernel {
+            name: "matmul_backward_dweight_bias",
+            source: leak(format!("{}{sums}{core}", prelude(Layout::Dweight))),
+            entry: "main",
+            unchecked: UNCHECKED,
+        }
+    })
+}
 
 /// `matmul_reduce.wgsl` with the fusions' helpers (its fused sum applies epilogues).
 const REDUCE_SOURCE: &str = gemm_prelude!("matmul_reduce.wgsl");
@@ -179,66 +236,6 @@ pub(super) const COLSUM: Kernel = Kernel {
     entry: "colsum_part",
     unchecked: UNCHECKED,
 };
-
-/// The kernel `variant` computes `layout`'s product with.
-pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel {
-    use MatmulVariant as V;
-    match (variant, layout) {
-        (V::Tiled | V::SplitK, Layout::Forward) => &FORWARD,
-        (V::Tiled | V::SplitK, Layout::Dinp) => &DINP,
-        (V::Tiled | V::SplitK, Layout::Dweight) => &DWEIGHT,
-        (V::Narrow, Layout::Forward) => &FORWARD_NARROW,
-        (V::Narrow, Layout::Dinp) => &DINP_NARROW,
-        (V::Narrow, Layout::Dweight) => &DWEIGHT_NARROW,
-        (V::Cpu16, _) => cpu_kernel(0, layout),
-        (V::Cpu32, _) => cpu_kernel(1, layout),
-        (V::Coop { .. }, Layout::Forward) => &FORWARD_COOP,
-        (V::Coop { .. }, Layout::Dinp) => &DINP_COOP,
-        (V::Coop { .. }, Layout::Dweight) => &DWEIGHT_COOP,
-        (V::Coop2 { .. }, Layout::Forward) => &FORWARD_COOP2,
-        (V::Coop2 { .. }, Layout::Dinp) => &DINP_COOP2,
-        (V::Coop2 { .. }, Layout::Dweight) => &DWEIGHT_COOP2,
-        (V::F16 { .. }, Layout::Forward) => &FORWARD_F16,
-        (V::F16 { .. }, Layout::Dinp) => &DINP_F16,
-        (V::F16 { .. }, Layout::Dweight) => &DWEIGHT_F16,
-    }
-}
-
-/// The CPU cores (`matmul_cpu.wgsl`, its rows written out by [`unroll`]) of
-/// `Cpu16` (`v` 0) and `Cpu32` (1) for `layout`, built once.
-fn cpu_kernel(v: usize, layout: Layout) -> &'static Kernel {
-    const ROWS: [usize; 2] = [16, 32];
-    static NAMES: [[&str; 3]; 2] = [
-        [
-            "matmul_forward_cpu16",
-            "matmul_dinp_cpu16",
-            "matmul_dweight_cpu16",
-        ],
-        [
-            "matmul_forward_cpu32",
-            "matmul_dinp_cpu32",
-            "matmul_dweight_cpu32",
-        ],
-    ];
-    static KERNELS: [[OnceLock<Kernel>; 3]; 2] = [const { [const { OnceLock::new() }; 3] }; 2];
-    let (l, prelude) = match layout {
-        Layout::Forward => (0, gemm_prelude!("matmul_nt.wgsl")),
-        Layout::Dinp => (1, gemm_prelude!("matmul_nn.wgsl")),
-        Layout::Dweight => (2, gemm_prelude!("matmul_tn.wgsl")),
-    };
-    KERNELS[v][l].get_or_init(|| {
-        let rows = ROWS[v];
-        let core = unroll(include_str!("matmul_cpu.wgsl"), "#R", rows);
-        let source = format!("{prelude}const ROWS: u32 = {rows}u;\n{core}");
-        Kernel {
-            name: NAMES[v][l],
-            // Leaked once a kernel a process: kernels are `'static` like the others.
-            source: Box::leak(source.into_boxed_str()),
-            entry: "main",
-            unchecked: UNCHECKED,
-        }
-    })
-}
 
 /// `kernel` with its fusion flags fixed: each `p.flags` of its source becomes the
 /// launch's literal, so the shader compiler drops the loads' and the epilogue's
@@ -317,7 +314,7 @@ pub(super) fn catalog() -> Vec<Kernel> {
         with_flags(kernel(variant, Layout::Dinp), &subsets(&[GELU_GRAD]));
         with_flags(kernel(variant, Layout::Dweight), &subsets(&[GELU_INP]));
     }
-    with_flags(&DWEIGHT_BIAS, &subsets(&[GELU_INP]));
+    with_flags(dweight_bias(), &subsets(&[GELU_INP]));
     let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);
     reduce.push(GELU_GRAD);
     with_flags(&SUM_SPLITS_FUSED, &reduce);

@@ -39,8 +39,8 @@ const MIN_SPLIT_K: usize = 128;
 /// matmul_reduce.wgsl).
 pub(super) const COLSUM_COLS: usize = 64;
 
-/// Whether the launchers' default tensor-core core is matmul_coop2.wgsl (deeper k
-/// steps, unguarded interior loads) rather than matmul_coop.wgsl.
+/// Whether the launchers' default tensor-core core is `Coop2` (deeper k steps,
+/// unguarded interior loads) rather than `Coop` (both from matmul_coop.wgsl).
 const DEFAULT_COOP2: bool = true;
 
 /// How a GEMM is computed. Every variant gives the same results up to f32 rounding
@@ -71,7 +71,7 @@ pub enum MatmulVariant {
     /// `--precision f16` on tensor cores: operands rounded to f16, sums in f32;
     /// `split` as in `SplitK`.
     Coop { split: bool },
-    /// The same on `matmul_coop2.wgsl` (deeper k steps, unguarded interior loads).
+    /// The same on the C2 core of `matmul_coop.wgsl` (deeper k steps, unguarded interior loads).
     Coop2 { split: bool },
     /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
     F16 { split: bool },
@@ -267,7 +267,7 @@ impl MatmulVariant {
     }
 
     /// Whether this variant's dweight core also sums dout's columns, giving dbias
-    /// (`DWEIGHT_BIAS`, matmul_tn_sums.wgsl): matmul.wgsl's, that of `Tiled` and
+    /// (`DWEIGHT_BIAS`, matmul_tn_sums.wgsl): the tiled core's, that of `Tiled` and
     /// `SplitK`.
     pub(super) fn sums_bias(self) -> bool {
         matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
@@ -405,17 +405,17 @@ pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     Ok(())
 }
 
-/// Bytes of workgroup memory matmul_coop2.wgsl declares.
+/// Bytes of workgroup memory the C2 core of matmul_coop.wgsl declares.
 const COOP2_WORKGROUP_BYTES: u32 = 49152;
 
-/// Whether matmul_coop2.wgsl runs on `ctx` (as matmul_coop.wgsl, with 48 KiB of
+/// Whether the C2 core of matmul_coop.wgsl runs on `ctx` (as the C1 core, with 48 KiB of
 /// workgroup memory), or why not.
 pub fn coop2_supported(ctx: &WgpuContext) -> Result<(), String> {
     coop_supported(ctx)?;
     let have = ctx.limits().max_compute_workgroup_storage_size;
     if have < COOP2_WORKGROUP_BYTES {
         return Err(format!(
-            "matmul_coop2.wgsl needs {COOP2_WORKGROUP_BYTES} bytes of workgroup memory; this device has {have}"
+            "the coop2 core needs {COOP2_WORKGROUP_BYTES} bytes of workgroup memory; this device has {have}"
         ));
     }
     Ok(())
