@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use super::check_len;
+use super::bounds::check_len;
 use super::wgsl::{loop_lines, select, unroll, ENABLE_SUBGROUPS};
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 pub use crate::reference::AttentionShape;

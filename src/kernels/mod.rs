@@ -23,6 +23,7 @@ mod wgsl;
 
 mod arenas;
 mod attention;
+mod bounds;
 mod crossentropy;
 mod embedding;
 mod gelu;
@@ -52,7 +53,7 @@ pub use reduce::{scale_in_place, sum_in_one_pass, Mean};
 pub use residual::residual_forward;
 pub use wgsl::{source_for, MAX_SUBGROUP_WIDTH};
 
-use crate::gpu::{Kernel, Slice};
+use crate::gpu::Kernel;
 
 /// The largest workgroup any kernel declares: the GEMMs', the embedding's, the
 /// sums' and the optimizer's 256 threads.
@@ -63,16 +64,6 @@ pub const MAX_WORKGROUP_SIZE: u64 = 256;
 /// the device binds that many; the multi-tensor sums take as many tensors as the
 /// device binds).
 pub const MAX_STORAGE_BUFFERS: u64 = 8;
-
-/// Panics unless `buffer` holds `floats` f32s: the unchecked shaders rely on it.
-#[track_caller]
-pub(crate) fn check_len<'a>(buffer: impl Into<Slice<'a>>, floats: usize, what: &str) {
-    let bytes = buffer.into().size();
-    assert!(
-        bytes >= floats as u64 * 4,
-        "{what}: a {bytes}-byte binding for {floats} floats"
-    );
-}
 
 /// Every kernel the launchers can dispatch, each specialization included, with the
 /// source a context compiles for it without subgroups (tests compile them all and

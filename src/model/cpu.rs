@@ -1,7 +1,7 @@
 //! [`Ops`] on the CPU: the reference functions, for the step-parity test and the
 //! reference trainer.
 
-use super::Ops;
+use super::ops::Ops;
 use crate::reference::{
     self as r, AttentionShape, AttnDropout, CrossEntropyShape, DropoutMask, EmbeddingShape,
     LayerNormShape, MatmulShape,

@@ -3,7 +3,10 @@
 use std::cell::RefCell;
 use std::num::NonZeroU64;
 
-use super::{GptConfig, GptParams, Ops, Shapes};
+use super::config::GptConfig;
+use super::ops::Ops;
+use super::params::GptParams;
+use super::pass::Shapes;
 use crate::gpu::{PooledBuffer, Slice, WgpuContext};
 use crate::kernels::{
     self, Attention, AttentionSaved, CrossEntropy, Embedding, ExtraGrad, Fusion, GradArena,

@@ -2,14 +2,15 @@
 //! split, the fixed-order sum of the partials (with the epilogue the partials left
 //! out), or for weight gradients the partials as they are ([`Partials`]).
 
+use super::operands::{Fusion, Layout, Linear};
 use super::source::{dweight_bias, fuse, kernel, specialized, COLSUM, SUM_SPLITS_FUSED};
 use super::split_sums::Partials;
-use super::{Fusion, Layout, Linear, MatmulShape, MatmulVariant};
+use super::variant::MatmulVariant;
 use crate::gpu::{grid_1d, PooledBuffer, Slice, WgpuContext};
 use crate::kernels::arenas::GradDest;
-use crate::kernels::check_len;
+use crate::kernels::bounds::check_len;
 use crate::kernels::multi_tensor::sum_splits;
-use crate::reference::dropout_mask_params;
+use crate::reference::{dropout_mask_params, MatmulShape};
 
 /// `Params` of the GEMM preludes (matmul_nt / _nn / _tn.wgsl).
 #[repr(C)]
@@ -284,7 +285,7 @@ fn gelu_operand(
     match (gelu, variant.gelu_on_load()) {
         (false, _) => (None, 0),
         (true, true) => (None, fuse::GELU_INP),
-        (true, false) => (Some(crate::kernels::gelu_forward(ctx, inp, len)), 0),
+        (true, false) => (Some(crate::kernels::gelu::gelu_forward(ctx, inp, len)), 0),
     }
 }
 

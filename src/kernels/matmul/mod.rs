@@ -18,6 +18,7 @@
 //! ([`MatmulShape`]).
 
 mod launch;
+mod operands;
 mod source;
 mod split_sums;
 mod variant;
@@ -25,75 +26,16 @@ mod variant;
 use launch::WeightDests;
 use split_sums::finish_grads;
 
+pub use operands::{Fusion, Layout, Linear};
 pub use source::GRAD_SCALE;
 pub use split_sums::{SplitSums, WeightGrad};
 pub use variant::{coop2_supported, coop_supported, is_f16_16x16, MatmulVariant};
 
 use crate::config::Precision;
-use crate::gpu::{Kernel, PooledBuffer, Slice, WgpuContext};
+use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 use crate::kernels::arenas::GradDest;
-use crate::reference::DropoutMask;
 pub use crate::reference::MatmulShape;
 use crate::tuning::Target;
-
-/// A `Linear` layer's operands. The backward reads `bias` only to know that there
-/// is one (its gradient is then made too).
-#[derive(Clone, Copy, Debug)]
-pub struct Linear<'a> {
-    pub inp: &'a PooledBuffer,
-    pub weight: Slice<'a>,
-    pub bias: Option<Slice<'a>>,
-}
-
-/// The three products of a `Linear` layer, by their operand layouts (one prelude
-/// each).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
-    /// `out = inp · weightᵀ` (`A·Bᵀ`, `matmul_nt.wgsl`).
-    Forward,
-    /// `dinp = dout · weight` (`A·B`, `matmul_nn.wgsl`).
-    Dinp,
-    /// `dweight = doutᵀ · inp` (`Aᵀ·B`, `matmul_tn.wgsl`).
-    Dweight,
-}
-
-impl Layout {
-    pub const ALL: [Layout; 3] = [Layout::Forward, Layout::Dinp, Layout::Dweight];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Layout::Forward => "forward",
-            Layout::Dinp => "dinp",
-            Layout::Dweight => "dweight",
-        }
-    }
-
-    /// The GEMM's `(m, n, k)` for a `Linear` of `shape`.
-    pub fn gemm(self, shape: MatmulShape) -> (usize, usize, usize) {
-        let MatmulShape { rows, k, n } = shape;
-        match self {
-            Layout::Forward => (rows, n, k),
-            Layout::Dinp => (rows, k, n),
-            Layout::Dweight => (n, k, rows),
-        }
-    }
-}
-
-/// Elementwise work fused into the products' loads and stores (none by default).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Fusion<'a> {
-    /// The layer reads GELU of its input: the forward and dweight apply GELU to
-    /// `inp` as they load it (the MLP's c_proj reads c_fc's pre-GELU output, so
-    /// GELU's output is never written), and dinp is the gradient of GELU's input
-    /// (times gelu'(inp) in its epilogue).
-    pub gelu_inp: bool,
-    /// Forward: inverted dropout on the product plus bias, element `r * n + j` of
-    /// the mask (the same as `reference::dropout` of that output).
-    pub dropout: Option<DropoutMask>,
-    /// Forward: added last (`[rows, n]`): a residual branch's end, so neither the
-    /// branch's output nor its dropped copy is written.
-    pub residual: Option<&'a PooledBuffer>,
-}
 
 /// A `Linear` layer's products on the GPU: `out = resid + dropout(act(inp) ·
 /// weightᵀ + bias)` and its gradients. The weight gradients reduce over all rows in

@@ -6,7 +6,8 @@
 
 use std::sync::OnceLock;
 
-use super::{Layout, MatmulVariant};
+use super::operands::Layout;
+use super::variant::MatmulVariant;
 use crate::gpu::Kernel;
 use crate::kernels::wgsl::{select, unroll};
 

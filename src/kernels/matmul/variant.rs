@@ -3,7 +3,7 @@
 //! functions of the shape and the tuning ([`MatmulVariant::choose_for`]), so the
 //! planner ([`crate::plan`]) asks the same questions the launchers do.
 
-use super::Layout;
+use super::operands::Layout;
 use crate::config::Precision;
 use crate::gpu::WgpuContext;
 use crate::tuning::{F16Core, Target};
