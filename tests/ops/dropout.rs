@@ -3,10 +3,10 @@
 //! (`encoder_forward_dropout_is_exact`), residual branches
 //! (`residual_branch_dropout_mask_is_exact`), the layernorm backward
 //! (`layernorm_backward_with_residual_matches_reference`) and attention.
+#![cfg(not(target_arch = "wasm32"))]
 
 use tidepool::reference;
 
-#[cfg(not(target_arch = "wasm32"))]
 #[test]
 fn dropout_mask_has_the_right_rate_and_depends_on_the_seed() {
     let x = vec![1.0f32; 200_000];

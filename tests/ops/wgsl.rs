@@ -118,3 +118,30 @@ fn prelude_kernels_compile_to_spirv_with_either_reduction() {
         }
     }
 }
+
+/// `kernels::MAX_WORKGROUP_SIZE`, which the planner checks a device against, is
+/// the largest `@workgroup_size` any kernel declares.
+#[test]
+fn the_largest_workgroup_is_the_one_the_planner_checks() {
+    let mut largest = 0u64;
+    for kernel in catalog(false) {
+        let source = kernel.source;
+        for (at, _) in source.match_indices("@workgroup_size(") {
+            let arg = &source[at + "@workgroup_size(".len()..];
+            let arg = arg[..arg.find(')').expect("a closing parenthesis")].trim();
+            let size = arg.parse::<u64>().unwrap_or_else(|_| {
+                // A constant of the module: `const WG: u32 = 128u;`.
+                let decl = format!("const {arg}: u32 = ");
+                let at = source.find(&decl).unwrap_or_else(|| {
+                    panic!("{}: workgroup size {arg} is no constant", kernel.name)
+                });
+                let value = &source[at + decl.len()..];
+                value[..value.find('u').expect("a u32 literal")]
+                    .parse()
+                    .expect("a number")
+            });
+            largest = largest.max(size);
+        }
+    }
+    assert_eq!(largest, tidepool::kernels::MAX_WORKGROUP_SIZE);
+}
