@@ -183,13 +183,11 @@ fn load_corpus(path: Option<&std::path::Path>) -> Result<Corpus, tidepool::Error
         None => Ok(Corpus::builtin()),
         Some(path) => {
             let name = path.display().to_string();
-            let cannot =
-                |e: std::io::Error| tidepool::Error::Data(format!("cannot read {name}: {e}"));
             let bytes = tidepool::files::read_capped(
                 path,
+                "corpus",
                 tidepool::data::MAX_CORPUS_BYTES,
                 |len| tidepool::data::check_corpus_size(&name, len),
-                cannot,
             )?;
             Corpus::from_bytes(&name, &bytes)
         }

@@ -110,12 +110,7 @@ impl Tracing {
         if self.written {
             return Ok(());
         }
-        std::fs::write(path, trace.to_json()).map_err(|e| {
-            tidepool::Error::Config(format!(
-                "could not write the trace to {}: {e}",
-                path.display()
-            ))
-        })?;
+        tidepool::files::write_whole(path, "trace", trace.to_json().as_bytes())?;
         self.written = true;
         eprintln!(
             "trace of steps {:?} written to {}",
@@ -169,18 +164,15 @@ pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
         } => pollster::block_on(bench(&preset, steps, warmup)),
         TraceWhich::Replay { file, json } => {
             let bad = |m: String| tidepool::Error::Config(m);
-            let bytes = tidepool::files::read_capped(
-                &file,
-                MAX_TRACE_BYTES,
-                |len| match len > MAX_TRACE_BYTES {
+            let bytes = tidepool::files::read_capped(&file, "trace", MAX_TRACE_BYTES, |len| {
+                match len > MAX_TRACE_BYTES {
                     true => Err(bad(format!(
                         "{} is {len} bytes; traces above {MAX_TRACE_BYTES} bytes are refused",
                         file.display()
                     ))),
                     false => Ok(()),
-                },
-                |e| bad(format!("could not read {}: {e}", file.display())),
-            )?;
+                }
+            })?;
             let text = String::from_utf8(bytes).map_err(|_| {
                 bad(format!(
                     "{} is not UTF-8 text: not a tidepool trace",

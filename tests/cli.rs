@@ -238,7 +238,7 @@ fn odd_arguments_and_endless_files_are_refused_before_any_work() {
         ),
         (
             &["train", "--steps", "1", "--trace", missing],
-            "cannot write the trace",
+            "cannot write trace",
         ),
         (
             &[
@@ -254,7 +254,7 @@ fn odd_arguments_and_endless_files_are_refused_before_any_work() {
         ),
         (
             &["train", "--steps", "1", "--save", missing],
-            "cannot write the checkpoint",
+            "cannot write checkpoint",
         ),
         (
             &["train", "--steps", "1", "--save", folder],
