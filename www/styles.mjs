@@ -6,7 +6,7 @@
 // another origin (a CDN), so a page's Content-Security-Policy governs it through
 // connect-src; constructed sheets need no style-src.
 
-import { CHART_CSS_URL } from './charts.mjs';
+import { CHART_CSS_URL } from './plot.mjs';
 
 const TIDEPOOL_CSS_URL = new URL('./tidepool.css', import.meta.url);
 

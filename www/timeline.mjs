@@ -8,7 +8,8 @@
 // Nothing is traced unless asked: the Trace button, or every N steps while the panel
 // is open (an option, off by default). A traced step is a real training step.
 
-import { fmtBytes, fmtBytesShort, readTheme } from './charts.mjs';
+import { fmtBytes, fmtBytesShort } from './format.mjs';
+import { readTheme } from './plot.mjs';
 
 const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
 const DEATHS = new Set(['release', 'reject', 'discard']);
