@@ -16,6 +16,8 @@ export const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
  * the literal new URL(..., import.meta.url) that bundlers follow and emit.
  */
 export const DEFAULT_CORPUS_URL = new URL('../data/tinyshakespeare.txt', import.meta.url);
+/** Its name in the widget (a bundler renames the file it emits). */
+export const DEFAULT_CORPUS_NAME = 'tinyshakespeare.txt';
 
 const MIB = 1024 * 1024;
 const mib = (n) => `${(n / MIB).toFixed(n < 10 * MIB ? 1 : 0)} MiB`;
@@ -38,10 +40,11 @@ export async function readFile(file, max = MAX_CORPUS_BYTES, name = file.name) {
 
 /**
  * Fetches `url` as bytes: refused before the download when the server gives a size
- * over the cap, and cut off as soon as the bytes pass it when it gives none.
- * Resolves {name, bytes}.
+ * over the cap, and cut off as soon as the bytes pass it when it gives none; an HTML
+ * page in its place is refused. `name`: its name in the widget (default: the URL's
+ * last segment). Resolves {name, bytes}.
  */
-export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
+export async function fetchCorpus(url, max = MAX_CORPUS_BYTES, name = undefined) {
   const where = String(url);
   let res;
   try {
@@ -51,11 +54,12 @@ export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
   }
   if (!res.ok) throw kindError('corpus', `could not fetch the corpus ${where}: HTTP ${res.status}`);
   checkNotPage(where, res.url || where, res.headers.get('Content-Type'));
-  const last = new URL(res.url || where, location.href).pathname.split('/').pop();
-  let name = last || 'corpus';
-  try {
-    name = decodeURIComponent(name);
-  } catch {}
+  if (name === undefined) {
+    name = new URL(res.url || where, location.href).pathname.split('/').pop() || 'corpus';
+    try {
+      name = decodeURIComponent(name);
+    } catch {}
+  }
   const declared = Number(res.headers.get('Content-Length'));
   if (declared > 0) checkSize(name, declared, max);
   const chunks = [];

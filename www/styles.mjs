@@ -22,8 +22,12 @@ function cssText(url) {
   if (!texts.has(url)) {
     texts.set(
       url,
-      fetch(url).then((res) => {
+      // Accept: a dev server that serves CSS to imports as JavaScript (Vite's) sends
+      // it as CSS when asked for CSS; anything else that comes back is refused.
+      fetch(url, { headers: { Accept: 'text/css' } }).then((res) => {
         if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        const type = res.headers.get('Content-Type') ?? '';
+        if (!/^\s*text\/css\b/i.test(type)) throw new Error(`it came back as ${type || 'no Content-Type'}, not text/css`);
         return res.text();
       }),
     );

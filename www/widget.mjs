@@ -9,7 +9,7 @@ import { RunCharts } from './charts.mjs';
 import { Checkpoints, isCheckpoint } from './checkpoints.mjs';
 import { TrainerClient } from './client.mjs';
 import { controller } from './controller.mjs';
-import { DEFAULT_CORPUS_URL, MAX_CORPUS_BYTES, checkSize, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
+import { DEFAULT_CORPUS_NAME, DEFAULT_CORPUS_URL, MAX_CORPUS_BYTES, checkSize, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
 import { describe, kindError, kindOf, messageOf } from './errors.mjs';
 import { fmtBytes, fmtCount } from './format.mjs';
 import { emptyRun, recordEval, recordStep } from './history.mjs';
@@ -160,7 +160,7 @@ export class TidepoolWidget {
       checkSize(name, typeof data === 'string' ? utf8Bytes(data) : data.byteLength, this.maxCorpusBytes);
       return corpus;
     }
-    this.defaultCorpus ??= await fetchCorpus(DEFAULT_CORPUS_URL, this.maxCorpusBytes);
+    this.defaultCorpus ??= await fetchCorpus(DEFAULT_CORPUS_URL, this.maxCorpusBytes, DEFAULT_CORPUS_NAME);
     return { name: this.defaultCorpus.name, data: this.defaultCorpus.bytes };
   }
 
