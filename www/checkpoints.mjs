@@ -317,6 +317,7 @@ export class Checkpoints {
       if (preset && [...w.el.preset.options].some((o) => o.value === preset)) w.el.preset.value = preset;
       // the created event has started an empty history: it continues the saved one
       w.cur = continued(w.cur, history, m.stats);
+      w.latestVal = w.cur.lastVal ?? null;
       w.scheduleDraw();
       this.status(`Loaded ${label}: step ${m.stats?.step ?? 0}.`);
       w.fire('loaded', { step: m.stats?.step ?? 0, label });

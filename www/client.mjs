@@ -1,8 +1,9 @@
-// The page's side of the worker protocol (see worker.mjs): one TrainerClient owns
-// one worker, hence one wasm instance, one GPU device and one Trainer. Requests
-// return promises, and every one of them settles: with the reply, with the worker's
-// error, or with the reason the worker is gone (it crashed, stopped answering, or
-// was replaced by start()). Everything the worker reports unasked is an event.
+// The page's side of the worker protocol (worker-protocol.mjs is the worker's): one
+// TrainerClient owns one worker, hence one wasm instance, one GPU device and one
+// Trainer. Requests return promises, and every one of them settles: with the reply,
+// with the worker's error, or with the reason the worker is gone (it crashed, stopped
+// answering, or was replaced by start()). Everything the worker reports unasked is an
+// event.
 //
 // Browsers start workers only from the page's own origin. When tidepool is loaded
 // from another (a package CDN), the worker starts from a same-origin blob: module
