@@ -5,7 +5,7 @@ import type { AdapterInfo, CorpusInfo, ModelInfo, PresetName, SizePolicyName, St
 
 export type * from './wasm.js';
 
-/** When the worker evaluates and samples while training (all optional). */
+/** When the worker evaluates and samples while training (all optional; www/worker-schedule.mjs). */
 export interface TidepoolSchedule {
   /** Steps between held-out evaluations (default 20)... */
   evalEvery?: number;
@@ -38,6 +38,11 @@ export interface TidepoolSchedule {
   batchMs?: number;
   /** Steps a call, at most (16; 1 trains one step a call). */
   maxAtOnce?: number;
+  /**
+   * Start the next call before the last one's losses are back, where nothing is due at
+   * its end and steps are fast enough for two a call (default true).
+   */
+  overlap?: boolean;
 }
 
 /** `mount(element, options)`; every field is optional. Settings apply on Reset. */
