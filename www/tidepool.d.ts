@@ -92,6 +92,12 @@ export interface TidepoolOptions {
   shadow?: boolean;
   /** Evaluation and sampling cadence. */
   schedule?: TidepoolSchedule;
+  /**
+   * How soon a silent worker is declared stalled (ms): pinged `every` (5000), stalled
+   * when a ping goes unanswered for `answer` (30000) or one request runs for `busy`
+   * (300000).
+   */
+  watchdog?: { every?: number; answer?: number; busy?: number };
   /** Save the run to IndexedDB every this many steps while training (default 200; 0: never). */
   autosaveEvery?: number;
   /** IndexedDB key of the autosaved run (default `last`): give each trainer on a page its own. */

@@ -74,7 +74,7 @@ test('vite build bundles the worker and emits the wasm and the corpus; vite prev
 });
 
 test('the vite dev server serves the package and it trains', { timeout: 300_000 }, async () => {
-  const server = await createServer({ ...quiet(), server: { ...local, hmr: false } });
+  const server = await createServer({ ...quiet(), server: local });
   await server.listen();
   servers.push({ close: () => server.close() });
   const run = await trainOn(browser, server.resolvedUrls.local[0]);

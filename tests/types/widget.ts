@@ -27,7 +27,8 @@ const options: TidepoolOptions = {
   corpusUrl: '/corpus.txt',
   autostart: true,
   pkgUrl: new URL('/pkg/tidepool.js', location.href),
-  schedule: { evalEvery: 10, firstSample: 5, sampleSeconds: 20, temperature: 0.9, topK: 40, maxSteps: 100 },
+  schedule: { evalEvery: 10, firstSample: 5, sampleSeconds: 20, temperature: 0.9, topK: 40, maxSteps: 100, overlap: false },
+  watchdog: { busy: 600_000 },
 };
 // @ts-expect-error: options are checked
 const wrong: TidepoolOptions = { batch: '2' };
