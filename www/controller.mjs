@@ -8,7 +8,8 @@ import { kindError } from './errors.mjs';
 /** A corpus name, at most (the name labels the corpus in messages and the widget). */
 export const MAX_NAME_CHARS = 1000;
 
-const typeName = (v) => (v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'object' ? (v.constructor?.name ?? 'an object') : typeof v);
+/** What a value is, for a message about a wrong argument. */
+export const typeName = (v) => (v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v === 'object' ? (v.constructor?.name ?? 'an object') : typeof v);
 
 /** Rejects with what `method` was given instead of what it takes. */
 const refuse = (call, what, got) => Promise.reject(kindError('config', `${call}: ${what} (got ${typeName(got)}).`));

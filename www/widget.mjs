@@ -8,7 +8,7 @@
 import { RunCharts } from './charts.mjs';
 import { Checkpoints, isCheckpoint } from './checkpoints.mjs';
 import { TrainerClient } from './client.mjs';
-import { controller } from './controller.mjs';
+import { controller, typeName } from './controller.mjs';
 import { DEFAULT_CORPUS_NAME, DEFAULT_CORPUS_URL, MAX_CORPUS_BYTES, checkSize, fetchCorpus, readFile, utf8Bytes } from './corpus.mjs';
 import { describe, kindError, kindOf, messageOf } from './errors.mjs';
 import { fmtBytes, fmtCount } from './format.mjs';
@@ -553,8 +553,15 @@ export class TidepoolWidget {
  *   seed, steps, dropout, ...)
  */
 export function mount(element, options = {}) {
-  if (!(element instanceof Element)) throw kindError('config', `mount(element, options): element must be an element of the page (got ${element === null ? 'null' : typeof element}).`);
-  if (options === null || typeof options !== 'object') throw kindError('config', `mount(element, options): options must be an object (got ${options === null ? 'null' : typeof options}).`);
+  const call = 'mount(element, options)';
+  // nodeType, not instanceof Element: an element of another frame is one too
+  if (element?.nodeType !== 1) throw kindError('config', `${call}: element must be an element of the page (got ${typeName(element)}).`);
+  if (options === null || typeof options !== 'object') throw kindError('config', `${call}: options must be an object (got ${typeName(options)}).`);
+  const { corpus, corpusName } = options;
+  if (!(corpus === undefined || typeof corpus === 'string' || corpus instanceof Uint8Array)) {
+    throw kindError('config', `${call}: options.corpus must be text or UTF-8 bytes (Uint8Array) (got ${typeName(corpus)}).`);
+  }
+  if (!(corpusName === undefined || typeof corpusName === 'string')) throw kindError('config', `${call}: options.corpusName must be a string (got ${typeName(corpusName)}).`);
   if (element.tidepool) element.tidepool.destroy();
   const widget = new TidepoolWidget(element, options);
   element.tidepool = controller(widget);

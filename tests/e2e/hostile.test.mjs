@@ -152,6 +152,9 @@ test("the element's methods refuse wrong arguments by name, and the worker train
       setPool: () => t.setPool('yes'),
       loadCheckpoint: () => t.loadCheckpoint('run.safetensors'),
       restart: () => t.restart('now'),
+      mountCorpus: () => import('/www/tidepool.mjs').then(({ mount }) => mount(document.createElement('div'), { corpus: 5 })),
+      mountName: () => import('/www/tidepool.mjs').then(({ mount }) => mount(document.createElement('div'), { corpus: 'text', corpusName: {} })),
+      mountNothing: () => import('/www/tidepool.mjs').then(({ mount }) => mount('#trainer')),
     };
     const out = {};
     for (const [name, call] of Object.entries(calls)) {
@@ -168,6 +171,9 @@ test("the element's methods refuse wrong arguments by name, and the worker train
   assert.match(refusals.setPool, /^config: setPool\(on\): on must be true or false \(got string\)/);
   assert.match(refusals.loadCheckpoint, /^config: loadCheckpoint\(file\): file must be a File or Blob/);
   assert.match(refusals.restart, /^config: restart\(run\)/);
+  assert.match(refusals.mountCorpus, /^config: mount\(element, options\): options\.corpus must be text or UTF-8 bytes/);
+  assert.match(refusals.mountName, /^config: mount\(element, options\): options\.corpusName must be a string \(got Object\)/);
+  assert.match(refusals.mountNothing, /^config: mount\(element, options\): element must be an element of the page \(got string\)/);
   // the worker is alive and trains
   await page.evaluate(() => document.querySelector('tidepool-trainer').tidepool.stepOnce());
   await waitNumber(page, 'step-count', (n) => n === 1, { scope: 'tidepool-trainer', timeout: 150_000, what: 'a step after the refusals' });
