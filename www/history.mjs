@@ -8,6 +8,11 @@
 export const SERIES = ['x', 'loss', 'val', 'hit', 'hitCum', 'created', 'bindGroups', 'pipelines', 'held', 'inUse', 'ms', 'tps'];
 /** A stored history longer than this is refused (a run of that many steps would take weeks in a page). */
 export const MAX_HISTORY = 1_000_000;
+/**
+ * A history keeps at most this many steps: past it, every other one is let go, so a
+ * run of any length holds a bounded history (the charts draw 2,000 columns at most).
+ */
+export const MAX_KEPT = 20_000;
 
 export function emptyRun(label) {
   const run = { label, n: 0, sizes: new Set(), latest: null, lastVal: null };
@@ -26,6 +31,7 @@ export function recordStep(run, s) {
   for (const b of s.buckets ?? []) run.sizes.add(b.size);
   const last = run.n > 0 ? run.x[run.n - 1] : -1;
   if (!Number.isSafeInteger(s.step) || s.step <= last) return null;
+  if (run.n >= MAX_KEPT) halve(run);
   const i = run.n++;
   run.x[i] = s.step;
   run.loss[i] = s.loss;
@@ -44,6 +50,23 @@ export function recordStep(run, s) {
     return s.val_loss;
   }
   return null;
+}
+
+/**
+ * Keeps every other step, counted back from the latest (which stays), and of the
+ * held-out losses the later of each pair, so no evaluation leaves the chart unseen.
+ */
+function halve(run) {
+  const first = (run.n - 1) % 2; // the index of the earliest step kept
+  const n = Math.floor((run.n + 1 - first) / 2);
+  const val = Array.from({ length: n }, (_, j) => run.val[first + 2 * j] ?? run.val[first + 2 * j - 1] ?? null);
+  for (const key of SERIES) {
+    const values = run[key];
+    for (let j = 0; j < n; j++) values[j] = values[first + 2 * j];
+    values.length = n;
+  }
+  run.val = val;
+  run.n = n;
 }
 
 /** A held-out loss evaluated after `step`. */

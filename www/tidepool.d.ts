@@ -176,7 +176,7 @@ export interface TidepoolEventMap {
 /** One run's history, as the charts draw it (index i is the i-th step of this run). */
 export interface TidepoolRun {
   label: string;
-  /** Steps recorded (a run loaded from a checkpoint starts with none). */
+  /** Steps recorded (a run loaded from a checkpoint starts with none; past 20,000, every other one is let go). */
   n: number;
   /** The step of each entry, rising. */
   x: number[];

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { checkRecord } from '../../www/checkpoints.mjs';
-import { MAX_HISTORY, SERIES, checkRun, continued, emptyRun, recordEval, recordStep } from '../../www/history.mjs';
+import { MAX_HISTORY, MAX_KEPT, SERIES, checkRun, continued, emptyRun, recordEval, recordStep } from '../../www/history.mjs';
 import { MAX_STEP } from '../../www/worker-schedule.mjs';
 
 const stats = (step, extra = {}) => ({
@@ -122,4 +122,16 @@ test('checkRecord refuses a stored run that is not one of ours, and says why', (
     [7, /not a saved run/],
   ];
   for (const [record, want] of cases) assert.match(checkRecord(record) ?? 'accepted', want);
+});
+
+test('a long run keeps a bounded history: every other step let go, the latest and every evaluation kept', () => {
+  const r = emptyRun('');
+  const steps = 3 * MAX_KEPT + 7;
+  for (let step = 1; step <= steps; step++) recordStep(r, stats(step, { val_loss: step % 1000 === 0 ? step / 1e6 : null }));
+  assert.ok(r.n <= MAX_KEPT && r.n > MAX_KEPT / 2, `${r.n} steps kept`);
+  for (const key of SERIES) assert.equal(r[key].length, r.n, key);
+  assert.equal(r.x[r.n - 1], steps, 'the latest step stays');
+  assert.equal(checkRun(r), null, 'still a history: steps rising');
+  const evaluated = r.val.filter((v) => v !== null).length;
+  assert.equal(evaluated, Math.floor(steps / 1000), 'every evaluation is still on the chart');
 });
