@@ -12,7 +12,7 @@
 const STEPS_A_CALL: u32 = 16;
 
 /// Calls overlap where the last call's steps took less than this (ms a step): the
-/// page's worker rule (www/worker.mjs, schedule.batchMs / 2). On a CPU adapter the
+/// page's worker rule (www/worker-schedule.mjs, batchMs / 2). On a CPU adapter the
 /// host's recording would take the kernels' CPU.
 const OVERLAP_BELOW_MS: f64 = 8.0;
 
