@@ -568,45 +568,57 @@ both!(
     }
 );
 
-/// The real snapshots scripts/torch_snapshot.py recorded on the H200 (committed
-/// under tests/fixtures/snapshots/ by name): the replay's live bytes against
-/// PyTorch's own `max_memory_allocated`, its reserved bytes against
-/// `max_memory_reserved`, within 1%.
-#[cfg(not(target_arch = "wasm32"))]
-#[test]
-fn real_snapshots_match_what_pytorch_reported() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/snapshots");
-    let mut checked = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("the fixtures") {
-        let path = entry.expect("an entry").path();
-        if path.extension().is_none_or(|e| e != "pickle") {
-            continue;
+/// Every snapshot committed: those scripts/torch_snapshot.py recorded on the H200
+/// (PyTorch 2.11) and the synthetic ones.
+const FIXTURES: [(&str, &[u8], &str); 6] = [
+    (
+        "gpt_eager",
+        include_bytes!("fixtures/snapshots/gpt_eager.pickle"),
+        include_str!("fixtures/snapshots/gpt_eager.json"),
+    ),
+    (
+        "gpt_sdpa",
+        include_bytes!("fixtures/snapshots/gpt_sdpa.pickle"),
+        include_str!("fixtures/snapshots/gpt_sdpa.json"),
+    ),
+    (
+        "resnet18",
+        include_bytes!("fixtures/snapshots/resnet18.pickle"),
+        include_str!("fixtures/snapshots/resnet18.json"),
+    ),
+    (
+        "gpt2",
+        include_bytes!("fixtures/snapshots/gpt2.pickle"),
+        include_str!("fixtures/snapshots/gpt2.json"),
+    ),
+    ("synthetic_gpt", SYNTHETIC, SYNTHETIC_FIGURES),
+    ("synthetic_two_devices", TWO_DEVICES, TWO_DEVICES_FIGURES),
+];
+
+both!(
+    /// The replay's live bytes against PyTorch's own `max_memory_allocated` for the
+    /// same steps, its reserved bytes against `max_memory_reserved`: within 1%. (The
+    /// live bytes count each block as PyTorch rounds it, to 512 bytes; a large block
+    /// PyTorch found free and did not split counts whole in its figure, which the
+    /// trace cannot show: ResNet-18 is 0.4% under.)
+    snapshots_match_what_pytorch_reported,
+    {
+        for (name, bytes, json) in FIXTURES {
+            let r = report(bytes);
+            let s = &r.steps[0];
+            for (ours, theirs) in [
+                (s.peaks.allocated, "max_memory_allocated"),
+                (s.peaks.reserved, "max_memory_reserved"),
+            ] {
+                let theirs_v = figure(json, theirs);
+                let off = (ours as f64 - theirs_v as f64).abs() / theirs_v as f64;
+                println!("{name}: {theirs} {theirs_v}, replayed {ours} ({:.3}% off)", off * 100.0);
+                assert!(off <= 0.01, "{name}: {ours} against PyTorch's {theirs} {theirs_v}");
+            }
+            let period = s.period.unwrap_or_else(|| panic!("{name}: a repeating step"));
+            assert!(period.repeats >= 2 && period.matched > 0.99, "{name}: {period:?}");
+            check_rows(s);
+            print!("{name}: {}", snapshot::report::table(&r));
         }
-        let json = std::fs::read_to_string(path.with_extension("json")).expect("its figures");
-        let bytes = std::fs::read(&path).expect("the snapshot");
-        let r = report(&bytes);
-        let s = &r.steps[0];
-        for (ours, theirs) in [
-            (s.peaks.allocated, "max_memory_allocated"),
-            (s.peaks.reserved, "max_memory_reserved"),
-        ] {
-            let theirs_v = figure(&json, theirs);
-            let off = (ours as f64 - theirs_v as f64).abs() / theirs_v as f64;
-            assert!(
-                off <= 0.01,
-                "{}: {ours} against PyTorch's {theirs} {theirs_v} ({:.2}% off)",
-                path.display(),
-                off * 100.0
-            );
-        }
-        assert!(s.period.is_some(), "{}: a repeating step", path.display());
-        check_rows(s);
-        print!("{}", snapshot::report::table(&r));
-        checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
     }
-    println!("checked {checked:?}");
-    assert!(
-        checked.iter().any(|n| n.starts_with("synthetic")),
-        "{checked:?}"
-    );
-}
+);
