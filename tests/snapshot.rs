@@ -335,26 +335,18 @@ both!(
     wrong_types_are_named_where_they_are,
     {
         let with_event = |write: &dyn Fn(&mut fixture::Pickler)| {
-            let mut p = fixture::Pickler::default();
-            p.dict(2, |p, i| {
-                if i == 0 {
-                    p.str("segments");
-                    p.list(0, |_, _| {});
-                } else {
-                    p.str("device_traces");
-                    p.list(1, |p, _| {
-                        p.list(2, |p, e| {
-                            p.dict(3, |p, k| match (e, k) {
-                                (_, 0) => p.entry_str("action", "alloc"),
-                                (_, 1) => p.entry_int("addr", 4096 * (e as i64 + 1)),
-                                (0, _) => p.entry_int("size", 512),
-                                _ => write(p),
-                            });
+            fixture::with_traces(|p| {
+                p.list(1, |p, _| {
+                    p.list(2, |p, e| {
+                        p.dict(3, |p, k| match (e, k) {
+                            (_, 0) => p.entry_str("action", "alloc"),
+                            (_, 1) => p.entry_int("addr", 4096 * (e as i64 + 1)),
+                            (0, _) => p.entry_int("size", 512),
+                            _ => write(p),
                         });
                     });
-                }
-            });
-            p.finish()
+                });
+            })
         };
         type Write = Box<dyn Fn(&mut fixture::Pickler)>;
         let cases: Vec<(&str, Write, &str)> = vec![
@@ -425,22 +417,15 @@ both!(
         nested.push(b'.');
         assert!(trace_error(&nested).contains("a list, not a dict"));
 
-        let mut p = fixture::Pickler::default();
-        p.dict(2, |p, i| {
-            if i == 0 {
-                p.str("segments");
-                p.list(0, |_, _| {});
-            } else {
-                p.str("device_traces");
-                // Each list written, then popped: only the last is the value.
-                let mut inner = p.list(0, |_, _| {});
-                for _ in 0..64 {
-                    p.out.push(b'0');
-                    inner = p.list(2, |p, _| p.get(inner));
-                }
+        let shared = fixture::with_traces(|p| {
+            // Each list written, then popped: only the last is the value.
+            let mut inner = p.list(0, |_, _| {});
+            for _ in 0..64 {
+                p.out.push(b'0');
+                inner = p.list(2, |p, _| p.get(inner));
             }
         });
-        let err = trace_error(&p.finish());
+        let err = trace_error(&shared);
         assert!(err.contains("is a list, not a dict"), "{err}");
     }
 );
@@ -551,12 +536,15 @@ both!(
         let line = format!(
             "{} MB, {} events, {} allocations: pickle {parse:.0} ms, read (pickle included) \
              {read:.0} ms, step found in {find:.0} ms; report (all of it) {total:.0} ms, \
-             a step of {} tensors (CPU time natively: pickle {parse_cpu:.0} ms, report \
-             {total_cpu:.0} ms)",
+             a step of {} tensors{}",
             bytes.len() >> 20,
             s.events,
             allocations,
-            s.replay.tensors
+            s.replay.tensors,
+            match cfg!(target_arch = "wasm32") {
+                true => String::new(),
+                false => format!(" (CPU time: pickle {parse_cpu:.0} ms, report {total_cpu:.0} ms)"),
+            }
         );
         println!("{line}");
         #[cfg(target_arch = "wasm32")]

@@ -325,6 +325,18 @@ impl<'a> Pickle<'a> {
         }
     }
 
+    /// The id of a string value (equal strings a pickler memoised share it),
+    /// without decoding it: for readers that keep what each string means by id.
+    pub fn string_id(&self, v: Value) -> Option<u32> {
+        (v.tag() == STR).then_some(v.index() as u32)
+    }
+
+    /// The string of an id from [`Pickle::string_id`].
+    pub fn string(&self, id: u32) -> &'a str {
+        let (start, len) = self.strings[id as usize];
+        std::str::from_utf8(&self.input[start as usize..(start + len) as usize]).unwrap_or("")
+    }
+
     /// Items of a container in order (a dict's keys and values alternate).
     pub fn items(&self, container: u32) -> Items<'_, 'a> {
         let c = self.containers[container as usize];

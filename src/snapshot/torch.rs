@@ -155,14 +155,23 @@ impl Reader<'_, '_> {
     }
 
     fn field(&mut self, key: Value) -> Field {
-        match self.pickle.get(key) {
-            Item::Str(s, id) => *self.fields[id as usize].get_or_insert_with(|| Field::of(s)),
-            _ => Field::Other,
-        }
+        let Some(id) = self.pickle.string_id(key) else {
+            return Field::Other;
+        };
+        let pickle = self.pickle;
+        *self.fields[id as usize].get_or_insert_with(|| Field::of(pickle.string(id)))
     }
 
-    fn action(&mut self, name: &str, id: u32) -> Action {
-        *self.actions[id as usize].get_or_insert_with(|| Action::of(name))
+    fn action(&mut self, v: Value, what: &dyn Fn() -> String) -> Result<Action, Error> {
+        let Some(id) = self.pickle.string_id(v) else {
+            return Err(bad(format!(
+                "{}.action is {}, not a string",
+                what(),
+                self.pickle.get(v).type_name()
+            )));
+        };
+        let pickle = self.pickle;
+        Ok(*self.actions[id as usize].get_or_insert_with(|| Action::of(pickle.string(id))))
     }
 
     /// An integer in `0..=max`.
@@ -338,16 +347,7 @@ pub fn read(bytes: &[u8], limits: Limits, device: Option<u32>) -> Result<Recordi
         let mut ev = Event::default();
         for (k, v) in pickle.pairs(d) {
             match r.field(k) {
-                Field::Action => {
-                    let Item::Str(name, id) = pickle.get(v) else {
-                        return Err(bad(format!(
-                            "{}.action is {}, not a string",
-                            what(),
-                            pickle.get(v).type_name()
-                        )));
-                    };
-                    ev.action = Some(r.action(name, id));
-                }
+                Field::Action => ev.action = Some(r.action(v, &what)?),
                 Field::Addr => ev.addr = Some(r.uint(v, u64::MAX, &|| format!("{}.addr", what()))?),
                 Field::Size => {
                     ev.size = Some(r.uint(v, MAX_BYTES, &|| format!("{}.size", what()))?)

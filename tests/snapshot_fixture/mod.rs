@@ -161,6 +161,21 @@ impl Pickler {
     }
 }
 
+/// A snapshot of no segments whose `device_traces` value `traces` writes.
+pub fn with_traces(traces: impl Fn(&mut Pickler)) -> Vec<u8> {
+    let mut p = Pickler::default();
+    p.dict(2, |p, i| {
+        if i == 0 {
+            p.str("segments");
+            p.list(0, |_, _| {});
+        } else {
+            p.str("device_traces");
+            traces(p);
+        }
+    });
+    p.finish()
+}
+
 /// One event of a made-up trace.
 #[derive(Clone, Copy, Debug)]
 pub struct Event {
