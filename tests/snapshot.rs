@@ -98,7 +98,15 @@ both!(python_snapshot_matches_the_allocator_that_wrote_it, {
     );
     assert_eq!(period.repeats, 3);
     check_rows(s);
-    // The step starts between steps: only what lives across steps is live then.
+    // As JSON (the CLI's --json, the page's object): the same figures.
+    let json = serde_json::to_value(&r).expect("serialises");
+    assert_eq!(json["format"], "pytorch-snapshot");
+    assert_eq!(json["steps"][0]["chosen"], "found");
+    assert_eq!(json["steps"][0]["peaks"]["reserved"], s.peaks.reserved);
+    assert_eq!(
+        json["steps"][0]["replay"]["rows"].as_array().map(Vec::len),
+        Some(s.replay.rows.len())
+    );
     let text = snapshot::report::table(&r);
     assert!(
         text.contains("PyTorch caching allocator (recorded)"),

@@ -3,7 +3,7 @@
 //! [`Recording`]s, the repeating training step found in them, and a [`Report`] of
 //! what every tidepool size policy and plan would have held on the same events.
 //!
-//! [`report`] is the one call from a file's bytes to the report, for the CLI and
+//! [`report()`] is the one call from a file's bytes to the report, for the CLI and
 //! the page alike; [`read`] stops at the recordings.
 //!
 //! - [`pickle`]: a restricted reader of the pickles PyTorch writes.
