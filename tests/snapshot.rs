@@ -564,6 +564,31 @@ both!(
     }
 );
 
+/// The segments held at each position add up to the reserved bytes there.
+fn check_segments(name: &str, bytes: &[u8]) {
+    let (_, recordings) = snapshot::read(bytes, Default::default(), None).expect("reads");
+    let rec = &recordings[0];
+    let n = rec.events as usize;
+    let mut delta = vec![0i128; n + 2];
+    for seg in &rec.segments {
+        delta[seg.start as usize] += i128::from(seg.size);
+        delta[seg.end as usize] -= i128::from(seg.size);
+    }
+    let mut changes = rec.reserved.changes.iter().peekable();
+    let (mut held, mut reserved) = (0i128, rec.reserved.at_start);
+    for (p, d) in delta.iter().enumerate().take(n + 1) {
+        held += d;
+        while let Some(&&(at, bytes)) = changes.peek() {
+            if at as usize > p {
+                break;
+            }
+            reserved = bytes;
+            changes.next();
+        }
+        assert_eq!(held, i128::from(reserved), "{name}: position {p}");
+    }
+}
+
 /// Every snapshot committed: those scripts/torch_snapshot.py recorded on the H200
 /// (PyTorch 2.11) and the synthetic ones.
 const FIXTURES: [(&str, &[u8], &str); 6] = [
@@ -611,6 +636,7 @@ both!(
                 println!("{name}: {theirs} {theirs_v}, replayed {ours} ({:.3}% off)", off * 100.0);
                 assert!(off <= 0.01, "{name}: {ours} against PyTorch's {theirs} {theirs_v}");
             }
+            check_segments(name, bytes);
             let period = s.period.unwrap_or_else(|| panic!("{name}: a repeating step"));
             assert!(period.repeats >= 2 && period.matched > 0.99, "{name}: {period:?}");
             check_rows(s);

@@ -36,6 +36,9 @@ pub struct Recording {
     pub allocations: Vec<Allocation>,
     /// Bytes the allocator held from the device over the events.
     pub reserved: Reserved,
+    /// What it held them as: PyTorch's segments (`cudaMalloc`s, or the mapped
+    /// ranges of expandable ones), tidepool's GPU buffers.
+    pub segments: Vec<Segment>,
     pub stacks: Stacks,
     /// The largest size class a replayed tidepool pool keeps (the recorded pool's
     /// for tidepool's traces, the default pool's for others).
@@ -67,6 +70,18 @@ pub struct Allocation {
     pub stack: u32,
     /// `false` for memory that never joins a pool (tidepool's uploads).
     pub poolable: bool,
+}
+
+/// Memory the allocator held from the device, from `start` to `end` (positions as
+/// an [`Allocation`]'s: 0 when held before the first event, `events + 1` when
+/// still held after the last).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    pub address: u64,
+    pub size: u64,
+    pub stream: u64,
+    pub start: u32,
+    pub end: u32,
 }
 
 /// The allocator's reserved bytes: `at_start`, then the value after each change.

@@ -3,14 +3,17 @@
 //!
 //! A tensor is a birth (`hit`, `miss`, `oversize`, `unpooled`) to the death of the
 //! same buffer (`release`, `reject`, `discard`), as [`crate::replay::tensors`] reads
-//! it; the pool's reserved bytes after each event are its `in_use` plus `held`. The
+//! it; the pool's reserved bytes after each event are its `in_use` plus `held`, and
+//! its segments the GPU buffers from `create` to `destroy` or `evict` (those made
+//! before the step are in its reserved bytes only). The
 //! tensors live across the whole step (weights, optimizer state) are in the step's
 //! `in_use_at_start` and in no event: one allocation live throughout stands for
 //! them.
 
 use rustc_hash::FxHashMap;
 
-use super::{Allocation, Frame, Recording, Reserved, Stacks};
+use super::{Allocation, Frame, Recording, Reserved, Segment, Stacks};
+use crate::trace::EventKind;
 use crate::trace::{StepTrace, Trace};
 use crate::Error;
 
@@ -50,6 +53,8 @@ fn recording(step: &StepTrace, trace: &Trace, allocator: &str) -> Result<Recordi
     let mut stacks = Stacks::default();
     let mut stack_of: FxHashMap<(&str, Option<u32>), u32> = FxHashMap::default();
     let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+    // Buffer id -> its segment, while it exists.
+    let mut buffers: FxHashMap<u64, usize> = FxHashMap::default();
     let mut carried_in = 0u64;
     let mut reserved = Vec::with_capacity(step.events.len());
     let mut last = step.in_use_at_start.saturating_add(step.held_at_start);
@@ -64,6 +69,29 @@ fn recording(step: &StepTrace, trace: &Trace, allocator: &str) -> Result<Recordi
         if now != last {
             reserved.push((at, now));
             last = now;
+        }
+        match e.kind {
+            EventKind::Create => {
+                buffers.insert(e.buffer, out.segments.len());
+                out.segments.push(Segment {
+                    address: e.buffer,
+                    size: e.class,
+                    stream: 0,
+                    start: at,
+                    end,
+                });
+            }
+            EventKind::Destroy | EventKind::Evict => match buffers.remove(&e.buffer) {
+                Some(j) => out.segments[j].end = at,
+                None => out.segments.push(Segment {
+                    address: e.buffer,
+                    size: e.class,
+                    stream: 0,
+                    start: 0,
+                    end: at,
+                }),
+            },
+            _ => {}
         }
         if !(e.kind.is_birth() || e.kind.is_death()) {
             continue;
@@ -89,11 +117,7 @@ fn recording(step: &StepTrace, trace: &Trace, allocator: &str) -> Result<Recordi
                 end,
                 released: end,
                 stack,
-                poolable: poolable
-                    && !matches!(
-                        e.kind,
-                        crate::trace::EventKind::Unpooled | crate::trace::EventKind::Oversize
-                    ),
+                poolable: poolable && !matches!(e.kind, EventKind::Unpooled | EventKind::Oversize),
             });
         } else {
             match open.remove(&e.buffer) {
@@ -112,7 +136,7 @@ fn recording(step: &StepTrace, trace: &Trace, allocator: &str) -> Result<Recordi
                         end: at,
                         released: at,
                         stack,
-                        poolable: poolable && e.kind != crate::trace::EventKind::Discard,
+                        poolable: poolable && e.kind != EventKind::Discard,
                     });
                 }
             }

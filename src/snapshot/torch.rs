@@ -23,7 +23,7 @@
 use rustc_hash::FxHashMap;
 
 use super::pickle::{Item, Kind, Limits, Pickle, Value};
-use super::{Allocation, Frame, Recording, Reserved, Stacks};
+use super::{Allocation, Frame, Recording, Reserved, Segment, Stacks};
 use crate::Error;
 
 /// PyTorch rounds every block to a multiple of this (`kMinBlockSize`).
@@ -337,6 +337,8 @@ pub fn read(bytes: &[u8], limits: Limits, device: Option<u32>) -> Result<Recordi
     // Address -> allocation live there, and freed ones awaiting `free_completed`.
     let mut live: FxHashMap<u64, usize> = FxHashMap::default();
     let mut pending: FxHashMap<u64, usize> = FxHashMap::default();
+    // Address -> segment held there.
+    let mut held: FxHashMap<u64, usize> = FxHashMap::default();
     let (mut reserved, mut grown, mut shrunk) = (0i128, 0i128, 0i128);
     let mut changes: Vec<(u32, i128)> = Vec::new();
     let (mut unmatched, mut other) = (0u64, 0u64);
@@ -427,11 +429,30 @@ pub fn read(bytes: &[u8], limits: Limits, device: Option<u32>) -> Result<Recordi
                 reserved += i128::from(size);
                 grown += i128::from(size);
                 changes.push((at, reserved));
+                held.insert(addr, out.segments.len());
+                out.segments.push(Segment {
+                    address: addr,
+                    size,
+                    stream: ev.stream,
+                    start: at,
+                    end,
+                });
             }
             Action::SegmentFree | Action::SegmentUnmap => {
                 reserved -= i128::from(size);
                 shrunk += i128::from(size);
                 changes.push((at, reserved));
+                match held.remove(&addr) {
+                    Some(j) => out.segments[j].end = at,
+                    // Held before the trace began.
+                    None => out.segments.push(Segment {
+                        address: addr,
+                        size,
+                        stream: ev.stream,
+                        start: 0,
+                        end: at,
+                    }),
+                }
             }
             Action::Other => {}
         }
@@ -467,6 +488,15 @@ pub fn read(bytes: &[u8], limits: Limits, device: Option<u32>) -> Result<Recordi
             continue;
         }
         reserved_at_end += i128::from(total);
+        if !held.contains_key(&address) {
+            out.segments.push(Segment {
+                address,
+                size: total,
+                stream,
+                start: 0,
+                end,
+            });
+        }
         let Some(blocks) = blocks else { continue };
         let list = r.list(blocks, &|| format!("{}.blocks", what()))?;
         let mut offset = address;
