@@ -1,5 +1,6 @@
 //! Training: the GPU [`Trainer`] (one scope a step, figures read back
-//! asynchronously), held-out evaluation and text sampling. `reference_train` is its CPU twin; its settings
+//! asynchronously), held-out evaluation, text sampling, and the [`Schedule`] that
+//! cuts a run into calls. `reference_train` is its CPU twin; its settings
 //! are a [`TrainConfig`] ([`crate::config`]).
 //!
 //! - trainer.rs: the [`Trainer`]'s state, how it is built, one step's work
@@ -8,6 +9,7 @@
 //! - evaluate.rs, sample.rs: held-out loss, text
 //! - traced.rs: a step with the allocation trace on
 //! - batcher.rs: the random windows a run trains on; clock.rs: [`now_ms`]
+//! - schedule.rs: how many steps a call takes, when calls overlap
 //! - settings.rs: what a [`TrainConfig`] means to the model and AdamW
 //!
 //! Imports run one way: `config` <- `plan` <- `train`.
@@ -16,6 +18,7 @@ mod batcher;
 mod clock;
 mod evaluate;
 mod sample;
+mod schedule;
 mod settings;
 mod stats;
 mod steps;
@@ -27,6 +30,7 @@ pub use batcher::Batcher;
 pub use clock::now_ms;
 pub use evaluate::{CLI_EVAL_BATCHES, EVAL_SEED};
 pub use sample::{check_sample_settings, MAX_SAMPLE_CHARS};
+pub use schedule::{Schedule, CLI_OVERLAP_MS, DEFAULT_MAX_AT_ONCE};
 pub use stats::StepStats;
 pub use steps::{StepFigures, StepsInFlight, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT};
 pub use trainer::Trainer;
