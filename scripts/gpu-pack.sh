@@ -9,7 +9,7 @@ export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 bash ../shared/gpu/pack.sh --dawn
 cargo build --release --bin tidepool --example matmul_bench
 # Always rebuilt (it is incremental): a stale pkg/ would measure an older build.
-wasm-pack build --release --target web --no-pack --out-dir pkg
+wasm-pack build --release --target web --no-pack --out-dir pkg -- --features bench
 cp target/release/tidepool target/release/examples/matmul_bench .gpu/
 # tests/matmul_f16.rs as a binary (gpu-run.sh f16 runs it with the tensor cores forced)
 f16_test=$(cargo test --release --test matmul_f16 --no-run --message-format=json \
