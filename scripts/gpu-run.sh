@@ -303,11 +303,12 @@ case "${1:-bench}" in
     run step_small ./tidepool bench step --presets tiny,small --submit-every $sweep --warmup 5 --steps 30 --corpus tinyshakespeare.txt --json
     run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every $big --warmup 3 --steps 10 --corpus tinyshakespeare.txt --json
     run kernels ./tidepool bench kernels --presets shakespeare --precision f32,f16 --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
-    run kernels_nosub env TIDEPOOL_NO_SUBGROUPS=1 ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    run kernels_nosub ./tidepool bench kernels --no-subgroups --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
     # Block reductions by subgroups (default) or shared memory, taking turns.
     for round in 1 2; do
       for v in 0 1; do
-        run "step_nosub$v" env TIDEPOOL_NO_SUBGROUPS=$v ./tidepool bench step --presets tiny,small,shakespeare --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
+        nosub=; if [ $v = 1 ]; then nosub=--no-subgroups; fi
+        run "step_nosub$v" ./tidepool bench step $nosub --presets tiny,small,shakespeare --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
       done
     done
     run kernels_small ./tidepool bench kernels --presets tiny,small --warmup 5 --steps 10 --corpus tinyshakespeare.txt --json
@@ -339,7 +340,7 @@ case "${1:-bench}" in
     run torch python3 torch_gpt.py fp32_manual fp32_sdpa tf32_sdpa bf16_sdpa
     run step ./tidepool bench step --presets shakespeare --precision f32,f16 --submit-every 32 --warmup 3 --steps 20 --corpus tinyshakespeare.txt --json
     run kernels ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
-    run kernels_nosub env TIDEPOOL_NO_SUBGROUPS=1 ./tidepool bench kernels --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
+    run kernels_nosub ./tidepool bench kernels --no-subgroups --presets shakespeare --warmup 3 --steps 5 --corpus tinyshakespeare.txt --json
     run torch_matmul python3 torch_matmul.py --dtypes fp32
     [ -x ./matmul_bench ] && run matmul ./matmul_bench --json --no-squares --only matmul --variant ${MATMUL_VARIANTS:-tiled,narrow,splitk,tiled,narrow,splitk}
     # Dawn against native, one trainer a process, two rounds; then Dawn without its

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tidepool::config::Overrides;
 use tidepool::data::Corpus;
 use tidepool::train::{now_ms, StepStats, StepsInFlight, TrainConfig, Trainer};
-use tidepool::{fmt_bytes, WgpuContext};
+use tidepool::{fmt_bytes, ContextOptions, WgpuContext};
 
 #[path = "cli_trace.rs"]
 mod cli_trace;
@@ -86,6 +86,10 @@ struct BenchArgs {
     /// while the last one's losses come back, as the page trains).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     in_flight: Vec<u32>,
+    /// Block reductions through shared memory even where the device has subgroups
+    /// (step, kernels, policies, soak): what the subgroup ones save.
+    #[arg(long)]
+    no_subgroups: bool,
 }
 
 #[derive(clap::Args)]
@@ -296,6 +300,11 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
     }
     let corpus = load_corpus(args.corpus.as_deref())?;
     let presets: Vec<&str> = args.presets.split(',').collect();
+    let options = ContextOptions {
+        subgroups: !args.no_subgroups,
+        ..ContextOptions::default()
+    };
+    let options = &options;
     match args.which.as_str() {
         "pool" => {
             let sizes = [256, 64 << 10, 4 << 20, 64 << 20];
@@ -352,13 +361,23 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                     };
                     let (w, n) = (args.warmup, args.steps);
                     let (at_once, in_flight) = (&args.at_once, &args.in_flight);
-                    bench::at_once_variants(&cfg, &label, &corpus, (w, n), at_once, in_flight)
-                        .await?
+                    bench::at_once_variants(
+                        &cfg,
+                        options,
+                        &label,
+                        &corpus,
+                        (w, n),
+                        at_once,
+                        in_flight,
+                    )
+                    .await?
                 } else if args.submit_every.is_empty() {
-                    bench::step_variants(&cfg, &label, &corpus, args.warmup, args.steps).await?
+                    bench::step_variants(&cfg, options, &label, &corpus, args.warmup, args.steps)
+                        .await?
                 } else {
                     bench::submit_variants(
                         &cfg,
+                        options,
                         &label,
                         &corpus,
                         args.warmup,
@@ -398,7 +417,8 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
         "policies" => {
             for preset in presets {
                 let cfg = TrainConfig::preset(preset)?;
-                let rows = bench::policies(&cfg, preset, &corpus, args.warmup, args.steps).await?;
+                let rows = bench::policies(&cfg, options, preset, &corpus, args.warmup, args.steps)
+                    .await?;
                 print_rows(
                     &rows,
                     args.json,
@@ -441,7 +461,8 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                     p => format!("{preset} {}", p.name()),
                 };
                 let rows =
-                    bench::kernel_times(&cfg, &label, &corpus, args.warmup, args.steps).await?;
+                    bench::kernel_times(&cfg, options, &label, &corpus, args.warmup, args.steps)
+                        .await?;
                 print_rows(
                     &rows,
                     args.json,
@@ -489,7 +510,7 @@ async fn bench(args: BenchArgs) -> Result<(), tidepool::Error> {
                 println!("|--------:|--------:|---------:|-----------:|-----------:|---------:|----------:|-----------:|--------:|");
             }
             let json = args.json;
-            bench::soak(&cfg, &corpus, args.steps, args.every, |r| {
+            bench::soak(&cfg, options, &corpus, args.steps, args.every, |r| {
                 if json {
                     println!("{}", serde_json::to_string(r).expect("rows serialize"));
                     return;
@@ -560,7 +581,7 @@ async fn info() -> Result<(), tidepool::Error> {
         if ctx.subgroups() {
             "subgroups"
         } else if features.contains(wgpu::Features::SUBGROUP) {
-            "shared memory (subgroups off: TIDEPOOL_NO_SUBGROUPS, or wider than 128)"
+            "shared memory (subgroups wider than 128)"
         } else {
             "shared memory (no subgroups)"
         }
