@@ -58,6 +58,11 @@ fn to_next(step: u32, every: u32) -> Option<u32> {
     (every > 0).then(|| every - step % every)
 }
 
+/// Whether something done every `every` steps (0: never) is due after `step`.
+fn due(step: u32, every: u32) -> bool {
+    every > 0 && step.is_multiple_of(every)
+}
+
 /// A measured time a step, if it is one (positive and finite).
 fn measured(ms_a_step: Option<f64>) -> Option<f64> {
     ms_a_step.filter(|ms| ms.is_finite() && *ms > 0.0)
@@ -144,11 +149,22 @@ impl Schedule {
         }
     }
 
+    /// Whether an evaluation is due after step `step`.
+    pub fn evaluation_due_at(&self, step: u32) -> bool {
+        due(step, self.eval_every)
+    }
+
+    /// Whether a save is due after step `step`.
+    pub fn save_due_at(&self, step: u32) -> bool {
+        due(step, self.save_every)
+    }
+
     /// Whether nothing is due after a call ending at step `end`: no evaluation, no
     /// save, not the run's end. Only then may the next call start before it is back.
     pub fn nothing_due_at(&self, end: u32) -> bool {
-        let due = |every: u32| every > 0 && end.is_multiple_of(every);
-        !due(self.eval_every) && !due(self.save_every) && self.end.is_none_or(|last| end < last)
+        !self.evaluation_due_at(end)
+            && !self.save_due_at(end)
+            && self.end.is_none_or(|last| end < last)
     }
 }
 
@@ -197,6 +213,22 @@ mod tests {
         assert!(!s.nothing_due_at(25), "a save");
         assert!(!s.nothing_due_at(100) && !s.nothing_due_at(101), "the end");
         assert!(Schedule::cli(100, 0, 0).nothing_due_at(20));
+        assert!(s.evaluation_due_at(40) && !s.evaluation_due_at(25));
+        assert!(s.save_due_at(25) && s.save_due_at(50) && !s.save_due_at(20));
+        assert!(!Schedule::cli(100, 0, 0).save_due_at(0), "0: never");
+    }
+
+    /// The CLI's calls on a run of 23 steps evaluating every 6 and saving every 10.
+    #[test]
+    fn the_cli_ends_calls_at_evaluations_saves_and_the_run_end() {
+        let s = Schedule::cli(23, 6, 10);
+        let mut ends = Vec::new();
+        let mut done = 0;
+        while done < 23 {
+            done += s.steps_from(done, None);
+            ends.push(done);
+        }
+        assert_eq!(ends, [6, 10, 12, 18, 20, 23]);
     }
 
     #[test]
