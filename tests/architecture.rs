@@ -159,10 +159,13 @@ fn tokens(code: &str) -> Vec<(Tok, usize)> {
     out
 }
 
+/// A path a use tree names, and its alias (`X as Y`).
+type Named = (Vec<String>, Option<String>);
+
 /// The paths a use tree (or a plain path) starting at `toks[at]` names, each with
 /// its alias (`X as Y`); returns them and where the tree ends. `{a, b::{c, d}}`
 /// gives `a`, `b::c`, `b::d`; `self` inside braces names the prefix itself.
-fn parse_tree(toks: &[(Tok, usize)], at: usize) -> (Vec<(Vec<String>, Option<String>)>, usize) {
+fn parse_tree(toks: &[(Tok, usize)], at: usize) -> (Vec<Named>, usize) {
     let mut prefix = Vec::new();
     let mut i = at;
     loop {

@@ -42,7 +42,7 @@ fn step_number(name: &str, value: f64) -> Result<u32, JsValue> {
 fn ms_a_step(value: Option<f64>) -> Result<Option<f64>, JsValue> {
     match value {
         None => Ok(None),
-        Some(ms) if ms == 0.0 => Ok(None),
+        Some(0.0) => Ok(None),
         Some(ms) if ms.is_finite() && ms > 0.0 => Ok(Some(ms)),
         Some(ms) => Err(config_error(format!(
             "msPerStep must be a positive number of ms (0 or undefined before a step is \
