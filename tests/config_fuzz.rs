@@ -798,6 +798,13 @@ mod web_api {
         assert!(!page.overlaps(None).unwrap());
         assert!(page.nothing_due_at(21.0).unwrap() && !page.nothing_due_at(20.0).unwrap());
         assert!(!page.nothing_due_at(30.0).unwrap(), "the end");
+        assert!(page.evaluation_due_at(40.0).unwrap() && !page.evaluation_due_at(41.0).unwrap());
+        assert!(!page.save_due_at(40.0).unwrap(), "no saves");
+        assert_eq!(
+            page.steps_from(4294967295.0, Some(1.0)).unwrap(),
+            0,
+            "the counter is full"
+        );
         for bad in [f64::NAN, -1.0, f64::INFINITY] {
             let error = page.steps_from(0.0, Some(bad)).unwrap_err();
             assert_eq!(kind(&error), "config", "msPerStep {bad}");
@@ -806,6 +813,7 @@ mod web_api {
         for bad in [f64::NAN, -1.0, 0.5, 4294967296.0] {
             assert_eq!(kind(&page.steps_from(bad, None).unwrap_err()), "config");
             assert_eq!(kind(&page.nothing_due_at(bad).unwrap_err()), "config");
+            assert_eq!(kind(&page.save_due_at(bad).unwrap_err()), "config");
         }
         // No options: no time bound, 16 a call, no overlap, nothing due.
         let plain = web::Schedule::new(JsValue::UNDEFINED).expect("defaults");

@@ -298,13 +298,18 @@ export interface ScheduleOptions {
 export declare class Schedule {
   constructor(options?: ScheduleOptions | null);
   /**
-   * Steps of the call starting after step `step` (at least 1): as many as fit in
-   * `callMs` by `msPerStep` (`undefined`, `null` or 0 before a step is measured: 1),
-   * at most `maxAtOnce`, never past a step where an evaluation, a save or the end is due.
+   * Steps of the call starting after step `step` (at least 1; 0 from step 2^32 - 1,
+   * the counter being full): as many as fit in `callMs` by `msPerStep` (`undefined`,
+   * `null` or 0 before a step is measured: 1), at most `maxAtOnce`, never past a step
+   * where an evaluation, a save or the end is due.
    */
   stepsFrom(step: number, msPerStep?: number | null): number;
   /** Whether calls may overlap at this ms a step. */
   overlaps(msPerStep?: number | null): boolean;
+  /** An evaluation is due after `step` (a multiple of `evalEvery`). */
+  evaluationDueAt(step: number): boolean;
+  /** A save is due after `step` (a multiple of `saveEvery`). */
+  saveDueAt(step: number): boolean;
   /** Nothing (evaluation, save, the run's end) is due after a call ending at `end`. */
   nothingDueAt(end: number): boolean;
   free(): void;

@@ -113,7 +113,8 @@ impl Schedule {
     /// measured ms a step (`None`, or a value not positive and finite: not measured
     /// yet): as many as fit in [`Schedule::call_ms`] (one until a step is measured,
     /// unless that is unbounded), at most [`Schedule::max_at_once`], and never past
-    /// a step where an evaluation or a save is due or the run ends. At least 1.
+    /// a step where an evaluation or a save is due or the run ends. At least 1, but
+    /// 0 from step `u32::MAX`: step numbers are u32, and no step is left to count.
     pub fn steps_from(&self, step: u32, ms_a_step: Option<f64>) -> u32 {
         let most = self.max_at_once.clamp(1, MAX_STEPS_AT_ONCE);
         let fit = if self.call_ms == f64::INFINITY {
@@ -127,17 +128,17 @@ impl Schedule {
         };
         let to_end = self.end.filter(|&end| end > step).map(|end| end - step);
         // Step numbers are u32: a call never counts past the last one.
-        let to_last = Some(u32::MAX - step);
+        let to_last = u32::MAX - step;
         [
             to_next(step, self.eval_every),
             to_next(step, self.save_every),
             to_end,
-            to_last,
         ]
         .into_iter()
         .flatten()
         .fold(fit, u32::min)
         .max(1)
+        .min(to_last)
     }
 
     /// Whether, at the last measured ms a step, the next call may start before the
@@ -243,6 +244,8 @@ mod tests {
         assert_eq!(s.steps_from(0, Some(40.0)), 1, "a slow step alone");
         assert_eq!(s.steps_from(18, Some(1.0)), 2, "to the evaluation at 20");
         assert_eq!(s.steps_from(u32::MAX - 1, Some(1.0)), 1);
+        assert_eq!(s.steps_from(u32::MAX, Some(1.0)), 0, "the counter is full");
+        assert_eq!(Schedule::default().steps_from(u32::MAX - 3, None), 3);
         let s = page(Some(30));
         assert_eq!(s.steps_from(28, Some(1.0)), 2, "to the run's end");
         assert_eq!(

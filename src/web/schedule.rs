@@ -127,7 +127,7 @@ impl Schedule {
 
     /// `stepsFrom(step, msPerStep)`: how many steps the call starting after step
     /// `step` takes, given the last measured ms a step (`undefined`, `null` or 0:
-    /// none yet). At least 1.
+    /// none yet). At least 1, but 0 from step 2^32 - 1 (the step counter is full).
     #[wasm_bindgen(js_name = stepsFrom)]
     pub fn steps_from(&self, step: f64, ms_per_step: Option<f64>) -> Result<u32, JsValue> {
         let step = step_number("step", step)?;
@@ -138,6 +138,18 @@ impl Schedule {
     /// before the one in flight is back (where `nothingDueAt` its end).
     pub fn overlaps(&self, ms_per_step: Option<f64>) -> Result<bool, JsValue> {
         Ok(self.inner.overlaps(ms_a_step(ms_per_step)?))
+    }
+
+    /// `evaluationDueAt(step)`: an evaluation is due after step `step`.
+    #[wasm_bindgen(js_name = evaluationDueAt)]
+    pub fn evaluation_due_at(&self, step: f64) -> Result<bool, JsValue> {
+        Ok(self.inner.evaluation_due_at(step_number("step", step)?))
+    }
+
+    /// `saveDueAt(step)`: a save is due after step `step`.
+    #[wasm_bindgen(js_name = saveDueAt)]
+    pub fn save_due_at(&self, step: f64) -> Result<bool, JsValue> {
+        Ok(self.inner.save_due_at(step_number("step", step)?))
     }
 
     /// `nothingDueAt(end)`: no evaluation, save or end of the run after a call
