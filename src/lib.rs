@@ -33,16 +33,15 @@
 //! Imports run one way, from the leaves up:
 //!
 //! ```text
-//! error, pool, rng, data      leaves
-//! config                      settings and presets (pool)
-//! trace                       the trace's data types (pool)
-//! gpu                         device, recorder, pipelines, memory (config, pool, trace)
-//! reference, kernels, model   the ops, on the CPU and on the GPU (gpu, config)
-//! plan                        does a config fit a device (config, kernels)
-//! train                       trainer, steps, evaluation, sampling, schedule
-//! checkpoint, reference_train build on train
-//! replay, bench               read traces; measure
-//! web                         the wasm API (wasm32)
+//! error, pool, rng, reference  leaves (reference: every op on the CPU)
+//! data, config, trace          corpora; a run's settings; the trace's types
+//! gpu                          device, recorder, pipelines, memory (config, pool, trace)
+//! kernels, model               the ops and the GPT on the GPU (gpu, reference)
+//! plan                         does a config fit a device (config, kernels)
+//! train                        trainer, steps, evaluation, sampling, schedule
+//! checkpoint, reference_train  save and resume; the CPU twin (train)
+//! replay, bench                traces replayed (trace); measurements (train)
+//! web                          the wasm API (wasm32)
 //! ```
 //!
 //! No module reaches back to one that reaches it, at the top level or inside any
@@ -58,6 +57,10 @@
 //! [dependencies]
 //! tidepool = { version = "0.1", default-features = false }
 //! ```
+//!
+//! The feature `bench` builds the measurements behind BENCHMARKS.md into the wasm
+//! (`benchPool`, `benchStep`, `benchKernels`, `benchPolicies`, for the runners in
+//! `scripts/`: `wasm-pack build ... -- --features bench`); the page's wasm has none.
 //!
 //! # The pool under a kernel
 //!

@@ -28,14 +28,15 @@ pub struct BufferPoolConfig {
     /// How requests are rounded to size classes. Default: powers of two.
     pub policy: SizePolicy,
     /// Free buffers not reused for this many ticks (the context ticks once a submit)
-    /// are destroyed by [`BufferPool::evict_idle`]. `None`: never by age. Default `None`.
+    /// are destroyed by [`BufferPool::evict_idle`](super::BufferPool::evict_idle).
+    /// `None`: never by age. Default `None`.
     pub max_idle_ticks: Option<u64>,
     /// How much larger than its own class a free buffer may be and still serve a
-    /// request whose class is empty ([`BufferPool::take`]): the smallest non-empty
-    /// class up to `fit_ratio` times its own is used before a buffer is created
-    /// (for classes of at least [`FIT_MIN_BYTES`]). 1: only its own class (what
-    /// [`BufferPool::acquire`] always does). Default
-    /// [`DEFAULT_FIT_RATIO`].
+    /// request whose class is empty ([`BufferPool::take`](super::BufferPool::take)):
+    /// the smallest non-empty class up to `fit_ratio` times its own is used before a
+    /// buffer is created (for classes of at least [`FIT_MIN_BYTES`]). 1: only its own
+    /// class (what [`BufferPool::acquire`](super::BufferPool::acquire) always does).
+    /// Default [`DEFAULT_FIT_RATIO`].
     pub fit_ratio: u32,
 }
 

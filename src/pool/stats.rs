@@ -21,8 +21,9 @@ pub struct BufferPoolStats {
     pub peak_bytes_held: u64,
     /// Acquires served from a bucket.
     pub hits: u64,
-    /// Of the hits, those served by [`BufferPool::take`] from a larger class than
-    /// the request's own (see [`BufferPoolConfig::fit_ratio`]).
+    /// Of the hits, those served by [`BufferPool::take`](super::BufferPool::take)
+    /// from a larger class than the request's own (see
+    /// [`BufferPoolConfig::fit_ratio`](super::BufferPoolConfig::fit_ratio)).
     pub fit_hits: u64,
     /// Acquires that found their bucket empty (the caller creates a buffer).
     pub misses: u64,

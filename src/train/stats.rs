@@ -6,13 +6,14 @@ use crate::error::{Error, Result};
 use crate::gpu::ContextCounters;
 use crate::pool::{BucketStats, BufferPoolStats};
 
-/// Figures of one step (or the latest, from [`Trainer::stats`]).
+/// Figures of one step (or the latest, from [`Trainer::stats`](super::Trainer::stats)).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct StepStats {
     pub step: u32,
     pub loss: f32,
     /// Wall time of the step, from the batch's upload to the loss on the host; for
-    /// steps recorded together ([`Trainer::steps`]), the call's time over its steps.
+    /// steps recorded together ([`Trainer::steps`](super::Trainer::steps)), the
+    /// call's time over its steps.
     pub ms: f64,
     /// The host's part of it: recording and submitting the step's work (the GPU
     /// runs the parts submitted so far meanwhile, see `submit_every`).
