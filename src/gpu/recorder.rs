@@ -73,7 +73,8 @@ fn part_size(submit_every: u32, part: u32) -> u32 {
 }
 
 /// How many submits a scope of `dispatches` dispatches takes with `submit_every`
-/// (0: one): its parts ([`ContextOptions::submit_every`]), the last holding the rest.
+/// (0: one): its parts ([`super::ContextOptions::submit_every`]), the last holding
+/// the rest.
 pub fn scope_submits(dispatches: u64, submit_every: u32) -> u64 {
     if submit_every == 0 {
         return 1;
