@@ -26,6 +26,8 @@ pub enum Error {
     File(String),
     /// The model or a buffer does not fit the device's limits.
     TooLarge(String),
+    /// A trace or memory snapshot that cannot be read.
+    Trace(String),
 }
 
 impl fmt::Display for Error {
@@ -41,21 +43,23 @@ impl fmt::Display for Error {
             Error::Data(m) => write!(f, "bad corpus: {m}"),
             Error::TooLarge(m) => write!(f, "too large for this device: {m}"),
             Error::File(m) => write!(f, "{m}"),
+            Error::Trace(m) => write!(f, "bad trace: {m}"),
         }
     }
 }
 
 impl Error {
     /// The class of failure, for code that reacts to it (the page shows a different
-    /// hint for each): `config`, `too_large`, `corpus`, `no_webgpu`, `device_lost`,
-    /// `internal`, or `file` (native only). JS errors from the wasm API carry it as
-    /// `error.kind`.
+    /// hint for each): `config`, `too_large`, `corpus`, `trace`, `no_webgpu`,
+    /// `device_lost`, `internal`, or `file` (native only). JS errors from the wasm API
+    /// carry it as `error.kind`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Config(_) => "config",
             Error::TooLarge(_) => "too_large",
             Error::Data(_) => "corpus",
             Error::File(_) => "file",
+            Error::Trace(_) => "trace",
             Error::NoAdapter(_) | Error::RequestDevice(_) => "no_webgpu",
             Error::DeviceLost(_) => "device_lost",
             Error::Gpu(_) | Error::Map(_) => "internal",

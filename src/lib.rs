@@ -18,6 +18,8 @@
 //! - [`checkpoint`]: save, resume and export a run (safetensors).
 //! - [`trace`]: the allocation trace of a step; [`replay`]: what other size
 //!   policies and an offline offset plan would have made of it, without the GPU.
+//! - [`snapshot`]: PyTorch memory snapshots and tidepool's traces read into one
+//!   model, the repeating step found, and the report of every policy on it.
 //! - [`data`]: the char tokenizer and corpora; [`error`]: one [`Error`] whose
 //!   `kind()` code can branch on.
 //! - `web` (wasm32 only): the API the page's worker drives.
@@ -40,7 +42,8 @@
 //! plan                         does a config fit a device (config, kernels)
 //! train                        trainer, steps, evaluation, sampling, schedule
 //! checkpoint, reference_train  save and resume; the CPU twin (train)
-//! replay, bench                traces replayed (trace); measurements (train)
+//! replay, snapshot             traces replayed; PyTorch snapshots beside them (trace)
+//! bench                        measurements (train)
 //! web                          the wasm API (wasm32)
 //! ```
 //!
@@ -137,6 +140,7 @@ pub mod reference_train;
 pub mod replay;
 #[doc(hidden)]
 pub mod rng;
+pub mod snapshot;
 pub mod trace;
 pub mod train;
 #[cfg(target_arch = "wasm32")]
