@@ -1,6 +1,6 @@
 //! The attention kernels' first run (compile included) and their warm time, for one
 //! tuning and head size: what a CPU adapter's shader compiler makes of them.
-//! `MESA_SHADER_CACHE_DISABLE=true cargo run --release --example attention_timing --
+//! `MESA_SHADER_CACHE_DISABLE=true cargo bench --bench attention_timing --
 //! cpu 128 [heads] [t] [reps]`: tuning `cpu` or `gpu`, width 128 (the head size is
 //! width / heads; heads default 1), t positions (default 256, batch 2), reps warm
 //! forward + backward pairs (default 5).
@@ -8,14 +8,17 @@
 #[cfg(not(target_arch = "wasm32"))]
 use tidepool::kernels::{attention_backward_on, attention_forward_on, Target};
 
-// Native only (pollster); wasm32 builds an empty main, as `cargo test` builds every
-// example for the browser tests too.
+// Native only (pollster); wasm32 builds an empty main.
 #[cfg(target_arch = "wasm32")]
 fn main() {}
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo bench` adds `--bench`
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let arg = |i: usize, default: usize| {
         args.get(i).map_or(default, |s| {
             s.parse()

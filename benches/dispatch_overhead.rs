@@ -2,7 +2,7 @@
 //! reports microseconds a dispatch for recording, and for recording + submit + wait,
 //! with the allocation trace off and on (each dispatch then records a birth and a
 //! death).
-//! `cargo run --release --example dispatch_overhead`
+//! `cargo bench --bench dispatch_overhead`
 
 #[cfg(not(target_arch = "wasm32"))]
 use tidepool::kernels::residual_forward;
@@ -11,8 +11,7 @@ use tidepool::train::now_ms;
 #[cfg(not(target_arch = "wasm32"))]
 use tidepool::WgpuContext;
 
-// Native only (pollster); wasm32 builds an empty main, as `cargo test` builds every
-// example for the browser tests too.
+// Native only (pollster); wasm32 builds an empty main.
 #[cfg(target_arch = "wasm32")]
 fn main() {}
 

@@ -6,7 +6,7 @@
 //! forward and backward. The `auto` column marks the variant the launchers pick on
 //! this adapter for that shape.
 //!
-//! `cargo run --release --example matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME]`
+//! `cargo bench --bench matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME]`
 //!
 //! Each case warms up (pipeline compile, pool fill), then records `reps` launches in
 //! one scope (one submit) and waits for them with a 4-byte download; the time per
@@ -64,6 +64,7 @@ mod bench {
                 "--only" => a.only = it.next().unwrap_or_default(),
                 "--variant" => a.variant = it.next().unwrap_or_default(),
                 "--no-squares" => a.no_squares = true,
+                "--bench" => {} // `cargo bench` adds it
                 "-h" | "--help" => {
                     println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAMES] [--no-squares]");
                     std::process::exit(0);
