@@ -35,7 +35,7 @@ async fn run() -> tidepool::Result<()> {
             ctx.dispatch(&SCALE, &params, &[&x, &y], [(n as u32).div_ceil(64), 1, 1]);
             tidepool::kernels::gelu_forward(&ctx, &y, n)
         });
-        for (v, d) in ctx.download(&z, n).await?.iter().zip(&data) {
+        for (v, d) in ctx.download::<f32>(&z, n).await?.iter().zip(&data) {
             let t = 2.0 * d;
             let gelu = 0.5 * t * (1.0 + (0.797_884_6 * (t + 0.044715 * t * t * t)).tanh());
             assert!((v - gelu).abs() < 1e-5, "gelu(2 * {d}) = {v}, not {gelu}");
