@@ -210,7 +210,7 @@ def dawn_calls(s, run, build):
 def browser_vs_native(s):
     out = []
     for b in s.builds():
-        native, dawn = native_calls(s, r"native_\d+", b), dawn_calls(s, r"dawn_.*", b)
+        native, dawn = native_calls(s, r"native_.*", b), dawn_calls(s, r"dawn_.*", b)
         page, loop = defaultdict(list), defaultdict(list)
         for r in s.rows(r"page_.*", b):
             if "median_ms" in r:
@@ -361,7 +361,7 @@ def parity(s):
         if "command" in l:
             results = [r["test_result"] for r in s.lines if r.get("run") == l["run"] and "test_result" in r]
             rows.append([l["run"], "passed" if l["exit"] == 0 else f"FAILED (exit {l['exit']})", "; ".join(results), l["seconds"]])
-    return [table(["test binary", "result", "summary", "seconds"], rows)] if rows else []
+    return [table(["test binary", "result", "summary", "seconds"], rows, numbers=False)] if rows else []
 
 
 def headline(s, info):

@@ -273,15 +273,22 @@ suite_browser_vs_native() {
   chromium_on_gpu && chromium=1
   for r in $(seq 1 "$repeats"); do
     for b in "${builds[@]}"; do
-      run browser-vs-native "native_$r" "$b" "$(bin "$b")" bench step --presets "$(comma "${all_presets[@]}")" \
+      # The page's presets as the page trains them: calls of several steps.
+      run browser-vs-native "native_$r" "$b" "$(bin "$b")" bench step --presets "$(comma "${page[@]}")" \
         --at-once "$at_once" --in-flight 1,2 --warmup "$warmup" --steps "$calls" --corpus "$corpus" --json
       dawn_for "$b"
-      for p in "${all_presets[@]}"; do
+      for p in "${page[@]}"; do
         for k in 1 2; do
           run browser-vs-native "dawn_${p}_in${k}_$r" "$b" "${dawn[@]}" --preset "$p" --at-once "$at_once" \
             --in-flight "$k" --warmup "$warmup" --steps "$calls"
         done
       done
+      # A real model's step, one a call (the page's calls hold what takes 16 ms).
+      if [ "$big" != "${page[0]}" ]; then
+        run browser-vs-native "native_${big}_$r" "$b" "$(bin "$b")" bench step --presets "$big" --at-once 1 \
+          --warmup "$warmup" --steps 10 --corpus "$corpus" --json
+        run browser-vs-native "dawn_${big}_in1_$r" "$b" "${dawn[@]}" --preset "$big" --warmup "$warmup" --steps 10
+      fi
     done
     if [ "$chromium" = 1 ]; then
       for p in "${page[@]}"; do
