@@ -5,9 +5,9 @@
 #   parity             every kernel against its CPU reference, the GPU tests, on this GPU
 #   step-vs-torch      the shakespeare step (f32, f16), tiny and small, beside PyTorch's modes
 #   gemm-vs-cublas     every GEMM shape of the shakespeare step beside cuBLAS on that shape
-#   browser-vs-native  the wasm build through Dawn in Node against native: tiny, small,
-#                      shakespeare, one call in flight and two (a Chromium page too, when
-#                      an earlier call left Chromium in /tmp/chr-parts)
+#   browser-vs-native  the wasm build through Dawn in Node against native: tiny and small
+#                      in calls of 16 steps, one in flight and two; shakespeare one a call
+#                      (a Chromium page too, when earlier calls left Chromium in /tmp/chr-parts)
 #   memory             peak bytes reserved / in use / requested per size policy beside
 #                      PyTorch's max_memory_reserved / allocated; the trace's replay
 #   pool               taking a buffer from the pool against creating one, natively and
