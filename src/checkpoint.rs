@@ -135,28 +135,14 @@ pub fn check_file_size(bytes: u64) -> Result<()> {
 /// reading it, where the file system knows its length).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
-    let cannot = |e: std::io::Error| {
-        Error::Config(format!(
-            "cannot read the checkpoint {}: {e}",
-            path.display()
-        ))
-    };
-    crate::files::read_capped(path, MAX_CHECKPOINT_BYTES, check_file_size, cannot)
+    crate::files::read_capped(path, "checkpoint", MAX_CHECKPOINT_BYTES, check_file_size)
 }
 
 /// Writes a checkpoint file whole or not at all (a temporary file beside it,
 /// renamed over it), so an interrupted save never leaves a truncated checkpoint.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    let tmp = crate::files::partial_path(path);
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| {
-            Error::Config(format!(
-                "cannot write the checkpoint {}: {e}",
-                path.display()
-            ))
-        })
+    crate::files::write_whole(path, "checkpoint", bytes)
 }
 
 fn bad(message: String) -> Error {

@@ -20,111 +20,117 @@ pub const DEFAULT_PRESET: &str = "tiny";
 #[serde(default, deny_unknown_fields)]
 pub struct Overrides {
     /// Model and training preset: tiny, small or shakespeare (default tiny).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = crate::train::PRESETS, help_heading = "Model"))]
     pub preset: Option<String>,
     /// Transformer blocks.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Model")
     )]
     pub layers: Option<f64>,
     /// Attention heads (width / heads is the head size, at most 128).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Model")
     )]
     pub heads: Option<f64>,
     /// Embedding width (a multiple of 4 and of heads).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Model")
     )]
     pub width: Option<f64>,
     /// Tokens a sequence.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Model")
     )]
     pub context: Option<f64>,
     /// Sequences a step.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub batch: Option<f64>,
     /// Peak learning rate.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub lr: Option<f64>,
     /// Training steps (the schedule's length).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub steps: Option<f64>,
     /// Warm-up steps of the learning rate.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub warmup: Option<f64>,
     /// Dropout probability during training (shakespeare preset: 0.2).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub dropout: Option<f64>,
     /// Where dropout applies: residual or nanogpt (also the attention probabilities).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = DROPOUT_PLACEMENTS, help_heading = "Training"))]
     pub dropout_placement: Option<String>,
     /// AdamW weight decay of the matrices and embeddings.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub weight_decay: Option<f64>,
     /// Clip gradients to this global norm (0: off).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub grad_clip: Option<f64>,
     /// Seed of the initial weights, batches and dropout masks.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub seed: Option<f64>,
     /// Evaluate the held-out loss every N steps (0: only when asked / at the end).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub eval_every: Option<f64>,
     /// Held-out batches an evaluation averages.
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub eval_batches: Option<f64>,
     /// Reuse buffers through the pool (false: create and destroy every buffer).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, help_heading = "Pool")
+    )]
     pub pool: Option<bool>,
     /// Size classes: pow2, pow2/N (N a power of two up to 1024) or exact.
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, help_heading = "Pool")
+    )]
     pub policy: Option<String>,
     /// Matmul operands: f32 (default) or f16 (rounded to f16, f32 accumulation;
     /// needs shader-f16, and uses tensor cores where cooperative matrices exist).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = Precision::ALL.map(Precision::name), help_heading = "Training"))]
     pub precision: Option<String>,
     /// Most dispatches a step sends to the GPU at a time (the first part 4, each next
     /// twice the last), so the GPU starts while the rest is recorded (0: the whole
     /// step in one submit).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
-        arg(long, allow_negative_numbers = true)
+        arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub submit_every: Option<f64>,
 }

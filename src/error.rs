@@ -19,8 +19,15 @@ pub enum Error {
     Config(String),
     /// A bad corpus.
     Data(String),
+    /// A file named on the command line could not be read or written, or is not
+    /// the kind of file it should be (native only: the wasm API takes bytes, never
+    /// paths). The message names the file, what it is for and why, e.g.
+    /// `cannot read checkpoint run.safetensors: no such file`.
+    File(String),
     /// The model or a buffer does not fit the device's limits.
     TooLarge(String),
+    /// A trace or memory snapshot that cannot be read.
+    Trace(String),
 }
 
 impl fmt::Display for Error {
@@ -31,22 +38,28 @@ impl fmt::Display for Error {
             Error::DeviceLost(m) => write!(f, "the GPU device was lost: {m}"),
             Error::Gpu(m) => write!(f, "GPU error: {m}"),
             Error::Map(m) => write!(f, "could not read a GPU buffer: {m}"),
-            Error::Config(m) => write!(f, "bad configuration: {m}"),
+            // Each names the setting it refuses, and a damaged checkpoint says so.
+            Error::Config(m) => write!(f, "{m}"),
             Error::Data(m) => write!(f, "bad corpus: {m}"),
             Error::TooLarge(m) => write!(f, "too large for this device: {m}"),
+            Error::File(m) => write!(f, "{m}"),
+            Error::Trace(m) => write!(f, "bad trace: {m}"),
         }
     }
 }
 
 impl Error {
     /// The class of failure, for code that reacts to it (the page shows a different
-    /// hint for each): `config`, `too_large`, `corpus`, `no_webgpu`, `device_lost` or
-    /// `internal`. JS errors from the wasm API carry it as `error.kind`.
+    /// hint for each): `config`, `too_large`, `corpus`, `trace`, `no_webgpu`,
+    /// `device_lost`, `internal`, or `file` (native only). JS errors from the wasm API
+    /// carry it as `error.kind`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Config(_) => "config",
             Error::TooLarge(_) => "too_large",
             Error::Data(_) => "corpus",
+            Error::File(_) => "file",
+            Error::Trace(_) => "trace",
             Error::NoAdapter(_) | Error::RequestDevice(_) => "no_webgpu",
             Error::DeviceLost(_) => "device_lost",
             Error::Gpu(_) | Error::Map(_) => "internal",

@@ -5,52 +5,99 @@
 //! under `/proc` report 0 bytes and then never end, and a file can grow after it was
 //! measured. So reads stop one byte past their cap, whatever the length said.
 
-use std::io::Read;
+use std::io::{ErrorKind, Read};
 use std::path::Path;
 
 use crate::{Error, Result};
 
-/// The bytes of `path`, or an error: `check` is asked about the length the file
-/// system reports (so an oversized regular file is refused before it is read), then
-/// about the bytes actually read, which stop at `max + 1`. `check` must refuse
-/// anything above `max`; `cannot` words an I/O error.
+/// The error for `path` (a `what`: checkpoint, corpus, trace) that could not be
+/// read or written (`verb`), in a user's words:
+/// `cannot read checkpoint run.safetensors: no such file`.
+pub fn cannot(verb: &str, what: &str, path: &Path, e: &std::io::Error) -> Error {
+    Error::File(format!(
+        "cannot {verb} {what} {}: {}",
+        path.display(),
+        why(verb, e)
+    ))
+}
+
+/// Why an I/O operation failed, without the OS's error number. A missing path
+/// means a missing file when reading and a missing folder when writing.
+fn why(verb: &str, e: &std::io::Error) -> String {
+    match e.kind() {
+        ErrorKind::NotFound if verb == "write" => "no such folder".into(),
+        ErrorKind::NotFound => "no such file".into(),
+        ErrorKind::PermissionDenied => "permission denied".into(),
+        ErrorKind::IsADirectory => "it is a folder; give a file name".into(),
+        ErrorKind::NotADirectory => "a part of its path is a file, not a folder".into(),
+        ErrorKind::ReadOnlyFilesystem => "the file system is read-only".into(),
+        ErrorKind::StorageFull => "the disk is full".into(),
+        _ => {
+            // "Text of the error (os error 5)" -> "text of the error"
+            let text = e.to_string();
+            let text = match text.rfind(" (os error ") {
+                Some(at) if text.ends_with(')') => text[..at].to_string(),
+                _ => text,
+            };
+            let mut chars = text.chars();
+            match chars.next() {
+                Some(first) => first.to_lowercase().chain(chars).collect(),
+                None => "an I/O error".into(),
+            }
+        }
+    }
+}
+
+/// The bytes of `path` (a `what`, named in errors), or an error: `check` is asked
+/// about the length the file system reports (so an oversized regular file is
+/// refused before it is read), then about the bytes actually read, which stop at
+/// `max + 1`. `check` must refuse anything above `max`.
 pub fn read_capped(
     path: &Path,
+    what: &str,
     max: u64,
     check: impl Fn(u64) -> Result<()>,
-    cannot: impl Fn(std::io::Error) -> Error,
 ) -> Result<Vec<u8>> {
-    check(std::fs::metadata(path).map_err(&cannot)?.len())?;
+    let cannot = |e: std::io::Error| cannot("read", what, path, &e);
+    check(std::fs::metadata(path).map_err(cannot)?.len())?;
     let mut bytes = Vec::new();
     std::fs::File::open(path)
-        .map_err(&cannot)?
+        .map_err(cannot)?
         .take(max.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(&cannot)?;
+        .map_err(cannot)?;
     check(bytes.len() as u64)?;
     Ok(bytes)
 }
 
+/// Writes `bytes` to `path` (a `what`, named in errors) whole or not at all: to a
+/// temporary file beside it ([`partial_path`]), then renamed over it, so that an
+/// interrupted write never leaves a truncated file behind.
+pub fn write_whole(path: &Path, what: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = partial_path(path);
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| {
+            std::fs::remove_file(&tmp).ok();
+            cannot("write", what, path, &e)
+        })
+}
+
 /// An error now, rather than after a long run, when `path` cannot be written: its
 /// folder is missing or read-only, or it is a folder. Creates and removes
-/// `path` + `.partial`, the temporary name writers here use beside their target.
+/// `path` + `.partial`, the temporary name [`write_whole`] uses beside its target.
 pub fn check_writable(path: &Path, what: &str) -> Result<()> {
-    let cannot = |e: std::io::Error| {
-        Error::Config(format!("cannot write the {what} {}: {e}", path.display()))
-    };
+    let cannot = |e: std::io::Error| cannot("write", what, path, &e);
     if path.is_dir() {
-        return Err(Error::Config(format!(
-            "cannot write the {what} {}: it is a folder; give a file name",
-            path.display()
-        )));
+        return Err(cannot(ErrorKind::IsADirectory.into()));
     }
     let probe = partial_path(path);
     std::fs::File::create(&probe).map_err(cannot)?;
     std::fs::remove_file(&probe).map_err(cannot)
 }
 
-/// `path` + `.partial`: where a file is written before it is renamed over `path`, so
-/// that an interrupted write never leaves a truncated file behind.
+/// `path` + `.partial`: where [`write_whole`] writes a file before it is renamed
+/// over `path`.
 pub fn partial_path(path: &Path) -> std::path::PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".partial");
@@ -71,31 +118,32 @@ mod tests {
         }
     }
 
-    fn io(e: std::io::Error) -> Error {
-        Error::Config(e.to_string())
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("tidepool-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     #[test]
     fn a_stream_without_a_length_stops_at_the_cap() {
         // /dev/zero reports 0 bytes and never ends: without the cap this never returns.
-        let err = read_capped(Path::new("/dev/zero"), 1 << 20, at_most(1 << 20), io);
+        let err = read_capped(Path::new("/dev/zero"), "corpus", 1 << 20, at_most(1 << 20));
         assert_eq!(
-            err.unwrap_err().to_string(),
-            Error::Config(format!("{} > {}", (1 << 20) + 1, 1 << 20)).to_string()
+            err.unwrap_err(),
+            Error::Config(format!("{} > {}", (1 << 20) + 1, 1 << 20))
         );
     }
 
     #[test]
     fn a_file_within_the_cap_is_read_whole_and_one_above_is_refused_unread() {
-        let dir = std::env::temp_dir().join(format!("tidepool-files-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("files");
         let file = dir.join("ten");
         std::fs::write(&file, b"0123456789").unwrap();
         assert_eq!(
-            read_capped(&file, 10, at_most(10), io).unwrap(),
+            read_capped(&file, "corpus", 10, at_most(10)).unwrap(),
             b"0123456789"
         );
-        let refused = read_capped(&file, 9, at_most(9), io)
+        let refused = read_capped(&file, "corpus", 9, at_most(9))
             .unwrap_err()
             .to_string();
         assert!(refused.contains("10 > 9"), "{refused}");
@@ -103,9 +151,23 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_cannot_be_read_is_named_with_what_it_is_for_and_why() {
+        let dir = scratch("unread");
+        let missing = dir.join("run.safetensors");
+        let e = read_capped(&missing, "checkpoint", 10, at_most(10)).unwrap_err();
+        assert_eq!(e.kind(), "file");
+        let want = format!("cannot read checkpoint {}: no such file", missing.display());
+        assert_eq!(e.to_string(), want);
+        let folder = read_capped(&dir, "corpus", 1 << 20, at_most(1 << 20)).unwrap_err();
+        let want = format!("cannot read corpus {}: it is a folder", dir.display());
+        assert!(folder.to_string().starts_with(&want), "{folder}");
+        assert!(!folder.to_string().contains("os error"), "{folder}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn writability_is_checked_without_leaving_anything_behind() {
-        let dir = std::env::temp_dir().join(format!("tidepool-write-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("write");
         let target = dir.join("out.json");
         check_writable(&target, "trace").unwrap();
         assert_eq!(
@@ -113,13 +175,34 @@ mod tests {
             0,
             "the probe is removed"
         );
-        let missing = check_writable(&dir.join("no/such/folder.json"), "trace").unwrap_err();
-        assert!(
-            missing.to_string().contains("cannot write the trace"),
-            "{missing}"
-        );
+        let deep = dir.join("no/such/folder.json");
+        let missing = check_writable(&deep, "trace").unwrap_err();
+        let want = format!("cannot write trace {}: no such folder", deep.display());
+        assert_eq!(missing.to_string(), want);
+        assert_eq!(missing.kind(), "file");
         let folder = check_writable(&dir, "checkpoint").unwrap_err();
         assert!(folder.to_string().contains("it is a folder"), "{folder}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_whole_write_replaces_the_file_and_a_failed_one_leaves_nothing() {
+        let dir = scratch("whole");
+        let target = dir.join("run.safetensors");
+        std::fs::write(&target, b"old").unwrap();
+        write_whole(&target, "checkpoint", b"new").unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        // Renaming a file over a folder fails after the temporary file was written.
+        let folder = dir.join("taken");
+        std::fs::create_dir(&folder).unwrap();
+        let e = write_whole(&folder, "trace", b"x").unwrap_err();
+        assert!(e.to_string().starts_with("cannot write trace"), "{e}");
+        let mut left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["run.safetensors", "taken"], "no .partial left");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

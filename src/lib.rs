@@ -11,6 +11,8 @@
 //! - [`checkpoint`]: save, resume and export a run (safetensors).
 //! - [`trace`]: the allocation trace of a step; [`replay`]: what other size
 //!   policies and an offline offset plan would have made of it, without the GPU.
+//! - [`snapshot`]: PyTorch memory snapshots and tidepool's traces read into one
+//!   model, the repeating step found, and the report of every policy on it.
 //! - [`data`]: the char tokenizer and the built-in corpus; `web` (wasm32 only): the
 //!   API the page's worker drives.
 //!
@@ -94,6 +96,7 @@ pub mod reference;
 pub mod reference_train;
 pub mod replay;
 pub mod rng;
+pub mod snapshot;
 pub mod trace;
 pub mod train;
 #[cfg(target_arch = "wasm32")]

@@ -1,4 +1,4 @@
-//! `tidepool`, the native command line (src/cli.rs). On wasm32 there is none: the
+//! `tidepool`, the native command line (src/cli/). On wasm32 there is none: the
 //! page drives the crate through src/web.rs.
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -1,9 +1,93 @@
-//! `tidepool train` as a user runs it: several steps a call, each call ending where
-//! an evaluation, a save or a traced step is due, so that each follows its own step.
-//! Native only (it runs the binary); seconds on lavapipe.
+//! `tidepool` as a user runs it: the built binary, its output to a file or pipe and
+//! to a terminal, its refusals and their exit codes (2: the command line, 1: the
+//! work), and its help. Native only (it runs the binary); seconds each on lavapipe.
 #![cfg(all(feature = "cli", not(target_arch = "wasm32")))]
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What one run of `tidepool` left behind.
+struct Run {
+    /// The exit code (`None`: killed by a signal).
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs `program ARGS` to its end, killing it past `limit` (a failure).
+fn run_program(program: &str, args: &[&str], limit: Duration) -> Run {
+    let start = Instant::now();
+    let child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let out = match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("waits"),
+        Err(_) => {
+            Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .ok();
+            panic!("{program} {args:?} ran past {limit:?}");
+        }
+    };
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        took: start.elapsed(),
+    }
+}
+
+/// Runs `tidepool ARGS` (for at most 10 minutes).
+fn tidepool(args: &[&str]) -> Run {
+    let bin = env!("CARGO_BIN_EXE_tidepool");
+    run_program(bin, args, Duration::from_secs(600))
+}
+
+/// `train` on a tiny model (seconds on lavapipe), then `extra`.
+fn train_args<'a>(steps: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let tiny = [
+        "train",
+        "--preset",
+        "tiny",
+        "--batch",
+        "2",
+        "--context",
+        "8",
+    ];
+    [&tiny[..], &["--steps", steps], extra].concat()
+}
+
+/// Runs `tidepool train` on a tiny model with `extra` flags and `--json`; its step
+/// lines, and its stderr.
+fn train_json(steps: &str, extra: &[&str]) -> (Vec<serde_json::Value>, String) {
+    let out = tidepool(&train_args(steps, &[extra, &["--json"]].concat()));
+    assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+    let lines = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON object a line"))
+        .filter(|l| l["final"].is_null())
+        .collect();
+    (lines, out.stderr)
+}
+
+/// Runs `tidepool train` on a tiny model with `extra` flags, its output to a pipe;
+/// its stdout lines.
+fn train_plain(steps: &str, extra: &[&str]) -> Vec<String> {
+    let out = tidepool(&train_args(steps, extra));
+    assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+    out.stdout.lines().map(str::to_string).collect()
+}
 
 #[test]
 fn train_calls_end_at_evaluations_saves_and_traced_steps() {
@@ -20,12 +104,16 @@ fn train_calls_end_at_evaluations_saves_and_traced_steps() {
     ];
     let (t, c) = (trace.to_str().unwrap(), ckpt.to_str().unwrap());
     let more = ["--save-every", "10", "--trace", t, "--save", c];
-    let steps = train_lines("23", &[&flags[..], &more[..]].concat());
+    let (steps, stderr) = train_json("23", &[&flags[..], &more[..]].concat());
     let numbers: Vec<u64> = steps.iter().map(|s| s["step"].as_u64().unwrap()).collect();
     assert_eq!(
         numbers,
         (1..=23).collect::<Vec<_>>(),
         "each step once, in order"
+    );
+    assert!(
+        stderr.contains(&format!("trace of steps 1 and 4 written to {t}")),
+        "{stderr}"
     );
 
     // A call's steps share its time (the call's over its steps). Traced steps 1 and
@@ -79,40 +167,15 @@ fn train_calls_end_at_evaluations_saves_and_traced_steps() {
     assert_eq!(traced, vec![1, 4]);
     assert!(ckpt.exists(), "checkpoint written");
     // Resuming the finished run without a longer --steps has nothing to train.
-    let (ok, stderr, _) = run(&["train", "--resume", ckpt.to_str().unwrap()]);
+    let out = tidepool(&["train", "--resume", ckpt.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(
-        !ok && stderr.contains("nothing is left to train; give --steps above 23"),
-        "{stderr}"
+        out.stderr
+            .contains("nothing is left to train; give --steps above 23"),
+        "{}",
+        out.stderr
     );
     std::fs::remove_dir_all(&dir).ok();
-}
-
-/// Runs `tidepool ARGS` for at most 30 s (then kills it); whether it succeeded, its
-/// stderr and how long it ran.
-/// Runs `tidepool train` on a tiny model with `extra` flags; its step lines.
-fn train_lines(steps: &str, extra: &[&str]) -> Vec<serde_json::Value> {
-    let tiny = [
-        "train",
-        "--preset",
-        "tiny",
-        "--batch",
-        "2",
-        "--context",
-        "8",
-    ];
-    let out = Command::new(env!("CARGO_BIN_EXE_tidepool"))
-        .args(tiny)
-        .args(["--steps", steps, "--json"])
-        .args(extra)
-        .output()
-        .expect("runs tidepool");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tidepool train failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON object a line"))
-        .filter(|l| l["final"].is_null())
-        .collect()
 }
 
 #[test]
@@ -139,8 +202,8 @@ fn train_with_calls_in_flight_trains_as_calls_one_at_a_time() {
             })
             .collect()
     };
-    let in_flight = train_lines("40", &[]);
-    let one_at_a_time = train_lines("40", &["--trace", trace, "--trace-steady", "40"]);
+    let (in_flight, _) = train_json("40", &[]);
+    let (one_at_a_time, _) = train_json("40", &["--trace", trace, "--trace-steady", "40"]);
     assert_eq!(in_flight.len(), 40);
     assert_eq!(bits(&in_flight), bits(&one_at_a_time));
     // The calls in flight: 1-16, then 17-32 and 33-40, each timed from the end of
@@ -152,150 +215,499 @@ fn train_with_calls_in_flight_trains_as_calls_one_at_a_time() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-fn run(args: &[&str]) -> (bool, String, std::time::Duration) {
-    use std::io::Read;
-    let start = std::time::Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("runs tidepool");
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waits for tidepool") {
-            break Some(status);
-        }
-        if start.elapsed().as_secs() >= 30 {
-            child.kill().ok();
-            child.wait().ok();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .ok();
-    let ok = status.is_some_and(|s| s.success());
-    (ok, stderr, start.elapsed())
+/// The mean training loss of steps `first..=last` as the report prints it, from
+/// the same run's JSON lines (each loss an f32, summed in f64 in step order).
+fn mean_loss(steps: &[serde_json::Value], first: usize, last: usize) -> String {
+    let losses = steps[first - 1..last]
+        .iter()
+        .map(|s| f64::from(s["loss"].as_f64().unwrap() as f32));
+    format!("{:.4}", losses.sum::<f64>() / (last + 1 - first) as f64)
 }
 
-/// Odd flags and hostile files are refused at once, with an error that names the
-/// flag or limit, and never a panic. Each case fails before any GPU work (or, for
-/// an endless file, at its cap), so a case that trains or hangs fails the test.
+/// The held-out loss after `step` in a run's JSON lines, as the report prints it.
+fn val_loss(steps: &[serde_json::Value], step: usize) -> String {
+    format!(
+        "{:.4}",
+        steps[step - 1]["val_loss"].as_f64().unwrap() as f32
+    )
+}
+
+/// The steps of the plain progress lines (`step N/TOTAL: ...`) among `lines`.
+fn progress_steps(lines: &[String], total: u32) -> Vec<u32> {
+    let suffix = format!("/{total}:");
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("step ")?.split_once(' '))
+        .filter_map(|(n, _)| n.strip_suffix(&suffix)?.parse().ok())
+        .collect()
+}
+
+/// Redirected to a file or a pipe, `train` prints what a terminal shows: a header,
+/// a plain line every few steps (about 20 a run, each with the mean loss since the
+/// line before), nanoGPT's evaluation lines, a line before the final evaluation
+/// and the summary. The figures are those of the same run's JSON lines.
 #[test]
-fn odd_arguments_and_endless_files_are_refused_before_any_work() {
-    let dir = std::env::temp_dir().join(format!("tidepool-cli-refused-{}", std::process::id()));
+fn a_redirected_run_prints_progress_evaluation_and_final_lines() {
+    let flags = ["--eval-every", "16", "--eval-batches", "2"];
+    let (steps, _) = train_json("40", &flags);
+    let lines = train_plain("40", &flags);
+    let text = lines.join("\n");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\r'),
+        "no bar: {text}"
+    );
+    assert!(
+        lines[0].starts_with("tiny on ") && lines[0].contains("2 layers"),
+        "{text}"
+    );
+
+    // 40 steps: a line every 2 steps, each with the mean of its two losses.
+    let every: Vec<u32> = (1..=20).map(|i| 2 * i).collect();
+    assert_eq!(progress_steps(&lines, 40), every, "{text}");
+    for step in every {
+        let want = format!(
+            "step {step}/40: loss {}, ",
+            mean_loss(&steps, step as usize - 1, step as usize)
+        );
+        assert!(lines.iter().any(|l| l.starts_with(&want)), "{want}\n{text}");
+    }
+
+    // nanoGPT's evaluation lines, after their step's progress line.
+    let evaluations: Vec<&String> = lines.iter().filter(|l| l.contains("val loss")).collect();
+    assert_eq!(
+        evaluations.len(),
+        3,
+        "two evaluations and the summary: {text}"
+    );
+    for (step, first) in [(16, 1), (32, 17)] {
+        let want = format!(
+            "step {step}: train loss {}, val loss {}, ",
+            mean_loss(&steps, first, step),
+            val_loss(&steps, step)
+        );
+        let at = lines.iter().position(|l| l.starts_with(&want));
+        let at = at.unwrap_or_else(|| panic!("no line {want:?} in\n{text}"));
+        assert!(lines[at].ends_with(" s elapsed"), "{}", lines[at]);
+        assert!(
+            lines[at - 1].starts_with(&format!("step {step}/40: ")),
+            "{text}"
+        );
+    }
+
+    // Step 40 is no evaluation step: the final evaluation runs, announced first.
+    let n = lines.len();
+    assert!(lines[n - 3].starts_with("step 40/40: "), "{text}");
+    assert_eq!(lines[n - 2], "final evaluation on 2 held-out batches...");
+    assert!(lines[n - 1].starts_with("done: 40 steps in "), "{text}");
+    assert!(lines[n - 1].contains(" val loss "), "{text}");
+    assert!(lines[n - 1].contains("(2 held-out batches)"), "{text}");
+}
+
+/// `--log-every N` sets the plain lines (the last step always has one; 0: none).
+/// A run that ends on an evaluation step reports that evaluation as its final one
+/// instead of evaluating the same weights again.
+#[test]
+fn log_every_sets_the_plain_lines_and_a_last_evaluation_is_not_repeated() {
+    let sevens = train_plain("40", &["--log-every", "7", "--eval-batches", "2"]);
+    assert_eq!(progress_steps(&sevens, 40), [7, 14, 21, 28, 35, 40]);
+
+    let flags = [
+        "--log-every",
+        "0",
+        "--eval-every",
+        "20",
+        "--eval-batches",
+        "2",
+    ];
+    let lines = train_plain("40", &flags);
+    let text = lines.join("\n");
+    assert!(progress_steps(&lines, 40).is_empty(), "{text}");
+    assert!(!text.contains("final evaluation"), "{text}");
+    let last = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("step 40: train loss "))
+        .unwrap_or_else(|| panic!("no evaluation at step 40:\n{text}"));
+    let val = last.split(", val loss ").nth(1).unwrap().split(',').next();
+    let done = lines.last().unwrap();
+    assert!(
+        done.contains(&format!("val loss {} (2 held-out", val.unwrap())),
+        "{text}"
+    );
+}
+
+/// On a terminal the steps go on a progress bar, the evaluation lines above it,
+/// and the final evaluation has a spinner of its own.
+#[test]
+fn on_a_terminal_a_bar_shows_the_steps_and_a_spinner_the_final_evaluation() {
+    let bin = env!("CARGO_BIN_EXE_tidepool");
+    let args = train_args("20", &["--eval-every", "8", "--eval-batches", "2"]);
+    // util-linux `script` runs the command on a pseudo-terminal and copies what it
+    // writes; it is in every Debian (bsdutils).
+    let command = format!("'{bin}' {}", args.join(" "));
+    let limit = Duration::from_secs(600);
+    let out = run_program("script", &["-q", "-e", "-c", &command, "/dev/null"], limit);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    let screen = out.stdout;
+    assert!(
+        screen.starts_with("tiny on "),
+        "the header comes first: {screen}"
+    );
+    assert!(screen.contains("20/20"), "a bar counts the steps: {screen}");
+    assert!(screen.contains('\u{1b}'), "it redraws: {screen}");
+    assert!(progress_steps(&screen.lines().map(String::from).collect::<Vec<_>>(), 20).is_empty());
+    for step in [8, 16] {
+        assert!(
+            screen.contains(&format!("step {step}: train loss ")),
+            "{screen}"
+        );
+    }
+    assert!(
+        screen.contains("final evaluation on 2 held-out batches"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("held-out batches..."),
+        "a spinner, not a line: {screen}"
+    );
+    assert!(screen.contains("done: 20 steps in "), "{screen}");
+}
+
+/// A reader that goes away (`tidepool train | head -1`) ends the run at its next
+/// line, quietly: no panic, no error, exit code 0.
+#[test]
+fn a_closed_pipe_ends_the_run_quietly() {
+    // Hours of steps, a line each: only the closed pipe can end this run soon.
+    let args = train_args("1000000", &["--log-every", "1"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs tidepool");
+    let mut header = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut header)
+        .unwrap();
+    // The reader is dropped here, before the first step's line is written.
+    assert!(header.starts_with("tiny on "), "{header}");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("tidepool went on training after its reader had gone");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("error"),
+        "{stderr}"
+    );
+}
+
+/// Signs of Rust's debug formatting in what a user reads.
+const DEBUG_FORMATTING: [&str; 6] = ["[\"", "\"]", "Some(", "Os {", "kind:", "os error"];
+
+/// Runs each case, which must fail at once with `code`, its stderr holding the
+/// expected words, and no panic and no debug formatting.
+fn refused(cases: &[(&[&str], &str)], code: i32) {
+    for (args, expected) in cases {
+        let out = tidepool(args);
+        let stderr = &out.stderr;
+        assert_eq!(out.code, Some(code), "tidepool {args:?}: {stderr}");
+        assert!(stderr.contains(expected), "tidepool {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "tidepool {args:?}: {stderr}");
+        for sign in DEBUG_FORMATTING {
+            assert!(!stderr.contains(sign), "tidepool {args:?}: {stderr}");
+        }
+        // Seconds at most: none of these may train (tiny's first step on lavapipe
+        // compiles for longer) or read an endless file past its cap.
+        assert!(
+            out.took.as_secs() < 20,
+            "tidepool {args:?} took {:?}",
+            out.took
+        );
+    }
+}
+
+/// Each bench subcommand takes its own flags, each checked by the command line
+/// (exit code 2) before any work.
+#[test]
+fn bench_subcommands_refuse_bad_and_foreign_flags() {
+    refused(
+        &[
+            (&["bench", "nope"], "unrecognized subcommand 'nope'"),
+            (&["bench"], "Usage: tidepool bench <COMMAND>"),
+            (
+                &["bench", "pool", "--batches", "0"],
+                "invalid value '0' for '--batches <BATCHES>': must be at least 1",
+            ),
+            (&["bench", "pool", "--presets", "tiny"], "unexpected argument '--presets'"),
+            (
+                &["bench", "step", "--steps", "0"],
+                "invalid value '0' for '--steps <STEPS>': must be at least 1",
+            ),
+            (
+                &["bench", "step", "--steps", "-1"],
+                "invalid value '-1' for '--steps <STEPS>'",
+            ),
+            (
+                &["bench", "step", "--at-once", "0"],
+                "invalid value '0' for '--at-once <AT_ONCE>': must be a whole number from 1 to 1024",
+            ),
+            (&["bench", "step", "--at-once", "8,5000"], "invalid value '5000'"),
+            (
+                &["bench", "step", "--at-once", "16", "--in-flight", "1,3"],
+                "invalid value '3' for '--in-flight <IN_FLIGHT>': must be a whole number from 1 to 2",
+            ),
+            (
+                &["bench", "step", "--in-flight", "2"],
+                "the following required arguments were not provided:\n  --at-once",
+            ),
+            (
+                &["bench", "step", "--presets", "tiny,,small"],
+                "a value is required for '--presets <PRESETS>'",
+            ),
+            (
+                &["bench", "step", "--presets", "tiny,huge"],
+                "invalid value 'huge' for '--presets <PRESETS>'\n  [possible values: tiny, small, shakespeare]",
+            ),
+            (
+                &["bench", "step", "--precision", "f64"],
+                "[possible values: f32, f16]",
+            ),
+            (
+                &["bench", "kernels", "--steps", "0"],
+                "invalid value '0' for '--steps <STEPS>': must be at least 1",
+            ),
+            (&["bench", "kernels", "--at-once", "4"], "unexpected argument '--at-once'"),
+            (
+                &["bench", "policies", "--precision", "f16"],
+                "unexpected argument '--precision'",
+            ),
+            (&["bench", "policies", "--presets", "x"], "invalid value 'x' for '--presets"),
+            (
+                &["bench", "soak", "--every", "0"],
+                "invalid value '0' for '--every <EVERY>': must be at least 1",
+            ),
+            (&["bench", "soak", "--preset", "x"], "invalid value 'x' for '--preset"),
+            (&["bench", "soak", "--presets", "tiny"], "unexpected argument '--presets'"),
+            (
+                &["trace", "bench", "--steps", "0"],
+                "invalid value '0' for '--steps <STEPS>': must be at least 1",
+            ),
+        ],
+        2,
+    );
+}
+
+/// Odd flags are refused at once by the command line (exit code 2), naming the
+/// flag and its limit.
+#[test]
+fn odd_train_and_sample_flags_are_usage_errors() {
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-usage-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let missing = dir.join("no-such-folder").join("out.json");
     let missing = missing.to_str().unwrap();
-    let folder = dir.to_str().unwrap();
-    let cases: &[(&[&str], &str)] = &[
-        (
-            &["bench", "pool", "--batches", "0"],
-            "--batches must be at least 1",
-        ),
-        (
-            &["bench", "step", "--steps", "0"],
-            "--steps must be at least 1",
-        ),
-        (
-            &["bench", "kernels", "--steps", "0"],
-            "--steps must be at least 1",
-        ),
-        (
-            &["bench", "step", "--at-once", "0"],
-            "--at-once values must be 1 to 1024, got 0",
-        ),
-        (&["bench", "step", "--at-once", "8,5000"], "got 5000"),
-        (
-            &["bench", "step", "--at-once", "16", "--in-flight", "1,3"],
-            "--in-flight values must be 1 to 2, got 3",
-        ),
-        (
-            &["bench", "step", "--in-flight", "2"],
-            "--in-flight needs --at-once",
-        ),
-        (
-            &["bench", "step", "--presets", "tiny,,small"],
-            "--presets has an empty name",
-        ),
-        (
-            &["bench", "soak", "--every", "0"],
-            "--every must be at least 1",
-        ),
-        (&["bench", "nope"], "unknown benchmark \"nope\""),
-        (
-            &["trace", "bench", "--steps", "0"],
-            "--steps must be at least 1",
-        ),
-        (
-            &["train", "--steps", "1", "--sample", "99999"],
-            "--sample must be at most 10000",
-        ),
-        (
-            &["train", "--steps", "1", "--trace", missing],
-            "cannot write the trace",
-        ),
-        (
-            &[
-                "train",
-                "--steps",
-                "1",
-                "--trace",
-                missing,
-                "--trace-steady",
-                "1",
-            ],
-            "--trace-steady must be 2 or later",
-        ),
-        (
-            &["train", "--steps", "1", "--save", missing],
-            "cannot write the checkpoint",
-        ),
-        (
-            &["train", "--steps", "1", "--save", folder],
-            "it is a folder",
-        ),
-        // The checkpoint does not exist: the settings are refused before it is read.
-        (
-            &["sample", "--checkpoint", missing, "--temperature", "-1"],
-            "--temperature must be 0 (greedy) or positive, got -1",
-        ),
-        (
-            &["sample", "--checkpoint", missing, "--tokens", "20000"],
-            "--tokens must be at most 10000 characters",
-        ),
-        // A negative number is a bad value, not an unknown flag.
-        (
-            &["bench", "step", "--steps", "-1"],
-            "invalid value '-1' for '--steps <STEPS>'",
-        ),
-        // /dev/zero says it holds 0 bytes and never ends.
-        (
-            &["train", "--corpus", "/dev/zero"],
-            "the largest corpus accepted is 67108864 bytes",
-        ),
-    ];
-    for (args, expected) in cases {
-        let (ok, stderr, took) = run(args);
-        assert!(!ok, "tidepool {args:?} succeeded");
-        assert!(stderr.contains(expected), "tidepool {args:?}: {stderr}");
-        assert!(
-            !stderr.contains("panicked"),
-            "tidepool {args:?} panicked: {stderr}"
-        );
-        // Seconds at most: none of these may train (tiny's first step on lavapipe
-        // compiles for longer) or read an endless file past its cap.
-        assert!(took.as_secs() < 20, "tidepool {args:?} took {took:?}");
-    }
+    refused(
+        &[
+            (
+                &["train", "--preset", "tyni"],
+                "invalid value 'tyni' for '--preset <PRESET>'\n  [possible values: tiny, small, shakespeare]",
+            ),
+            (&["train", "--layers", "0"], "layers must be from 1 to 1024, got 0"),
+            (&["train", "--log-every", "5", "--json"], "'--log-every <N>' cannot be used with '--json'"),
+            (
+                &["train", "--steps", "1", "--sample", "99999"],
+                "--sample must be at most 10000",
+            ),
+            (
+                &["train", "--steps", "1", "--trace", missing, "--trace-steady", "1"],
+                "--trace-steady must be 2 or later",
+            ),
+            // The checkpoint does not exist: the settings are refused before it is read.
+            (
+                &["sample", "--checkpoint", missing, "--temperature", "-1"],
+                "--temperature must be 0 (greedy) or positive, got -1",
+            ),
+            (
+                &["sample", "--checkpoint", missing, "--tokens", "20000"],
+                "--tokens must be at most 10000 characters",
+            ),
+        ],
+        2,
+    );
     assert_eq!(
         std::fs::read_dir(&dir).unwrap().count(),
         0,
         "nothing left behind"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Files that cannot be used fail the command (exit code 1) with an error that
+/// names the file, what it is for and why, before any GPU work (or, for an endless
+/// file, at its cap).
+#[test]
+fn unusable_files_are_named_with_what_they_are_for() {
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (gone, deep) = (path("run.safetensors"), path("no-such-folder/out.json"));
+    let (binary, damaged, folder) = (path("binary.txt"), path("damaged.safetensors"), path(""));
+    let folder = folder.trim_end_matches('/');
+    std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x41]).unwrap();
+    std::fs::write(&damaged, b"not a checkpoint at all").unwrap();
+    let cannot = |verb: &str, what: &str, file: &str, why: &str| {
+        format!("cannot {verb} {what} {file}: {why}")
+    };
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["train", "--resume", &gone],
+            cannot("read", "checkpoint", &gone, "no such file"),
+        ),
+        (
+            vec!["sample", "--checkpoint", &gone],
+            cannot("read", "checkpoint", &gone, "no such file"),
+        ),
+        (
+            vec!["sample", "--checkpoint", &damaged],
+            format!("{damaged}: bad checkpoint: not a complete safetensors file"),
+        ),
+        (
+            vec!["train", "--corpus", &gone],
+            cannot("read", "corpus", &gone, "no such file"),
+        ),
+        (
+            vec!["train", "--corpus", folder],
+            cannot("read", "corpus", folder, "it is a folder"),
+        ),
+        (
+            vec!["train", "--corpus", &binary],
+            format!("bad corpus: {binary} is not UTF-8 text"),
+        ),
+        (
+            vec!["bench", "step", "--corpus", &gone],
+            cannot("read", "corpus", &gone, "no such file"),
+        ),
+        // /dev/zero says it holds 0 bytes and never ends.
+        (
+            vec!["train", "--corpus", "/dev/zero"],
+            "the largest corpus accepted is 67108864 bytes".into(),
+        ),
+        (
+            vec!["train", "--steps", "1", "--save", &deep],
+            cannot("write", "checkpoint", &deep, "no such folder"),
+        ),
+        (
+            vec!["train", "--steps", "1", "--save", folder],
+            cannot("write", "checkpoint", folder, "it is a folder"),
+        ),
+        (
+            vec!["train", "--steps", "1", "--trace", &deep],
+            cannot("write", "trace", &deep, "no such folder"),
+        ),
+        (
+            vec!["trace", "replay", &gone],
+            cannot("read", "trace", &gone, "no such file"),
+        ),
+        (
+            vec!["trace", "replay", &binary],
+            format!("cannot replay trace {binary}: it is not UTF-8 text"),
+        ),
+        (
+            vec!["trace", "replay", &damaged],
+            format!("cannot replay trace {damaged}: not a tidepool trace"),
+        ),
+    ];
+    for (args, expected) in &cases {
+        refused(&[(args, expected)], 1);
+        let stderr = tidepool(args).stderr;
+        assert!(!stderr.contains("bad configuration"), "{stderr}");
+    }
+    let mut left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["binary.txt", "damaged.safetensors"],
+        "nothing left behind"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `train --help` groups its flags by what they set.
+#[test]
+fn train_help_groups_flags_by_what_they_set() {
+    let out = tidepool(&["train", "--help"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // Each heading (a line "Name:") and the flags listed under it.
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for line in out.stdout.lines() {
+        if let Some(heading) = line.strip_suffix(':').filter(|h| !h.starts_with(' ')) {
+            groups.push((heading.to_string(), Vec::new()));
+        } else if let (true, Some(at), Some((_, flags))) = (
+            line.trim_start().starts_with('-'),
+            line.find("--"),
+            groups.last_mut(),
+        ) {
+            // "  -h, --help  Print help", "      --layers <LAYERS>  Transformer blocks"
+            flags.push(line[at + 2..].split(' ').next().unwrap().to_string());
+        }
+    }
+    let headings: Vec<&str> = groups.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(
+        headings,
+        [
+            "Options",
+            "Model",
+            "Training",
+            "Pool",
+            "Output",
+            "Checkpoint"
+        ],
+        "{}",
+        out.stdout
+    );
+    let group = |name: &str| &groups.iter().find(|(h, _)| h == name).unwrap().1;
+    for (heading, flags) in [
+        (
+            "Model",
+            &["preset", "layers", "heads", "width", "context"][..],
+        ),
+        (
+            "Training",
+            &["batch", "lr", "steps", "eval-every", "corpus"],
+        ),
+        ("Pool", &["pool", "policy", "no-pool"]),
+        (
+            "Output",
+            &["json", "log-every", "sample", "trace", "trace-steady"],
+        ),
+        ("Checkpoint", &["save", "save-every", "resume"]),
+    ] {
+        for flag in flags {
+            assert!(
+                group(heading).iter().any(|f| f == flag),
+                "--{flag} under {heading}: {}",
+                out.stdout
+            );
+        }
+    }
+    assert_eq!(group("Options"), &["help"]);
+
+    // Each bench subcommand lists only its own flags.
+    let help = |which: &str| tidepool(&["bench", which, "--help"]).stdout;
+    assert!(help("step").contains("--at-once"));
+    assert!(!help("pool").contains("--presets"));
+    assert!(!help("soak").contains("--precision"));
 }

@@ -1,220 +1,155 @@
-// Thin wrappers over uPlot (small, fast, no dependencies; served from node_modules,
-// so the page works offline). A Chart sizes itself to its box and redraws only
-// when it is handed new data; the page hands it data at most once a frame.
+// The widget's five charts: loss, pool hit rate and objects created, bytes, free
+// buffers per size class, and step time. Their x is the step; a run's history
+// (history.mjs) holds only the steps recorded, and each draw thins it to at most
+// MAX_POINTS columns, so a frame costs the same however long the run.
 
-import uPlot from '../node_modules/uplot/dist/uPlot.esm.js';
+import { fmtBytes, fmtBytesShort, fmtCount } from './format.mjs';
+import { Chart } from './plot.mjs';
 
-/** uPlot's stylesheet, adopted with the widget's own (styles.mjs). */
-export const CHART_CSS_URL = new URL('../node_modules/uplot/dist/uPlot.min.css', import.meta.url);
+// Above this many points a series is thinned before drawing: the eye cannot tell.
+const MAX_POINTS = 2000;
 
-const KIB = 1024;
-/** 1536 -> "1.5 KiB" */
-export function fmtBytes(n) {
-  if (n == null || !Number.isFinite(n)) return '–';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = Math.abs(n);
-  let u = 0;
-  while (v >= KIB && u < units.length - 1) {
-    v /= KIB;
-    u++;
-  }
-  const sign = n < 0 ? '-' : '';
-  return u === 0 ? `${sign}${v} B` : `${sign}${v.toFixed(v < 10 ? 1 : 0)} ${units[u]}`;
-}
-
-/** 65536 -> "64K": short size labels for a crowded axis */
-export function fmtBytesShort(n) {
-  const units = ['', 'K', 'M', 'G', 'T'];
-  let u = 0;
-  while (n >= KIB && u < units.length - 1) {
-    n /= KIB;
-    u++;
-  }
-  return `${+n.toFixed(n < 10 && n % 1 ? 1 : 0)}${units[u] || 'B'}`;
-}
-
-/** 12345 -> "12.3k" for axis ticks */
-export function fmtCount(n) {
-  if (n == null || !Number.isFinite(n)) return '–';
-  const a = Math.abs(n);
-  if (a >= 1e9) return `${+(n / 1e9).toFixed(1)}G`;
-  if (a >= 1e6) return `${+(n / 1e6).toFixed(1)}M`;
-  if (a >= 1e3) return `${+(n / 1e3).toFixed(1)}k`;
-  return `${+n.toFixed(3)}`;
-}
-
-// Theme colours come from the widget's CSS custom properties, so light and dark
-// schemes (and a host page's overrides) reach the canvas too.
-export function readTheme(el) {
-  const css = getComputedStyle(el);
-  const v = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
-  return {
-    fg: v('--tp-fg-muted', '#9aa4b2'),
-    grid: v('--tp-grid', 'rgba(128,128,128,.2)'),
-    font: `12px ${v('--tp-font', 'system-ui, sans-serif')}`,
-    colors: [1, 2, 3, 4].map((i) => v(`--tp-c${i}`, ['#2dd4bf', '#fbbf24', '#f472b6', '#60a5fa'][i - 1])),
-    ghost: v('--tp-ghost', '#8b949e'),
-  };
-}
-
-const INTEGER_STEPS = [1, 2, 5].flatMap((m) => [1, 10, 100, 1e3, 1e4, 1e5, 1e6].map((p) => m * p)).sort((a, b) => a - b);
-
-let measuring = null;
-const measurer = () => (measuring ??= document.createElement('canvas').getContext('2d'));
-
-function axis(theme, { side = 3, scale = 'y', fmt = fmtCount, size, splits, label } = {}) {
-  return {
-    side,
-    scale,
-    stroke: theme.fg,
-    font: theme.font,
-    labelFont: theme.font,
-    label,
-    labelSize: label ? 18 : 0,
-    grid: { stroke: theme.grid, width: 1, show: scale === 'y' || scale === 'x' },
-    ticks: { stroke: theme.grid, width: 1, size: 4 },
-    // wide enough for the longest tick label ("1023.9 KiB"), measured, not guessed
-    size:
-      size ??
-      (side === 2
-        ? 36
-        : (u, values) => {
-            if (!values?.length) return 40;
-            const ctx = measurer();
-            ctx.font = theme.font;
-            return Math.ceil(Math.max(...values.map((v) => ctx.measureText(v).width))) + 14;
-          }),
-    splits,
-    values: (u, vals) => vals.map((x) => fmt(x)),
-    gap: 3,
-  };
-}
+const pct = (v) => `${Math.round(v * 100)}%`;
 
 /**
- * One live chart in `el`.
- * spec: { bars?: boolean, height?: number, xLabel?: string, xFmt?: fn, xSplits?: fn,
- *   y: {fmt, range?: [min, max]}, y2?: {fmt, range?},
- *   series: [{label, color (index into the theme, or 'ghost'), y2?: boolean, dash?: number[], width?: number}] }
+ * The step axis over [lo, hi] in at most MAX_POINTS bins of `stride` steps; each
+ * bin's x is its last step.
  */
-export class Chart {
-  constructor(el, spec) {
+function stepAxis(lo, hi) {
+  if (!(hi >= lo)) return { lo: 0, stride: 1, xs: [] };
+  const stride = Math.max(1, Math.ceil((hi - lo + 1) / MAX_POINTS));
+  const xs = Array.from({ length: Math.ceil((hi - lo + 1) / stride) }, (_, j) => Math.min(lo + (j + 1) * stride - 1, hi));
+  return { lo, stride, xs };
+}
+
+/** `values` of `run` on `axis`: the last value present in each bin (null where none). */
+function column(run, values, { lo, stride, xs }) {
+  const out = new Array(xs.length).fill(null);
+  if (!run) return out;
+  for (let i = 0; i < run.n; i++) {
+    const v = values[i];
+    if (v == null) continue;
+    const j = Math.floor((run.x[i] - lo) / stride);
+    if (j >= 0 && j < out.length) out[j] = v;
+  }
+  return out;
+}
+
+const first = (run) => (run?.n ? run.x[0] : undefined);
+const last = (run) => (run?.n ? run.x[run.n - 1] : undefined);
+
+export class RunCharts {
+  /** `el`: the widget's elements by data-ref (chartLoss, chartHit, chartBytes, chartBuckets, chartTime). */
+  constructor(el) {
     this.el = el;
-    this.spec = spec;
-    this.plot = null;
-    this.data = null;
-    this.width = 0;
-    this.observer = new ResizeObserver((entries) => {
-      const w = Math.floor(entries[0].contentRect.width);
-      if (w > 0 && w !== this.width) {
-        this.width = w;
-        if (this.plot) this.plot.setSize({ width: w, height: this.height() });
-        else if (this.data) this.build();
-      }
-    });
-    this.observer.observe(el);
-  }
-
-  height() {
-    return this.spec.height ?? 190;
-  }
-
-  build() {
-    const { spec } = this;
-    const theme = readTheme(this.el);
-    const colour = (c) => (c === 'ghost' ? theme.ghost : theme.colors[c ?? 0]);
-    const bars = spec.bars ? uPlot.paths.bars({ size: [0.7, 48], radius: 0.1 }) : null;
-    const series = [
-      { label: spec.xLabel ?? 'step', value: (u, v) => (v == null ? '–' : (spec.xFmt ?? fmtCount)(v)) },
-      ...spec.series.map((s) => ({
-        label: s.label,
-        scale: s.y2 ? 'y2' : 'y',
-        stroke: colour(s.color),
-        width: s.width ?? 1.5,
-        dash: s.dash,
-        fill: bars ? colour(s.color) + '' : undefined,
-        paths: bars ?? undefined,
-        points: { show: s.points ?? false, size: 5, fill: colour(s.color) },
-        spanGaps: true,
-        value: (u, v) => (v == null ? '–' : ((s.y2 ? spec.y2?.fmt : spec.y?.fmt) ?? fmtCount)(v)),
-      })),
-    ];
-    const scales = {
-      x: {
-        time: false,
-        range: (u, min, max) =>
-          min == null || !Number.isFinite(min) ? [0, 1] : spec.bars ? [min - 0.5, max + 0.5] : [min, Math.max(max, min + 1)],
-      },
-      y: {
-        range: spec.y?.range
-          ? () => spec.y.range
-          : (u, min, max) => nice(min, spec.y?.skipFirst ? maxAfterFirst(u, 'y', max) : max, spec.y?.zero),
-      },
+    this.bucketSizes = [];
+    const plot = (fig) => fig.querySelector('.tp-plot');
+    const bytes = { fmt: fmtBytes, zero: true };
+    this.charts = {
+      loss: new Chart(plot(el.chartLoss), {
+        y: { fmt: (v) => v.toFixed(2) },
+        series: [
+          { label: 'training', color: 0 },
+          { label: 'held-out', color: 1, points: true, width: 2 },
+          { label: 'previous run', color: 'ghost', dash: [4, 4], width: 1 },
+        ],
+      }),
+      hit: new Chart(plot(el.chartHit), {
+        y: { fmt: pct, range: [0, 1.02] },
+        y2: { fmt: fmtCount, zero: true },
+        series: [
+          { label: 'hit rate, this step', color: 0, width: 2 },
+          { label: 'since start', color: 3 },
+          { label: 'buffers created', color: 2, y2: true },
+          { label: 'bind groups created', color: 1, y2: true, dash: [4, 3] },
+          { label: 'pipelines created', color: 3, y2: true, dash: [2, 3] },
+        ],
+      }),
+      bytes: new Chart(plot(el.chartBytes), {
+        y: bytes,
+        series: [
+          { label: 'held by the pool', color: 0, width: 2 },
+          { label: 'in use', color: 1 },
+        ],
+      }),
+      buckets: new Chart(plot(el.chartBuckets), {
+        bars: true,
+        xLabel: 'size class',
+        // every size class is a bar; labels thin out when they would collide
+        xSplits: (u) => {
+          const n = this.bucketSizes.length;
+          const fit = Math.max(1, Math.floor(u.bbox.width / devicePixelRatio / 38));
+          const every = Math.ceil(n / fit);
+          return this.bucketSizes.map((_, i) => i).filter((i) => i % every === 0);
+        },
+        xFmt: (i) => (Number.isInteger(i) && this.bucketSizes[i] !== undefined ? fmtBytesShort(this.bucketSizes[i]) : ''),
+        y: { fmt: fmtCount, zero: true },
+        series: [{ label: 'free buffers', color: 3 }],
+      }),
+      time: new Chart(plot(el.chartTime), {
+        // the first step compiles every shader: left off the scale, or it flattens the rest
+        y: { fmt: (v) => `${+v.toFixed(1)}`, zero: true, skipFirst: true },
+        y2: { fmt: fmtCount, zero: true },
+        series: [
+          { label: 'ms per step', color: 0, width: 2 },
+          { label: 'tokens/s', color: 1, y2: true },
+          { label: 'previous run, ms', color: 'ghost', dash: [4, 4], width: 1 },
+        ],
+      }),
     };
-    const axes = [
-      // steps and size classes are whole numbers: no 2.5 ticks
-      { ...axis(theme, { side: 2, scale: 'x', fmt: spec.xFmt ?? fmtCount, splits: spec.xSplits }), incrs: INTEGER_STEPS },
-      axis(theme, { side: 3, scale: 'y', fmt: spec.y?.fmt ?? fmtCount }),
-    ];
-    if (spec.y2) {
-      scales.y2 = { range: spec.y2.range ? () => spec.y2.range : (u, min, max) => nice(min, max, spec.y2.zero) };
-      axes.push({ ...axis(theme, { side: 1, scale: 'y2', fmt: spec.y2.fmt ?? fmtCount }), grid: { show: false } });
-    }
-    this.plot = new uPlot(
-      {
-        width: this.width,
-        height: this.height(),
-        series,
-        scales,
-        axes,
-        legend: { show: true, live: false },
-        cursor: { drag: { x: false, y: false }, points: { show: false } },
-        padding: [8, spec.y2 ? 4 : 12, 0, 0],
-      },
-      this.data,
-      this.el,
-    );
   }
 
-  /** New data (uPlot's aligned columns). Built on first data once the box has a width. */
-  setData(data) {
-    this.data = data;
-    if (this.plot) this.plot.setData(data);
-    else if (this.width > 0) this.build();
+  /**
+   * Draws `cur` (and `prev` dashed, where its steps overlap cur's: a run loaded far
+   * along would otherwise squash both into a corner). `pooling`: the pool is on.
+   */
+  draw(cur, prev, pooling) {
+    const { el, charts } = this;
+    const s = cur.latest;
+    const ghost = prev?.n && (!cur.n || first(prev) <= last(cur)) ? prev : null;
+    const lo = Math.min(first(cur) ?? Infinity, first(ghost) ?? Infinity);
+    const hi = Math.max(last(cur) ?? -Infinity, last(ghost) ?? -Infinity);
+    const shared = stepAxis(lo, hi);
+    const col = (values) => column(cur, values, shared);
+    charts.loss.setData([shared.xs, col(cur.loss), col(cur.val), column(ghost, ghost?.loss, shared)]);
+    charts.hit.setData([shared.xs, col(cur.hit), col(cur.hitCum), col(cur.created), col(cur.bindGroups), col(cur.pipelines)]);
+    charts.time.setData([shared.xs, col(cur.ms), col(cur.tps), column(ghost, ghost?.ms, shared)]);
+    const own = stepAxis(first(cur), last(cur));
+    charts.bytes.setData([own.xs, column(cur, cur.held, own), column(cur, cur.inUse, own)]);
+
+    // Bars: every size class seen in this run keeps its slot, so bars rise and fall in place.
+    const sizes = [...cur.sizes].sort((a, b) => a - b);
+    const counts = sizes.map((size) => s?.buckets?.find((b) => b.size === size)?.count ?? 0);
+    this.bucketSizes = sizes;
+    charts.buckets.setData([sizes.map((_, i) => i), counts]);
+    el.bucketsEmpty.textContent = counts.some((c) => c > 0)
+      ? ''
+      : !pooling
+        ? 'None: with the pool off, every buffer is destroyed after its step.'
+        : s
+          ? 'None free right now.'
+          : 'Appears after the first step.';
+
+    // Plain figures for tests and for anyone reading the DOM: the points recorded,
+    // the last step drawn, the latest value.
+    const mark = (fig, points, latest) => {
+      fig.dataset.points = points;
+      fig.dataset.lastStep = last(cur) ?? '';
+      fig.dataset.latest = latest ?? '';
+    };
+    mark(el.chartLoss, cur.n, s?.loss);
+    mark(el.chartHit, cur.n, s?.step_hit_rate);
+    mark(el.chartBytes, cur.n, s?.bytes_held);
+    mark(el.chartBuckets, counts.filter((c) => c > 0).length, s?.total_pooled);
+    mark(el.chartTime, cur.n, s?.ms);
   }
 
-  /** Rebuild with the current theme (after a colour-scheme change). */
+  /** Rebuilt with the current theme (after the styles arrive, or a colour-scheme change). */
   restyle() {
-    if (!this.plot) return;
-    this.plot.destroy();
-    this.plot = null;
-    if (this.data && this.width > 0) this.build();
+    for (const c of Object.values(this.charts)) c.restyle();
   }
 
   destroy() {
-    this.observer.disconnect();
-    this.plot?.destroy();
-    this.plot = null;
+    for (const c of Object.values(this.charts)) c.destroy();
   }
-}
-
-// The largest value on `scale` leaving out each series' first point (when there are
-// enough others to show a shape).
-function maxAfterFirst(u, scale, max) {
-  let m = -Infinity;
-  u.series.forEach((s, i) => {
-    if (i === 0 || s.scale !== scale) return;
-    const col = u.data[i];
-    if (!col || col.length < 4) return (m = Math.max(m, max));
-    for (let j = 1; j < col.length; j++) if (col[j] != null && col[j] > m) m = col[j];
-  });
-  return Number.isFinite(m) ? m : max;
-}
-
-// A range with a little headroom that does not hug the data, from zero if asked.
-function nice(min, max, zero) {
-  if (min == null || max == null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
-  if (zero) min = Math.min(0, min);
-  if (min === max) return [min - (Math.abs(min) * 0.1 || 1), max + (Math.abs(max) * 0.1 || 1)];
-  const pad = (max - min) * 0.08;
-  return [zero && min === 0 ? 0 : min - pad, max + pad];
 }

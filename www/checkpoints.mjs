@@ -8,11 +8,11 @@
 // a stop: training goes on, and Save still downloads.
 
 import { kindError, kindOf, messageOf } from './errors.mjs';
+import { checkRun, continued } from './history.mjs';
+import { MAX_STEP } from './worker-schedule.mjs';
 
 /** The wasm refuses larger files (checkpoint::MAX_CHECKPOINT_BYTES); refused here before reading. */
 export const MAX_CHECKPOINT_BYTES = 2 ** 30;
-/** A chart padded for a loaded run's earlier steps stops being padded past this (a crafted step count). */
-const MAX_PADDED_STEPS = 10_000_000;
 const DB_NAME = 'tidepool';
 const STORE = 'runs';
 
@@ -99,9 +99,36 @@ export class RunStore {
   get() {
     return this.run('readonly', (s) => s.get(this.key));
   }
+  delete() {
+    return this.run('readwrite', (s) => s.delete(this.key));
+  }
   put(record) {
     return this.run('readwrite', (s) => s.put(record, this.key));
   }
+}
+
+/**
+ * What is wrong with a record read back from IndexedDB, or null when it is one of
+ * ours: another tab, an older version, or a hand at the browser's storage may have
+ * put anything there. Its history is checked too (history.mjs's checkRun).
+ */
+export function checkRecord(record) {
+  if (record === null || typeof record !== 'object') return 'it is not a saved run';
+  const { bytes, step, preset, date, corpus } = record;
+  if (!(bytes instanceof Uint8Array || bytes instanceof ArrayBuffer)) return 'it holds no checkpoint bytes';
+  if (bytes.byteLength > MAX_CHECKPOINT_BYTES) return `its checkpoint is over ${MAX_CHECKPOINT_BYTES} bytes (MAX_CHECKPOINT_BYTES)`;
+  if (!Number.isSafeInteger(step) || step < 0 || step > MAX_STEP) return `its step (${String(step).slice(0, 40)}) is not a whole number from 0 to ${MAX_STEP}`;
+  if (preset !== undefined && preset !== null && typeof preset !== 'string') return 'its preset is not text';
+  if (!Number.isFinite(date)) return 'its date is not a time';
+  if (corpus !== null && corpus !== undefined) {
+    if (typeof corpus !== 'object' || typeof corpus.name !== 'string') return 'its corpus has no name';
+    if (!(typeof corpus.data === 'string' || corpus.data instanceof Uint8Array)) return "its corpus's text is neither text nor bytes";
+  }
+  if (record.history !== null && record.history !== undefined) {
+    const why = checkRun(record.history);
+    if (why) return `its chart history is damaged: ${why}`;
+  }
+  return null;
 }
 
 /** "tiny, step 200, saved 30 Nov, 19:40" */
@@ -178,6 +205,13 @@ export class Checkpoints {
       return this.storageTrouble(err, 'look for a saved run', { quiet: true });
     }
     if (!record || this.w.destroyed) return;
+    const why = checkRecord(record);
+    if (why) {
+      // dropped, so that it is neither offered nor, through the charts, saved again
+      this.status(`The run saved in this browser could not be read (${why}) and was removed.`);
+      this.store.delete().catch(() => {});
+      return;
+    }
     this.last = record;
     const { resumeLast } = this.w.el;
     resumeLast.hidden = false;
@@ -283,6 +317,7 @@ export class Checkpoints {
       if (preset && [...w.el.preset.options].some((o) => o.value === preset)) w.el.preset.value = preset;
       // the created event has started an empty history: it continues the saved one
       w.cur = continued(w.cur, history, m.stats);
+      w.latestVal = w.cur.lastVal ?? null;
       w.scheduleDraw();
       this.status(`Loaded ${label}: step ${m.stats?.step ?? 0}.`);
       w.fire('loaded', { step: m.stats?.step ?? 0, label });
@@ -331,19 +366,4 @@ export class Checkpoints {
       this.update();
     }
   }
-}
-
-/**
- * The history a loaded run continues: the saved one when it ends at `step` (a resume
- * from this browser), else empty steps up to `step`, so the chart's x stays the step.
- */
-function continued(fresh, saved, stats) {
-  const step = stats?.step ?? 0;
-  if (saved && saved.n === step && Array.isArray(saved.loss)) return { ...fresh, ...saved, label: fresh.label };
-  // shown until the next step: the loaded step (its loss is not in the file)
-  fresh.latest = stats ? { ...stats, loss: null } : null;
-  if (!(step > 0 && step <= MAX_PADDED_STEPS)) return fresh;
-  for (const key of ['x', 'loss', 'val', 'hit', 'hitCum', 'created', 'held', 'inUse', 'ms', 'tps']) fresh[key] = new Array(step);
-  fresh.n = step;
-  return fresh;
 }

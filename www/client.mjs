@@ -1,8 +1,9 @@
-// The page's side of the worker protocol (see worker.mjs): one TrainerClient owns
-// one worker, hence one wasm instance, one GPU device and one Trainer. Requests
-// return promises, and every one of them settles: with the reply, with the worker's
-// error, or with the reason the worker is gone (it crashed, stopped answering, or
-// was replaced by start()). Everything the worker reports unasked is an event.
+// The page's side of the worker protocol (worker-protocol.mjs is the worker's): one
+// TrainerClient owns one worker, hence one wasm instance, one GPU device and one
+// Trainer. Requests return promises, and every one of them settles: with the reply,
+// with the worker's error, or with the reason the worker is gone (it crashed, stopped
+// answering, or was replaced by start()). Everything the worker reports unasked is an
+// event.
 //
 // Browsers start workers only from the page's own origin. When tidepool is loaded
 // from another (a package CDN), the worker starts from a same-origin blob: module
@@ -13,8 +14,55 @@
 import { cspError, violationOf } from './csp.mjs';
 import { kindError } from './errors.mjs';
 
-const WORKER_URL = new URL('./worker.mjs', import.meta.url);
-const PKG_URL = new URL('../pkg/tidepool.js', import.meta.url);
+// Where worker.mjs is, for the origin check and messages. Through a variable: a
+// literal new URL(..., import.meta.url) outside new Worker() makes bundlers copy the
+// worker as a raw file, without its imports.
+const WORKER_PATH = './worker.mjs';
+const WORKER_HERE = new URL(WORKER_PATH, import.meta.url);
+
+/**
+ * A module worker for `script` (null: the package's own worker.mjs). Same origin: the
+ * script itself, through the literal form bundlers follow (they bundle the worker and
+ * its imports). Another origin (a package CDN): a same-origin blob: module that
+ * imports it. Returns {worker, url, foreign}; `url` is what the Worker was given.
+ */
+function newWorker(script) {
+  const target = script ?? WORKER_HERE;
+  const options = { type: 'module', name: 'tidepool-trainer' };
+  if (target.origin !== location.origin) {
+    const url = URL.createObjectURL(new Blob([`import ${JSON.stringify(target.href)};\n`], { type: 'text/javascript' }));
+    try {
+      return { worker: new Worker(url, options), url, foreign: true };
+    } catch (err) {
+      URL.revokeObjectURL(url);
+      throw Object.assign(err, { url, foreign: true });
+    }
+  }
+  try {
+    const worker = script ? new Worker(script, options) : new Worker(new URL('./worker.mjs', import.meta.url), { type: 'module', name: 'tidepool-trainer' });
+    return { worker, url: target, foreign: false };
+  } catch (err) {
+    throw Object.assign(err, { url: target, foreign: false });
+  }
+}
+
+/**
+ * Why a same-origin worker script did not start, found by fetching it: missing, a
+ * server's HTML fallback in its place, or (when it is there) one of its imports.
+ */
+async function whyNoWorker(url) {
+  const fix = 'give mount() its URL as workerUrl if a bundler moved it';
+  let res;
+  try {
+    res = await fetch(url, { cache: 'no-store' });
+  } catch (err) {
+    return `the training worker ${url} could not be fetched (${err?.message ?? err}): ${fix}`;
+  }
+  const type = res.headers.get('Content-Type') ?? '';
+  if (!res.ok) return `the training worker ${url} could not be loaded (HTTP ${res.status}): ${fix}`;
+  if (!/javascript|ecmascript/i.test(type)) return `the training worker ${url} is ${type || 'of no Content-Type'}, not JavaScript (a server's fallback page?): ${fix}`;
+  return `the training worker ${url} did not start: one of the modules it imports failed to load (the browser's console names it)`;
+}
 
 /**
  * The watchdog: the worker is pinged every `every` ms. It is declared stalled when a
@@ -30,14 +78,18 @@ const EVENTS = new Set(['created', 'step', 'eval', 'sample', 'state', 'autosave'
 
 export class TrainerClient extends EventTarget {
   /**
-   * @param {{pkgUrl?: string|URL, workerUrl?: string|URL, schedule?: object, watchdog?: object}} [options]
-   *   schedule: evalEvery, firstSample, sampleSeconds, sampleShare, sampleLength,
-   *   temperature, topK, maxSteps, batchMs, maxAtOnce (see worker.mjs); watchdog: every, answer, busy (ms)
+   * @param {{pkgUrl?: string|URL, wasmUrl?: string|URL, workerUrl?: string|URL, schedule?: object, watchdog?: object}} [options]
+   *   the URLs: where a bundler or a server put the wasm package's JS, its .wasm and
+   *   worker.mjs (default: beside this module, as the package ships them); schedule:
+   *   evalEvery, firstSample, sampleSeconds, sampleShare, sampleLength, temperature,
+   *   topK, maxSteps, batchMs, maxAtOnce (see worker-schedule.mjs); watchdog: every, answer, busy (ms)
    */
-  constructor({ pkgUrl = PKG_URL, workerUrl = WORKER_URL, schedule = {}, watchdog = {} } = {}) {
+  constructor({ pkgUrl, wasmUrl, workerUrl, schedule = {}, watchdog = {} } = {}) {
     super();
-    this.pkgUrl = String(new URL(pkgUrl, document.baseURI));
-    this.workerUrl = workerUrl;
+    const absolute = (url) => (url === undefined || url === null ? undefined : new URL(url, document.baseURI));
+    this.pkgUrl = absolute(pkgUrl);
+    this.wasmUrl = absolute(wasmUrl);
+    this.workerUrl = absolute(workerUrl);
     this.schedule = schedule;
     this.watchdog = { ...WATCHDOG, ...watchdog };
     this.nextId = 1;
@@ -49,18 +101,17 @@ export class TrainerClient extends EventTarget {
   /** Starts a new worker (ending the one there was); resolves with {presets, policies, gpu}. */
   start() {
     this.stop(kindError('stopped', 'the worker was replaced by a new one'));
-    const script = new URL(this.workerUrl, document.baseURI);
-    const foreign = script.origin !== location.origin;
-    const url = foreign ? URL.createObjectURL(new Blob([`import ${JSON.stringify(script.href)};\n`], { type: 'text/javascript' })) : script;
+    const script = this.workerUrl ?? WORKER_HERE;
     const blocked = (violation) => cspError(violation, script.origin, location.origin);
     let worker;
+    let url;
+    let foreign;
     try {
-      worker = new Worker(url, { type: 'module', name: 'tidepool-trainer' });
+      ({ worker, url, foreign } = newWorker(this.workerUrl));
     } catch (err) {
       // some browsers refuse a worker that the page's policy blocks at once
-      if (foreign) URL.revokeObjectURL(url);
-      const csp = err?.name === 'SecurityError' ? blocked({ directive: 'worker-src', blocked: foreign ? 'blob' : script.href }) : null;
-      return Promise.reject(csp ?? kindError('load', `the training worker could not start: ${err?.message ?? err}`, { op: 'load' }));
+      const csp = err?.name === 'SecurityError' ? blocked({ directive: 'worker-src', blocked: err.foreign ? 'blob' : script.href }) : null;
+      return Promise.reject(csp ?? kindError('load', `the training worker ${script.href} could not start: ${err?.message ?? err}`, { op: 'load' }));
     }
     this.worker = worker;
     // The page's policy blocking this worker (worker-src) shows only as this event.
@@ -82,22 +133,28 @@ export class TrainerClient extends EventTarget {
     worker.onerror = (event) => {
       event.preventDefault?.();
       const loading = this.loading;
+      if (!loading) {
+        const text = event.message || 'it stopped';
+        return this.die(kindError('crashed', `the training worker failed: ${text}`, { op: 'worker' }));
+      }
       const where = foreign
-        ? `the training worker could not load from ${script.href}: that server must send Access-Control-Allow-Origin, and a Content-Security-Policy must allow blob: and ${script.origin} in worker-src`
-        : 'the training worker could not start (does this browser run module workers?)';
-      const text = event.message || where;
-      const err = kindError(loading ? 'load' : 'crashed', loading ? text : `the training worker failed: ${text}`, { op: loading ? 'load' : 'worker' });
-      if (loading) setTimeout(() => this.worker === worker && this.die(err), 50);
-      else this.die(err);
+        ? Promise.resolve(
+            `the training worker could not load from ${script.href}: that server must send Access-Control-Allow-Origin, and a Content-Security-Policy must allow blob: and ${script.origin} in worker-src`,
+          )
+        : whyNoWorker(script);
+      // (a policy violation, reported just after, takes precedence: it is waited for)
+      const wait = new Promise((next) => setTimeout(next, 50));
+      Promise.all([where, wait]).then(([text]) => this.worker === worker && this.die(kindError('load', event.message || text, { op: 'load' })));
     };
     this.pong = { seq: 0, answered: 0, sent: 0 };
     this.timer = setInterval(() => this.check(), this.watchdog.every);
     this.loading = true;
-    return this.request({ type: 'init', pkgUrl: this.pkgUrl, schedule: this.schedule }, { quiet: true }).then(
+    const urls = { pkgUrl: this.pkgUrl?.href, wasmUrl: this.wasmUrl?.href };
+    return this.request({ type: 'init', ...urls, schedule: this.schedule }, { quiet: true }).then(
       (m) => {
         this.loading = false;
         this.unlisten?.();
-        return { presets: m.presets, policies: m.policies, gpu: m.gpu };
+        return { presets: m.presets, policies: m.policies, maxCorpusBytes: m.maxCorpusBytes, gpu: m.gpu };
       },
       (err) => {
         this.loading = false;

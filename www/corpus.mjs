@@ -12,12 +12,12 @@ import { kindError, messageOf } from './errors.mjs';
 export const MAX_CORPUS_BYTES = 64 * 1024 * 1024;
 
 /**
- * Where the default corpus is (Tiny Shakespeare): the wasm's defaultCorpusPath(),
- * relative to the package root (where index.html is), or its value until loaded.
+ * The default corpus (Tiny Shakespeare), shipped in the package's data/: written as
+ * the literal new URL(..., import.meta.url) that bundlers follow and emit.
  */
-export function defaultCorpusUrl(path = 'data/tinyshakespeare.txt') {
-  return new URL(path, new URL('../', import.meta.url));
-}
+export const DEFAULT_CORPUS_URL = new URL('../data/tinyshakespeare.txt', import.meta.url);
+/** Its name in the widget (a bundler renames the file it emits). */
+export const DEFAULT_CORPUS_NAME = 'tinyshakespeare.txt';
 
 const MIB = 1024 * 1024;
 const mib = (n) => `${(n / MIB).toFixed(n < 10 * MIB ? 1 : 0)} MiB`;
@@ -33,17 +33,18 @@ export function checkSize(name, bytes, max = MAX_CORPUS_BYTES) {
 export const utf8Bytes = (text) => new Blob([text]).size;
 
 /** A chosen or dropped file as bytes (checked against the cap before it is read). */
-export async function readFile(file, max = MAX_CORPUS_BYTES) {
-  checkSize(file.name, file.size, max);
+export async function readFile(file, max = MAX_CORPUS_BYTES, name = file.name) {
+  checkSize(name, file.size, max);
   return new Uint8Array(await file.arrayBuffer());
 }
 
 /**
  * Fetches `url` as bytes: refused before the download when the server gives a size
- * over the cap, and cut off as soon as the bytes pass it when it gives none.
- * Resolves {name, bytes}.
+ * over the cap, and cut off as soon as the bytes pass it when it gives none; an HTML
+ * page in its place is refused. `name`: its name in the widget (default: the URL's
+ * last segment). Resolves {name, bytes}.
  */
-export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
+export async function fetchCorpus(url, max = MAX_CORPUS_BYTES, name = undefined) {
   const where = String(url);
   let res;
   try {
@@ -52,11 +53,13 @@ export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
     throw kindError('corpus', `could not fetch the corpus ${where}: ${messageOf(err)}`);
   }
   if (!res.ok) throw kindError('corpus', `could not fetch the corpus ${where}: HTTP ${res.status}`);
-  const last = new URL(res.url || where, location.href).pathname.split('/').pop();
-  let name = last || 'corpus';
-  try {
-    name = decodeURIComponent(name);
-  } catch {}
+  checkNotPage(where, res.url || where, res.headers.get('Content-Type'));
+  if (name === undefined) {
+    name = new URL(res.url || where, location.href).pathname.split('/').pop() || 'corpus';
+    try {
+      name = decodeURIComponent(name);
+    } catch {}
+  }
   const declared = Number(res.headers.get('Content-Length'));
   if (declared > 0) checkSize(name, declared, max);
   const chunks = [];
@@ -79,4 +82,20 @@ export async function fetchCorpus(url, max = MAX_CORPUS_BYTES) {
     at += c.length;
   }
   return { name, bytes };
+}
+
+/**
+ * Refuses an HTML page in place of a text file: what a dev server or a single-page
+ * app's host sends for a path it does not have (with 200). A corpus asked for by an
+ * .html or .htm URL may be HTML.
+ */
+export function checkNotPage(asked, answered, contentType) {
+  const html = /^\s*(text\/html|application\/xhtml\+xml)\b/i.test(contentType ?? '');
+  const path = new URL(answered, 'http://x/').pathname;
+  if (html && !/\.x?html?$/i.test(path)) {
+    throw kindError(
+      'corpus',
+      `the corpus ${asked} came back as an HTML page (${contentType}), not a text file: the server has no such file and answered with its fallback page. Check the URL (mount()'s corpusUrl), or serve the file there.`,
+    );
+  }
 }

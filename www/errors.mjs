@@ -31,3 +31,35 @@ export function kindOf(err) {
   if (err instanceof WebAssembly.RuntimeError || messageOf(err) === 'unreachable') return 'crashed';
   return 'internal';
 }
+
+// ---- what a person reads ---------------------------------------------------
+
+const BROWSERS =
+  'WebGPU is in Chrome and Edge 113+ (on Linux start them with --enable-unsafe-webgpu --enable-features=Vulkan), ' +
+  'Safari 26+, and Firefox 141+ on Windows (elsewhere set dom.webgpu.enabled in about:config). ' +
+  'It needs https:// or http://localhost.';
+
+// What each kind of error is called, what it adds, and whether Restart is the way on.
+const SAY = {
+  config: ['Check the settings'],
+  too_large: ['Too large for this GPU'],
+  corpus: ['This corpus cannot be used'],
+  no_webgpu: ['No WebGPU here'],
+  device_lost: ['The GPU device was lost', 'Restart builds a new device and trains again.', true],
+  crashed: ['tidepool crashed', 'Restart starts it afresh.', true],
+  stalled: ['tidepool stopped answering', 'Restart starts it afresh.', true],
+  storage: ['The run was not saved in this browser'],
+  load: ['tidepool did not load', '', true],
+  csp: ["Blocked by this page's Content-Security-Policy"],
+  busy: ['tidepool was asked twice at once', 'Wait for the first request to finish.'],
+  internal: ['Something went wrong', '', true],
+};
+
+/** [title, text, restart] for an error a person can act on. */
+export function describe(err) {
+  const kind = kindOf(err);
+  const message = messageOf(err);
+  const [title, more = '', restart = false] = SAY[kind] ?? SAY.internal;
+  const extra = kind === 'no_webgpu' && !/chrome/i.test(message) ? BROWSERS : more;
+  return [title, extra ? `${message} ${extra}` : message, restart];
+}

@@ -26,6 +26,7 @@ import { createServer } from 'node:http';
 import { constants } from 'node:fs';
 import { access, open, realpath } from 'node:fs/promises';
 import { extname, join, resolve, sep } from 'node:path';
+import { pipeline } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
 const REPO_ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -200,10 +201,9 @@ async function handle(req, res, root, port, cors) {
     await handle.close();
     return res.end();
   }
-  handle
-    .createReadStream()
-    .on('error', () => res.destroy())
-    .pipe(res);
+  // pipeline, not pipe: a download aborted half way destroys the file's stream, and
+  // with it closes the file (pipe would leave it open until garbage collection).
+  pipeline(handle.createReadStream(), res, () => {});
 }
 
 /**

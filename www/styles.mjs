@@ -6,7 +6,7 @@
 // another origin (a CDN), so a page's Content-Security-Policy governs it through
 // connect-src; constructed sheets need no style-src.
 
-import { CHART_CSS_URL } from './charts.mjs';
+import { CHART_CSS_URL } from './plot.mjs';
 
 const TIDEPOOL_CSS_URL = new URL('./tidepool.css', import.meta.url);
 
@@ -22,8 +22,12 @@ function cssText(url) {
   if (!texts.has(url)) {
     texts.set(
       url,
-      fetch(url).then((res) => {
+      // Accept: a dev server that serves CSS to imports as JavaScript (Vite's) sends
+      // it as CSS when asked for CSS; anything else that comes back is refused.
+      fetch(url, { headers: { Accept: 'text/css' } }).then((res) => {
         if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        const type = res.headers.get('Content-Type') ?? '';
+        if (!/^\s*text\/css\b/i.test(type)) throw new Error(`it came back as ${type || 'no Content-Type'}, not text/css`);
         return res.text();
       }),
     );

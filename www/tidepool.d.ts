@@ -1,11 +1,11 @@
-// Types of the trainer widget, www/tidepool.mjs (`import { mount } from 'tidepool'`).
-// The wasm Trainer's types are in ./wasm.d.ts ('tidepool/wasm').
+// Types of the trainer widget, www/tidepool.mjs (`import { mount } from 'tidepool-gpu'`).
+// The wasm Trainer's types are in ./wasm.d.ts ('tidepool-gpu/wasm').
 
-import type { AdapterInfo, CorpusInfo, ModelInfo, SizePolicyName, StepStats } from './wasm.js';
+import type { AdapterInfo, CorpusInfo, ModelInfo, PresetName, SizePolicyName, StepStats } from './wasm.js';
 
 export type * from './wasm.js';
 
-/** When the worker evaluates and samples while training (all optional). */
+/** When the worker evaluates and samples while training (all optional; www/worker-schedule.mjs). */
 export interface TidepoolSchedule {
   /** Steps between held-out evaluations (default 20)... */
   evalEvery?: number;
@@ -38,6 +38,11 @@ export interface TidepoolSchedule {
   batchMs?: number;
   /** Steps a call, at most (16; 1 trains one step a call). */
   maxAtOnce?: number;
+  /**
+   * Start the next call before the last one's losses are back, where nothing is due at
+   * its end and steps are fast enough for two a call (default true).
+   */
+  overlap?: boolean;
 }
 
 /** `mount(element, options)`; every field is optional. Settings apply on Reset. */
@@ -45,7 +50,7 @@ export interface TidepoolOptions {
   /** Heading shown above the trainer (default `tidepool`; empty: none). */
   title?: string;
   /** Model preset: `tiny` (default), `small`, `shakespeare`. */
-  preset?: string;
+  preset?: PresetName;
   /** Train with the buffer pool (default true); false creates every buffer fresh. */
   pool?: boolean;
   /** Size classes of the pool; unset: the trainer's default. */
@@ -59,16 +64,25 @@ export interface TidepoolOptions {
   seed?: number;
   /** Length of the learning-rate schedule; training pauses there. */
   steps?: number;
-  /** Text to train on instead of the built-in corpus. */
-  corpus?: string;
+  /** Text (or its UTF-8 bytes) to train on instead of the default corpus. */
+  corpus?: string | Uint8Array;
   /** Its name in the widget (default `custom text`). */
   corpusName?: string;
   /** A text file fetched at mount and trained on. */
   corpusUrl?: string;
   /** Start training once the model is built. */
   autostart?: boolean;
-  /** URL of the wasm package's `tidepool.js`; default: `../pkg/tidepool.js` next to this module. */
+  /**
+   * Where the package's files are, for a bundler or server that moved them. Each
+   * defaults to its place in the package, written so that bundlers (Vite, webpack,
+   * Rollup) find and emit it; a URL that fails is an error of kind `load` naming it.
+   * `pkgUrl`: the wasm package's JS (`pkg/tidepool.js`).
+   */
   pkgUrl?: string | URL;
+  /** The wasm package's `.wasm` (`pkg/tidepool_bg.wasm`; with `pkgUrl` alone, the one beside it). */
+  wasmUrl?: string | URL;
+  /** The training worker's module (`www/worker.mjs`). */
+  workerUrl?: string | URL;
   /**
    * Render into the element's (open) shadow root, with the widget's styles adopted there
    * only: the host page's CSS cannot reach it and its CSS never leaks out. The
@@ -78,6 +92,12 @@ export interface TidepoolOptions {
   shadow?: boolean;
   /** Evaluation and sampling cadence. */
   schedule?: TidepoolSchedule;
+  /**
+   * How soon a silent worker is declared stalled (ms): pinged `every` (5000), stalled
+   * when a ping goes unanswered for `answer` (30000) or one request runs for `busy`
+   * (300000).
+   */
+  watchdog?: { every?: number; answer?: number; busy?: number };
   /** Save the run to IndexedDB every this many steps while training (default 200; 0: never). */
   autosaveEvery?: number;
   /** IndexedDB key of the autosaved run (default `last`): give each trainer on a page its own. */
@@ -156,8 +176,9 @@ export interface TidepoolEventMap {
 /** One run's history, as the charts draw it (index i is the i-th step of this run). */
 export interface TidepoolRun {
   label: string;
-  /** Steps recorded. */
+  /** Steps recorded (a run loaded from a checkpoint starts with none; past 20,000, every other one is let go). */
   n: number;
+  /** The step of each entry, rising. */
   x: number[];
   loss: number[];
   val: (number | null)[];
@@ -168,6 +189,8 @@ export interface TidepoolRun {
   inUse: number[];
   ms: number[];
   tps: number[];
+  bindGroups: number[];
+  pipelines: number[];
   sizes: Set<number>;
   latest: StepStats | null;
 }
@@ -178,16 +201,25 @@ export interface TidepoolController {
   start(): void;
   /** Stops after the steps in flight (at most `schedule.batchMs` of training). */
   pause(): void;
-  /** One step, when paused. */
-  stepOnce(): void;
+  /** One step, when paused; resolves once it is done. */
+  stepOnce(): Promise<void>;
   /** A new model with the settings now in the form; resolves to false when it could not be built. */
   reset(): Promise<boolean>;
   /** Restarts training with the pool on or off. */
   setPool(on: boolean): Promise<void>;
-  /** A sample from the current model now (shown, and sent as `tidepool:sample`). */
-  sample(): void;
-  /** Text or a File to train on; `undefined` goes back to the built-in corpus. */
-  useCorpus(corpus: string | Blob | undefined, name?: string): Promise<unknown>;
+  /** A sample from the current model now (shown, and sent as `tidepool:sample`); resolves once shown. */
+  sample(): Promise<void>;
+  /**
+   * Text, UTF-8 bytes or a File to train on; `undefined` goes back to the default
+   * corpus. `name` labels it. Anything else rejects with kind `config`.
+   */
+  useCorpus(corpus: string | Uint8Array | Blob | undefined, name?: string): Promise<unknown>;
+  /** A new worker, wasm instance and GPU device (what Restart does); `run`: train once built. */
+  restart(run?: boolean): Promise<void>;
+  /** The watchdog's settings in ms (see client.mjs), changeable at any time. */
+  readonly watchdog: { every: number; answer: number; busy: number };
+  /** What the widget is doing now. */
+  readonly state: { running: boolean; trainer: boolean; building: number; loaded: boolean; worker: boolean; waiting: number };
   /** Stops the worker, frees its GPU device and empties the element. */
   destroy(): void;
   readonly running: boolean;
@@ -197,15 +229,15 @@ export interface TidepoolController {
   readonly latest: StepStats | null;
   /** Runs one training step with the allocation trace on and shows it in the memory timeline; resolves once shown. */
   traceStep(): Promise<void>;
+  /** Downloads the run as a `.safetensors` checkpoint. */
+  save(): Promise<void>;
+  /** Continues the run saved in `file`; resolves to false when the file was refused (a message shows). */
+  loadCheckpoint(file: Blob): Promise<boolean>;
   /**
    * The last traced step shown, or null: the trace (docs/trace.md), its replay rows
    * (`replayTrace`), and per position (0: the step's start, i + 1: after event i) the
    * height of the stack drawn (`top`, bytes in use) and the pool's free bytes (`held`).
    */
-  /** Downloads the run as a `.safetensors` checkpoint. */
-  save(): Promise<void>;
-  /** Continues the run saved in `file`; resolves to false when the file was refused (a message shows). */
-  loadCheckpoint(file: Blob): Promise<boolean>;
   readonly lastTrace: { trace: Record<string, unknown>; replay: Record<string, unknown>[]; top: number[]; held: number[] } | null;
   readonly element: HTMLElement;
 }
@@ -218,7 +250,7 @@ export declare function optionsFromQuery(search?: string): TidepoolOptions;
 
 /** Attributes of `<tidepool-trainer>`, read once when it joins the page. */
 export interface TidepoolTrainerAttributes {
-  preset?: string;
+  preset?: PresetName;
   /** `off`, `false` or `0` turn the pool off. */
   pool?: 'on' | 'off' | 'true' | 'false' | '1' | '0';
   policy?: SizePolicyName;
@@ -232,6 +264,8 @@ export interface TidepoolTrainerAttributes {
   /** Present: start training once the model is built. */
   autostart?: '' | boolean;
   'pkg-url'?: string;
+  'wasm-url'?: string;
+  'worker-url'?: string;
 }
 
 /**

@@ -1,4 +1,4 @@
-// The memory timeline and the what-if replay table (issue 12): one traced training
+// The memory timeline and the what-if replay table: one traced training
 // step (docs/trace.md) drawn as PyTorch's "active memory" view draws a snapshot, each
 // tensor a band from its birth to its death stacked on those still live, coloured by
 // the kernel that asked for it; beside it the pool's free bytes per size class over
@@ -8,7 +8,8 @@
 // Nothing is traced unless asked: the Trace button, or every N steps while the panel
 // is open (an option, off by default). A traced step is a real training step.
 
-import { fmtBytes, fmtBytesShort, readTheme } from './charts.mjs';
+import { fmtBytes, fmtBytesShort } from './format.mjs';
+import { readTheme } from './plot.mjs';
 
 const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
 const DEATHS = new Set(['release', 'reject', 'discard']);

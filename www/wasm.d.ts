@@ -1,4 +1,4 @@
-// Types of the wasm package, pkg/tidepool.js (`import init, { Trainer } from 'tidepool/wasm'`).
+// Types of the wasm package, pkg/tidepool.js (`import init, { Trainer } from 'tidepool-gpu/wasm'`).
 // wasm-bindgen writes pkg/tidepool.d.ts with `any` wherever a value crosses as a
 // plain object (src/web.rs serialises them with serde); this file gives those
 // objects their shapes. tests/types/ checks that the methods here are exactly the
@@ -7,13 +7,29 @@
 export type { InitInput, InitOutput, SyncInitInput } from '../pkg/tidepool.js';
 export { default, initSync, presets, policies, start } from '../pkg/tidepool.js';
 
+/** The model presets `presets()` lists. */
+export type PresetName = 'tiny' | 'small' | 'shakespeare';
+
+/** How finely `pow2/N` splits each octave: a power of two up to 1024. */
+export type PolicySubdivisions = 2 | 4 | 8 | 16 | 32 | 64 | 128 | 256 | 512 | 1024;
+
 /** A size policy: `pow2`, `pow2/N` (each octave split in N), or `exact`. */
-export type SizePolicyName = 'pow2' | `pow2/${number}` | 'exact';
+export type SizePolicyName = 'pow2' | `pow2/${PolicySubdivisions}` | 'exact';
+
+// wasm-bindgen gives Trainer a [Symbol.dispose]() (for `using`). Symbol.dispose is in
+// TypeScript's lib only from ESNext.Disposable on, so a project on the default ES2022
+// lib would fail on it (TS2550): declared here as that lib declares it, which merges
+// with it where a project has it.
+declare global {
+  interface SymbolConstructor {
+    readonly dispose: unique symbol;
+  }
+}
 
 /** What `Trainer.create` takes; unset fields come from the preset. Unknown fields are errors. */
 export interface TrainerConfig {
   /** `tiny` (default), `small` or `shakespeare`: see `presets()`. */
-  preset?: string;
+  preset?: PresetName;
   layers?: number;
   heads?: number;
   /** Embedding width: a multiple of 4 and of `heads`; width / heads at most 128. */

@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,6 +29,21 @@ function get(server, path, { method = 'GET', host = `127.0.0.1:${server.port}`, 
   });
 }
 
+/** Starts a download of `path` and abandons it after its first chunk; resolves once the socket is closed. */
+function abandon(server, path) {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port: server.port, path, headers: { Host: `127.0.0.1:${server.port}` }, setHost: false });
+    req.on('error', () => {}); // the abort's own
+    req.on('close', resolve);
+    req.on('response', (res) => res.once('data', () => req.destroy()));
+    req.setTimeout(3000, () => reject(new Error(`no data from ${path}`)));
+    req.end();
+  });
+}
+
+/** This process's open file descriptors (Linux). */
+const openFiles = () => readdirSync('/proc/self/fd').length;
+
 describe('the dev server, on a scratch root', () => {
   let dir;
   let root;
@@ -46,6 +61,7 @@ describe('the dev server, on a scratch root', () => {
       'www/.env': 'TOKEN=1\n',
       'pkg/tidepool_bg.wasm': '\0asm',
       'data/corpus.txt': 'to be or not to be\n',
+      'data/big.txt': 'to be or not to be\n'.repeat(500_000), // 9.5 MB: more than a socket takes at once
       'node_modules/uplot/dist/uPlot.esm.js': 'export default 1;\n',
       'node_modules/other/index.js': 'export default 2;\n',
     };
@@ -192,6 +208,16 @@ describe('the dev server, on a scratch root', () => {
     assert.match(warnings[0], /make pkg/);
     assert.match(warnings[1], /make setup-web/);
     assert.match((await checkRoot(join(dir, 'no-such-folder'))).error, /has no index\.html/);
+  });
+
+  test('an abandoned download closes its file', async () => {
+    await get(server, '/data/corpus.txt'); // whatever a first request opens for good
+    const before = openFiles();
+    for (let i = 0; i < 20; i++) await abandon(server, '/data/big.txt');
+    // the server hears of each abort as its socket closes: a moment for the last ones
+    const deadline = Date.now() + 3000;
+    while (openFiles() > before + 2 && Date.now() < deadline) await new Promise((next) => setTimeout(next, 50));
+    assert.ok(openFiles() <= before + 2, `20 abandoned downloads left ${openFiles() - before} more files open`);
   });
 
   test('bounds the length of paths', async () => {

@@ -1,7 +1,7 @@
-// The wasm Trainer through 'tidepool/wasm' (pkg/tidepool.js with www/wasm.d.ts's shapes),
+// The wasm Trainer through 'tidepool-gpu/wasm' (pkg/tidepool.js with www/wasm.d.ts's shapes),
 // and a check that www/wasm.d.ts declares exactly the methods wasm-bindgen generated.
 
-import init, { presets, Trainer, type ModelInfo, type StepStats, type TrainerConfig } from 'tidepool/wasm';
+import init, { presets, Trainer, type ModelInfo, type StepStats, type TrainerConfig } from 'tidepool-gpu/wasm';
 import type * as generated from '../../pkg/tidepool.js';
 
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
@@ -11,25 +11,32 @@ const assert = <T extends true>(): T => true as T;
 assert<Equal<keyof Trainer, keyof generated.Trainer>>();
 assert<Equal<Exclude<keyof typeof Trainer, 'prototype'>, Exclude<keyof typeof generated.Trainer, 'prototype'>>>();
 // Every function the wasm package exports is declared, with the same parameters.
-assert<Equal<Exclude<keyof typeof import('tidepool/wasm'), never>, keyof typeof generated>>();
+assert<Equal<Exclude<keyof typeof import('tidepool-gpu/wasm'), never>, keyof typeof generated>>();
 assert<Equal<Parameters<Trainer['sample']>, Parameters<generated.Trainer['sample']>>>();
 
 async function train(): Promise<number> {
   await init();
   const names: string[] = presets();
-  const config: TrainerConfig = { preset: names[0], batch: 2, context: 8, pool: true, policy: 'exact', eval_every: 5 };
+  const config: TrainerConfig = { preset: 'tiny', batch: 2, context: 8, pool: true, policy: 'exact', eval_every: 5 };
+  // @ts-expect-error: presets are the names presets() lists, not any string
+  const typo: TrainerConfig = { preset: 'tiyn' };
+  // @ts-expect-error: pow2/N splits an octave in a power of two
+  const odd: TrainerConfig = { policy: 'pow2/3' };
+  const fine: TrainerConfig = { policy: 'pow2/1024' };
   // @ts-expect-error: unknown fields are refused by the wasm, and by the types
   const bad: TrainerConfig = { layer: 3 };
   const half: TrainerConfig = { precision: 'f16' };
   // @ts-expect-error: the precisions are f32 and f16
   const bf16: TrainerConfig = { precision: 'bf16' };
   const trainer = await Trainer.create(config, 'abcabcabd'.repeat(50), 'letters');
+  // `using` needs ESNext.Disposable; the method is there, typed, without it
+  const dispose: () => void = trainer[Symbol.dispose];
   const model: ModelInfo = trainer.model();
   let stats: StepStats = trainer.stats();
   for (let i = 0; i < 3; i++) stats = await trainer.step();
   const held: number = await trainer.evaluate();
   const text: string = await trainer.sample('ab', 20, 0.8, 0);
-  console.log(model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad, half, bf16);
+  console.log(names, model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad, half, bf16, typo, odd, fine, dispose);
   trainer.free();
   return stats.loss;
 }

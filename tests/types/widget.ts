@@ -10,7 +10,7 @@ import {
   type TidepoolController,
   type TidepoolErrorKind,
   type TidepoolOptions,
-} from 'tidepool';
+} from 'tidepool-gpu';
 
 const options: TidepoolOptions = {
   title: 'My trainer',
@@ -27,12 +27,17 @@ const options: TidepoolOptions = {
   corpusUrl: '/corpus.txt',
   autostart: true,
   pkgUrl: new URL('/pkg/tidepool.js', location.href),
-  schedule: { evalEvery: 10, firstSample: 5, sampleSeconds: 20, temperature: 0.9, topK: 40, maxSteps: 100 },
+  schedule: { evalEvery: 10, firstSample: 5, sampleSeconds: 20, temperature: 0.9, topK: 40, maxSteps: 100, overlap: false },
+  watchdog: { busy: 600_000 },
 };
 // @ts-expect-error: options are checked
 const wrong: TidepoolOptions = { batch: '2' };
 // @ts-expect-error: so are policies
 const badPolicy: TidepoolOptions = { policy: 'fibonacci' };
+// @ts-expect-error: and presets: a typo is caught here, not at run time
+const badPreset: TidepoolOptions = { preset: 'tiyn' };
+// where a bundler moved the package's files
+const moved: TidepoolOptions = { pkgUrl: '/assets/tidepool.js', wasmUrl: new URL('/assets/tidepool_bg.wasm', location.href), workerUrl: '/assets/worker.js' };
 
 const host = document.createElement('div');
 const trainer: TidepoolController = mount(host, { ...options, ...optionsFromQuery('?batch=4&pool=off') });
@@ -45,6 +50,12 @@ void trainer.setPool(true);
 void trainer.useCorpus('new text', 'mine');
 void trainer.useCorpus(new File(['text'], 'a.txt'));
 void trainer.useCorpus(undefined);
+void trainer.useCorpus(new TextEncoder().encode('bytes of text'), 'bytes');
+// @ts-expect-error: a name is text
+void trainer.useCorpus('text', 5);
+void trainer.restart(true);
+const building: number = trainer.state.building;
+trainer.watchdog.busy = 60_000;
 const running: boolean = trainer.running;
 const lastLoss: number | undefined = trainer.history.loss.at(-1);
 const previous = trainer.previous?.label;
@@ -90,4 +101,4 @@ const found: TidepoolTrainer | null = document.querySelector('tidepool-trainer')
 found?.addEventListener('tidepool:state', (e) => console.log(e.detail.running));
 customElements.whenDefined('tidepool-trainer').then(() => trainer.destroy());
 
-export { rebuilt, running, lastLoss, previous, latest, same, wrong, badPolicy, isElement };
+export { building, rebuilt, running, lastLoss, previous, latest, same, wrong, badPolicy, badPreset, moved, isElement };

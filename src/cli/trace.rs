@@ -5,12 +5,15 @@ use tidepool::replay;
 use tidepool::trace::Trace;
 use tidepool::train::{StepStats, Trainer};
 
+use super::output::{in_words, say};
+use super::{Failure, Outcome};
+
 /// The train command's trace flags.
 #[derive(clap::Args, Default)]
 pub struct TraceArgs {
     /// Write the allocation trace of the first step and of a steady step to this
     /// JSON file (format: docs/trace.md).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Output")]
     pub trace: Option<std::path::PathBuf>,
     /// Which step --trace records as the steady one (2 or later: step 1 is traced as
     /// the first).
@@ -18,7 +21,8 @@ pub struct TraceArgs {
         long,
         allow_negative_numbers = true,
         default_value_t = 3,
-        value_name = "STEP"
+        value_name = "STEP",
+        help_heading = "Output"
     )]
     pub trace_steady: u32,
 }
@@ -28,16 +32,18 @@ pub struct Tracing {
     args: TraceArgs,
     trace: Option<Trace>,
     written: bool,
+    /// What to tell the user once the file is written.
+    note: Option<String>,
 }
 
 impl TraceArgs {
     /// Refuses a steady step that cannot be one (checked before training).
-    pub fn check(&self) -> Result<(), tidepool::Error> {
+    pub fn check(&self) -> Result<(), Failure> {
         if self.trace.is_some() && self.trace_steady < 2 {
-            return Err(tidepool::Error::Config(format!(
+            return Err(Failure::Usage(tidepool::Error::Config(format!(
                 "--trace-steady must be 2 or later (step 1 is traced as the first), got {}",
                 self.trace_steady
-            )));
+            ))));
         }
         Ok(())
     }
@@ -47,6 +53,7 @@ impl TraceArgs {
             args: self,
             trace: None,
             written: false,
+            note: None,
         }
     }
 }
@@ -84,7 +91,7 @@ impl Tracing {
     }
 
     /// One training step, traced when it is the first or the steady step.
-    pub async fn step(&mut self, trainer: &mut Trainer) -> Result<StepStats, tidepool::Error> {
+    async fn step(&mut self, trainer: &mut Trainer) -> Result<StepStats, tidepool::Error> {
         let next = trainer.steps_done() + 1;
         if self.next_traced(next) != Some(next) {
             return trainer.step().await;
@@ -102,7 +109,8 @@ impl Tracing {
         Ok(stats)
     }
 
-    /// Writes the trace file (once), if one was asked for.
+    /// Writes the trace file (once), if one was asked for; [`Tracing::take_note`]
+    /// then says so.
     pub fn write(&mut self) -> Result<(), tidepool::Error> {
         let (Some(path), Some(trace)) = (&self.args.trace, &self.trace) else {
             return Ok(());
@@ -110,19 +118,20 @@ impl Tracing {
         if self.written {
             return Ok(());
         }
-        std::fs::write(path, trace.to_json()).map_err(|e| {
-            tidepool::Error::Config(format!(
-                "could not write the trace to {}: {e}",
-                path.display()
-            ))
-        })?;
+        tidepool::files::write_whole(path, "trace", trace.to_json().as_bytes())?;
         self.written = true;
-        eprintln!(
-            "trace of steps {:?} written to {}",
-            trace.steps.iter().map(|s| s.step).collect::<Vec<_>>(),
+        let steps: Vec<u32> = trace.steps.iter().map(|s| s.step).collect();
+        self.note = Some(format!(
+            "trace of steps {} written to {}",
+            in_words(&steps),
             path.display()
-        );
+        ));
         Ok(())
+    }
+
+    /// That the trace file was written, once, when it has been.
+    pub fn take_note(&mut self) -> Option<String> {
+        self.note.take()
     }
 }
 
@@ -147,10 +156,10 @@ enum TraceWhich {
     /// What recording costs: steps of a preset alternately untraced and traced,
     /// after warm-up; mean ms of each and events a step.
     Bench {
-        #[arg(long, default_value = "tiny")]
+        #[arg(long, default_value = "tiny", value_parser = tidepool::train::PRESETS)]
         preset: String,
         /// Pairs of steps timed.
-        #[arg(long, allow_negative_numbers = true, default_value_t = 20)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 20, value_parser = super::bench::count::<{ u32::MAX }>)]
         steps: u32,
         #[arg(long, allow_negative_numbers = true, default_value_t = 3)]
         warmup: u32,
@@ -160,54 +169,47 @@ enum TraceWhich {
 /// Largest trace file read (a traced shakespeare step is a few MB).
 const MAX_TRACE_BYTES: u64 = 512 << 20;
 
-pub fn run(command: TraceCommand) -> Result<(), tidepool::Error> {
+pub fn run(command: TraceCommand) -> Outcome {
     match command.which {
         TraceWhich::Bench {
             preset,
             steps,
             warmup,
         } => pollster::block_on(bench(&preset, steps, warmup)),
-        TraceWhich::Replay { file, json } => {
-            let bad = |m: String| tidepool::Error::Config(m);
-            let bytes = tidepool::files::read_capped(
-                &file,
-                MAX_TRACE_BYTES,
-                |len| match len > MAX_TRACE_BYTES {
-                    true => Err(bad(format!(
-                        "{} is {len} bytes; traces above {MAX_TRACE_BYTES} bytes are refused",
-                        file.display()
-                    ))),
-                    false => Ok(()),
-                },
-                |e| bad(format!("could not read {}: {e}", file.display())),
-            )?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                bad(format!(
-                    "{} is not UTF-8 text: not a tidepool trace",
-                    file.display()
-                ))
-            })?;
-            let trace = Trace::from_json(&text).map_err(bad)?;
-            let replays = replay::replay(&trace);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string(&replays).expect("replays serialise")
-                );
-            } else {
-                print!("{}", replay::table(&replays));
-            }
-            Ok(())
-        }
+        TraceWhich::Replay { file, json } => replay(&file, json),
     }
 }
 
-async fn bench(preset: &str, steps: u32, warmup: u32) -> Result<(), tidepool::Error> {
-    use tidepool::train::{now_ms, TrainConfig};
-    if steps == 0 {
-        return Err(tidepool::Error::Config("--steps must be at least 1".into()));
+/// `tidepool trace replay FILE`.
+fn replay(file: &std::path::Path, json: bool) -> Outcome {
+    let name = file.display();
+    let unusable =
+        |why: String| tidepool::Error::File(format!("cannot replay trace {name}: {why}"));
+    let check = |len: u64| match len > MAX_TRACE_BYTES {
+        true => Err(unusable(format!(
+            "it is {len} bytes and traces above {MAX_TRACE_BYTES} bytes are refused"
+        ))),
+        false => Ok(()),
+    };
+    let bytes = tidepool::files::read_capped(file, "trace", MAX_TRACE_BYTES, check)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| unusable("it is not UTF-8 text: not a tidepool trace".into()))?;
+    let trace = Trace::from_json(&text).map_err(unusable)?;
+    let replays = replay::replay(&trace);
+    if json {
+        say!(
+            "{}",
+            serde_json::to_string(&replays).expect("replays serialise")
+        );
+    } else {
+        say!("{}", replay::table(&replays).trim_end());
     }
-    let cfg = TrainConfig::preset(preset)?;
+    Ok(())
+}
+
+async fn bench(preset: &str, steps: u32, warmup: u32) -> Outcome {
+    use tidepool::train::{now_ms, TrainConfig};
+    let cfg = TrainConfig::preset(preset).map_err(Failure::Usage)?;
     let mut trainer = Trainer::new(cfg, tidepool::data::Corpus::builtin()).await?;
     for _ in 0..warmup {
         trainer.step().await?;
@@ -227,7 +229,7 @@ async fn bench(preset: &str, steps: u32, warmup: u32) -> Result<(), tidepool::Er
         }
     }
     let n = steps.max(1) as f64;
-    println!(
+    say!(
         "{}",
         serde_json::json!({
             "preset": preset,

@@ -1,0 +1,646 @@
+//! PyTorch memory snapshots and tidepool's traces through one reader
+//! (`tidepool::snapshot`): the figures PyTorch reports, the step found, hostile files
+//! refused with kind `trace`, and the time a 100 MB snapshot takes. Natively and in
+//! headless Chromium (`wasm-pack test --headless --chrome --release -- --test snapshot`).
+
+mod snapshot_fixture;
+
+use snapshot_fixture as fixture;
+use tidepool::snapshot::report::Chosen;
+use tidepool::snapshot::{self, Options, Report};
+use tidepool::Error;
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+/// `both!(name, body)`: a native `#[test]` and a browser `#[wasm_bindgen_test]`.
+macro_rules! both {
+    ($(#[$doc:meta])* $name:ident, $body:block) => {
+        $(#[$doc])*
+        #[cfg_attr(not(target_arch = "wasm32"), test)]
+        #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
+        fn $name() $body
+    };
+}
+
+/// Written by tests/fixtures/snapshots/synthetic.py with Python's pickle.
+const SYNTHETIC: &[u8] = include_bytes!("fixtures/snapshots/synthetic_gpt.pickle");
+const SYNTHETIC_FIGURES: &str = include_str!("fixtures/snapshots/synthetic_gpt.json");
+const TWO_DEVICES: &[u8] = include_bytes!("fixtures/snapshots/synthetic_two_devices.pickle");
+const TWO_DEVICES_FIGURES: &str = include_str!("fixtures/snapshots/synthetic_two_devices.json");
+
+fn figure(json: &str, name: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(json).expect("figures");
+    v[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{name} in {json}"))
+}
+
+fn report(bytes: &[u8]) -> Report {
+    snapshot::report(bytes, &Options::default()).expect("reads")
+}
+
+fn trace_error(bytes: &[u8]) -> String {
+    match snapshot::report(bytes, &Options::default()) {
+        Err(e @ Error::Trace(_)) => {
+            assert_eq!(e.kind(), "trace");
+            e.to_string()
+        }
+        Err(other) => panic!("an error of kind {}: {other}", other.kind()),
+        Ok(_) => panic!("read"),
+    }
+}
+
+/// Every replay row at or above the lower bound, the recorded allocator's row the
+/// step's reserved peak.
+fn check_rows(r: &snapshot::StepReport) {
+    let rows = &r.replay.rows;
+    assert_eq!(rows[0].allocator, "lower bound");
+    assert_eq!(rows[0].peak_bytes, r.replay.lower_bound);
+    assert!(rows[1].allocator.ends_with("(recorded)"), "{:?}", rows[1]);
+    assert_eq!(rows[1].peak_bytes, r.step_peaks.reserved);
+    for row in rows {
+        assert!(
+            row.peak_bytes >= r.replay.lower_bound,
+            "{}: {} below {}",
+            row.allocator,
+            row.peak_bytes,
+            r.replay.lower_bound
+        );
+    }
+    for name in ["pow2", "pow2/8 fit2", "exact", "object plan", "offset plan"] {
+        assert!(rows.iter().any(|row| row.allocator == name), "{name}");
+    }
+    assert!(r.peaks.live <= r.peaks.allocated);
+    assert!(r.step_peaks.live <= r.peaks.live);
+}
+
+both!(python_snapshot_matches_the_allocator_that_wrote_it, {
+    let r = report(SYNTHETIC);
+    assert_eq!(r.format, "pytorch-snapshot");
+    let s = &r.steps[0];
+    assert_eq!(s.recording, "device 0");
+    assert_eq!(s.events as u64, figure(SYNTHETIC_FIGURES, "events"));
+    // The simulated allocator rounds blocks as PyTorch does: exact.
+    assert_eq!(
+        s.peaks.allocated,
+        figure(SYNTHETIC_FIGURES, "max_memory_allocated")
+    );
+    assert_eq!(
+        s.peaks.reserved,
+        figure(SYNTHETIC_FIGURES, "max_memory_reserved")
+    );
+    assert_eq!(s.chosen, Chosen::Found);
+    let period = s.period.expect("a period");
+    assert_eq!(
+        period.symbols as u64,
+        figure(SYNTHETIC_FIGURES, "step_symbols")
+    );
+    assert_eq!(period.repeats, 3);
+    check_rows(s);
+    // As JSON (the CLI's --json, the page's object): the same figures.
+    let json = serde_json::to_value(&r).expect("serialises");
+    assert_eq!(json["format"], "pytorch-snapshot");
+    assert_eq!(json["steps"][0]["chosen"], "found");
+    assert_eq!(json["steps"][0]["peaks"]["reserved"], s.peaks.reserved);
+    assert_eq!(
+        json["steps"][0]["replay"]["rows"].as_array().map(Vec::len),
+        Some(s.replay.rows.len())
+    );
+    let text = snapshot::report::table(&r);
+    assert!(
+        text.contains("PyTorch caching allocator (recorded)"),
+        "{text}"
+    );
+    assert!(text.contains("the repeating step"), "{text}");
+});
+
+both!(the_busiest_device_unless_asked, {
+    let r = report(TWO_DEVICES);
+    assert_eq!(r.steps[0].recording, "device 1");
+    assert_eq!(
+        r.steps[0].peaks.allocated,
+        figure(TWO_DEVICES_FIGURES, "max_memory_allocated")
+    );
+    assert_eq!(
+        r.steps[0].peaks.reserved,
+        figure(TWO_DEVICES_FIGURES, "max_memory_reserved")
+    );
+    assert_eq!(r.steps[0].period.expect("a period").repeats, 4);
+    let zero = snapshot::report(
+        TWO_DEVICES,
+        &Options {
+            device: Some(0),
+            ..Options::default()
+        },
+    )
+    .expect("device 0");
+    assert_eq!(zero.steps[0].recording, "device 0");
+    assert!(zero.steps[0].events < r.steps[0].events);
+    let err = snapshot::report(
+        TWO_DEVICES,
+        &Options {
+            device: Some(5),
+            ..Options::default()
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no device 5"), "{err}");
+});
+
+both!(a_chosen_range_is_replayed, {
+    let options = Options {
+        events: Some((10, 200)),
+        ..Options::default()
+    };
+    let r = snapshot::report(SYNTHETIC, &options).expect("reads");
+    let s = &r.steps[0];
+    assert_eq!(
+        (s.first_event, s.end_event, s.chosen),
+        (10, 200, Chosen::Range)
+    );
+    check_rows(s);
+    for bad in [(5, 5), (9, 2), (0, 100_000)] {
+        let options = Options {
+            events: Some(bad),
+            ..Options::default()
+        };
+        let err = snapshot::report(SYNTHETIC, &options).unwrap_err();
+        assert_eq!(err.kind(), "trace");
+        assert!(err.to_string().contains("not a range"), "{err}");
+    }
+});
+
+both!(a_run_written_here_gives_its_own_figures, {
+    let run = fixture::run(5, 6);
+    let bytes = fixture::pickle(&run);
+    let (_, recordings) = snapshot::read(&bytes, Default::default(), None).expect("reads");
+    let rec = &recordings[0];
+    assert_eq!(rec.events as usize, run.events.len());
+    // Every allocation's stack: its own list of shared frames.
+    let a = rec.allocations.iter().find(|a| a.start > 0).expect("one");
+    let frames: Vec<_> = rec.stacks.get(a.stack).collect();
+    assert_eq!(frames.len(), fixture::FRAMES_PER_STACK);
+    assert!(frames[0].name.starts_with("function_"));
+    assert!(rec.stacks.table.len() <= fixture::DISTINCT_FRAMES);
+
+    let r = report(&bytes);
+    let s = &r.steps[0];
+    assert_eq!(s.peaks.allocated, run.max_allocated);
+    assert_eq!(s.peaks.reserved, run.max_reserved);
+    let period = s.period.expect("a period");
+    assert_eq!(period.symbols as usize, run.step_symbols);
+    assert_eq!(period.repeats, 5);
+    assert!(period.matched > 0.99, "{period:?}");
+    check_rows(s);
+});
+
+both!(
+    /// A trace that is tidepool's own reads through the same call, and replays as
+    /// `replay::replay` does (plus the pool's own row).
+    tidepool_traces_read_through_the_same_path,
+    {
+        use std::borrow::Cow;
+        use tidepool::trace::{EventKind::*, StepTrace, Trace, TraceEvent};
+        let mut held = 0;
+        let mut in_use = 0;
+        let mut event = |seq: u32, kind, buffer: u64, requested: u64| {
+            match kind {
+                Miss => in_use += requested,
+                Release => {
+                    in_use -= requested;
+                    held += requested
+                }
+                Hit => {
+                    in_use += requested;
+                    held -= requested
+                }
+                _ => {}
+            }
+            TraceEvent {
+                seq,
+                kind,
+                op: Cow::Borrowed("matmul_forward"),
+                layer: Some(1),
+                purpose: Cow::Borrowed("storage"),
+                requested,
+                class: requested,
+                buffer,
+                cause: None,
+                in_use,
+                held,
+            }
+        };
+        let events = vec![
+            event(0, Miss, 1, 1024),
+            event(1, Miss, 2, 4096),
+            event(2, Release, 1, 1024),
+            event(3, Hit, 1, 1024),
+            event(4, Release, 2, 4096),
+            event(5, Release, 1, 1024),
+        ];
+        let mut trace = Trace::new("test", "pow2", 1 << 30);
+        trace.steps.push(StepTrace {
+            step: 3,
+            label: "steady".into(),
+            events,
+            ..Default::default()
+        });
+        let json = trace.to_json();
+        let r = report(json.as_bytes());
+        assert_eq!(r.format, "tidepool-trace");
+        let s = &r.steps[0];
+        assert_eq!(s.recording, "step 3 (steady)");
+        assert_eq!(s.allocator, "tidepool pow2");
+        assert_eq!(s.chosen, Chosen::Whole);
+        let mut rows = s.replay.rows.clone();
+        let recorded = rows.remove(1);
+        assert_eq!(recorded.peak_bytes, 1024 + 4096);
+        assert_eq!(rows, tidepool::replay::replay(&trace)[0].rows);
+        assert_eq!(s.peaks.live, 5120);
+        let frames: Vec<_> = {
+            let (_, recs) = snapshot::read(json.as_bytes(), Default::default(), None).unwrap();
+            recs[0].stacks.get(recs[0].allocations[0].stack).cloned().collect()
+        };
+        assert_eq!(frames[0].name, "matmul_forward");
+        assert_eq!(frames[0].filename, "layer 1");
+    }
+);
+
+both!(
+    /// What a hostile or broken file gets: an error of kind `trace` that says what
+    /// is wrong.
+    hostile_files_are_refused_with_their_reason,
+    {
+        let proto = |body: &[u8]| [&[0x80u8, 4][..], body].concat();
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("empty", vec![], "neither"),
+            ("text", b"hello".to_vec(), "neither"),
+            ("truncated", SYNTHETIC[..SYNTHETIC.len() / 2].to_vec(), "truncated"),
+            (
+                "GLOBAL",
+                proto(b"cos\nsystem\n(S'echo hi'\ntR."),
+                "GLOBAL (imports",
+            ),
+            (
+                "STACK_GLOBAL",
+                proto(b"\x8c\x02os\x8c\x06system\x93."),
+                "STACK_GLOBAL",
+            ),
+            ("REDUCE", proto(b"NNR."), "REDUCE (calls"),
+            ("BUILD", proto(b"}}b."), "BUILD"),
+            ("INST", proto(b"(ios\nsystem\n."), "INST"),
+            ("OBJ", proto(b"(No."), "OBJ"),
+            ("NEWOBJ", proto(b"N)\x81."), "NEWOBJ"),
+            ("EXT1", proto(b"\x82\x01."), "EXT"),
+            ("PERSID", proto(b"Pa\n."), "PERSID"),
+            ("a set", proto(b"\x8f."), "a set"),
+            ("protocol 0", b"(dp0\n.".to_vec(), "neither"),
+            ("protocol 9", b"\x80\x09}.".to_vec(), "protocol 9"),
+            (
+                "huge string",
+                proto(b"\x8d\xff\xff\xff\xff\xff\xff\xff\x7f."),
+                "truncated, or a bad length",
+            ),
+            (
+                "huge bytes",
+                proto(b"\x8e\x00\x00\x00\x00\x00\x00\x00\x80."),
+                "bad length",
+            ),
+            (
+                "huge integer",
+                proto(b"\x8b\xff\xff\xff\x7f."),
+                "at most 16",
+            ),
+            (
+                "huge frame",
+                proto(b"\x95\x00\x00\x00\x00\x00\x00\x10\x00}."),
+                "truncated",
+            ),
+            ("deep marks", proto(&[b'('; 100_000]), "Limits::max_depth"),
+            ("unknown memo", proto(b"h\x05."), "never stored"),
+            ("memo out of order", proto(b"Nq\x09."), "out of order"),
+            ("no stop", proto(b"}"), "truncated"),
+            ("trailing bytes", proto(b"}.}"), "after the pickle's end"),
+            ("append to a dict", proto(b"}Na."), "APPEND onto a dict"),
+            ("odd setitems", proto(b"}(Nu."), "odd number"),
+            ("stack underflow", proto(b"a."), "the stack is empty"),
+            ("append to nothing", proto(b"Na."), "nothing to add"),
+            ("not UTF-8", proto(b"\x8c\x02\xff\xfe."), "not UTF-8"),
+            ("a list", proto(b"]."), "not a dict"),
+            ("no traces", proto(b"}."), "no `segments`"),
+            ("json garbage", b"{\"format\": 3".to_vec(), "not a tidepool trace"),
+        ];
+        for (name, bytes, expect) in cases {
+            let err = trace_error(&bytes);
+            assert!(err.contains(expect), "{name}: {err}");
+        }
+    }
+);
+
+both!(
+    /// A snapshot whose fields hold the wrong types, through the fixture's pickler.
+    wrong_types_are_named_where_they_are,
+    {
+        let with_event = |write: &dyn Fn(&mut fixture::Pickler)| {
+            fixture::with_traces(|p| {
+                p.list(1, |p, _| {
+                    p.list(2, |p, e| {
+                        p.dict(3, |p, k| match (e, k) {
+                            (_, 0) => p.entry_str("action", "alloc"),
+                            (_, 1) => p.entry_int("addr", 4096 * (e as i64 + 1)),
+                            (0, _) => p.entry_int("size", 512),
+                            _ => write(p),
+                        });
+                    });
+                });
+            })
+        };
+        type Write = Box<dyn Fn(&mut fixture::Pickler)>;
+        let cases: Vec<(&str, Write, &str)> = vec![
+            (
+                "a string size",
+                Box::new(|p| p.entry_str("size", "abc")),
+                "device_traces[0][1].size is a string, not an integer",
+            ),
+            (
+                "a negative size",
+                Box::new(|p| p.entry_int("size", -5)),
+                "device_traces[0][1].size is -5",
+            ),
+            (
+                "a float size",
+                Box::new(|p| {
+                    p.str("size");
+                    p.float(1.5)
+                }),
+                "size is a float",
+            ),
+            (
+                "a size past 2^62",
+                Box::new(|p| p.entry_int("size", i64::MAX)),
+                "outside",
+            ),
+            (
+                "frames not a list",
+                Box::new(|p| {
+                    p.entry_int("size", 8);
+                    p.entry_int("frames", 3)
+                }),
+                "frames is an integer, not a list",
+            ),
+            (
+                "no size",
+                Box::new(|p| p.entry_int("stream", 0)),
+                "no `addr` or no `size`",
+            ),
+        ];
+        for (name, write, expect) in cases {
+            let bytes = with_event(&*write);
+            let err = trace_error(&bytes);
+            assert!(err.contains(expect), "{name}: {err}");
+        }
+        // And the well-formed one reads.
+        let ok = with_event(&|p| p.entry_int("size", 1000));
+        assert_eq!(report(&ok).steps[0].allocations, 2);
+    }
+);
+
+both!(every_truncation_is_refused, {
+    let bytes = fixture::pickle(&fixture::run(2, 2));
+    for n in 0..bytes.len() {
+        trace_error(&bytes[..n]);
+    }
+});
+
+both!(
+    /// Structures that would cost a recursive reader its stack or a copying reader its
+    /// memory: a million nested lists, and references to references 64 deep (2^64
+    /// items unrolled). Both are read in linear time and refused for their shape.
+    nesting_and_shared_references_cost_nothing,
+    {
+        let mut nested = vec![0x80, 4];
+        nested.extend(std::iter::repeat_n(b']', 1_000_000));
+        nested.extend(std::iter::repeat_n(b'a', 999_999));
+        nested.push(b'.');
+        assert!(trace_error(&nested).contains("a list, not a dict"));
+
+        let shared = fixture::with_traces(|p| {
+            // Each list written, then popped: only the last is the value.
+            let mut inner = p.list(0, |_, _| {});
+            for _ in 0..64 {
+                p.out.push(b'0');
+                inner = p.list(2, |p, _| p.get(inner));
+            }
+        });
+        let err = trace_error(&shared);
+        assert!(err.contains("is a list, not a dict"), "{err}");
+    }
+);
+
+/// Mutations of a real snapshot and random bytes: an error of kind `trace` or a
+/// report, never a panic. Natively by proptest; in the browser by a seeded loop.
+#[cfg(not(target_arch = "wasm32"))]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn mutate(base: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
+        let mut out = base.to_vec();
+        for &(at, kind, byte) in edits {
+            let at = at % (out.len() + 1);
+            match kind % 4 {
+                0 if at < out.len() => out[at] = byte,
+                1 => out.insert(at, byte),
+                2 if at < out.len() => {
+                    out.remove(at);
+                }
+                _ => out.truncate(at),
+            }
+        }
+        out
+    }
+
+    fn never_panics(bytes: &[u8]) -> Result<(), TestCaseError> {
+        if let Err(e) = snapshot::report(bytes, &Options::default()) {
+            prop_assert_eq!(e.kind(), "trace", "{}", e);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        #[test]
+        fn mutated_snapshots(edits in prop::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
+            never_panics(&mutate(SYNTHETIC, &edits))?;
+        }
+
+        #[test]
+        fn random_bytes(mut bytes in prop::collection::vec(any::<u8>(), 0..2000), pickle in any::<bool>()) {
+            if pickle {
+                bytes.splice(0..0, [0x80, 4]);
+            }
+            never_panics(&bytes)?;
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+fn fuzz_in_the_browser() {
+    let mut rng = tidepool::rng::Rng::new(tidepool::rng::fresh_seed());
+    let seed = rng.state();
+    for case in 0..300 {
+        let mut bytes = SYNTHETIC.to_vec();
+        if case % 3 == 2 {
+            bytes = (0..rng.below(2000)).map(|_| rng.next_u64() as u8).collect();
+            bytes.splice(0..0, [0x80, 4]);
+        }
+        for _ in 0..1 + rng.below(5) {
+            let at = rng.below(bytes.len() + 1);
+            match rng.below(4) {
+                0 if at < bytes.len() => bytes[at] = rng.next_u64() as u8,
+                1 => bytes.insert(at, rng.next_u64() as u8),
+                2 if at < bytes.len() => {
+                    bytes.remove(at);
+                }
+                _ => bytes.truncate(at),
+            }
+        }
+        if let Err(e) = snapshot::report(&bytes, &Options::default()) {
+            assert_eq!(e.kind(), "trace", "seed {seed} case {case}: {e}");
+        }
+    }
+}
+
+fn now_ms() -> f64 {
+    tidepool::train::now_ms()
+}
+
+both!(
+    /// A 100 MB snapshot: read, the step found and replayed, within the page's 5 s
+    /// (natively with room for a loaded machine). Prints the time of each part.
+    a_100_mb_snapshot_opens_in_seconds,
+    {
+        let (run, bytes) = fixture::of_size(100 << 20);
+        let (max_allocated, step_symbols) = (run.max_allocated, run.step_symbols);
+        drop(run);
+        let (t, c) = (now_ms(), fixture::cpu_ms());
+        let parsed = snapshot::pickle::Pickle::parse(&bytes, Default::default()).map(|_| ());
+        let (parse, parse_cpu) = (now_ms() - t, fixture::cpu_ms() - c);
+        parsed.expect("parses");
+        let t = now_ms();
+        let (_, recordings) = snapshot::read(&bytes, Default::default(), None).expect("reads");
+        let read = now_ms() - t;
+        let t = now_ms();
+        let found = snapshot::step::find(&recordings[0]);
+        let find = now_ms() - t;
+        let allocations = recordings[0].allocations.len();
+        drop(recordings);
+        let (t, c) = (now_ms(), fixture::cpu_ms());
+        let r = snapshot::report(&bytes, &Options::default()).expect("reports");
+        let (total, total_cpu) = (now_ms() - t, fixture::cpu_ms() - c);
+        let s = &r.steps[0];
+        let line = format!(
+            "{} MB, {} events, {} allocations: pickle {parse:.0} ms, read (pickle included) \
+             {read:.0} ms, step found in {find:.0} ms; report (all of it) {total:.0} ms, \
+             a step of {} tensors{}",
+            bytes.len() >> 20,
+            s.events,
+            allocations,
+            s.replay.tensors,
+            match cfg!(target_arch = "wasm32") {
+                true => String::new(),
+                false => format!(" (CPU time: pickle {parse_cpu:.0} ms, report {total_cpu:.0} ms)"),
+            }
+        );
+        println!("{line}");
+        #[cfg(target_arch = "wasm32")]
+        web_sys::console::log_1(&line.into());
+        assert_eq!(found.1, s.period);
+        assert_eq!(s.peaks.allocated, max_allocated);
+        assert_eq!(s.period.expect("a period").symbols as usize, step_symbols);
+        assert!(total < 5000.0, "{total:.0} ms");
+    }
+);
+
+/// The segments held at each position add up to the reserved bytes there.
+fn check_segments(name: &str, bytes: &[u8]) {
+    let (_, recordings) = snapshot::read(bytes, Default::default(), None).expect("reads");
+    let rec = &recordings[0];
+    let n = rec.events as usize;
+    let mut delta = vec![0i128; n + 2];
+    for seg in &rec.segments {
+        delta[seg.start as usize] += i128::from(seg.size);
+        delta[seg.end as usize] -= i128::from(seg.size);
+    }
+    let mut changes = rec.reserved.changes.iter().peekable();
+    let (mut held, mut reserved) = (0i128, rec.reserved.at_start);
+    for (p, d) in delta.iter().enumerate().take(n + 1) {
+        held += d;
+        while let Some(&&(at, bytes)) = changes.peek() {
+            if at as usize > p {
+                break;
+            }
+            reserved = bytes;
+            changes.next();
+        }
+        assert_eq!(held, i128::from(reserved), "{name}: position {p}");
+    }
+}
+
+/// Every snapshot committed: those scripts/torch_snapshot.py recorded on the H200
+/// (PyTorch 2.11) and the synthetic ones.
+const FIXTURES: [(&str, &[u8], &str); 6] = [
+    (
+        "gpt_eager",
+        include_bytes!("fixtures/snapshots/gpt_eager.pickle"),
+        include_str!("fixtures/snapshots/gpt_eager.json"),
+    ),
+    (
+        "gpt_sdpa",
+        include_bytes!("fixtures/snapshots/gpt_sdpa.pickle"),
+        include_str!("fixtures/snapshots/gpt_sdpa.json"),
+    ),
+    (
+        "resnet18",
+        include_bytes!("fixtures/snapshots/resnet18.pickle"),
+        include_str!("fixtures/snapshots/resnet18.json"),
+    ),
+    (
+        "gpt2",
+        include_bytes!("fixtures/snapshots/gpt2.pickle"),
+        include_str!("fixtures/snapshots/gpt2.json"),
+    ),
+    ("synthetic_gpt", SYNTHETIC, SYNTHETIC_FIGURES),
+    ("synthetic_two_devices", TWO_DEVICES, TWO_DEVICES_FIGURES),
+];
+
+both!(
+    /// The replay's live bytes against PyTorch's own `max_memory_allocated` for the
+    /// same steps, its reserved bytes against `max_memory_reserved`: within 1%. (The
+    /// live bytes count each block as PyTorch rounds it, to 512 bytes; a large block
+    /// PyTorch found free and did not split counts whole in its figure, which the
+    /// trace cannot show: ResNet-18 is 0.4% under.)
+    snapshots_match_what_pytorch_reported,
+    {
+        for (name, bytes, json) in FIXTURES {
+            let r = report(bytes);
+            let s = &r.steps[0];
+            for (ours, theirs) in [
+                (s.peaks.allocated, "max_memory_allocated"),
+                (s.peaks.reserved, "max_memory_reserved"),
+            ] {
+                let theirs_v = figure(json, theirs);
+                let off = (ours as f64 - theirs_v as f64).abs() / theirs_v as f64;
+                println!("{name}: {theirs} {theirs_v}, replayed {ours} ({:.3}% off)", off * 100.0);
+                assert!(off <= 0.01, "{name}: {ours} against PyTorch's {theirs} {theirs_v}");
+            }
+            check_segments(name, bytes);
+            let period = s.period.unwrap_or_else(|| panic!("{name}: a repeating step"));
+            assert!(period.repeats >= 2 && period.matched > 0.99, "{name}: {period:?}");
+            check_rows(s);
+            print!("{name}: {}", snapshot::report::table(&r));
+        }
+    }
+);
