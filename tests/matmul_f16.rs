@@ -13,11 +13,12 @@ mod common;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
+use common::fresh_seed;
 use common::{context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
 use tidepool::kernels::{F16Core, Fusion, Linear, Matmul, MatmulShape, MatmulVariant, GRAD_SCALE};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 use tidepool::{ContextOptions, WgpuContext};
 
 // ---- the reference ----

@@ -6,7 +6,7 @@ use crate::reference::{dropout_mask_params, DropoutMask};
 use crate::tuning::Target;
 
 pub(super) const SOURCE: &str = concat!(
-    include_str!("prelude.wgsl"),
+    include_str!("../gpu/prelude.wgsl"),
     include_str!("hash.wgsl"),
     include_str!("embedding.wgsl")
 );

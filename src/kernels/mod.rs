@@ -34,6 +34,7 @@ mod optimizer;
 mod reduce;
 mod residual;
 
+pub use crate::gpu::{source_for, MAX_SUBGROUP_WIDTH};
 pub use crate::tuning::{F16Core, Target};
 pub use arenas::{GradArena, GradDest, ParamArena};
 pub use attention::{attention_subgroups, Attention, AttentionSaved, AttentionShape};
@@ -51,7 +52,6 @@ pub use multi_tensor::{
 pub use optimizer::{scratch_floats, Arenas, Moments, OptimizerStep};
 pub use reduce::{scale_in_place, sum_in_one_pass, Mean};
 pub use residual::residual_forward;
-pub use wgsl::{source_for, MAX_SUBGROUP_WIDTH};
 
 use crate::gpu::Kernel;
 

@@ -1,17 +1,8 @@
-//! Dropout during training: where it applies, and each site's mask.
+//! Dropout during training: each site's mask, where the run's
+//! [`DropoutPlacement`] applies it.
 
+use crate::config::DropoutPlacement;
 use crate::reference::{dropout_seed, AttnDropout, DropoutMask};
-
-/// Where dropout applies during training.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DropoutPlacement {
-    /// The embeddings and the output of each block's two residual branches.
-    Residual,
-    /// Those plus the attention probabilities: nanoGPT's placement.
-    #[default]
-    Nanogpt,
-}
 
 /// Dropout during training. Masks are a function of (run seed, step, site), so
 /// forward and backward, and the GPU and CPU, draw the same ones.

@@ -12,7 +12,7 @@
 //! - [`config`](GptConfig): the shape and the parameter specs;
 //! - `params`: every tensor by name ([`GptParams`]);
 //! - `ops`: the [`Ops`] trait; `cpu` and `gpu`: its two backends;
-//! - `dropout`: where dropout applies and each site's mask;
+//! - `dropout`: each site's mask ([`Dropout`]);
 //! - `pass`: [`forward`] and [`backward`].
 
 mod config;
@@ -25,8 +25,11 @@ mod pass;
 
 pub use config::{GptConfig, Init, ParamSpec};
 pub use cpu::{CpuBatch, CpuOps};
-pub use dropout::{Dropout, DropoutPlacement};
+pub use dropout::Dropout;
 pub use gpu::{grad_rooms, GpuBatch, GpuOps};
 pub use ops::Ops;
 pub use params::{BlockParams, GptParams};
 pub use pass::{backward, forward, mean_loss, Activations, Shapes};
+
+/// Where dropout applies: a setting of the run, defined with the others.
+pub use crate::config::DropoutPlacement;

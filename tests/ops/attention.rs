@@ -8,11 +8,12 @@
 //   exp and log (a few ulp), and for the backward a difference dp - D whose terms
 //   are larger than the result.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{attention_subgroups, Attention, AttentionSaved, Target};
 use tidepool::reference::{self, AttentionShape};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 const ATT_FWD_TOL: f32 = 1e-5;
 const ATT_BWD_TOL: f32 = 2e-5;

@@ -2,11 +2,12 @@
 //! kernels against the reference, the reference's backward against finite
 //! differences.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{self, CrossEntropy, Mean, Target};
 use tidepool::reference::{self as cpu, CrossEntropyShape};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 /// (rows, v): rows {1, 7, 130} by v {5, 65, 67}, plus a v wider than a workgroup.
 fn shapes() -> Vec<(usize, usize)> {

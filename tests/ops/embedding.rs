@@ -1,11 +1,12 @@
 //! The token and position embedding: the GPU kernels against the reference, the
 //! reference's backward against finite differences.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{self, Embedding, ExtraGrad, Target, TokenIndex};
 use tidepool::reference::{self as cpu, DropoutMask, EmbeddingShape};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 /// (b, t, c, v), and natively the training shape of the shakespeare preset's
 /// embedding (b*t = 16384 rows).

@@ -1,11 +1,12 @@
 //! GELU in a pass of its own against the reference (the matmuls' fused GELU is
 //! in `matmul_fused`), the reference's gradient against finite differences.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels;
 use tidepool::reference as cpu;
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 const SIZES: &[usize] = &[1, 7, 130, 1000, 70_001];
 

@@ -2,11 +2,12 @@
 //! backward fused with the residual stream and a dropout mask), the reference's
 //! backward against finite differences.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{LayerNorm, LayerNormSaved, Target};
 use tidepool::reference::{self as cpu, DropoutMask, LayerNormShape};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
 /// natively a training-sized one whose rows are not a multiple of the 64-row chunk.

@@ -3,11 +3,12 @@
 //! `matmul_fused`, sums of split partials in `split_sums`, the f16 variants in
 //! tests/matmul_f16.rs.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{Fusion, Matmul, MatmulVariant};
 use tidepool::reference::{self, MatmulShape};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 // Tolerances are max |got - want| over max |want| (`common::assert_close`); the
 // references sum in f64, the kernels in f32.

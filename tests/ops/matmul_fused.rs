@@ -2,11 +2,12 @@
 //! the input and its gradient, a residual branch's dropout and add), every f32
 //! variant, against the reference's compositions.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{Fusion, Matmul, MatmulVariant};
 use tidepool::reference::{self, DropoutMask, MatmulShape};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 use tidepool::WgpuContext;
 
 // The plain matmuls' tolerances (see `matmul`): the fused GELU and its gradient

@@ -4,6 +4,7 @@
 //! several arena chunks, and gradients whole or as split partials; the arenas; and
 //! scaling in place. The reference's AdamW step and clipping by hand.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::arena::{ArenaLayout, GradLayout};
@@ -12,7 +13,7 @@ use tidepool::kernels::{
     TensorsPerDispatch,
 };
 use tidepool::reference::{self as cpu, AdamW};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 use tidepool::WgpuContext;
 
 /// Largest tensor drawn: past one GPU sum-of-squares part (1024 floats) and, natively,

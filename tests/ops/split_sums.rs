@@ -2,13 +2,14 @@
 //! backward ([`SplitSums`]), left to the optimizer as partials, and the
 //! multi-tensor sum itself with any number of sums a dispatch.
 
+use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{
     sum_splits_together, Matmul, SplitSum, SplitSums, TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,
 };
 use tidepool::reference::MatmulShape;
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 gpu_test!(
     weight_grads_summed_together_match_each_summed_alone,
