@@ -9,7 +9,9 @@
 //! - [`gpu`]: [`WgpuContext`] and [`PooledBuffer`], and why recycling is safe;
 //!   [`gpu::Kernel`] for WGSL kernels of your own on pooled buffers.
 //! - [`kernels`]: every op of GPT training in WGSL; [`reference`](mod@reference):
-//!   the same on the CPU, the specification the kernels meet.
+//!   the same on the CPU, the specification the kernels meet; [`tuning`]: the
+//!   kernel variants a [`gpu::ContextOptions`] may force; [`arena`]: how the
+//!   parameters, gradients and moments lie in their arenas.
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
 //! - [`config`]: a run's settings ([`config::TrainConfig`], presets, the
 //!   [`config::Overrides`] a user gives); [`plan`]: whether they fit a device.
@@ -36,10 +38,12 @@
 //!
 //! ```text
 //! error, pool, rng, reference  leaves (reference: every op on the CPU)
+//! arena, tuning                leaves: the arenas' layout; which kernel variants run
 //! data, config, trace          corpora; a run's settings; the trace's types
-//! gpu                          device, recorder, pipelines, memory (config, pool, trace)
-//! kernels, model               the ops and the GPT on the GPU (gpu, reference)
-//! plan                         does a config fit a device (config, kernels)
+//! gpu                          device, recorder, pipelines, memory (config, pool, trace,
+//!                              tuning)
+//! kernels, model               the ops and the GPT on the GPU (gpu, arena, reference)
+//! plan                         does a config fit a device (config, kernels, model)
 //! train                        trainer, steps, evaluation, sampling, schedule
 //! checkpoint, reference_train  save and resume; the CPU twin (train)
 //! replay, snapshot             traces replayed; PyTorch snapshots beside them (trace)
