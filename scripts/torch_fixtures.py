@@ -14,7 +14,7 @@ The state (written by tidepool) holds the parameters under their nanoGPT names, 
 batch (`idx`, `targets`) and the configs. This script builds the same GPT as an
 nn.Module of its own (GPT-2 layout: biases, pre-LN blocks, tanh GELU, tied head,
 LayerNorm eps 1e-5), with dropout masks from the hash the two sides share (the mask
-contract in the brief / src/reference.rs, re-implemented here from that contract), and
+contract in the brief / src/reference/, re-implemented here from that contract), and
 computes in float64 with autograd:
   - `loss` and `grad.NAME` for every parameter: the gradients of training step 1
     (step 1's dropout masks);
