@@ -2,7 +2,8 @@
 //!
 //! Every method that touches the GPU returns a Promise; every failure rejects it with
 //! an `Error` whose message is for humans and whose `kind` is for code: `config`,
-//! `too_large`, `corpus`, `no_webgpu`, `device_lost`, `busy` (a call made before the
+//! `too_large`, `corpus`, `trace` (a file `Snapshot.read` or `replayTrace` cannot
+//! read), `no_webgpu`, `device_lost`, `busy` (a call made before the
 //! trainer's previous one resolved: await it first; `steps(n)` alone may have two in
 //! flight) or `internal`. Numbers from JS arrive as `f64` and are checked (no negative
 //! length wraps to 4 billion). A panic is printed to the console by
@@ -21,14 +22,18 @@ use crate::error::Error;
 use crate::plan::{self, DeviceLimits};
 use crate::train::{self, TrainConfig};
 
+mod snapshot;
+
+pub use snapshot::{replay_trace, Snapshot};
+
 #[wasm_bindgen(start)]
 pub fn start() {
     console_error_panic_hook::set_once();
 }
 
 /// A JS `Error` with `message` and `kind` (one of `config`, `too_large`, `corpus`,
-/// `no_webgpu`, `device_lost`, `busy`, `internal`): pages branch on the kind, not the
-/// text.
+/// `trace`, `no_webgpu`, `device_lost`, `busy`, `internal`): pages branch on the
+/// kind, not the text.
 fn kind_error(kind: &str, message: &str) -> JsValue {
     let error = js_sys::Error::new(message);
     // Setting a property on a fresh Error cannot fail.
@@ -616,24 +621,4 @@ pub fn bench_policies(
             .map_err(js_error)?;
         to_js(&rows)
     })
-}
-
-/// Largest trace text `replayTrace` accepts, in UTF-16 code units.
-const MAX_TRACE_CHARS: u32 = 256 << 20;
-
-/// `replayTrace(json)`: a trace (from `Trainer.trace()` or `tidepool train --trace`)
-/// replayed through each size policy and an offset plan, against the lower bound;
-/// the same rows as `tidepool trace replay --json`.
-#[wasm_bindgen(js_name = replayTrace)]
-pub fn replay_trace(json: js_sys::JsString) -> Result<JsValue, JsValue> {
-    let chars = json.length();
-    if chars > MAX_TRACE_CHARS {
-        return Err(kind_error(
-            "too_large",
-            &format!("the trace is {chars} characters; at most {MAX_TRACE_CHARS} are replayed"),
-        ));
-    }
-    let text: String = json.into();
-    let trace = crate::trace::Trace::from_json(&text).map_err(|e| kind_error("config", &e))?;
-    to_js(&crate::replay::replay(&trace))
 }

@@ -196,8 +196,8 @@ both!(a_run_written_here_gives_its_own_figures, {
 });
 
 both!(
-    /// A trace that is tidepool's own reads through the same call, and replays as
-    /// `replay::replay` does (plus the pool's own row).
+    /// A trace that is tidepool's own reads through the same call, and replays its
+    /// tensors (plus the pool's own row).
     tidepool_traces_read_through_the_same_path,
     {
         use std::borrow::Cow;
@@ -256,7 +256,16 @@ both!(
         let mut rows = s.replay.rows.clone();
         let recorded = rows.remove(1);
         assert_eq!(recorded.peak_bytes, 1024 + 4096);
-        assert_eq!(rows, tidepool::replay::replay(&trace)[0].rows);
+        // Births to deaths of the same buffer, positions from 1 after the first event.
+        let tensors = [(1024, 1, 3), (4096, 2, 5), (1024, 4, 6)].map(|(size, start, end)| {
+            tidepool::replay::Tensor {
+                size,
+                start,
+                end,
+                poolable: true,
+            }
+        });
+        assert_eq!(rows, tidepool::replay::rows(&tensors, 1 << 30));
         assert_eq!(s.peaks.live, 5120);
         let frames: Vec<_> = {
             let (_, recs) = snapshot::read(json.as_bytes(), Default::default(), None).unwrap();
@@ -642,5 +651,165 @@ both!(
             check_rows(s);
             print!("{name}: {}", snapshot::report::table(&r));
         }
+    }
+);
+
+both!(
+    /// The timeline's arrays: every allocation once, in birth order, the live bytes
+    /// after each event what the allocations say, the reserved bytes the recording's,
+    /// and both peaks the report's.
+    the_timeline_holds_every_allocation_and_byte,
+    {
+        use tidepool::snapshot::timeline::Timeline;
+        let run = fixture::run(4, 5);
+        let bytes = fixture::pickle(&run);
+        let (_, recordings) = snapshot::read(&bytes, Default::default(), None).expect("reads");
+        let rec = &recordings[0];
+        let t = Timeline::of(rec);
+        let n = rec.allocations.len();
+        for len in [t.start.len(), t.end.len(), t.size.len(), t.stream.len()] {
+            assert_eq!(len, n);
+        }
+        assert_eq!(t.stack.len(), n);
+        assert_eq!(t.events, rec.events);
+        assert!(t.start.windows(2).all(|w| w[0] <= w[1]), "birth order");
+        let mut by_end = t.by_end.clone();
+        assert!(by_end.windows(2).all(|w| t.end[w[0] as usize] <= t.end[w[1] as usize]));
+        by_end.sort_unstable();
+        assert_eq!(by_end, (0..n as u32).collect::<Vec<_>>(), "each allocation once");
+        // The same allocations: (start, end, size) as multisets.
+        let mut ours: Vec<(u32, u32, u64)> = (0..n)
+            .map(|k| (t.start[k], t.end[k], t.size[k] as u64))
+            .collect();
+        let mut theirs: Vec<(u32, u32, u64)> =
+            rec.allocations.iter().map(|a| (a.start, a.end, a.size)).collect();
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(ours, theirs);
+        assert_eq!(t.live.len(), rec.events as usize + 1);
+        assert_eq!(t.reserved.len(), rec.events as usize + 1);
+        for p in 0..=rec.events {
+            let live: u64 = rec
+                .allocations
+                .iter()
+                .filter(|a| a.start <= p && p < a.end)
+                .map(|a| a.size)
+                .sum();
+            assert_eq!(t.live[p as usize] as u64, live, "position {p}");
+            assert_eq!(
+                t.reserved[p as usize] as u64,
+                rec.reserved.peak(p, p),
+                "position {p}"
+            );
+        }
+        let s = &report(&bytes).steps[0];
+        let (peak, at) = t.peak();
+        assert_eq!(peak as u64, s.peaks.live);
+        assert_eq!(t.live[at as usize], peak);
+        let reserved = t.reserved.iter().fold(0.0f64, |m, &b| m.max(b));
+        assert_eq!(reserved as u64, s.peaks.reserved);
+        assert_eq!(t.streams, ["0"]);
+        // Stacks as the recording's, each named by one of its frames.
+        assert_eq!(t.stack_offsets, rec.stacks.offsets);
+        assert_eq!(t.stack_label.len(), rec.stacks.len());
+        assert_eq!(t.frame_names.len(), rec.stacks.table.len());
+        let k = (0..n).find(|&k| t.start[k] > 0).expect("an allocation in the trace");
+        let label = t.stack_label[t.stack[k] as usize];
+        assert_eq!(
+            t.frame_names[label as usize],
+            rec.stacks.get(t.stack[k]).next().unwrap().name,
+            "no frame in a package: the innermost"
+        );
+    }
+);
+
+both!(
+    /// A stack is named by the innermost frame of the program's own code: PyTorch's
+    /// modules and other installed packages are passed over (the committed GPT
+    /// snapshot's `nn.Linear` allocations are named by the model's line that called
+    /// it).
+    stacks_are_named_by_the_programs_own_frame,
+    {
+        use tidepool::snapshot::timeline::{label_frame, Timeline, NO_FRAME};
+        use tidepool::snapshot::Frame;
+        let frame = |file: &str, name: &str| Frame {
+            filename: file.into(),
+            line: 1,
+            name: name.into(),
+        };
+        let table = [
+            frame("/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "forward"),
+            frame("??", "c10::alloc"),
+            frame("/work/train.py", "forward"),
+            frame("/usr/lib/python3/dist-packages/numpy/core.py", "asarray"),
+        ];
+        assert_eq!(label_frame(&[1, 0, 2, 3], &table), 2);
+        assert_eq!(label_frame(&[0, 3], &table), 0, "all in packages: the innermost");
+        assert_eq!(label_frame(&[], &table), NO_FRAME);
+
+        let bytes = include_bytes!("fixtures/snapshots/gpt_eager.pickle");
+        let (_, recordings) = snapshot::read(bytes, Default::default(), None).expect("reads");
+        let t = Timeline::of(&recordings[0]);
+        let mut linear = 0;
+        for (s, &label) in t.stack_label.iter().enumerate() {
+            let (a, b) = (t.stack_offsets[s] as usize, t.stack_offsets[s + 1] as usize);
+            let files: Vec<&str> = t.stack_frames[a..b]
+                .iter()
+                .map(|&f| t.frame_files[f as usize].as_str())
+                .collect();
+            if files.first().is_some_and(|f| f.ends_with("torch/nn/modules/linear.py")) {
+                linear += 1;
+                assert!(t.frame_files[label as usize].ends_with("torch_snapshot.py"));
+            }
+        }
+        assert!(linear > 0, "nn.Linear allocates in the GPT snapshot");
+    }
+);
+
+both!(
+    /// A file read once reports as `report` does, and any range of one recording
+    /// replays through `step_report`.
+    recordings_read_once_report_again,
+    {
+        let (format, recordings) = snapshot::read(SYNTHETIC, Default::default(), None).expect("reads");
+        let once = snapshot::report::of_recordings(format, &recordings, None).expect("reports");
+        assert_eq!(once, report(SYNTHETIC));
+        let step = snapshot::report::step_report(&recordings[0], Some((10, 200)), 0).expect("a range");
+        let options = Options {
+            events: Some((10, 200)),
+            ..Options::default()
+        };
+        assert_eq!(step, snapshot::report(SYNTHETIC, &options).unwrap().steps[0]);
+        let err = snapshot::report::step_report(&recordings[0], Some((0, u32::MAX)), 0).unwrap_err();
+        assert_eq!(err.kind(), "trace");
+    }
+);
+
+both!(
+    /// Sizes that would carry a replay's sums past 64 bits are refused, not wrapped.
+    allocations_past_what_a_replay_adds_up_are_refused,
+    {
+        let huge = 1i64 << 58;
+        let bytes = fixture::with_traces(|p| {
+            p.list(1, |p, _| {
+                p.list(64, |p, i| {
+                    p.dict(4, |p, k| match k {
+                        0 => p.entry_str("action", "alloc"),
+                        1 => p.entry_int("addr", (i as i64 + 1) << 20),
+                        2 => p.entry_int("size", huge),
+                        _ => p.entry_int("stream", 0),
+                    });
+                });
+            });
+        });
+        let err = trace_error(&bytes);
+        assert!(err.contains("2^59"), "{err}");
+        // Caps scaled for a larger file keep the defaults' proportions.
+        let limits = snapshot::pickle::Limits::for_bytes(snapshot::pickle::MAX_BYTES * 2);
+        assert_eq!(limits.max_values, snapshot::pickle::MAX_VALUES * 2);
+        assert_eq!(
+            snapshot::pickle::Limits::for_bytes(snapshot::pickle::MAX_BYTES),
+            snapshot::pickle::Limits::default()
+        );
     }
 );
