@@ -712,7 +712,25 @@ both!(
         // Stacks as the recording's, each named by one of its frames.
         assert_eq!(t.stack_offsets, rec.stacks.offsets);
         assert_eq!(t.stack_label.len(), rec.stacks.len());
-        assert_eq!(t.frame_names.len(), rec.stacks.table.len());
+        // Each frame once, each stack's frames the recording's.
+        let frame = |f: u32| {
+            let f = f as usize;
+            (t.frame_names[f].clone(), t.frame_files[f].clone(), t.frame_lines[f])
+        };
+        let mut table: Vec<_> = (0..t.frame_names.len() as u32).map(frame).collect();
+        table.sort_unstable();
+        table.dedup();
+        assert_eq!(table.len(), t.frame_names.len(), "no frame twice");
+        for s in 0..rec.stacks.len() {
+            let (a, b) = (t.stack_offsets[s] as usize, t.stack_offsets[s + 1] as usize);
+            let ours: Vec<_> = t.stack_frames[a..b].iter().map(|&f| frame(f)).collect();
+            let theirs: Vec<_> = rec
+                .stacks
+                .get(s as u32)
+                .map(|f| (f.name.clone(), f.filename.clone(), f.line))
+                .collect();
+            assert_eq!(ours, theirs, "stack {s}");
+        }
         let k = (0..n).find(|&k| t.start[k] > 0).expect("an allocation in the trace");
         let label = t.stack_label[t.stack[k] as usize];
         assert_eq!(
@@ -763,6 +781,15 @@ both!(
             }
         }
         assert!(linear > 0, "nn.Linear allocates in the GPT snapshot");
+        // PyTorch writes a line of code as a frame of its own in each stack it is in:
+        // the timeline keeps it once (one colour, one legend entry a line).
+        let mut lines: Vec<_> = (0..t.frame_names.len())
+            .map(|f| (&t.frame_names[f], &t.frame_files[f], t.frame_lines[f]))
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        assert_eq!(lines.len(), t.frame_names.len());
+        assert!(t.frame_names.len() < recordings[0].stacks.table.len());
     }
 );
 
@@ -813,3 +840,27 @@ both!(
         );
     }
 );
+
+/// Not a test: writes a synthetic snapshot of about `TIDEPOOL_SNAPSHOT_MB` MB
+/// (default 100) to `TIDEPOOL_SNAPSHOT_OUT`, and beside it (`.json`) what the run it
+/// records would have reported, for the page's test (tests/e2e/snapshot.test.mjs):
+/// `cargo test --release --test snapshot -- --ignored --exact write_a_snapshot_file`.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+#[ignore = "writes a file for tests/e2e/snapshot.test.mjs"]
+fn write_a_snapshot_file() {
+    let out =
+        std::env::var("TIDEPOOL_SNAPSHOT_OUT").expect("TIDEPOOL_SNAPSHOT_OUT: where to write");
+    let mb: usize =
+        std::env::var("TIDEPOOL_SNAPSHOT_MB").map_or(100, |v| v.parse().expect("a number of MB"));
+    let (run, bytes) = fixture::of_size(mb << 20);
+    std::fs::write(&out, &bytes).expect("writes the snapshot");
+    let figures = serde_json::json!({
+        "bytes": bytes.len(),
+        "events": run.events.len(),
+        "max_memory_allocated": run.max_allocated,
+        "max_memory_reserved": run.max_reserved,
+        "step_symbols": run.step_symbols,
+    });
+    std::fs::write(format!("{out}.json"), figures.to_string()).expect("writes its figures");
+}

@@ -137,7 +137,7 @@ impl Reserved {
 }
 
 /// A stack frame: where an allocation was asked for.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Frame {
     pub filename: String,
     pub line: u32,

@@ -39,7 +39,7 @@ pub struct Timeline {
     pub live: Vec<f64>,
     /// Bytes the allocator held after each position (`events + 1`).
     pub reserved: Vec<f64>,
-    /// The frame table.
+    /// The frame table, each frame once.
     pub frame_names: Vec<String>,
     pub frame_files: Vec<String>,
     pub frame_lines: Vec<u32>,
@@ -143,17 +143,33 @@ impl Timeline {
         t.reserved = reserved_after(&recording.reserved, events);
 
         let stacks = &recording.stacks;
+        // Equal frames once (a reader keeps one a frame it read, and a snapshot may
+        // write the same line twice), so that a line of code is one colour.
+        let mut index: FxHashMap<&Frame, u32> = FxHashMap::default();
+        let mut table_to_ours = Vec::with_capacity(stacks.table.len());
         for f in &stacks.table {
-            t.frame_names.push(f.name.clone());
-            t.frame_files.push(f.filename.clone());
-            t.frame_lines.push(f.line);
+            let next = t.frame_names.len() as u32;
+            let ours = *index.entry(f).or_insert_with(|| {
+                t.frame_names.push(f.name.clone());
+                t.frame_files.push(f.filename.clone());
+                t.frame_lines.push(f.line);
+                next
+            });
+            table_to_ours.push(ours);
         }
-        t.stack_frames = stacks.frames.clone();
+        t.stack_frames = stacks
+            .frames
+            .iter()
+            .map(|&f| table_to_ours[f as usize])
+            .collect();
         t.stack_offsets = stacks.offsets.clone();
         t.stack_label = stacks
             .offsets
             .windows(2)
-            .map(|w| label_frame(&stacks.frames[w[0] as usize..w[1] as usize], &stacks.table))
+            .map(|w| {
+                let f = label_frame(&stacks.frames[w[0] as usize..w[1] as usize], &stacks.table);
+                table_to_ours.get(f as usize).copied().unwrap_or(NO_FRAME)
+            })
             .collect();
         t
     }
