@@ -2,7 +2,8 @@
 # (scripts/setup.sh is idempotent and quiet when everything is there).
 #   make demo   build the wasm package and serve the page on http://127.0.0.1:$(PORT)/
 #   make test   native tests on the default adapter (lavapipe here), the same GPU tests
-#               in headless Chromium (WebGPU), and the page's end-to-end tests
+#               in headless Chromium (WebGPU), the page's end-to-end tests, and what the
+#               crate and the npm package would ship
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 # lavapipe warns without it; harmless, but noisy
@@ -10,8 +11,8 @@ export XDG_RUNTIME_DIR ?= /tmp/tidepool-xdg
 export CHROMEDRIVER ?= /usr/bin/chromedriver
 PORT ?= 8000
 
-.PHONY: demo test setup setup-web pkg serve test-native test-web test-e2e \
-	test-examples test-crate test-types test-package test-web-and-crate
+.PHONY: demo test setup setup-web pkg pkg-bench serve test-native test-web test-e2e \
+	test-examples test-crate test-types test-package test-package-dry test-web-and-crate
 
 demo: setup-web pkg serve
 
@@ -27,10 +28,17 @@ setup:
 pkg:
 	wasm-pack build --release --target web --no-pack --out-dir pkg
 
+# The same with the benchmark exports (cargo feature `bench`) that
+# scripts/bench-browser.mjs and scripts/bench-dawn.mjs call; the page runs on it too.
+# `make pkg` puts the production build back.
+pkg-bench:
+	wasm-pack build --release --target web --no-pack --out-dir pkg -- --features bench
+
 serve:
 	node www/serve.mjs --port $(PORT)
 
-test: setup test-native test-examples test-web-and-crate test-e2e test-types test-package
+test: setup test-native test-examples test-web-and-crate test-e2e test-types test-package \
+	test-package-dry
 
 test-native:
 	cargo test --release
@@ -82,3 +90,10 @@ test-types: pkg
 # npm pack, installed into a temporary project, embedded and trained in Chromium.
 test-package: pkg
 	node --test tests/package/
+
+# What `cargo publish` and `npm publish` would ship: the file lists checked (no
+# benchmark data, tests or fixtures; both licenses; the wasm in npm), the packed crate
+# compiled from its own files (in test-crate's target folder: only the crate is
+# checked again), both sizes printed.
+test-package-dry: pkg
+	scripts/check-packages.sh

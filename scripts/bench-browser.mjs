@@ -27,7 +27,7 @@
 // `--hidden`: the widget in a `display: none` box, so nothing is drawn. `--batch-ms`:
 // the worker's schedule.batchMs (the page's default, 16 ms, without it).
 //
-// `readback`: a readback's round trip on an idle GPU, `steps` of them after `warmup`
+// `readback`: a readback's latency on an idle GPU, `steps` of them after `warmup`
 // (scripts/readback.mjs; `bench-dawn.mjs --readback` times the same in Node.js): what
 // a call of several steps pays once, at its end.
 import { parseArgs } from 'node:util';
@@ -156,7 +156,7 @@ try {
     const info = probe.adapter();
     probe.free();
     if (which === 'pool') return { info, rows: await m.benchPool(Number(opt.batches)) };
-    // GPU ms per kernel: needs timestamp-query, which Chromium rounds to 100 µs
+    // GPU ms per kernel: needs timestamp-query, which Chromium quantizes to 100 µs
     // unless started with --enable-dawn-features=allow_unsafe_apis.
     if (which === 'kernels') return { info, rows: await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };
     if (which === 'policies') return { info, rows: await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus) };

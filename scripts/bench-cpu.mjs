@@ -2,7 +2,7 @@
 // a `tiny` training step of two builds side by side, natively on the default adapter
 // and in headless Chromium, taking turns.
 //   node scripts/bench-cpu.mjs --old-bin B --new-bin B --old-pkg D --new-pkg D
-//     [--rounds 5] [--steps 8] [--warmup 3] [--only native|browser] [--json-out FILE]
+//     [--repeats 5] [--steps 8] [--warmup 3] [--only native|browser] [--json-out FILE]
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,7 +19,7 @@ const { values: opt } = parseArgs({
     'new-bin': { type: 'string' },
     'old-pkg': { type: 'string' },
     'new-pkg': { type: 'string' },
-    rounds: { type: 'string', default: '5' },
+    repeats: { type: 'string', default: '5' },
     steps: { type: 'string', default: '8' },
     warmup: { type: 'string', default: '3' },
     only: { type: 'string', default: '' },
@@ -34,7 +34,7 @@ const count = (name, max) => {
   }
   return n;
 };
-const rounds = count('rounds', 100);
+const repeats = count('repeats', 100);
 const steps = count('steps', 1000);
 const warmup = count('warmup', 100);
 if (!['', 'native', 'browser'].includes(opt.only)) {
@@ -49,11 +49,11 @@ const median = (xs) => {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
 
-/** Round r runs the builds in this order: old first in even rounds, new first in odd. */
+/** Repeat r runs the builds in this order: old first in even repeats, new first in odd. */
 const order = (r) => (r % 2 ? ['new', 'old'] : ['old', 'new']);
 
 /** Median ms of the default step (`pool + belt uploads`) from one `tidepool bench step`. */
-function nativeRound(bin) {
+function nativeRepeat(bin) {
   const args = ['bench', 'step', '--presets', 'tiny', '--steps', String(steps), '--warmup', String(warmup), '--json'];
   const run = spawnSync(bin, args, { encoding: 'utf8', maxBuffer: 1 << 24 });
   if (run.status !== 0) throw new Error(`${bin} ${args.join(' ')} failed (${run.status}): ${run.stderr}`);
@@ -64,17 +64,17 @@ function nativeRound(bin) {
 }
 
 function native() {
-  const perRound = { old: [], new: [] };
+  const perRepeat = { old: [], new: [] };
   let adapter = '';
-  for (let r = 0; r < rounds; r++) {
+  for (let r = 0; r < repeats; r++) {
     for (const b of order(r)) {
-      const res = nativeRound(opt[`${b}-bin`]);
+      const res = nativeRepeat(opt[`${b}-bin`]);
       adapter = res.adapter;
-      perRound[b].push(res.ms);
+      perRepeat[b].push(res.ms);
     }
-    console.error(`native round ${r + 1}/${rounds}: old ${perRound.old.at(-1).toFixed(1)} ms, new ${perRound.new.at(-1).toFixed(1)} ms`);
+    console.error(`native repeat ${r + 1}/${repeats}: old ${perRepeat.old.at(-1).toFixed(1)} ms, new ${perRepeat.new.at(-1).toFixed(1)} ms`);
   }
-  return { target: 'native', adapter, perRound };
+  return { target: 'native', adapter, perRepeat };
 }
 
 /** A served root whose pkg/ is `pkg` (the page's www/ and data/ beside it). */
@@ -128,18 +128,18 @@ async function browser() {
     for (let i = 0; i < warmup; i++) {
       for (const b of BUILDS) await pages[b].evaluate(() => globalThis.timedStep());
     }
-    const perRound = { old: [], new: [] };
-    for (let r = 0; r < rounds; r++) {
+    const perRepeat = { old: [], new: [] };
+    for (let r = 0; r < repeats; r++) {
       const ms = { old: [], new: [] };
-      // Within a round the builds alternate step by step, the first of each pair
-      // swapping from round to round.
+      // Within a repeat the builds alternate step by step, the first of each pair
+      // swapping from repeat to repeat.
       for (let s = 0; s < steps; s++) {
         for (const b of order(r + s)) ms[b].push(await pages[b].evaluate(() => globalThis.timedStep()));
       }
-      for (const b of BUILDS) perRound[b].push(median(ms[b]));
-      console.error(`browser round ${r + 1}/${rounds}: old ${perRound.old.at(-1).toFixed(1)} ms, new ${perRound.new.at(-1).toFixed(1)} ms`);
+      for (const b of BUILDS) perRepeat[b].push(median(ms[b]));
+      console.error(`browser repeat ${r + 1}/${repeats}: old ${perRepeat.old.at(-1).toFixed(1)} ms, new ${perRepeat.new.at(-1).toFixed(1)} ms`);
     }
-    return { target: 'browser', adapter, perRound };
+    return { target: 'browser', adapter, perRepeat };
   } finally {
     await chrome.close();
     for (const b of BUILDS) {
@@ -149,22 +149,22 @@ async function browser() {
   }
 }
 
-function summary({ target, adapter, perRound }) {
-  const ratios = perRound.old.map((o, i) => o / perRound.new[i]);
-  const med = { old: median(perRound.old), new: median(perRound.new) };
+function summary({ target, adapter, perRepeat }) {
+  const ratios = perRepeat.old.map((o, i) => o / perRepeat.new[i]);
+  const med = { old: median(perRepeat.old), new: median(perRepeat.new) };
   return {
     target,
     adapter,
-    rounds,
-    steps_per_round: steps,
+    repeats,
+    steps_per_repeat: steps,
     old_ms: med.old,
     new_ms: med.new,
     ratio: med.old / med.new,
-    old_ms_range: [Math.min(...perRound.old), Math.max(...perRound.old)],
-    new_ms_range: [Math.min(...perRound.new), Math.max(...perRound.new)],
+    old_ms_range: [Math.min(...perRepeat.old), Math.max(...perRepeat.old)],
+    new_ms_range: [Math.min(...perRepeat.new), Math.max(...perRepeat.new)],
     ratio_range: [Math.min(...ratios), Math.max(...ratios)],
-    old_ms_rounds: perRound.old,
-    new_ms_rounds: perRound.new,
+    old_ms_repeats: perRepeat.old,
+    new_ms_repeats: perRepeat.new,
   };
 }
 
@@ -173,7 +173,7 @@ if (opt.only !== 'browser') results.push(summary(native()));
 if (opt.only !== 'native') results.push(summary(await browser()));
 
 const f = (x) => x.toFixed(1);
-console.log('target   adapter                                        old ms (range)        new ms (range)        old/new (range per round)');
+console.log('target   adapter                                        old ms (range)        new ms (range)        old/new (range per repeat)');
 for (const r of results) {
   console.log(
     `${r.target.padEnd(8)} ${r.adapter.slice(0, 46).padEnd(46)} ` +

@@ -5,7 +5,7 @@
 # step, the ratio old/new (above 1: the new build is faster) and the spread.
 #
 #   OLD_BIN=/tmp/tidepool-666498b OLD_PKG=/work/wt-old666/pkg scripts/bench-cpu.sh \
-#     [--rounds 5] [--steps 8] [--warmup 3] [--only native|browser] [--json-out FILE]
+#     [--repeats 5] [--steps 8] [--warmup 3] [--only native|browser] [--json-out FILE]
 #
 # OLD_BIN / NEW_BIN: native `tidepool` binaries (NEW_BIN defaults to
 # target/release/tidepool, built here first). OLD_PKG / NEW_PKG: wasm packages of the
@@ -16,14 +16,14 @@
 #   wasm-pack build --release --target web --no-pack --out-dir pkg
 #
 # How it takes turns, so that other load on a shared machine hits both builds alike:
-# - natively, each round runs `tidepool bench step --presets tiny --json` of one build
-#   and then of the other (old first in even rounds, new first in odd), and takes the
+# - natively, each repeat runs `tidepool bench step --presets tiny --json` of one build
+#   and then of the other (old first in even repeats, new first in odd), and takes the
 #   median of the default step (`pool + belt uploads`) of each;
 # - in Chromium, one page a build holds its own trainer (preset tiny, the same corpus
-#   for both); after the warm-up steps, each round steps them alternately, one step
+#   for both); after the warm-up steps, each repeat steps them alternately, one step
 #   each (who goes first alternates too), and takes each build's median.
-# A figure is the median over rounds of the round medians; the ranges are the lowest
-# and highest round medians, and of the per-round ratios.
+# A figure is the median over repeats of each repeat's median; the ranges are the
+# lowest and highest of those medians, and of the ratios per repeat.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"

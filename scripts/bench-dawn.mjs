@@ -30,7 +30,7 @@
 // caller sees it, those objects included).
 // --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
-// --readback: instead of steps, a readback's round trip on an idle GPU, `steps` of them
+// --readback: instead of steps, a readback's latency on an idle GPU, `steps` of them
 // after `warmup` (scripts/readback.mjs, which bench-browser.mjs readback runs in a page).
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';

@@ -1,70 +1,127 @@
 #!/usr/bin/env bash
-# Fills .gpu/ (ignored by git) with what scripts/gpu-run.sh needs on the H200 machine:
-# the shared Vulkan loader, Node.js and Dawn, the corpus and the PyTorch anchor
-# (../shared/gpu/pack.sh), plus tidepool's release binaries and wasm package, and the
-# PyTorch twin with its table script.
+# Fills .gpu/ (ignored by git) with what scripts/gpu-run.sh needs on the GPU machine,
+# which has no package registries and no Node.js:
+#   - the shared part (../shared/gpu/pack.sh --dawn): the Vulkan loader, prelude.sh,
+#     Node.js, and Dawn (the npm package `webgpu`) with bench-dawn.mjs beside it;
+#   - this build: the `tidepool` binary, the matmul benchmark, the GPU test binaries
+#     (tests/), and the wasm package with the benchmark exports (feature `bench`);
+#   - with --against COMMIT|DIR, an earlier build in .gpu/against: built here from a
+#     commit, or copied from a folder that holds `tidepool` and `pkg/` (and, where it has
+#     them, `matmul_bench` and its own bench-dawn.mjs / readback.mjs);
+#   - with --chromium, Debian's Chromium in parts of 50 MiB (.chr/part-*) for a page on
+#     the GPU (gpu-run.sh browser-vs-native): a call carries at most 64 MiB, so earlier
+#     calls each carry one part and leave it in /tmp/chr-parts on the warm machine
+#     (`mkdir -p /tmp/chr-parts && cp .chr/part-* /tmp/chr-parts/`).
+#
+#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--chromium]
+#
+# Binaries travel xz-packed (gpu-run.sh unpacks them); the whole folder must stay under
+# the 64 MiB a call carries, with the repository's own files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo=$PWD
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
-bash ../shared/gpu/pack.sh --dawn
-cargo build --release --bin tidepool --example matmul_bench
-# Always rebuilt (it is incremental): a stale pkg/ would measure an older build.
-wasm-pack build --release --target web --no-pack --out-dir pkg
-cp target/release/tidepool target/release/examples/matmul_bench .gpu/
-# tests/matmul_f16.rs as a binary (gpu-run.sh f16 runs it with the tensor cores forced)
-f16_test=$(cargo test --release --test matmul_f16 --no-run --message-format=json \
-  | sed -n 's/.*"executable":"\([^"]*matmul_f16[^"]*\)".*/\1/p' | tail -n 1)
-cp "$f16_test" .gpu/matmul_f16
-# tests/op_parity.rs too: every kernel against its CPU reference on the real GPU.
-parity_test=$(cargo test --release --test op_parity --no-run --message-format=json \
-  | sed -n 's/.*"executable":"\([^"]*op_parity[^"]*\)".*/\1/p' | tail -n 1)
-cp "$parity_test" .gpu/op_parity
-# And tests/gpu.rs: the context, the pool, the bind group cache, slices.
-gpu_test=$(cargo test --release --test gpu --no-run --message-format=json \
-  | sed -n 's/.*"executable":"\([^"]*deps\/gpu-[^"]*\)".*/\1/p' | tail -n 1)
-cp "$gpu_test" .gpu/gpu
-strip .gpu/tidepool .gpu/matmul_bench .gpu/matmul_f16 .gpu/op_parity .gpu/gpu
-# The previous build for before/after rows (gpu-run.sh round3), when given.
-if [ -n "${PREV_TIDEPOOL:-}" ]; then cp "$PREV_TIDEPOOL" .gpu/tidepool-prev && strip .gpu/tidepool-prev; fi
-# And a build between the two (gpu-run.sh round7), when given.
-if [ -n "${MID_TIDEPOOL:-}" ]; then cp "$MID_TIDEPOOL" .gpu/tidepool-mid && strip .gpu/tidepool-mid; fi
-if [ -n "${PREV_MATMUL_BENCH:-}" ]; then cp "$PREV_MATMUL_BENCH" .gpu/matmul_bench_prev && strip .gpu/matmul_bench_prev; fi
-# The carry limit is 64 MiB: all but tidepool travel xz-packed (gpu-run.sh unpacks them).
-for b in matmul_bench matmul_bench_prev matmul_f16 op_parity gpu tidepool-prev tidepool-mid; do
-  if [ -f ".gpu/$b" ]; then xz -9 -T2 -c ".gpu/$b" > ".gpu/$b.bin.xz" && rm ".gpu/$b"; fi
+
+against="" chromium=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --against) against=${2:?--against needs a commit or a folder}; shift ;;
+    --against=*) against=${1#--against=} ;;
+    --chromium) chromium=1 ;;
+    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --chromium)" >&2; exit 2 ;;
+  esac
+  shift
 done
-dawn=.gpu/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
-if [ -f "$dawn" ]; then xz -6 -T2 -c "$dawn" > "$dawn.bin.xz" && rm "$dawn"; fi
-rm -rf .gpu/pkg .gpu/pkg-prev .gpu/pkg-mid && cp -r pkg .gpu/pkg
-# The previous build's wasm package (gpu-run.sh previous), when given; a middle one.
-if [ -n "${PREV_PKG:-}" ]; then cp -r "$PREV_PKG" .gpu/pkg-prev; fi
-if [ -n "${MID_PKG:-}" ]; then cp -r "$MID_PKG" .gpu/pkg-mid; fi
-# PROF_PKG=1: the same wasm with its function names kept (gpu-run.sh calls profiles it).
-rm -rf .gpu/pkg-prof
-if [ -n "${PROF_PKG:-}" ]; then
-  wasm-bindgen --target web --keep-debug --no-typescript --out-dir .gpu/pkg-prof \
-    target/wasm32-unknown-unknown/release/tidepool.wasm
-  wasm-opt -O -g --strip-dwarf --enable-bulk-memory --enable-nontrapping-float-to-int \
-    --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
-    .gpu/pkg-prof/tidepool_bg.wasm -o .gpu/pkg-prof/tidepool_bg.wasm
+
+# The shared GPU kit sits beside the checkout: ../shared from the main checkout and
+# from a worktree beside it alike; SHARED_DIR names another.
+shared=""
+for d in ${SHARED_DIR:-} "$repo/../shared" "$(dirname "$(git rev-parse --path-format=absolute --git-common-dir)")/../shared"; do
+  if [ -f "$d/gpu/pack.sh" ]; then shared=$(cd "$d" && pwd); break; fi
+done
+[ -n "$shared" ] || { echo "gpu-pack: no shared/gpu/pack.sh beside the checkout (set SHARED_DIR)" >&2; exit 2; }
+
+G=.gpu
+mkdir -p "$G"
+OUT_DIR=$G bash "$shared/gpu/pack.sh" --dawn
+
+# `--features bench` where the build has that feature (an earlier commit may not).
+bench_features() { grep -q '^bench *=' "$1/Cargo.toml" && echo --features=bench || true; }
+# executable NAME CARGO-ARGS...: the executable cargo built for the target NAME (a
+# bench or test build also builds the binaries, whose paths it reports too)
+executable() {
+  local name=$1
+  shift
+  cargo "$@" --message-format=json | grep -F "\"name\":\"$name\"" \
+    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
+}
+pack_binary() { # pack_binary FILE DEST: stripped and xz-packed as DEST.bin.xz
+  local tmp
+  tmp=$(mktemp)
+  cp "$1" "$tmp" && strip "$tmp"
+  xz -6 -T2 -c "$tmp" > "$2.bin.xz"
+  rm -f "$tmp" "$2"
+}
+
+features=$(bench_features .)
+cargo build --release --bin tidepool $features
+pack_binary target/release/tidepool "$G/tidepool"
+pack_binary "$(executable matmul_bench bench --no-run --bench matmul_bench $features)" "$G/matmul_bench"
+# The GPU test binaries that need no files of the checkout: every kernel against its
+# reference, the context and the pool, the f16 GEMMs, the optimizer.
+rm -rf "$G/tests" && mkdir -p "$G/tests"
+for t in ${GPU_TESTS:-ops op_parity gpu matmul_f16 optimizer}; do
+  [ -f "tests/$t.rs" ] || [ -f "tests/$t/main.rs" ] || continue
+  pack_binary "$(executable "$t" test --release --no-run --test "$t" $features)" "$G/tests/$t"
+done
+# Always rebuilt (it is incremental): a stale package would measure an older build.
+rm -rf "$G/pkg"
+wasm-pack build --release --target web --no-pack --out-dir "$G/pkg" -- $features
+cp scripts/bench-dawn.mjs scripts/readback.mjs "$G/dawn/"
+dawn_node=$G/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
+[ -f "$dawn_node" ] && xz -6 -T2 -c "$dawn_node" > "$dawn_node.bin.xz" && rm "$dawn_node"
+echo "$(git describe --always --dirty) built $(date -u +%FT%TZ)" > "$G/BUILD"
+
+rm -rf "$G/against"
+if [ -n "$against" ]; then
+  mkdir -p "$G/against"
+  if [ -d "$against" ]; then
+    src=$(cd "$against" && pwd)
+    [ -x "$src/tidepool" ] && [ -d "$src/pkg" ] || { echo "gpu-pack: $against holds no tidepool and pkg/" >&2; exit 2; }
+    pack_binary "$src/tidepool" "$G/against/tidepool"
+    [ -x "$src/matmul_bench" ] && pack_binary "$src/matmul_bench" "$G/against/matmul_bench"
+    cp -r "$src/pkg" "$G/against/pkg"
+    cp "$src"/*.mjs "$G/against/" 2>/dev/null || true
+    cat "$src/COMMIT" > "$G/against/BUILD" 2>/dev/null || echo "$src" > "$G/against/BUILD"
+  else
+    # A commit: its tree built in a folder of its own, with this checkout's target
+    # folder so that the dependencies it shares with this build are not built again.
+    commit=$(git rev-parse --verify "$against^{commit}")
+    tree=$(mktemp -d)
+    git archive "$commit" | tar x -C "$tree"
+    f=$(bench_features "$tree")
+    (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against cargo build --release --bin tidepool $f)
+    pack_binary "$repo/target/against/release/tidepool" "$G/against/tidepool"
+    # the matmul benchmark is a bench target, or an example in older trees
+    if [ -f "$tree/benches/matmul_bench.rs" ]; then
+      m=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable matmul_bench bench --no-run --bench matmul_bench $f)
+    else
+      m=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable matmul_bench build --release --example matmul_bench $f)
+    fi
+    [ -n "$m" ] && pack_binary "$m" "$G/against/matmul_bench"
+    (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against wasm-pack build --release --target web --no-pack \
+      --out-dir "$repo/$G/against/pkg" -- $f)
+    cp "$tree"/scripts/bench-dawn.mjs "$tree"/scripts/readback.mjs "$G/against/" 2>/dev/null || true
+    echo "$commit" > "$G/against/BUILD"
+    rm -rf "$tree"
+  fi
 fi
-# PERF=1: Linux perf and the libraries it needs beyond the H200 machine's own (it has
-# none; gpu-run.sh perf17 samples Dawn's process with it).
-rm -rf .gpu/perf
-if [ -n "${PERF:-}" ]; then
-  mkdir -p .gpu/perf/lib
-  cp "$(command -v perf)" .gpu/perf/perf
-  ldd "$(command -v perf)" | awk '$3 ~ /^\// {print $3}' \
-    | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libz|libpthread|libdl|librt)\.so' \
-    | xargs -I{} cp -L {} .gpu/perf/lib/
-  for f in .gpu/perf/perf .gpu/perf/lib/*; do xz -6 -T2 -c "$f" > "$f.bin.xz" && rm "$f"; done
-fi
-# PACK_CHROMIUM=1: Debian's Chromium with the libraries it links beyond glibc (the H200
-# machine has neither), xz-packed and split into .chr/part-* of 50 MiB, since a call
-# carries at most 64 MiB: calls carrying one part each leave them on the warm machine
-# for `gpu-run.sh browser18` (which says how). And playwright-core, which drives it.
-rm -rf .gpu/playwright-core.tar.xz
-if [ -n "${PACK_CHROMIUM:-}" ]; then
+
+rm -rf .chr "$G/playwright-core.tar.xz" "$G/uplot-dist" "$G/fonts"
+if [ "$chromium" = 1 ]; then
+  # Debian's Chromium with the libraries it links beyond glibc (the GPU machine has
+  # neither), playwright-core, which drives it, and what the whole page needs beyond
+  # the wasm: its chart library, and a font (Chromium aborts laying out text without one).
   tmp=$(mktemp -d)
   mkdir -p "$tmp/chrpkg/lib" "$tmp/chrpkg/chromium/locales"
   (cd /usr/lib/chromium && cp -a chrome_100_percent.pak chrome_crashpad_handler chromium icudtl.dat \
@@ -75,17 +132,18 @@ if [ -n "${PACK_CHROMIUM:-}" ]; then
     | xargs -I{} cp -L {} "$tmp/chrpkg/lib/"
   # NSS loads these by name at start-up.
   (cd /usr/lib/x86_64-linux-gnu && cp -L libsoftokn3.so libfreebl3.so libfreeblpriv3.so libnssdbm3.so "$tmp/chrpkg/lib/")
-  rm -rf .chr && mkdir .chr
+  mkdir .chr
   tar cf - -C "$tmp" chrpkg | xz -9 -T2 | split -b 50M - .chr/part-
   rm -rf "$tmp"
-  tar cJf .gpu/playwright-core.tar.xz node_modules/playwright-core
+  tar cJf "$G/playwright-core.tar.xz" node_modules/playwright-core
+  cp -r node_modules/uplot/dist "$G/uplot-dist"
+  mkdir -p "$G/fonts" && cp "$(fc-match -f '%{file}' sans)" "$G/fonts/"
   du -sh .chr/part-*
 fi
-cp scripts/bench-dawn.mjs scripts/readback.mjs .gpu/dawn/
-# the page's chart library and a font (bench-browser.mjs page mounts the whole page;
-# the GPU machine has no fonts, and Chromium aborts laying out text without one)
-rm -rf .gpu/uplot-dist && cp -r node_modules/uplot/dist .gpu/uplot-dist
-font=$(fc-match -f '%{file}' sans 2>/dev/null || true)
-rm -rf .gpu/fonts && mkdir -p .gpu/fonts && { [ -f "$font" ] && cp "$font" .gpu/fonts/ || echo "no font found: bench-browser.mjs page will not run on the GPU machine" >&2; }
-cp scripts/torch_twin.py scripts/torch_curves.py scripts/torch_matmul.py .gpu/  # curves, round4
-du -sh .gpu
+
+# What a call carries: this folder and the repository's own files, 64 MiB in all.
+mib() { echo $(($1 / 1048576)); }
+size=$(du -sb "$G" | cut -f1)
+tracked=$(git ls-files -z | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
+echo "gpu-pack: $G is $(mib "$size") MiB, the repository's files $(mib "$tracked") MiB (a call carries 64 MiB)"
+[ $((size + tracked)) -lt $((64 * 1048576)) ] || { echo "gpu-pack: too large for one call" >&2; exit 1; }

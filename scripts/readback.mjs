@@ -1,4 +1,4 @@
-// The round trip of a readback on an idle GPU, as a trainer's call ends with one: a
+// The latency of a readback on an idle GPU, as a trainer's call ends with one: a
 // 16-byte copy submitted, then its buffer mapped and unmapped, `count` times after
 // `warmup`. Self-contained, with nothing but `navigator.gpu` and the WebGPU globals:
 // bench-browser.mjs hands it to a page (Playwright runs its source there) and

@@ -5,7 +5,7 @@ with cuBLAS on that shape, not with a square one.
 
 For every layer GEMM of the shakespeare preset (k, n) over `rows` tokens:
 forward out[m, n] = inp[m, k] @ weight[n, k]^T, dinp = dout[m, n] @ weight[n, k],
-dweight = dout^T @ inp (n x k, reduced over m), as `examples/matmul_bench.rs` names
+dweight = dout^T @ inp (n x k, reduced over m), as `benches/matmul_bench.rs` names
 them. fp32 turns TF32 off (cuBLAS's true fp32 path), tf32 turns it on, fp16 runs
 half operands with cuBLAS's default accumulation. Each product warms up, then runs
 `reps` times between CUDA events; the figure is the median of 5 such timings.

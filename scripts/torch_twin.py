@@ -4,7 +4,7 @@
     python3 scripts/torch_twin.py [CORPUS] [--steps 5000] [--eval-every 250]
         [--eval-batches 200] [--placement nanogpt|residual] [--dropout 0.2] [--seed 1337]
 
-CORPUS defaults to ../shared/data/tinyshakespeare.txt. Prints one JSON line per
+CORPUS defaults to the repository's data/tinyshakespeare.txt. Prints one JSON line per
 evaluation, {"step", "val_loss", "train_loss", "train_loss_mean", "seconds"}, then a
 last line with "final": true. fp32 (TF32 off), on CUDA when there is one.
 
@@ -23,13 +23,14 @@ What is the same as tidepool (src/data.rs, src/train.rs, src/model/mod.rs):
   - dropout 0.2 on the embeddings and both residual branches, and with placement
     nanogpt (the preset's) on the attention probabilities.
 What differs: the dropout masks come from PyTorch's RNG (a statistical twin, not a
-bitwise one), and PyTorch's kernels round differently. "train_loss" is the loss of
+bitwise one), and PyTorch's kernels sum in another order. "train_loss" is the loss of
 the evaluation's step, with dropout, as tidepool's per-step "loss"; "train_loss_mean"
 averages the steps since the previous evaluation.
 """
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -80,9 +81,9 @@ class Rng:
 
 
 class Block(nn.Module):
-    def __init__(self, c, heads, p, attn_dropout):
+    def __init__(self, c, heads, p, attn_dropout, fused=True):
         super().__init__()
-        self.heads, self.p, self.attn_dropout = heads, p, attn_dropout
+        self.heads, self.p, self.attn_dropout, self.fused = heads, p, attn_dropout, fused
         self.ln_1 = nn.LayerNorm(c, eps=1e-5)
         self.attn = nn.Module()
         self.attn.c_attn = nn.Linear(c, 3 * c)
@@ -97,7 +98,14 @@ class Block(nn.Module):
         q, k, v = self.attn.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
         p_att = self.p if (self.training and self.attn_dropout) else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_att, is_causal=True)
+        if self.fused:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_att, is_causal=True)
+        else:
+            # the t x t attention matrix in memory, as eager PyTorch without SDPA keeps it
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+            att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p_att, True)
+            y = att @ v
         y = y.transpose(1, 2).contiguous().view(b, t, c)
         x = x + F.dropout(self.attn.c_proj(y), self.p, self.training)
         m = self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
@@ -105,13 +113,16 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, context, layers, heads, width, p, attn_dropout):
+    """fused: attention by F.scaled_dot_product_attention; else written out (matrix,
+    mask, softmax, dropout), the eager path without fused kernels."""
+
+    def __init__(self, vocab, context, layers, heads, width, p, attn_dropout, fused=True):
         super().__init__()
         self.p = p
         self.transformer = nn.Module()
         self.transformer.wte = nn.Embedding(vocab, width)
         self.transformer.wpe = nn.Embedding(context, width)
-        self.transformer.h = nn.ModuleList([Block(width, heads, p, attn_dropout) for _ in range(layers)])
+        self.transformer.h = nn.ModuleList([Block(width, heads, p, attn_dropout, fused) for _ in range(layers)])
         self.transformer.ln_f = nn.LayerNorm(width, eps=1e-5)
 
     def forward(self, idx, targets):
@@ -161,7 +172,8 @@ def windows(rng, tokens, batch, t, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("corpus", nargs="?", default="../shared/data/tinyshakespeare.txt")
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("corpus", nargs="?", default=os.path.join(here, "..", "data", "tinyshakespeare.txt"))
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--eval-batches", type=int, default=200)
@@ -177,6 +189,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--max-seconds", type=float, default=float("inf"), help="stop after the evaluation that passes this")
+    ap.add_argument("--stop-after", type=int, default=0,
+                    help="stop after the evaluation at this step; the schedule still runs to --steps")
     a = ap.parse_args()
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -235,7 +249,7 @@ def main():
                     "train_loss_mean": round(sum(recent) / len(recent), 5), "seconds": round(time.time() - start, 1)}
             print(json.dumps(line), flush=True)
             recent = []
-            if time.time() - start > a.max_seconds:
+            if time.time() - start > a.max_seconds or step == a.stop_after:
                 break
         elif step % 10 == 0:
             recent.append(loss.item())  # a sync every 10 steps keeps the queue short

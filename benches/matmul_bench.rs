@@ -1,0 +1,319 @@
+//! GFLOP/s of the matmul kernels (forward `A·Bᵀ`, `dinp = A·B`, `dweight = Aᵀ·B`) in
+//! every variant (`MatmulVariant`: the GPU tiles, split-K, the CPU-adapter kernel, and
+//! where the adapter has shader-f16 the f16 cores of `--precision f16`: `coop` on
+//! tensor cores where it has cooperative matrices, `f16` otherwise) on
+//! square sizes and on the GPT layer shapes this crate trains, plus causal attention
+//! forward and backward. The `auto` column marks the variant the launchers pick on
+//! this adapter for that shape.
+//!
+//! `cargo bench --bench matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME]`
+//!
+//! Each case warms up (pipeline compile, pool fill), then records `reps` launches in
+//! one scope (one submit) and waits for them with a 4-byte download; the time per
+//! launch is the wall time over `reps`. `--quick` keeps sizes small enough for a CPU
+//! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
+//! JSON object a line; `--only OP` runs the cases whose op name contains OP;
+//! `--variant NAMES` only those matmul variants, in that order, comma-separated, repeats
+//! allowed (tiled, splitk, narrow, cpu16, cpu32,
+//! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
+//! precision f16 (the `auto` column then marks that context's choice).
+//!
+//! Figures: BENCHMARKS.md (Matmul).
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    pollster::block_on(bench::run());
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod bench {
+    use std::time::{Duration, Instant};
+
+    use tidepool::config::Precision;
+    use tidepool::kernels::{
+        attention_backward, attention_forward, coop2_supported, coop_supported,
+        matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant, MatmulVariant,
+    };
+    use tidepool::rng::Rng;
+    use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
+
+    struct Args {
+        json: bool,
+        quick: bool,
+        only: String,
+        variant: String,
+        no_squares: bool,
+    }
+
+    fn args() -> Args {
+        let mut a = Args {
+            json: false,
+            quick: false,
+            only: String::new(),
+            variant: String::new(),
+            no_squares: false,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--json" => a.json = true,
+                "--quick" => a.quick = true,
+                "--only" => a.only = it.next().unwrap_or_default(),
+                "--variant" => a.variant = it.next().unwrap_or_default(),
+                "--no-squares" => a.no_squares = true,
+                "--bench" => {} // `cargo bench` adds it
+                "-h" | "--help" => {
+                    println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAMES] [--no-squares]");
+                    std::process::exit(0);
+                }
+                other => {
+                    eprintln!("unknown argument {other:?} (try --help)");
+                    std::process::exit(2);
+                }
+            }
+        }
+        a
+    }
+
+    /// Seconds a launch takes: `launch` runs `reps` times in one scope, then one
+    /// small download waits for the GPU.
+    async fn time(ctx: &WgpuContext, budget: Duration, launch: &dyn Fn() -> PooledBuffer) -> f64 {
+        let batch = |reps: usize| async move {
+            let start = Instant::now();
+            let last = ctx.scope(|| {
+                let mut last = launch();
+                for _ in 1..reps {
+                    last = launch();
+                }
+                last
+            });
+            ctx.download::<f32>(&last, 1).await.expect("download");
+            start.elapsed().as_secs_f64()
+        };
+        batch(1).await; // compile the pipelines, fill the pool
+        let once = batch(1).await;
+        let reps = ((budget.as_secs_f64() / once) as usize).clamp(3, 200);
+        // The better of two batches: the other may have shared the GPU or CPU.
+        let a = batch(reps).await / reps as f64;
+        let b = batch(reps).await / reps as f64;
+        a.min(b)
+    }
+
+    /// An op's name, its output rows and columns and reduction length (what the
+    /// launchers choose a variant by), and one launch.
+    type Case<'a> = (
+        &'static str,
+        (usize, usize, usize),
+        &'a dyn Fn() -> PooledBuffer,
+    );
+
+    struct Row {
+        op: &'static str,
+        /// Matmul variant ("" for attention) and whether the launchers pick it here.
+        variant: &'static str,
+        auto: bool,
+        m: usize,
+        k: usize,
+        n: usize,
+        secs: f64,
+        flops: f64,
+    }
+
+    pub async fn run() {
+        let args = args();
+        let ctx = WgpuContext::new().await.expect("a GPU adapter");
+        let adapter = ctx.adapter_name().to_string();
+        let backend = ctx.backend();
+        println!("adapter: {adapter} ({backend})");
+        let budget = Duration::from_millis(if args.quick { 300 } else { 500 });
+        let mut rng = Rng::new(1);
+
+        let squares: &[usize] = if args.no_squares {
+            &[]
+        } else if args.quick {
+            &[256]
+        } else {
+            &[512, 1024, 2048, 4096]
+        };
+        // The shakespeare preset's layer GEMMs (k, n): qkv, attention projection, MLP
+        // up and down, logits; 64 x 256 tokens (quick: 512).
+        let gpt_rows = if args.quick { 512 } else { 16384 };
+        let gpt = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
+        // The tiny preset's (8 x 64 tokens, width 64, a vocabulary of about 100).
+        let tiny = [(64, 192), (64, 64), (64, 256), (256, 64), (64, 97)];
+        let mut shapes: Vec<(usize, usize, usize)> = squares
+            .iter()
+            .map(|&s| (s, s, s))
+            .chain(gpt.iter().map(|&(k, n)| (gpt_rows, k, n)))
+            .collect();
+        if args.quick {
+            shapes.extend(tiny.iter().map(|&(k, n)| (512, k, n)));
+        }
+        // Every variant of `all`, or those named, in the order named, repeats kept: a
+        // list like `tiled,narrow,tiled,narrow` takes turns, so neither is always the
+        // first measured after a shape's set-up (short kernels are then slower: the
+        // GPU's clock is still rising).
+        let named = |all: Vec<MatmulVariant>| -> Vec<MatmulVariant> {
+            if args.variant.is_empty() {
+                return all;
+            }
+            let by_name = |n: &str| all.iter().copied().find(|v| v.name() == n);
+            args.variant.split(',').filter_map(by_name).collect()
+        };
+        let variants = named(MatmulVariant::ALL.to_vec());
+        // The f16 cores need a context made for them (shader-f16, cooperative matrices).
+        let options = ContextOptions {
+            precision: Precision::F16,
+            ..Default::default()
+        };
+        let ctx16 = match WgpuContext::with_options(options).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("no f16 variants: {e}");
+                None
+            }
+        };
+        let variants16: Vec<MatmulVariant> = match &ctx16 {
+            Some(c) => {
+                if let Err(why) = coop_supported(c) {
+                    println!("no coop variants: {why}");
+                } else if let Err(why) = coop2_supported(c) {
+                    println!("no coop2 variants: {why}");
+                }
+                named(
+                    MatmulVariant::F16_ALL
+                        .into_iter()
+                        .filter(|v| v.runs_on(c).is_ok())
+                        .collect(),
+                )
+            }
+            None => Vec::new(),
+        };
+        let mut runs: Vec<(&WgpuContext, &[MatmulVariant])> = vec![(&ctx, &variants)];
+        if let Some(c) = &ctx16 {
+            runs.push((c, &variants16));
+        }
+
+        println!(
+            "{:<18} {:>11} {:>4} {:>6} {:>6} {:>6} {:>10} {:>10}",
+            "op", "variant", "auto", "m", "k", "n", "ms", "GFLOP/s"
+        );
+        let mut rows = Vec::new();
+        let matmuls = "matmul_forward matmul_dinp matmul_dweight";
+        let shapes = if matmuls.contains(&args.only) {
+            shapes
+        } else {
+            Vec::new()
+        };
+        for &(m, k, n) in &shapes {
+            // Forward out[m, n] = inp[m, k] · weight[n, k]ᵀ; backward from dout[m, n].
+            let (inp, weight) = (rng.vec(m * k, -1.0, 1.0), rng.vec(n * k, -1.0, 1.0));
+            let dout = rng.vec(m * n, -1.0, 1.0);
+            let flops = 2.0 * m as f64 * k as f64 * n as f64;
+            for &(ctx, variants) in &runs {
+                let (inp, weight, dout) =
+                    (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&dout));
+                for &v in variants {
+                    // Each product's output shape and reduction decide the launchers' choice.
+                    let cases: [Case; 3] = [
+                        ("matmul_forward", (m, n, k), &|| {
+                            matmul_forward_variant(ctx, v, &inp, &weight, None, m, k, n)
+                        }),
+                        ("matmul_dinp", (m, k, n), &|| {
+                            matmul_dinp_variant(ctx, v, &dout, &weight, m, k, n)
+                        }),
+                        ("matmul_dweight", (n, k, m), &|| {
+                            matmul_dweight_variant(ctx, v, &dout, &inp, m, k, n)
+                        }),
+                    ];
+                    for (op, (out_m, out_n, red), launch) in cases {
+                        if !op.contains(&args.only) {
+                            continue;
+                        }
+                        let secs = time(ctx, budget, launch).await;
+                        let row = Row {
+                            op,
+                            variant: v.name(),
+                            auto: MatmulVariant::choose(ctx, out_m, out_n, red) == v,
+                            m,
+                            k,
+                            n,
+                            secs,
+                            flops,
+                        };
+                        print_row(&row);
+                        rows.push(row);
+                    }
+                }
+            }
+        }
+
+        // GPT-2 small attention: b 64, t 256, c 384, 6 heads (quick: b 4).
+        let (b, t, c, nh) = (if args.quick { 4 } else { 64 }, 256, 384, 6);
+        let qkv = ctx.upload(&rng.vec(b * t * 3 * c, -2.0, 2.0));
+        let dout = ctx.upload(&rng.vec(b * t * c, -1.0, 1.0));
+        let (out, saved) = attention_forward(&ctx, &qkv, b, t, c, nh, None);
+        // Causal: t(t+1)/2 scores a head; forward 2 products of hs each, the backward
+        // 5 (recomputed scores, dp, dq, dk, dv).
+        let pairs = (b * nh * t * (t + 1) / 2) as f64;
+        let hs = (c / nh) as f64;
+        let fwd = || attention_forward(&ctx, &qkv, b, t, c, nh, None).0;
+        let bwd = || attention_backward(&ctx, &dout, &qkv, &out, &saved, b, t, c, nh, None);
+        let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
+            ("attention_forward", &fwd, 4.0 * pairs * hs),
+            ("attention_backward", &bwd, 10.0 * pairs * hs),
+        ];
+        for (op, launch, flops) in cases {
+            if !op.contains(&args.only) {
+                continue;
+            }
+            let secs = time(&ctx, budget, launch).await;
+            // m, k, n: batch x heads, t, head size.
+            let row = Row {
+                op,
+                variant: "",
+                auto: true,
+                m: b * nh,
+                k: t,
+                n: c / nh,
+                secs,
+                flops,
+            };
+            print_row(&row);
+            rows.push(row);
+        }
+
+        if args.json {
+            for r in &rows {
+                let line = serde_json::json!({
+                    "op": r.op, "variant": r.variant, "auto": r.auto,
+                    "m": r.m, "k": r.k, "n": r.n,
+                    "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
+                    "adapter": adapter, "backend": backend,
+                });
+                println!("{line}");
+            }
+        }
+        ctx.take_error().expect("no GPU errors");
+        if let Some(c) = &ctx16 {
+            c.take_error().expect("no GPU errors (f16 context)");
+        }
+    }
+
+    fn print_row(r: &Row) {
+        println!(
+            "{:<18} {:>11} {:>4} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            r.op,
+            r.variant,
+            if r.auto { "*" } else { "" },
+            r.m,
+            r.k,
+            r.n,
+            r.secs * 1e3,
+            r.flops / r.secs / 1e9
+        );
+    }
+}
