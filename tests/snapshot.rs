@@ -864,3 +864,66 @@ fn write_a_snapshot_file() {
     });
     std::fs::write(format!("{out}.json"), figures.to_string()).expect("writes its figures");
 }
+
+/// The page's entry point, the wasm's `Snapshot`: bytes from JS read once, reported
+/// as the library reports them, drawn as typed arrays; what it cannot read or show
+/// is an error of kind `trace` (bad arguments: `config`), never a trap.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+fn the_page_reads_files_through_the_wasm_snapshot() {
+    use tidepool::web::Snapshot;
+    use wasm_bindgen::JsValue;
+    let get = |v: &JsValue, key: &str| js_sys::Reflect::get(v, &key.into()).expect(key);
+    let kind = |e: JsValue| get(&e, "kind").as_string().expect("a kind");
+    let s = Snapshot::read(&js_sys::Uint8Array::from(SYNTHETIC), None).expect("reads");
+    assert_eq!(
+        (s.format().as_str(), s.recordings()),
+        ("pytorch-snapshot", 1)
+    );
+    let ours = report(SYNTHETIC);
+    let js = s.report().expect("reports");
+    let step = get(&js_sys::Array::from(&get(&js, "steps")).get(0), "replay");
+    let lower = get(&step, "lower_bound").as_f64().unwrap();
+    assert_eq!(lower as u64, ours.steps[0].replay.lower_bound);
+    let t = s.timeline(0.0).expect("a timeline");
+    let live = js_sys::Float64Array::from(get(&t, "live"));
+    assert_eq!(live.length(), ours.steps[0].events + 1);
+    let size = js_sys::Float64Array::from(get(&t, "size"));
+    assert_eq!(size.length() as usize, ours.steps[0].allocations);
+    assert_eq!(
+        get(&t, "peak").as_f64().unwrap() as u64,
+        ours.steps[0].peaks.live
+    );
+    let range = s.replay(0.0, 10.0, 200.0).expect("a range");
+    assert_eq!(get(&range, "chosen").as_string().as_deref(), Some("range"));
+
+    assert_eq!(kind(s.replay(0.0, 10.0, 5.0).unwrap_err()), "trace");
+    assert_eq!(kind(s.timeline(1.0).unwrap_err()), "config");
+    assert_eq!(kind(s.timeline(-1.0).unwrap_err()), "config");
+    let refused = Snapshot::check_size(3e8).unwrap_err();
+    let message = get(&refused, "message").as_string().unwrap();
+    assert!(message.contains("at most 268435456 bytes"), "{message}");
+    assert_eq!(kind(refused), "trace");
+    assert!(Snapshot::check_size(1e6).is_ok());
+    assert_eq!(kind(Snapshot::check_size(f64::NAN).unwrap_err()), "config");
+    let text = Snapshot::read(&js_sys::Uint8Array::from(&b"hello"[..]), None);
+    assert_eq!(kind(text.err().expect("refused")), "trace");
+
+    // Figures a JS number cannot hold exactly: refused, not rounded.
+    let bytes = fixture::with_traces(|p| {
+        p.list(1, |p, _| {
+            p.list(16, |p, i| {
+                p.dict(4, |p, k| match k {
+                    0 => p.entry_str("action", "alloc"),
+                    1 => p.entry_int("addr", (i as i64 + 1) << 20),
+                    2 => p.entry_int("size", 1 << 52),
+                    _ => p.entry_int("stream", 0),
+                });
+            });
+        });
+    });
+    let huge = Snapshot::read(&js_sys::Uint8Array::from(&bytes[..]), None).expect("reads");
+    let err = huge.report().unwrap_err();
+    assert!(get(&err, "message").as_string().unwrap().contains("2^53"));
+    assert_eq!(kind(err), "trace");
+}
