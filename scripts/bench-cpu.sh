@@ -9,11 +9,12 @@
 #
 # OLD_BIN / NEW_BIN: native `tidepool` binaries (NEW_BIN defaults to
 # target/release/tidepool, built here first). OLD_PKG / NEW_PKG: wasm packages of the
-# same builds (`wasm-pack build --release --target web --no-pack --out-dir pkg` in a
+# same builds (`wasm-pack build --release --target web --no-pack --out-dir pkg -- --features bench` in a
 # checkout of each; NEW_PKG defaults to pkg/, built here first). Build the old one
-# in a throwaway worktree with its own target dir, e.g.
+# in a throwaway worktree with its own target dir (a commit before the `bench`
+# feature exports the benchmarks always: leave out `-- --features bench`), e.g.
 #   git worktree add --detach /work/wt-old 666498b && cd /work/wt-old &&
-#   wasm-pack build --release --target web --no-pack --out-dir pkg
+#   wasm-pack build --release --target web --no-pack --out-dir pkg -- --features bench
 #
 # How it takes turns, so that other load on a shared machine hits both builds alike:
 # - natively, each repeat runs `tidepool bench step --presets tiny --json` of one build
@@ -46,7 +47,7 @@ if [ -z "${NEW_BIN:-}" ] && [ "$only" != browser ]; then
   NEW_BIN=target/release/tidepool
 fi
 if [ -z "${NEW_PKG:-}" ] && [ "$only" != native ]; then
-  wasm-pack build --release --target web --no-pack --out-dir pkg >&2
+  wasm-pack build --release --target web --no-pack --out-dir pkg -- --features bench >&2
   NEW_PKG=pkg
 fi
 

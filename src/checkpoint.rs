@@ -20,12 +20,14 @@ use std::collections::HashMap;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 
+use crate::config::TrainConfig;
 use crate::data::{Corpus, Tokenizer};
 use crate::error::{Error, Result};
+use crate::gpu::ContextOptions;
 use crate::kernels::{Moments, ParamArena};
 use crate::model::{self, GptConfig, GpuBatch, GpuOps};
 use crate::rng::Rng;
-use crate::train::{Batcher, StepStats, TrainConfig, Trainer};
+use crate::train::{Batcher, StepStats, Trainer};
 
 /// The version this build writes and reads (`tidepool.format`).
 pub const FORMAT_VERSION: &str = "1";
@@ -485,7 +487,8 @@ impl Trainer {
         cfg.validate()?;
         let model = ckpt.model.clone();
         // Every buffer a step needs, counted in u64, against this device.
-        let ctx = Trainer::open_context(&cfg, model.vocab as u64).await?;
+        let ctx =
+            Trainer::open_context(&cfg, model.vocab as u64, ContextOptions::default()).await?;
         let specs = model.params();
         let params = ParamArena::upload(&ctx, &ckpt.params)?;
         let layout = params.layout().clone();

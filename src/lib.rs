@@ -3,18 +3,53 @@
 //! A small GPT trains on the GPU through wgpu with one pool of reusable buffers
 //! under every kernel, natively (Vulkan, Metal, DX12) and in the browser (WebGPU).
 //!
+//! # The public surface
+//!
 //! - [`pool`]: [`BufferPool`], the size-bucketed free list (pure bookkeeping).
-//! - [`gpu`]: [`WgpuContext`] and [`PooledBuffer`], and why recycling is safe.
-//! - [`kernels`]: every op of GPT training in WGSL; [`reference`](mod@reference): the same on the CPU.
+//! - [`gpu`]: [`WgpuContext`] and [`PooledBuffer`], and why recycling is safe;
+//!   [`gpu::Kernel`] for WGSL kernels of your own on pooled buffers.
+//! - [`kernels`]: every op of GPT training in WGSL; [`reference`](mod@reference):
+//!   the same on the CPU, the specification the kernels meet.
 //! - [`model`]: the GPT, written once over [`model::Ops`] for both.
-//! - [`train`]: the GPU [`train::Trainer`]; [`reference_train`]: its CPU twin.
+//! - [`config`]: a run's settings ([`config::TrainConfig`], presets, the
+//!   [`config::Overrides`] a user gives); [`plan`]: whether they fit a device.
+//! - [`train`]: the GPU [`train::Trainer`], and the [`train::Schedule`] that cuts a
+//!   run into calls.
 //! - [`checkpoint`]: save, resume and export a run (safetensors).
 //! - [`trace`]: the allocation trace of a step; [`replay`]: what other size
 //!   policies and an offline offset plan would have made of it, without the GPU.
 //! - [`snapshot`]: PyTorch memory snapshots and tidepool's traces read into one
 //!   model, the repeating step found, and the report of every policy on it.
-//! - [`data`]: the char tokenizer and the built-in corpus; `web` (wasm32 only): the
-//!   API the page's worker drives.
+//! - [`data`]: the char tokenizer and corpora; [`error`]: one [`Error`] whose
+//!   `kind()` code can branch on.
+//! - `web` (wasm32 only): the API the page's worker drives.
+//!
+//! Not part of it, public for the crate's own tests, CLI and benchmarks, and hidden
+//! from these docs: `rng` (the seeded generator), `reference_train` (the CPU twin of
+//! the trainer), `bench` (the measurements behind BENCHMARKS.md; with the features
+//! `cli` or `bench`) and `files` (the CLI's file checks). They may change in any
+//! release.
+//!
+//! # The module map
+//!
+//! Imports run one way, from the leaves up:
+//!
+//! ```text
+//! error, pool, rng, reference  leaves (reference: every op on the CPU)
+//! data, config, trace          corpora; a run's settings; the trace's types
+//! gpu                          device, recorder, pipelines, memory (config, pool, trace)
+//! kernels, model               the ops and the GPT on the GPU (gpu, reference)
+//! plan                         does a config fit a device (config, kernels)
+//! train                        trainer, steps, evaluation, sampling, schedule
+//! checkpoint, reference_train  save and resume; the CPU twin (train)
+//! replay, snapshot             traces replayed; PyTorch snapshots beside them (trace)
+//! bench                        measurements (train)
+//! web                          the wasm API (wasm32)
+//! ```
+//!
+//! No module reaches back to one that reaches it, at the top level or inside any
+//! folder: `cargo test --test architecture` reads `src/` and names each circle with
+//! the line that closes it.
 //!
 //! # Depending on it
 //!
@@ -25,6 +60,10 @@
 //! [dependencies]
 //! tidepool = { version = "0.1", default-features = false }
 //! ```
+//!
+//! The feature `bench` builds the measurements behind BENCHMARKS.md into the wasm
+//! (`benchPool`, `benchStep`, `benchKernels`, `benchPolicies`, for the runners in
+//! `scripts/`: `wasm-pack build ... -- --features bench`); the page's wasm has none.
 //!
 //! # The pool under a kernel
 //!
@@ -80,12 +119,15 @@
 //! More in `examples/`: `pool_in_wgpu.rs` (a WGSL kernel of your own on pooled
 //! buffers) and `train_custom_corpus.rs` (training on your own text).
 
+#[cfg(any(feature = "bench", all(feature = "cli", not(target_arch = "wasm32"))))]
+#[doc(hidden)]
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod error;
 #[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
 pub mod files;
 pub mod gpu;
 pub mod kernels;
@@ -93,8 +135,10 @@ pub mod model;
 pub mod plan;
 pub mod pool;
 pub mod reference;
+#[doc(hidden)]
 pub mod reference_train;
 pub mod replay;
+#[doc(hidden)]
 pub mod rng;
 pub mod snapshot;
 pub mod trace;

@@ -8,13 +8,10 @@
 //! workgroup memory of the kernels. The launchers keep their asserts as debug
 //! checks; a config that passes here never reaches them.
 
+use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 use crate::fmt_bytes;
 use crate::pool::{BufferPoolConfig, SizePolicy, SIZE_ALIGNMENT};
-use crate::train::TrainConfig;
-
-/// Largest head (`width / heads`) the attention kernels are compiled for.
-pub const MAX_HEAD_SIZE: u64 = 128;
 
 /// The limits a plan is checked against, read as u64 so that a 4 GiB limit is not
 /// truncated on wasm32.
@@ -332,7 +329,9 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
     let moments = product("the moments' bytes", &[largest + header, 8])?;
     if moments > limits.max_binding_bytes {
         return Err(too_large(format!(
-            "{what} has {largest} floats; AdamW binds its two moments side by side, {moments}              bytes with the arena's {header}-float header, and this device binds at most {}              bytes ({}): lower width",
+            "{what} has {largest} floats; AdamW binds its two moments side by side, {moments} \
+             bytes with the arena's {header}-float header, and this device binds at most {} \
+             bytes ({}): lower width",
             limits.max_binding_bytes,
             fmt_bytes(limits.max_binding_bytes)
         )));

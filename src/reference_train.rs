@@ -2,11 +2,12 @@
 //! [`crate::train::Trainer`], computed by [`crate::reference`]. Slow and plain; the
 //! step-parity test holds the GPU trainer to it.
 
+use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::Result;
 use crate::model::{self, CpuBatch, CpuOps, Dropout, GptConfig, GptParams, ParamSpec};
 use crate::reference;
-use crate::train::{Batcher, TrainConfig};
+use crate::train::Batcher;
 
 pub struct ReferenceTrainer {
     cfg: TrainConfig,
@@ -30,8 +31,8 @@ impl ReferenceTrainer {
         let params = model.init(cfg.seed);
         let zeros: Vec<Vec<f32>> = specs.iter().map(|s| vec![0.0; s.len]).collect();
         Ok(ReferenceTrainer {
-            // Same seeds as the GPU trainer: same batches.
-            batcher: Batcher::new(cfg.seed ^ 0xBA7C4),
+            // The GPU trainer's batches.
+            batcher: Batcher::training(cfg.seed),
             m: zeros.clone(),
             v: zeros,
             cfg,

@@ -52,21 +52,15 @@ impl Rng {
     }
 }
 
-/// A seed that differs every run (tests print it so a failure can be replayed).
-/// Natively, `TIDEPOOL_SEED` fixes it.
-pub fn fresh_seed() -> u64 {
+/// A seed that differs every run, for tests that draw random shapes and data (they
+/// print it, so that a failure can be replayed with it).
+pub fn random_seed() -> u64 {
     #[cfg(target_arch = "wasm32")]
     {
         (js_sys::Math::random() * (u32::MAX as f64)) as u64
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        if let Some(seed) = std::env::var("TIDEPOOL_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-        {
-            return seed;
-        }
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)

@@ -37,7 +37,7 @@ pub enum EventKind {
     Miss,
     /// Above the pool's largest class: a new buffer (after its `create`), never pooled.
     Oversize,
-    /// A buffer that never joins the pool (the seed's `upload`, or pooling off).
+    /// A buffer that never joins the pool (`WgpuContext::upload`, or pooling off).
     Unpooled,
     /// A tensor died; the pool kept its buffer.
     Release,
@@ -290,21 +290,5 @@ impl Recorder {
             state.events[i].op = Cow::Borrowed(op);
         }
         state.last_op = op;
-    }
-}
-
-impl crate::train::Trainer {
-    /// One training step with the allocation trace on; `label` names it in the trace
-    /// (`first`, `steady`).
-    pub async fn step_traced(
-        &mut self,
-        label: &str,
-    ) -> crate::Result<(crate::train::StepStats, StepTrace)> {
-        let ctx = self.context();
-        let start = ctx.start_trace();
-        let result = self.step().await;
-        let ctx = self.context();
-        let trace = ctx.finish_trace(start, self.steps_done(), label);
-        Ok((result?, trace))
     }
 }

@@ -2,9 +2,10 @@
 //! (0, 1, huge, u32::MAX, negative, fractional, NaN, infinite, unknown presets and
 //! policies) through `Overrides` and `plan::check`, each accepted or refused with a
 //! clear error, never a panic; a few of the accepted ones train a step, and the
-//! trainer API works after every refusal. Plus one test for each reproduction of
-//! issue 10. GPU bodies run natively and in headless Chromium; the wasm API's own
-//! checks (error kinds, `sample(-1)`) are tested in the browser build.
+//! trainer API works after every refusal. Plus one test for each edge of the checks
+//! (grids, head size, bindings, sizes past 4 GiB). GPU bodies run natively and in
+//! headless Chromium; the wasm API's own checks (error kinds, `sample(-1)`, the
+//! schedule's inputs) are tested in the browser build.
 
 mod common;
 
@@ -166,7 +167,7 @@ fn small_corpus() -> Corpus {
 
 gpu_test!(random_configs_train_or_fail_clearly, fuzz_body());
 async fn fuzz_body() {
-    let seed = tidepool::rng::fresh_seed();
+    let seed = common::fresh_seed();
     let mut rng = Rng::new(seed);
     let corpus = small_corpus();
     let vocab = corpus.vocab_size() as u64;
@@ -194,7 +195,7 @@ async fn fuzz_body() {
                                 .buffers
                                 .iter()
                                 .all(|b| b.created <= limits.max_binding_bytes));
-                            assert!(plan.head_size <= plan::MAX_HEAD_SIZE);
+                            assert!(plan.head_size <= tidepool::config::MAX_HEAD_SIZE);
                         }
                     }
                 }
@@ -275,7 +276,7 @@ async fn sample_body() {
         ..TrainConfig::default()
     };
     let mut trainer = Trainer::new(cfg, small_corpus()).await.expect("trainer");
-    // `sample(-1)` from JS used to become length 4294967295 and lock the trainer.
+    // `sample(-1)` from JS must not become length 4294967295 and lock the trainer.
     for (length, temperature) in [
         (u32::MAX as usize, 1.0),
         (usize::MAX, 1.0),
@@ -319,7 +320,7 @@ async fn eval_every_body() {
     );
 }
 
-// Reproductions of issue 10, checked against explicit limits (no GPU needed).
+// Settings at the edges of the checks, against explicit limits (no GPU needed).
 
 fn refused(cfg: &TrainConfig, vocab: u64) -> Error {
     match plan::check(cfg, vocab, &DeviceLimits::webgpu_default()) {
@@ -687,7 +688,7 @@ mod web_api {
         }
         let stats = JsFuture::from(one).await.expect("the next call");
         assert_eq!(step(&stats), Some(5.0), "the refused calls trained nothing");
-        // sample(-1) used to wrap to 4294967295 and lock the trainer.
+        // sample(-1) must not wrap to 4294967295 and lock the trainer.
         for (length, temperature) in [
             (-1.0, 1.0),
             (1e12, 1.0),
@@ -735,6 +736,90 @@ mod web_api {
         assert_eq!(step, Some(1.0), "a fresh trainer");
         assert!(web::presets().contains(&"shakespeare".to_string()));
         assert!(web::policies().contains(&"pow2/8".to_string()));
+    }
+
+    /// `new Schedule(options)` and its methods refuse what is not a number they can
+    /// use, with kind `config` naming it, and otherwise answer as the crate's
+    /// `train::Schedule` does.
+    #[wasm_bindgen_test::wasm_bindgen_test]
+    fn the_schedule_checks_its_inputs_and_answers_as_the_crates() {
+        let n = |x: f64| JsValue::from_f64(x);
+        let refused = |result: Result<web::Schedule, JsValue>, what: &str| {
+            let error = result
+                .err()
+                .unwrap_or_else(|| panic!("{what} should throw"));
+            assert_eq!(kind(&error), "config", "{what}");
+            let message = Reflect::get(&error, &"message".into()).unwrap();
+            message.as_string().unwrap()
+        };
+        for (options, names) in [
+            (object(&[("callMs", n(f64::NAN))]), "callMs"),
+            (object(&[("callMs", n(0.0))]), "callMs"),
+            (object(&[("callMs", n(-16.0))]), "callMs"),
+            (object(&[("maxAtOnce", n(0.0))]), "maxAtOnce"),
+            (object(&[("maxAtOnce", n(1025.0))]), "maxAtOnce"),
+            (object(&[("maxAtOnce", n(2.5))]), "maxAtOnce"),
+            (object(&[("overlapMs", n(-1.0))]), "overlapMs"),
+            (object(&[("overlapMs", n(f64::NAN))]), "overlapMs"),
+            (object(&[("evalEvery", n(-20.0))]), "evalEvery"),
+            (object(&[("evalEvery", n(4294967296.0))]), "evalEvery"),
+            (object(&[("saveEvery", n(f64::INFINITY))]), "saveEvery"),
+            (object(&[("end", n(1e300))]), "end"),
+            (object(&[("batchMs", n(16.0))]), "batchMs"),
+            (n(16.0), "object"),
+        ] {
+            let what = format!("{:?}", js_sys::JSON::stringify(&options));
+            let message = refused(web::Schedule::new(options), &what);
+            assert!(message.contains(names), "{what}: {message}");
+        }
+        let page = web::Schedule::new(object(&[
+            ("callMs", n(16.0)),
+            ("maxAtOnce", n(16.0)),
+            ("overlapMs", n(8.0)),
+            ("evalEvery", n(20.0)),
+            ("end", n(30.0)),
+        ]))
+        .expect("the worker's schedule");
+        let same = tidepool::train::Schedule {
+            call_ms: 16.0,
+            max_at_once: 16,
+            overlap_ms: Some(8.0),
+            eval_every: 20,
+            save_every: 0,
+            end: Some(30),
+        };
+        for step in [0.0, 5.0, 18.0, 19.0, 28.0] {
+            for ms in [None, Some(0.0), Some(0.5), Some(5.0), Some(40.0)] {
+                let want = same.steps_from(step as u32, ms.filter(|&ms| ms > 0.0));
+                assert_eq!(page.steps_from(step, ms).unwrap(), want, "{step} {ms:?}");
+            }
+        }
+        assert!(page.overlaps(Some(8.0)).unwrap() && !page.overlaps(Some(8.5)).unwrap());
+        assert!(!page.overlaps(None).unwrap());
+        assert!(page.nothing_due_at(21.0).unwrap() && !page.nothing_due_at(20.0).unwrap());
+        assert!(!page.nothing_due_at(30.0).unwrap(), "the end");
+        assert!(page.evaluation_due_at(40.0).unwrap() && !page.evaluation_due_at(41.0).unwrap());
+        assert!(!page.save_due_at(40.0).unwrap(), "no saves");
+        assert_eq!(
+            page.steps_from(4294967295.0, Some(1.0)).unwrap(),
+            0,
+            "the counter is full"
+        );
+        for bad in [f64::NAN, -1.0, f64::INFINITY] {
+            let error = page.steps_from(0.0, Some(bad)).unwrap_err();
+            assert_eq!(kind(&error), "config", "msPerStep {bad}");
+            assert_eq!(kind(&page.overlaps(Some(bad)).unwrap_err()), "config");
+        }
+        for bad in [f64::NAN, -1.0, 0.5, 4294967296.0] {
+            assert_eq!(kind(&page.steps_from(bad, None).unwrap_err()), "config");
+            assert_eq!(kind(&page.nothing_due_at(bad).unwrap_err()), "config");
+            assert_eq!(kind(&page.save_due_at(bad).unwrap_err()), "config");
+        }
+        // No options: no time bound, 16 a call, no overlap, nothing due.
+        let plain = web::Schedule::new(JsValue::UNDEFINED).expect("defaults");
+        assert_eq!(plain.steps_from(0.0, None).unwrap(), 16);
+        assert!(!plain.overlaps(Some(1.0)).unwrap());
+        assert!(plain.nothing_due_at(1000.0).unwrap());
     }
 
     fn wasm_memory_bytes() -> f64 {

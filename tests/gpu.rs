@@ -3,10 +3,11 @@
 
 mod common;
 
+use common::fresh_seed;
 use common::{context, poisoned, read};
 use tidepool::gpu::Kernel;
 use tidepool::kernels::residual_forward;
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 use tidepool::{BufferPool, ContextOptions, WgpuContext};
 
 #[cfg(target_arch = "wasm32")]
@@ -321,7 +322,7 @@ async fn write_buffer_hazard_body() {
     assert_eq!(
         read(&ctx, &seen, n as usize).await,
         new,
-        "write_buffer overtook the earlier recorded read (the hazard the seed describes)"
+        "write_buffer overtook the earlier recorded read (the hazard PooledBuffer's docs describe)"
     );
 
     // The belt: same sequence through the pool, reusing the same buffer mid-encoder.
@@ -730,17 +731,28 @@ fn small_model(dropout: f32) -> tidepool::train::TrainConfig {
     }
 }
 
+// The bench module is in builds with the CLI natively, and in benchmark builds of
+// the wasm (feature `bench`); the dispatch timing under it runs in both suites above.
+#[cfg(any(feature = "bench", all(feature = "cli", not(target_arch = "wasm32"))))]
 gpu_test!(kernel_times_add_up_to_the_step, kernel_times_body());
 /// `bench::kernel_times` (`tidepool bench kernels`, the wasm API's `benchKernels`):
 /// a row for the whole step, then one a kernel, whose launches and milliseconds add
 /// up to it; a config error naming timestamp-query where the adapter lacks it.
+#[cfg(any(feature = "bench", all(feature = "cli", not(target_arch = "wasm32"))))]
 async fn kernel_times_body() {
     let offered = context()
         .await
         .adapter_features()
         .contains(wgpu::Features::TIMESTAMP_QUERY);
-    let rows =
-        tidepool::bench::kernel_times(&small_model(0.0), "tiny", &common::corpus(), 1, 2).await;
+    let rows = tidepool::bench::kernel_times(
+        &small_model(0.0),
+        &Default::default(),
+        "tiny",
+        &common::corpus(),
+        1,
+        2,
+    )
+    .await;
     let rows = match rows {
         Err(e) => {
             assert!(

@@ -12,6 +12,7 @@ mod common;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
+use common::fresh_seed;
 use common::{context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
@@ -19,7 +20,7 @@ use tidepool::kernels::{
     matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward,
     matmul_forward_variant, MatmulVariant, GRAD_SCALE,
 };
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 use tidepool::{ContextOptions, WgpuContext};
 
 // ---- the reference ----

@@ -6,8 +6,11 @@
 //! gradient routed to the wrong tensor).
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
+use common::fresh_seed;
 use tidepool::model::{self, CpuBatch, CpuOps, Dropout, DropoutPlacement, GptConfig, GptParams};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 /// Elements sampled per tensor (every element of smaller tensors).
 const SAMPLES: usize = 6;

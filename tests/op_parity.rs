@@ -45,10 +45,11 @@ mod support {
 
 mod embedding {
     use super::support::*;
+    use crate::common::fresh_seed;
     use crate::gpu_test;
     use tidepool::kernels::{self, Target};
     use tidepool::reference::{self as cpu, DropoutMask};
-    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::rng::Rng;
 
     /// (b, t, c, v), and natively the training shape of the shakespeare preset's
     /// embedding (b*t = 16384 rows).
@@ -222,10 +223,11 @@ mod embedding {
 
 mod layernorm {
     use super::support::*;
+    use crate::common::fresh_seed;
     use crate::gpu_test;
     use tidepool::kernels::{self, Target};
     use tidepool::reference::{self as cpu, DropoutMask};
-    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::rng::Rng;
 
     /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
     /// natively a training-sized one whose rows are not a multiple of the 64-row chunk.
@@ -469,10 +471,11 @@ mod layernorm {
 
 mod gelu {
     use super::support::*;
+    use crate::common::fresh_seed;
     use crate::gpu_test;
     use tidepool::kernels;
     use tidepool::reference as cpu;
-    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::rng::Rng;
 
     const SIZES: &[usize] = &[1, 7, 130, 1000, 70_001];
 
@@ -502,10 +505,11 @@ mod gelu {
 
 mod crossentropy {
     use super::support::*;
+    use crate::common::fresh_seed;
     use crate::gpu_test;
     use tidepool::kernels::{self, Target};
     use tidepool::reference as cpu;
-    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::rng::Rng;
 
     /// (rows, v): rows {1, 7, 130} by v {5, 65, 67}, plus a v wider than a workgroup.
     fn shapes() -> Vec<(usize, usize)> {
@@ -605,13 +609,14 @@ mod crossentropy {
 
 mod matmul {
     use super::support::{assert_close, context, poisoned, read};
+    use crate::common::fresh_seed;
     use crate::gpu_test;
     use tidepool::kernels::{
         matmul_backward, matmul_dinp_variant, matmul_dweight_variant, matmul_forward_variant,
         matmul_weight_grads_variant, MatmulVariant,
     };
     use tidepool::reference;
-    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::rng::Rng;
 
     // Tolerances are max |got - want| over max |want| (`common::assert_close`); the
     // references sum in f64, the kernels in f32.
@@ -794,6 +799,7 @@ mod matmul {
 
 mod fused_matmul {
     use super::support::{assert_close, context, normals, poisoned, read};
+    use crate::common::fresh_seed;
     use crate::gpu_test;
     use tidepool::kernels::{
         matmul_backward, matmul_backward_deferred, matmul_backward_fused,
@@ -802,7 +808,7 @@ mod fused_matmul {
         MAX_TENSORS_PER_DISPATCH,
     };
     use tidepool::reference::{self, DropoutMask};
-    use tidepool::rng::{fresh_seed, Rng};
+    use tidepool::rng::Rng;
     use tidepool::WgpuContext;
 
     // The plain matmuls' tolerances (see `matmul`): the fused GELU and its gradient
@@ -1318,10 +1324,11 @@ mod fused_matmul {
 //   exp and log (a few ulp), and for the backward a difference dp - D whose terms
 //   are larger than the result.
 
+use common::fresh_seed;
 use common::{assert_close, parity_context as context, poisoned, read, reduction_contexts};
 use tidepool::kernels::{attention_backward_on, attention_forward_on, attention_subgroups, Target};
 use tidepool::reference;
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 const ATT_FWD_TOL: f32 = 1e-5;
 const ATT_BWD_TOL: f32 = 2e-5;

@@ -6,13 +6,14 @@
 
 mod common;
 
+use common::fresh_seed;
 use common::{assert_close, context, poisoned, read, reduction_contexts};
 use tidepool::kernels::{
     self, AdamW, ArenaLayout, Arenas, GradArena, GradLayout, Moments, ParamArena, SplitSum, Target,
     TensorsPerDispatch,
 };
 use tidepool::reference as cpu;
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 use tidepool::WgpuContext;
 
 #[cfg(target_arch = "wasm32")]

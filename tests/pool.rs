@@ -1,4 +1,4 @@
-//! BufferPool's bookkeeping without a GPU: the seed's examples, every limit, the
+//! BufferPool's bookkeeping without a GPU: its documented examples, every limit, the
 //! size policies, eviction, stats arithmetic, random sequences and threads.
 #![cfg(not(target_arch = "wasm32"))]
 
@@ -463,7 +463,7 @@ fn take_serves_an_empty_class_from_the_smallest_larger_buffer_within_the_ratio()
     // Its own class comes first when it has a buffer.
     assert!(p.release(Fake::new(K), K));
     assert_eq!(p.take(K - 100).map(|(_, size)| size), Ok(K));
-    // The seed's acquire keeps to its own class: 4K and 8K are free, K is not.
+    // acquire keeps to its own class: 4K and 8K are free, K is not.
     assert!(p.acquire(K - 100).is_none());
     // The fitted buffer goes back under its own size.
     assert!(p.release(b, size));
@@ -475,7 +475,7 @@ fn take_serves_an_empty_class_from_the_smallest_larger_buffer_within_the_ratio()
             .map(|b| b.count)
     };
     assert_eq!(count(2 * K), Some(1));
-    // fit_ratio 1 is the seed's rule.
+    // fit_ratio 1 is acquire's rule.
     let seed = pool(BufferPoolConfig {
         fit_ratio: 1,
         ..Default::default()

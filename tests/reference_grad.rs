@@ -3,8 +3,11 @@
 //! the analytic gradient is the backward with `dout = w`.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
+use common::fresh_seed;
 use tidepool::reference as cpu;
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 /// Central differences of `loss` at every element of `x`, against `analytic`, with
 /// one Richardson step (steps h and h/2 combined, error O(h^4)) so that h can stay

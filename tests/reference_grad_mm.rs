@@ -3,8 +3,11 @@
 //! `sum(out * w)` for fixed random `w`, whose gradient is the backward at `dout = w`.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod common;
+
+use common::fresh_seed;
 use tidepool::reference::{self as cpu, AttnDropout};
-use tidepool::rng::{fresh_seed, Rng};
+use tidepool::rng::Rng;
 
 /// Checks `grad` against `(loss(x + h e_i) - loss(x - h e_i)) / (2h)` for every i,
 /// dividing by the step the f32 inputs really took. The worst difference over the

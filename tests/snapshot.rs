@@ -497,7 +497,7 @@ mod fuzz {
 #[cfg(target_arch = "wasm32")]
 #[wasm_bindgen_test::wasm_bindgen_test]
 fn fuzz_in_the_browser() {
-    let mut rng = tidepool::rng::Rng::new(tidepool::rng::fresh_seed());
+    let mut rng = tidepool::rng::Rng::new(tidepool::rng::random_seed());
     let seed = rng.state();
     for case in 0..300 {
         let mut bytes = SYNTHETIC.to_vec();

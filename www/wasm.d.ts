@@ -1,8 +1,8 @@
 // Types of the wasm package, pkg/tidepool.js (`import init, { Trainer } from 'tidepool-gpu/wasm'`).
 // wasm-bindgen writes pkg/tidepool.d.ts with `any` wherever a value crosses as a
-// plain object (src/web.rs serialises them with serde); this file gives those
+// plain object (src/web/ serialises them with serde); this file gives those
 // objects their shapes. tests/types/ checks that the methods here are exactly the
-// generated ones, so a method added in src/web.rs must be added here too.
+// generated ones, so a method added in src/web/ must be added here too.
 
 export type { InitInput, InitOutput, SyncInitInput } from '../pkg/tidepool.js';
 export { default, initSync, presets, policies, start } from '../pkg/tidepool.js';
@@ -379,14 +379,49 @@ export declare class Snapshot {
   [Symbol.dispose](): void;
 }
 
-/** Pooled buffer vs `createBuffer` latency, one row per size. */
-export declare function benchPool(batches: number): Promise<Record<string, unknown>[]>;
-/** ms a step pooled, with seed uploads, and without the pool. */
-export declare function benchStep(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
-/** GPU ms a step per kernel (needs timestamp-query; browsers may round its times). */
-export declare function benchKernels(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
-/** Memory reserved per size policy. */
-export declare function benchPolicies(preset: string, warmup: number, steps: number, corpus?: string | null): Promise<Record<string, unknown>[]>;
+/** What `new Schedule(options)` takes; every field is optional, unknown fields are errors. */
+export interface ScheduleOptions {
+  /** Training a call, at most, in ms by the last measured ms a step (unset or `Infinity`: no bound). */
+  callMs?: number;
+  /** Steps a call, at most: 1 to 1024 (default 16). */
+  maxAtOnce?: number;
+  /** Calls overlap where a step takes at most this many ms (unset or `null`: never). */
+  overlapMs?: number | null;
+  /** A held-out evaluation is due after every multiple of this step (0 or unset: never). */
+  evalEvery?: number;
+  /** A save is due after every multiple of this step (0 or unset: never). */
+  saveEvery?: number;
+  /** The run's last step (0 or unset: none). */
+  end?: number;
+}
+
+/**
+ * The training schedule the CLI follows too: how many steps each `steps(n)` call
+ * takes, and whether the next call may start before the one in flight is back. A
+ * bad option or argument (NaN, negative, fractional, too large) throws an `Error`
+ * with kind `config` naming it.
+ */
+export declare class Schedule {
+  constructor(options?: ScheduleOptions | null);
+  /**
+   * Steps of the call starting after step `step` (at least 1; 0 from step 2^32 - 1,
+   * the counter being full): as many as fit in `callMs` by `msPerStep` (`undefined`,
+   * `null` or 0 before a step is measured: 1), at most `maxAtOnce`, never past a step
+   * where an evaluation, a save or the end is due.
+   */
+  stepsFrom(step: number, msPerStep?: number | null): number;
+  /** Whether calls may overlap at this ms a step. */
+  overlaps(msPerStep?: number | null): boolean;
+  /** An evaluation is due after `step` (a multiple of `evalEvery`). */
+  evaluationDueAt(step: number): boolean;
+  /** A save is due after `step` (a multiple of `saveEvery`). */
+  saveDueAt(step: number): boolean;
+  /** Nothing (evaluation, save, the run's end) is due after a call ending at `end`. */
+  nothingDueAt(end: number): boolean;
+  free(): void;
+  [Symbol.dispose](): void;
+}
+
 /** The settings of a preset, as `Trainer.create` would use them. */
 export declare function presetConfig(name: string): TrainerConfig & Record<string, unknown>;
 /** The full settings a config resolves to, checked without touching the GPU. */

@@ -4,10 +4,11 @@
 
 use clap::{Args, Subcommand};
 use tidepool::bench;
+use tidepool::config::PRESETS;
 use tidepool::config::{Overrides, Precision};
 use tidepool::data::Corpus;
-use tidepool::train::{TrainConfig, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT, PRESETS};
-use tidepool::{fmt_bytes, WgpuContext};
+use tidepool::train::{TrainConfig, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT};
+use tidepool::{fmt_bytes, ContextOptions, WgpuContext};
 
 use super::output::{self, say};
 use super::Outcome;
@@ -98,7 +99,27 @@ pub struct SoakArgs {
     #[arg(long, value_name = "FILE")]
     corpus: Option<std::path::PathBuf>,
     #[command(flatten)]
+    device: Device,
+    #[command(flatten)]
     out: Json,
+}
+
+/// How a benchmark's trainers drive the device.
+#[derive(Args)]
+struct Device {
+    /// Block reductions through shared memory even where the device has subgroups:
+    /// what the subgroup ones save.
+    #[arg(long)]
+    no_subgroups: bool,
+}
+
+impl Device {
+    fn options(&self) -> ContextOptions {
+        ContextOptions {
+            subgroups: !self.no_subgroups,
+            ..ContextOptions::default()
+        }
+    }
 }
 
 /// What the step, kernels and policies benchmarks train, and for how long.
@@ -116,6 +137,8 @@ struct Runs {
     /// Any UTF-8 text file (default: the built-in corpus).
     #[arg(long, value_name = "FILE")]
     corpus: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    device: Device,
 }
 
 #[derive(Args)]
@@ -242,6 +265,7 @@ fn preset_runs(
 
 async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
+    let options = &args.runs.device.options();
     for (cfg, label) in preset_runs(&args.runs.presets, &args.precision)? {
         let rows = if !args.at_once.is_empty() {
             let cfg = match args.submit_every.first() {
@@ -256,12 +280,13 @@ async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
                 false => args.in_flight.clone(),
             };
             let (at_once, timing) = (&args.at_once, (warmup, steps));
-            bench::at_once_variants(&cfg, &label, corpus, timing, at_once, &in_flight).await?
+            bench::at_once_variants(&cfg, options, &label, corpus, timing, at_once, &in_flight)
+                .await?
         } else if args.submit_every.is_empty() {
-            bench::step_variants(&cfg, &label, corpus, warmup, steps).await?
+            bench::step_variants(&cfg, options, &label, corpus, warmup, steps).await?
         } else {
             let values = &args.submit_every;
-            bench::submit_variants(&cfg, &label, corpus, warmup, steps, values).await?
+            bench::submit_variants(&cfg, options, &label, corpus, warmup, steps, values).await?
         };
         let header = [
             "preset",
@@ -291,8 +316,9 @@ async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
 
 async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
+    let options = &args.runs.device.options();
     for (cfg, label) in preset_runs(&args.runs.presets, &args.precision)? {
-        let rows = bench::kernel_times(&cfg, &label, corpus, warmup, steps).await?;
+        let rows = bench::kernel_times(&cfg, options, &label, corpus, warmup, steps).await?;
         let header = [
             "preset",
             "kernel",
@@ -317,9 +343,10 @@ async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
 
 async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
+    let options = &args.runs.device.options();
     for preset in &args.runs.presets {
         let cfg = TrainConfig::preset(preset)?;
-        let rows = bench::policies(&cfg, preset, corpus, warmup, steps).await?;
+        let rows = bench::policies(&cfg, options, preset, corpus, warmup, steps).await?;
         let header = [
             "preset",
             "policy",
@@ -368,24 +395,31 @@ async fn soak(args: SoakArgs, corpus: &Corpus) -> Outcome {
         );
         say!("|--------:|--------:|---------:|-----------:|-----------:|---------:|----------:|-----------:|--------:|");
     }
-    bench::soak(&cfg, corpus, args.steps, args.every, |r| {
-        if json {
-            say!("{}", serde_json::to_string(r).expect("rows serialize"));
-            return;
-        }
-        say!(
-            "| {:>7} | {:>7.4} | {:>8} | {:>10} | {:>10} | {:>8} | {:>9} | {:>10} | {:>7.2} |",
-            r.step,
-            r.loss,
-            r.val_loss.map_or("-".into(), |v| format!("{v:.4}")),
-            fmt_bytes(r.bytes_held),
-            fmt_bytes(r.bytes_in_use),
-            r.buffers_created,
-            r.buffers_destroyed,
-            r.host_rss_bytes.map_or("-".into(), fmt_bytes),
-            r.ms_per_step,
-        );
-    })
+    bench::soak(
+        &cfg,
+        &args.device.options(),
+        corpus,
+        args.steps,
+        args.every,
+        |r| {
+            if json {
+                say!("{}", serde_json::to_string(r).expect("rows serialize"));
+                return;
+            }
+            say!(
+                "| {:>7} | {:>7.4} | {:>8} | {:>10} | {:>10} | {:>8} | {:>9} | {:>10} | {:>7.2} |",
+                r.step,
+                r.loss,
+                r.val_loss.map_or("-".into(), |v| format!("{v:.4}")),
+                fmt_bytes(r.bytes_held),
+                fmt_bytes(r.bytes_in_use),
+                r.buffers_created,
+                r.buffers_destroyed,
+                r.host_rss_bytes.map_or("-".into(), fmt_bytes),
+                r.ms_per_step,
+            );
+        },
+    )
     .await?;
     Ok(())
 }

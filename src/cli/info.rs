@@ -34,7 +34,7 @@ pub async fn run() -> Outcome {
         if ctx.subgroups() {
             "subgroups"
         } else if features.contains(Features::SUBGROUP) {
-            "shared memory (subgroups off: TIDEPOOL_NO_SUBGROUPS, or wider than 128)"
+            "shared memory (subgroups wider than 128)"
         } else {
             "shared memory (no subgroups)"
         }

@@ -1,6 +1,7 @@
 //! The native command line, one module a command: `train`, `sample`, `info`,
-//! `bench`, `trace`; beside them, how `train` reports a run (`report`) and groups
-//! its steps into calls (`schedule`), and how anything is printed (`output`).
+//! `bench`, `trace`; beside them, how `train` reports a run (`report`), and how
+//! anything is printed (`output`). `train` groups its steps into calls as the page's
+//! worker does, by [`tidepool::train::Schedule`].
 //!
 //! What a user reads goes to standard output; errors and notes go to standard
 //! error. Exit status: 0 done, 1 the work failed, 2 the command line asks for
@@ -19,7 +20,6 @@ mod info;
 mod output;
 mod report;
 mod sample;
-mod schedule;
 mod trace;
 mod train;
 

@@ -169,7 +169,7 @@ enum TraceWhich {
     /// What recording costs: steps of a preset alternately untraced and traced,
     /// after warm-up; mean ms of each and events a step.
     Bench {
-        #[arg(long, default_value = "tiny", value_parser = tidepool::train::PRESETS)]
+        #[arg(long, default_value = "tiny", value_parser = tidepool::config::PRESETS)]
         preset: String,
         /// Pairs of steps timed.
         #[arg(long, allow_negative_numbers = true, default_value_t = 20, value_parser = super::bench::count::<{ u32::MAX }>)]

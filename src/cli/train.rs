@@ -4,12 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use tidepool::config::Overrides;
-use tidepool::train::{StepsInFlight, TrainConfig, Trainer};
+use tidepool::train::{Schedule, StepsInFlight, TrainConfig, Trainer};
 use tidepool::{fmt_bytes, Error};
 
 use super::output::say;
 use super::report::{Report, ReportArgs};
-use super::schedule::CallSchedule;
 use super::trace::{TraceArgs, Tracing};
 use super::{Failure, Outcome};
 
@@ -143,11 +142,7 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
         }
     }
     let mut report = Report::start(&args.report, done, steps, c.eval_every);
-    let schedule = CallSchedule {
-        steps,
-        eval_every: c.eval_every,
-        save_every: args.checkpoint.save_every,
-    };
+    let schedule = Schedule::cli(steps, c.eval_every, args.checkpoint.save_every);
     let save_to = args.checkpoint.save.as_deref();
     let mut tracing = std::mem::take(&mut args.trace).start();
     train_to_end(&mut trainer, &schedule, &mut tracing, &mut report, save_to).await?;
@@ -276,44 +271,53 @@ fn header(args: &TrainArgs, trainer: &Trainer) -> String {
     )
 }
 
-/// Trains to the run's last step in the calls `schedule` makes, reporting every
-/// step and saving where due. A call after one whose figures are still coming back
-/// is started at once where the schedule lets it: the GPU then never waits for the
-/// host between calls. Traced steps go one call at a time.
+/// Trains to the run's last step in the calls `schedule` makes (its end is the
+/// run's), reporting every step and saving where due. A call after one whose
+/// figures are still coming back is started at once where the schedule lets it:
+/// the GPU then never waits for the host between calls. Traced steps go one call
+/// at a time.
 async fn train_to_end(
     trainer: &mut Trainer,
-    schedule: &CallSchedule,
+    schedule: &Schedule,
     tracing: &mut Tracing,
     report: &mut Report,
     save_to: Option<&Path>,
 ) -> Result<(), Error> {
+    let last = schedule.end.unwrap_or(u32::MAX);
     let mut ahead: Option<(u32, StepsInFlight)> = None;
-    let mut ms_a_step = f64::INFINITY;
+    // The last call's time a step; none before a call has come back.
+    let mut ms_a_step = None;
     loop {
         let (end, call) = match ahead.take() {
             Some(call) => call,
-            None if trainer.steps_done() >= schedule.steps => return Ok(()),
+            None if trainer.steps_done() >= last => return Ok(()),
             None => {
                 let at = trainer.steps_done();
                 if tracing.traces_from(at + 1) {
-                    for s in tracing.steps(trainer, schedule.steps_after(at)).await? {
+                    for s in tracing
+                        .steps(trainer, schedule.steps_from(at, ms_a_step))
+                        .await?
+                    {
                         report.step(&s);
                     }
                     if let Some(note) = tracing.take_note() {
                         report.note(&note);
                     }
-                    if schedule.save_due(trainer.steps_done()) {
+                    if schedule.save_due_at(trainer.steps_done()) {
                         save(trainer, save_to).await?;
                     }
                     continue;
                 }
-                let n = schedule.steps_after(at);
+                let n = schedule.steps_from(at, ms_a_step);
                 (at + n, trainer.start_steps(n)?)
             }
         };
         let evaluates = call.evaluates();
-        if schedule.overlaps(end, ms_a_step, evaluates) && !tracing.traces_from(end + 1) {
-            let n = schedule.steps_after(end);
+        if schedule.overlaps(ms_a_step)
+            && schedule.nothing_due_at(end)
+            && !tracing.traces_from(end + 1)
+        {
+            let n = schedule.steps_from(end, ms_a_step);
             ahead = Some((end + n, trainer.start_steps(n)?));
         }
         let figures = call.figures().await?;
@@ -322,9 +326,9 @@ async fn train_to_end(
         }
         for s in trainer.finish_steps(figures).await? {
             report.step(&s);
-            ms_a_step = s.ms;
+            ms_a_step = Some(s.ms);
         }
-        if schedule.save_due(end) {
+        if schedule.save_due_at(end) {
             save(trainer, save_to).await?;
         }
     }

@@ -7,12 +7,13 @@
 //! by construction, whatever path asked.
 
 use std::sync::atomic::AtomicU64 as IdCounter;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
 use super::bind_groups::BindGroupCache;
+use super::counters::Counters;
 use super::lock;
 use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
@@ -25,7 +26,8 @@ use crate::trace::{EventKind, Fields, Recorder};
 pub(crate) enum Purpose {
     /// Pooled storage (tensors): bound as storage, copied in and out, cleared.
     Storage,
-    /// Storage filled at creation by the seed's `upload`; never pooled (rule 3).
+    /// Storage filled at creation by [`WgpuContext::upload`](super::WgpuContext::upload);
+    /// never pooled (rule 3).
     Upload,
     /// Upload staging chunk (MAP_WRITE | COPY_SRC).
     Staging,
@@ -62,83 +64,6 @@ impl Purpose {
             Purpose::Readback => "readback",
             Purpose::Uniform => "uniform",
             Purpose::Timestamps => "timestamps",
-        }
-    }
-}
-
-/// The context's counters, next to the pool's [`crate::BufferPoolStats`].
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct ContextCounters {
-    /// Compute dispatches recorded.
-    pub dispatches: u64,
-    /// Queue submits.
-    pub submits: u64,
-    /// GPU buffers this context created, of every kind (pooled, uploads, staging,
-    /// readback, kernel parameters). Flat in steady state means the pool is doing
-    /// its job.
-    pub buffers_created: u64,
-    /// Their bytes.
-    pub bytes_created: u64,
-    /// Buffers the context destroyed (not pooled, rejected or evicted by the pool).
-    pub buffers_destroyed: u64,
-    /// Bind groups created (one per dispatch unless cached).
-    pub bind_groups_created: u64,
-    /// Command encoders created (one per submit).
-    pub encoders_created: u64,
-    /// Compute pipelines created (one per kernel, on first use).
-    pub pipelines_created: u64,
-    /// `write_buffer` calls that brought the kernels' uniform parameters up to date
-    /// (at most one per arena chunk a submit, none when no parameter changed).
-    pub uniform_writes: u64,
-    /// Bytes of live `PooledBuffer`s (their size classes) now.
-    pub bytes_in_use: u64,
-    /// The most `bytes_in_use` has been.
-    pub peak_bytes_in_use: u64,
-    /// Bytes the live `PooledBuffer`s asked for (before rounding) now.
-    pub bytes_requested_in_use: u64,
-    /// The most `bytes_requested_in_use` has been.
-    pub peak_bytes_requested_in_use: u64,
-    /// The most GPU memory the pooled buffers have taken at once: in use plus held
-    /// free by the pool. `peak_bytes_reserved / peak_bytes_requested_in_use` is what a
-    /// size policy costs.
-    pub peak_bytes_reserved: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub dispatches: AtomicU64,
-    pub submits: AtomicU64,
-    pub buffers_created: AtomicU64,
-    pub bytes_created: AtomicU64,
-    pub buffers_destroyed: AtomicU64,
-    pub bind_groups_created: AtomicU64,
-    pub encoders_created: AtomicU64,
-    pub pipelines_created: AtomicU64,
-    pub uniform_writes: AtomicU64,
-    pub bytes_in_use: AtomicU64,
-    pub peak_bytes_in_use: AtomicU64,
-    pub bytes_requested_in_use: AtomicU64,
-    pub peak_bytes_requested_in_use: AtomicU64,
-    pub peak_bytes_reserved: AtomicU64,
-}
-
-impl Counters {
-    pub fn snapshot(&self) -> ContextCounters {
-        ContextCounters {
-            dispatches: self.dispatches.load(Relaxed),
-            submits: self.submits.load(Relaxed),
-            buffers_created: self.buffers_created.load(Relaxed),
-            bytes_created: self.bytes_created.load(Relaxed),
-            buffers_destroyed: self.buffers_destroyed.load(Relaxed),
-            bind_groups_created: self.bind_groups_created.load(Relaxed),
-            encoders_created: self.encoders_created.load(Relaxed),
-            pipelines_created: self.pipelines_created.load(Relaxed),
-            uniform_writes: self.uniform_writes.load(Relaxed),
-            bytes_in_use: self.bytes_in_use.load(Relaxed),
-            peak_bytes_in_use: self.peak_bytes_in_use.load(Relaxed),
-            bytes_requested_in_use: self.bytes_requested_in_use.load(Relaxed),
-            peak_bytes_requested_in_use: self.peak_bytes_requested_in_use.load(Relaxed),
-            peak_bytes_reserved: self.peak_bytes_reserved.load(Relaxed),
         }
     }
 }
@@ -216,7 +141,7 @@ impl MemoryManager {
         });
         let id = self.next_id.fetch_add(1, Relaxed);
         lock(&self.ids).insert(buffer.clone(), id);
-        self.event(EventKind::Create, purpose, size, size, &buffer, None, 0);
+        self.event((EventKind::Create, purpose), (size, size), &buffer, None, 0);
         buffer
     }
 
@@ -225,15 +150,13 @@ impl MemoryManager {
         lock(&self.ids).get(buffer).copied().unwrap_or(0)
     }
 
-    /// Records a trace event when tracing; `pending` is added to `in_use` (a birth
-    /// recorded before its `PooledBuffer` counts itself).
-    #[allow(clippy::too_many_arguments)]
+    /// Records a trace event when tracing: `sizes` is the bytes requested and the
+    /// size class; `pending` is added to `in_use` (a birth recorded before its
+    /// `PooledBuffer` counts itself).
     fn event(
         &self,
-        kind: EventKind,
-        purpose: Purpose,
-        requested: u64,
-        class: u64,
+        (kind, purpose): (EventKind, Purpose),
+        (requested, class): (u64, u64),
         buffer: &wgpu::Buffer,
         cause: Option<Rejection>,
         pending: u64,
@@ -263,7 +186,7 @@ impl MemoryManager {
             EventKind::Destroy
         };
         let size = buffer.size();
-        self.event(kind, purpose, size, size, &buffer, None, 0);
+        self.event((kind, purpose), (size, size), &buffer, None, 0);
         lock(&self.ids).remove(&buffer);
         lock(&self.bind_groups).forget(&buffer);
         if self.recording.load(Relaxed) {
@@ -312,7 +235,7 @@ impl MemoryManager {
                 EventKind::Miss
             };
             let (req, cls) = (size as u64, class as u64);
-            self.event(kind, Purpose::Storage, req, cls, &buffer, None, cls);
+            self.event((kind, Purpose::Storage), (req, cls), &buffer, None, cls);
         }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
@@ -333,15 +256,8 @@ impl MemoryManager {
         let size = bytes.len().max(4).div_ceil(4) * 4;
         let buffer = self.create(size as u64, Purpose::Upload);
         let (req, cls) = (bytes.len() as u64, size as u64);
-        self.event(
-            EventKind::Unpooled,
-            Purpose::Upload,
-            req,
-            cls,
-            &buffer,
-            None,
-            cls,
-        );
+        let kind = (EventKind::Unpooled, Purpose::Upload);
+        self.event(kind, (req, cls), &buffer, None, cls);
         let written = write_mapped(&buffer, size as u64, bytes);
         (buffer, size, written)
     }
@@ -360,24 +276,17 @@ impl MemoryManager {
             match self.pool.offer(buffer, class) {
                 Ok(()) => {
                     if let Some(b) = id {
-                        self.event(EventKind::Release, purpose, req, cls, &b, None, 0);
+                        self.event((EventKind::Release, purpose), (req, cls), &b, None, 0);
                     }
                 }
                 Err((buffer, cause)) => {
-                    self.event(
-                        EventKind::Reject,
-                        purpose,
-                        req,
-                        cls,
-                        &buffer,
-                        Some(cause),
-                        0,
-                    );
+                    let kind = (EventKind::Reject, purpose);
+                    self.event(kind, (req, cls), &buffer, Some(cause), 0);
                     self.retire(buffer, purpose, false);
                 }
             }
         } else {
-            self.event(EventKind::Discard, purpose, req, cls, &buffer, None, 0);
+            self.event((EventKind::Discard, purpose), (req, cls), &buffer, None, 0);
             self.retire(buffer, purpose, false);
         }
     }
@@ -573,7 +482,7 @@ pub(crate) fn write_mapped(buffer: &wgpu::Buffer, len: u64, bytes: &[u8]) -> Res
     // On the web, wgpu's writable view first copies the whole mapped range into wasm
     // memory and copies it all back when dropped. Reading a mapped staging buffer
     // can be very slow (Dawn on a discrete GPU may place it in memory the CPU reads
-    // across the bus: BENCHMARKS.md, round four), so the bytes go straight into the
+    // across the bus, as measured on the H200 in BENCHMARKS.md), so the bytes go straight into the
     // browser's own array over the mapping, which is writable for a MAP_WRITE map
     // and for one mapped at creation; nothing is read.
     #[cfg(target_arch = "wasm32")]

@@ -30,22 +30,33 @@
 //!    (pool `clear`, eviction, rejected releases, `--no-pool` mode) calls `destroy()`,
 //!    deferred until after the next submit when the buffer may still be referenced by
 //!    recorded commands.
-
 //!
 //! # Layout
 //!
-//! Imports run one way: `kernel`, `slice`, `uniforms` and `staging` are leaves;
-//! `bind_groups` uses `slice`;
-//! `memory` (the memory manager under every buffer: pool, staging belt,
-//! readback buffers, uniform arena, counters, deferred destroys) uses them;
-//! `pooled` returns buffers to `memory`; `context` (device, queue, recorder,
-//! pipelines) builds on `memory`; `transfer` adds uploads and downloads to it.
+//! Imports run one way. Leaves: `kernel` (what a kernel is), `prelude` (the WGSL
+//! every kernel may build on, and its subgroup variant), `slice`, `uniforms`,
+//! `staging`, `counters`, `timing`, `recorder` (the encoder's state) and `device`
+//! (adapter and feature negotiation). `bind_groups` uses `slice`; `pipelines` compiles
+//! kernels through `prelude`; `memory` (the memory manager under every buffer: pool,
+//! staging belt, readback buffers, uniform arena, counters, deferred destroys) uses
+//! the leaves; `pooled` returns buffers to `memory`. `context` (the
+//! [`WgpuContext`] and its [`ContextOptions`]) builds on all of them; `recording`
+//! (scopes, dispatches, submits), `transfer` (uploads and downloads),
+//! `allocation_trace` and `dispatch_times` add to it.
 
+mod allocation_trace;
 mod bind_groups;
 mod context;
+mod counters;
+mod device;
+mod dispatch_times;
 mod kernel;
 mod memory;
+mod pipelines;
 mod pooled;
+mod prelude;
+mod recorder;
+mod recording;
 mod slice;
 mod staging;
 mod timing;
@@ -54,10 +65,18 @@ mod uniforms;
 #[cfg(target_arch = "wasm32")]
 mod web_subgroups;
 
-pub use context::{scope_submits, ContextOptions, WgpuContext};
+pub use context::{ContextOptions, WgpuContext};
+pub use counters::ContextCounters;
 pub use kernel::{grid_1d, Kernel};
-pub use memory::ContextCounters;
 pub use pooled::PooledBuffer;
+/// The WGSL compiled for a kernel (the shader tests compile each variant).
+#[doc(hidden)]
+pub use prelude::source_for;
+pub use prelude::MAX_SUBGROUP_WIDTH;
+pub(crate) use prelude::{ENABLE_SUBGROUPS, PRELUDE};
+/// How many submits a scope of so many dispatches takes (the tests count them).
+#[doc(hidden)]
+pub use recorder::scope_submits;
 pub use slice::Slice;
 pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
 pub use transfer::{PendingRead, Reading};

@@ -5,7 +5,7 @@ use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 use crate::reference::{dropout_mask_params, DropoutMask};
 
 pub(super) const SOURCE: &str = concat!(
-    include_str!("prelude.wgsl"),
+    include_str!("../gpu/prelude.wgsl"),
     include_str!("hash.wgsl"),
     include_str!("embedding.wgsl")
 );

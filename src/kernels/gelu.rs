@@ -6,7 +6,7 @@
 use crate::gpu::{grid_1d, Kernel, PooledBuffer, WgpuContext};
 
 pub(super) const SOURCE: &str = concat!(
-    include_str!("prelude.wgsl"),
+    include_str!("../gpu/prelude.wgsl"),
     include_str!("gelu.wgsl"),
     include_str!("gelu_pass.wgsl")
 );

@@ -5,34 +5,12 @@
 //! pool. Every kernel writes every element of its output (rule 2 in [`crate::gpu`]);
 //! its CPU specification is the function of the same name in [`crate::reference`].
 
-use std::borrow::Cow;
-
 use crate::gpu::Kernel;
 
-/// The shared helpers joined in front of a kernel's own source (`with_prelude!`):
-/// `linear` and the block reductions, by shared memory.
-pub(crate) const PRELUDE: &str = include_str!("prelude.wgsl");
-
-/// The block reductions by subgroups, in place of `PRELUDE`'s where the device has
-/// subgroups ([`source_for`]).
-const SUBGROUP_REDUCTIONS: &str = include_str!("prelude_subgroups.wgsl");
-
-/// What a module calling subgroup operations begins with. Browsers' WGSL compilers
-/// want the extension enabled, first in the module; naga 30 (native) has subgroups
-/// without it and rejects the directive as unimplemented.
-pub(crate) const ENABLE_SUBGROUPS: &str = if cfg!(target_arch = "wasm32") {
-    "enable subgroups;\n"
-} else {
-    ""
-};
-
-/// Where `PRELUDE`'s shared-memory reductions begin.
-const REDUCTIONS_MARK: &str = "// ---- block reductions: shared memory";
-
-/// The widest subgroup the subgroup reductions handle: the smallest `WG` of a kernel
-/// calling `block_sum` or `block_max` (layernorm's and cross-entropy's 128), which
-/// every subgroup width (a power of two) up to it divides.
-pub const MAX_SUBGROUP_WIDTH: u32 = 128;
+pub use crate::gpu::{source_for, MAX_SUBGROUP_WIDTH};
+/// The WGSL every kernel may build on (grid index, block reductions) and its
+/// specialisation for subgroups live with the context that compiles them.
+pub(crate) use crate::gpu::{ENABLE_SUBGROUPS, PRELUDE};
 
 /// Writes each code line of `template` holding `marker` out `count` times, in order,
 /// with `{marker}u` replaced by the copy's index as a WGSL `u32` literal and
@@ -100,24 +78,6 @@ pub(crate) fn loop_lines(template: &str, marker: &str, bound: &str) -> String {
     wgsl
 }
 
-/// The WGSL a context compiles for `kernel`: its own source, or, with `subgroups`,
-/// the same with the prelude's block reductions swapped for the subgroup ones (for
-/// kernels joined after `PRELUDE`; the others are unchanged). The one place the
-/// variant is chosen; the context decides `subgroups` ([`crate::gpu::WgpuContext::subgroups`]).
-pub fn source_for(kernel: &Kernel, subgroups: bool) -> Cow<'static, str> {
-    match kernel.source.strip_prefix(PRELUDE) {
-        Some(own) if subgroups => {
-            let common = &PRELUDE[..PRELUDE
-                .find(REDUCTIONS_MARK)
-                .expect("prelude.wgsl marks its reductions")];
-            Cow::Owned(format!(
-                "{ENABLE_SUBGROUPS}{common}{SUBGROUP_REDUCTIONS}{own}"
-            ))
-        }
-        _ => Cow::Borrowed(kernel.source),
-    }
-}
-
 /// One kernel of each source joined after the prelude (its module has every entry
 /// point of that source), the optimizer's generated ones for 1 and 3 tensors: what
 /// the naga test (tests/op_parity.rs) compiles with each prelude.
@@ -140,10 +100,10 @@ pub fn prelude_kernels() -> Vec<Kernel> {
     kernels
 }
 
-/// A kernel's WGSL with the shared helpers of `prelude.wgsl` joined in front.
+/// A kernel's WGSL with the shared helpers of `gpu/prelude.wgsl` joined in front.
 macro_rules! with_prelude {
     ($file:literal) => {
-        concat!(include_str!("prelude.wgsl"), include_str!($file))
+        concat!(include_str!("../gpu/prelude.wgsl"), include_str!($file))
     };
 }
 

@@ -15,6 +15,9 @@ mod gpu;
 pub use cpu::{CpuBatch, CpuOps};
 pub use gpu::{grad_rooms, GpuBatch, GpuOps};
 
+/// Where dropout applies: a setting of the run, defined with the others.
+pub use crate::config::DropoutPlacement;
+
 use crate::error::{Error, Result};
 use crate::reference::{AttnDropout, DropoutMask};
 use crate::rng::Rng;
@@ -471,17 +474,6 @@ pub trait Ops {
         dloss: f32,
     ) -> (Self::T, Self::T);
     fn mean(&self, x: &Self::T, n: usize) -> Self::T;
-}
-
-/// Where dropout applies during training.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DropoutPlacement {
-    /// The embeddings and the output of each block's two residual branches.
-    Residual,
-    /// Those plus the attention probabilities: nanoGPT's placement.
-    #[default]
-    Nanogpt,
 }
 
 /// Dropout during training. Masks are a function of (run seed, step, site), so

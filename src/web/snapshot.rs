@@ -5,7 +5,7 @@
 
 use wasm_bindgen::prelude::*;
 
-use super::{js_error, whole};
+use super::js::{js_error, whole};
 use crate::error::Error;
 use crate::snapshot::pickle::{Limits, MAX_BYTES};
 use crate::snapshot::timeline::Timeline;

@@ -105,9 +105,9 @@ pub async fn reduction_contexts() -> Vec<(&'static str, Rc<WgpuContext>)> {
         browser_offers_subgroups().await == Some(true),
         "the context's subgroups disagree with the browser's adapter"
     );
-    let fits = info.subgroup_max_size <= tidepool::kernels::MAX_SUBGROUP_WIDTH;
+    let fits = info.subgroup_max_size <= tidepool::gpu::MAX_SUBGROUP_WIDTH;
     let mut contexts = Vec::new();
-    if offered && fits && !off_by_env() {
+    if offered && fits {
         assert!(
             ctx.subgroups(),
             "{} offers subgroups {} to {} wide, but the context does not use them",
@@ -126,10 +126,8 @@ pub async fn reduction_contexts() -> Vec<(&'static str, Rc<WgpuContext>)> {
         assert!(!ctx.subgroups(), "subgroups used where not expected");
         let why = if !offered {
             "the device does not offer subgroups".to_string()
-        } else if !fits {
-            format!("its subgroups are up to {} wide", info.subgroup_max_size)
         } else {
-            "TIDEPOOL_NO_SUBGROUPS is set".to_string()
+            format!("its subgroups are up to {} wide", info.subgroup_max_size)
         };
         note(&format!(
             "{}: {why}; the subgroup reductions are not run here, only the shared-memory ones",
@@ -158,12 +156,16 @@ async fn browser_offers_subgroups() -> Option<bool> {
     has.call1(&features, &"subgroups".into()).ok()?.as_bool()
 }
 
-fn off_by_env() -> bool {
+/// A seed that differs every run, for tests that draw random shapes and data; they
+/// print it, and natively `TIDEPOOL_SEED=N` replays a failure with seed N.
+pub fn fresh_seed() -> u64 {
     #[cfg(not(target_arch = "wasm32"))]
-    if let Some(v) = std::env::var_os("TIDEPOOL_NO_SUBGROUPS") {
-        return !v.is_empty() && v != "0";
+    if let Ok(seed) = std::env::var("TIDEPOOL_SEED") {
+        return seed
+            .parse()
+            .unwrap_or_else(|_| panic!("TIDEPOOL_SEED={seed:?} is not a whole number"));
     }
-    false
+    tidepool::rng::random_seed()
 }
 
 /// A line in the test's output: stderr natively, the console in the browser.

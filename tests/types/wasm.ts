@@ -1,7 +1,7 @@
 // The wasm Trainer through 'tidepool-gpu/wasm' (pkg/tidepool.js with www/wasm.d.ts's shapes),
 // and a check that www/wasm.d.ts declares exactly the methods wasm-bindgen generated.
 
-import init, { presets, replayTrace, Snapshot, Trainer, type ErrorKind, type ModelInfo, type RecordingReport, type StepStats, type TrainerConfig } from 'tidepool-gpu/wasm';
+import init, { presets, replayTrace, Schedule, Snapshot, Trainer, type ErrorKind, type ModelInfo, type RecordingReport, type StepStats, type TrainerConfig } from 'tidepool-gpu/wasm';
 import type * as generated from '../../pkg/tidepool.js';
 
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
@@ -13,6 +13,7 @@ assert<Equal<Exclude<keyof typeof Trainer, 'prototype'>, Exclude<keyof typeof ge
 // Every function the wasm package exports is declared, with the same parameters.
 assert<Equal<Exclude<keyof typeof import('tidepool-gpu/wasm'), never>, keyof typeof generated>>();
 assert<Equal<Parameters<Trainer['sample']>, Parameters<generated.Trainer['sample']>>>();
+assert<Equal<keyof Schedule, keyof generated.Schedule>>();
 assert<Equal<keyof Snapshot, keyof generated.Snapshot>>();
 assert<Equal<Exclude<keyof typeof Snapshot, 'prototype'>, Exclude<keyof typeof generated.Snapshot, 'prototype'>>>();
 assert<Equal<Parameters<typeof Snapshot.read>, Parameters<typeof generated.Snapshot.read>>>();
@@ -31,6 +32,11 @@ async function train(): Promise<number> {
   const half: TrainerConfig = { precision: 'f16' };
   // @ts-expect-error: the precisions are f32 and f16
   const bf16: TrainerConfig = { precision: 'bf16' };
+  const schedule = new Schedule({ callMs: 16, maxAtOnce: 16, overlapMs: 8, evalEvery: 20, end: 100 });
+  // @ts-expect-error: unknown options are refused by the wasm, and by the types
+  const misnamed = new Schedule({ batchMs: 16 });
+  const n: number = schedule.stepsFrom(0, undefined);
+  const overlap: boolean = schedule.overlaps(4) && schedule.nothingDueAt(n);
   const trainer = await Trainer.create(config, 'abcabcabd'.repeat(50), 'letters');
   // `using` needs ESNext.Disposable; the method is there, typed, without it
   const dispose: () => void = trainer[Symbol.dispose];
@@ -39,7 +45,7 @@ async function train(): Promise<number> {
   for (let i = 0; i < 3; i++) stats = await trainer.step();
   const held: number = await trainer.evaluate();
   const text: string = await trainer.sample('ab', 20, 0.8, 0);
-  console.log(names, model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad, half, bf16, typo, odd, fine, dispose);
+  console.log(names, model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad, half, bf16, typo, odd, fine, dispose, overlap, misnamed);
   trainer.free();
   return stats.loss;
 }

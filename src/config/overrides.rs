@@ -1,15 +1,8 @@
-//! One configuration surface: the settings a user gives on the command line (clap)
-//! or an embedding page gives to the wasm API (serde), resolved against a preset
-//! into a checked [`TrainConfig`]. Both front ends take this struct as it is, so a
-//! setting is parsed, bounded and explained in one place.
-//!
-//! Numbers are `f64` because that is what JavaScript sends: a negative, fractional,
-//! NaN or huge value arrives intact and is refused with a message naming the
-//! setting, instead of failing inside serde or wrapping.
+//! [`Overrides`]: the settings a user gives, each optional, resolved against a preset.
 
+use super::train_config::{DropoutPlacement, Precision, TrainConfig, MAX_SUBMIT_EVERY};
 use crate::error::{Error, Result};
 use crate::pool::{SizePolicy, MAX_SUBDIVISIONS};
-use crate::train::{TrainConfig, PRESETS};
 
 /// The preset used when none is named.
 pub const DEFAULT_PRESET: &str = "tiny";
@@ -20,7 +13,7 @@ pub const DEFAULT_PRESET: &str = "tiny";
 #[serde(default, deny_unknown_fields)]
 pub struct Overrides {
     /// Model and training preset: tiny, small or shakespeare (default tiny).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = crate::train::PRESETS, help_heading = "Model"))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = crate::config::PRESETS, help_heading = "Model"))]
     pub preset: Option<String>,
     /// Transformer blocks.
     #[cfg_attr(
@@ -77,7 +70,7 @@ pub struct Overrides {
     )]
     pub dropout: Option<f64>,
     /// Where dropout applies: residual or nanogpt (also the attention probabilities).
-    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = DROPOUT_PLACEMENTS, help_heading = "Training"))]
+    #[cfg_attr(all(feature = "cli", not(target_arch = "wasm32")), arg(long, value_parser = DropoutPlacement::ALL.map(DropoutPlacement::name), help_heading = "Training"))]
     pub dropout_placement: Option<String>,
     /// AdamW weight decay of the matrices and embeddings.
     #[cfg_attr(
@@ -134,10 +127,6 @@ pub struct Overrides {
     )]
     pub submit_every: Option<f64>,
 }
-
-/// Largest `submit_every`: past any step's dispatch count, so larger values would
-/// mean the same as 0.
-pub const MAX_SUBMIT_EVERY: u32 = 1 << 20;
 
 /// A whole number in `[0, max]` from a JS/CLI number, or an error naming `name`.
 fn whole(name: &str, value: f64, max: u64) -> Result<u64> {
@@ -271,65 +260,16 @@ impl Overrides {
             })?;
         }
         if let Some(placement) = &self.dropout_placement {
-            cfg = with_placement(cfg, placement)?;
+            cfg.dropout_placement = DropoutPlacement::parse(placement).ok_or_else(|| {
+                Error::Config(format!(
+                    "dropout_placement must be one of {:?}, got {placement:?}",
+                    DropoutPlacement::ALL.map(DropoutPlacement::name)
+                ))
+            })?;
         }
         cfg.validate()?;
         Ok(cfg)
     }
-}
-
-/// What the matmuls multiply: f32 operands, or operands rounded to f16 (to nearest
-/// even) with f32 accumulation. Everything else (activations, gradients, master
-/// weights, optimizer state) stays f32 either way.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    #[default]
-    F32,
-    F16,
-}
-
-impl Precision {
-    pub const ALL: [Precision; 2] = [Precision::F32, Precision::F16];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Precision> {
-        Precision::ALL.into_iter().find(|p| p.name() == s)
-    }
-}
-
-/// The dropout placements [`Overrides::dropout_placement`] accepts.
-pub const DROPOUT_PLACEMENTS: [&str; 2] = ["residual", "nanogpt"];
-
-/// Sets `TrainConfig::dropout_placement` through its serde form, so this surface
-/// does not depend on how the model spells the type; a build whose TrainConfig
-/// has no such field refuses the setting instead of ignoring it.
-fn with_placement(cfg: TrainConfig, placement: &str) -> Result<TrainConfig> {
-    if !DROPOUT_PLACEMENTS.contains(&placement) {
-        return Err(Error::Config(format!(
-            "dropout_placement must be one of {DROPOUT_PLACEMENTS:?}, got {placement:?}"
-        )));
-    }
-    let internal = |e: serde_json::Error| Error::Config(format!("dropout_placement: {e}"));
-    let mut value = serde_json::to_value(&cfg).map_err(internal)?;
-    let fields = value
-        .as_object_mut()
-        .ok_or_else(|| Error::Config("the config is not an object".into()))?;
-    if !fields.contains_key("dropout_placement") {
-        return Err(Error::Config(
-            "dropout_placement is not supported by this build".into(),
-        ));
-    }
-    fields.insert("dropout_placement".into(), placement.into());
-    serde_json::from_value(value).map_err(internal)
 }
 
 /// Size policies offered to users, coarsest first (any `pow2/N` with N a power of
@@ -342,17 +282,4 @@ pub fn policy_names() -> Vec<String> {
     }));
     names.push("exact".into());
     names
-}
-
-/// Every preset's name and its settings, smallest first.
-pub fn presets() -> Vec<(&'static str, TrainConfig)> {
-    PRESETS
-        .iter()
-        .map(|&name| {
-            (
-                name,
-                TrainConfig::preset(name).expect("listed presets exist"),
-            )
-        })
-        .collect()
 }

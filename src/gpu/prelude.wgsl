@@ -11,7 +11,7 @@ fn linear(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 var<workgroup> red: array<f32, WG>;
 
 // ---- block reductions: shared memory (prelude_subgroups.wgsl replaces this part
-// where the device has subgroups; kernels::source_for chooses) ----
+// where the device has subgroups; gpu::source_for chooses) ----
 
 // Sum of `x` over the workgroup, returned to every thread, added in a fixed order.
 // Called in uniform control flow; leaves `red` free for the next call.

@@ -1,5 +1,5 @@
 // ---- block reductions: subgroups (in place of prelude.wgsl's shared-memory ones
-// where the device has subgroups; kernels::source_for chooses) ----
+// where the device has subgroups; gpu::source_for chooses) ----
 //
 // Each subgroup reduces its lanes in hardware, its first lane stores the result in
 // `red`, and every thread combines the subgroups' results in subgroup order: two
@@ -8,7 +8,7 @@
 // lay them out; no API promises it, so op parity checks it on each device it runs
 // on. The width may be any the device picks between its minimum and maximum: it is
 // counted here, and the context uses this prelude only where the maximum is at most
-// kernels::MAX_SUBGROUP_WIDTH (128), which divides every WG that reduces.
+// gpu::MAX_SUBGROUP_WIDTH (128), which divides every WG that reduces.
 
 // Sum of `x` over the workgroup, returned to every thread, added in a fixed order.
 // Called in uniform control flow; leaves `red` free for the next call.

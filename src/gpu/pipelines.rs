@@ -1,0 +1,72 @@
+//! The pipeline cache: each kernel compiled once a context, by name, for the
+//! context's reductions ([`source_for`]).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
+
+use super::kernel::Kernel;
+use super::lock;
+use super::prelude::source_for;
+
+/// A kernel's pipeline and its bind group layout, shared by `Arc`: on the web a
+/// clone of either copies a JS reference, and every dispatch needs both.
+pub(super) struct Compiled {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+/// Pipelines by kernel name, with their bind group layout (asked for once: on the
+/// web each `getBindGroupLayout` call makes a new object).
+#[derive(Default)]
+pub(super) struct Pipelines {
+    cache: Mutex<FxHashMap<&'static str, Arc<Compiled>>>,
+}
+
+impl Pipelines {
+    /// The pipeline of `kernel` and its bind group layout, built on `device` on first
+    /// use (counted in `created`), with the subgroup reductions where `subgroups`.
+    pub fn get(
+        &self,
+        device: &wgpu::Device,
+        kernel: &Kernel,
+        subgroups: bool,
+        created: &AtomicU64,
+    ) -> Arc<Compiled> {
+        let mut cache = lock(&self.cache);
+        cache
+            .entry(kernel.name)
+            .or_insert_with(|| {
+                created.fetch_add(1, Relaxed);
+                let desc = wgpu::ShaderModuleDescriptor {
+                    label: Some(kernel.name),
+                    source: wgpu::ShaderSource::Wgsl(source_for(kernel, subgroups)),
+                };
+                let module = if kernel.unchecked {
+                    // SAFETY: `unchecked` kernels guard every index themselves and
+                    // their launchers check buffer sizes (see `Kernel::unchecked`).
+                    unsafe {
+                        device.create_shader_module_trusted(
+                            desc,
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    }
+                } else {
+                    device.create_shader_module(desc)
+                };
+                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(kernel.name),
+                    layout: None,
+                    module: &module,
+                    entry_point: Some(kernel.entry),
+                    compilation_options: Default::default(),
+                    cache: None,
+                });
+                let layout = pipeline.get_bind_group_layout(0);
+                #[allow(clippy::arc_with_non_send_sync)] // wasm32's wgpu types are not Send
+                Arc::new(Compiled { pipeline, layout })
+            })
+            .clone()
+    }
+}

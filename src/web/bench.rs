@@ -1,0 +1,107 @@
+//! The benchmark exports (feature `bench`): the measurements of [`crate::bench`]
+//! for the browser and Dawn runners in `scripts/`.
+
+use wasm_bindgen::prelude::*;
+
+use super::js::{js_error, parse_corpus, to_js, whole};
+use crate::bench;
+use crate::config::TrainConfig;
+use crate::data::Corpus;
+use crate::gpu::ContextOptions;
+
+fn bench_corpus(corpus: Option<String>) -> Result<Corpus, JsValue> {
+    let text = corpus.map(JsValue::from).unwrap_or(JsValue::UNDEFINED);
+    parse_corpus(&text, "benchmark corpus")
+}
+
+/// `benchPool(batches)`: pooled buffer vs `createBuffer` latency rows (see
+/// `tidepool::bench::pool_latency`).
+#[wasm_bindgen(js_name = benchPool)]
+pub fn bench_pool(batches: f64) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let batches = whole("batches", batches, 1_000_000)?;
+        let sizes = [256, 64 << 10, 4 << 20, 64 << 20];
+        let rows = bench::pool_latency(&sizes, batches)
+            .await
+            .map_err(js_error)?;
+        to_js(&rows)
+    })
+}
+
+/// A preset benchmark's arguments from JS, checked: the preset's settings, the
+/// corpus, and the warm-up and timed steps (each at most a million).
+struct PresetRun {
+    cfg: TrainConfig,
+    corpus: Corpus,
+    warmup: u32,
+    steps: u32,
+}
+
+fn preset_run(
+    preset: &str,
+    warmup: f64,
+    steps: f64,
+    corpus: Option<String>,
+) -> Result<PresetRun, JsValue> {
+    Ok(PresetRun {
+        warmup: whole("warmup", warmup, 1_000_000)? as u32,
+        steps: whole("steps", steps, 1_000_000)? as u32,
+        cfg: TrainConfig::preset(preset).map_err(js_error)?,
+        corpus: bench_corpus(corpus)?,
+    })
+}
+
+/// `benchStep(preset, warmup, steps, corpus?)`: ms a step pooled, with plain
+/// uploads, and without the pool.
+#[wasm_bindgen(js_name = benchStep)]
+pub fn bench_step(
+    preset: String,
+    warmup: f64,
+    steps: f64,
+    corpus: Option<String>,
+) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let run = preset_run(&preset, warmup, steps, corpus)?;
+        let options = ContextOptions::default();
+        let (cfg, corpus) = (&run.cfg, &run.corpus);
+        let rows = bench::step_variants(cfg, &options, &preset, corpus, run.warmup, run.steps);
+        to_js(&rows.await.map_err(js_error)?)
+    })
+}
+
+/// `benchKernels(preset, warmup, steps, corpus?)`: GPU milliseconds a step per kernel,
+/// each dispatch timed in a pass of its own (`tidepool bench kernels` in the browser).
+/// Needs the adapter's timestamp-query; browsers may round its times (Chrome to 100 µs
+/// unless started with `--enable-dawn-features=allow_unsafe_apis`).
+#[wasm_bindgen(js_name = benchKernels)]
+pub fn bench_kernels(
+    preset: String,
+    warmup: f64,
+    steps: f64,
+    corpus: Option<String>,
+) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let run = preset_run(&preset, warmup, steps, corpus)?;
+        let options = ContextOptions::default();
+        let (cfg, corpus) = (&run.cfg, &run.corpus);
+        let rows = bench::kernel_times(cfg, &options, &preset, corpus, run.warmup, run.steps);
+        to_js(&rows.await.map_err(js_error)?)
+    })
+}
+
+/// `benchPolicies(preset, warmup, steps, corpus?)`: memory reserved per size policy.
+#[wasm_bindgen(js_name = benchPolicies)]
+pub fn bench_policies(
+    preset: String,
+    warmup: f64,
+    steps: f64,
+    corpus: Option<String>,
+) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(async move {
+        let run = preset_run(&preset, warmup, steps, corpus)?;
+        let options = ContextOptions::default();
+        let (cfg, corpus) = (&run.cfg, &run.corpus);
+        let rows = bench::policies(cfg, &options, &preset, corpus, run.warmup, run.steps);
+        to_js(&rows.await.map_err(js_error)?)
+    })
+}
