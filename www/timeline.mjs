@@ -155,7 +155,11 @@ export class TimelinePanel {
     this.el.live.addEventListener('mousemove', (e) => this.hover(e));
     this.el.live.addEventListener('mouseleave', () => (this.el.tip.hidden = true));
     this.file = new FileView(this.el.file, { root, files });
-    root.addEventListener('toggle', () => root.open && this.redraw());
+    root.addEventListener('toggle', () => {
+      if (!root.open) return;
+      this.file.warm();
+      this.redraw();
+    });
     this.onResize = () => root.open && this.redraw();
     addEventListener('resize', this.onResize);
   }

@@ -4,7 +4,8 @@
 // stalls training nor leaves its memory in the trainer's wasm instance.
 //
 //   {type:'snapshot', id, file}   read a File (a Blob: it crosses without a copy)
-//                                 -> 'snapshot' {format, report, timelines}
+//                                 -> 'snapshot' {format, report, timelines, ms}
+//                                 (ms: the time each part took)
 //   {type:'replay', id, recording, start, end}   that recording's events start..end
 //                                 replayed -> 'replayed' {step} (one step of a report)
 //
@@ -37,12 +38,23 @@ export class SnapshotReader {
     if (!(file instanceof Blob)) throw kindError('trace', 'no file was given to read.');
     this.close();
     wasm.Snapshot.checkSize(file.size); // before its bytes are read
+    const ms = {};
+    let since = performance.now();
+    const lap = (name) => {
+      const now = performance.now();
+      ms[name] = Math.round(now - since);
+      since = now;
+    };
     const bytes = new Uint8Array(await file.arrayBuffer());
+    lap('file');
     this.snapshot = wasm.Snapshot.read(bytes);
+    lap('read');
     const report = this.snapshot.report();
+    lap('report');
     const timelines = [];
     for (let i = 0; i < this.snapshot.recordings; i++) timelines.push(this.snapshot.timeline(i));
-    return { type: 'snapshot', format: this.snapshot.format, report, timelines, transfer: buffers(timelines) };
+    lap('timeline');
+    return { type: 'snapshot', format: this.snapshot.format, report, timelines, ms, transfer: buffers(timelines) };
   }
 
   replay({ recording, start, end }) {
