@@ -51,6 +51,22 @@ fn trace_error(bytes: &[u8]) -> String {
     }
 }
 
+/// A snapshot of `n` allocations of `size` bytes, none freed.
+fn never_freed(n: usize, size: i64) -> Vec<u8> {
+    fixture::with_traces(|p| {
+        p.list(1, |p, _| {
+            p.list(n, |p, i| {
+                p.dict(4, |p, k| match k {
+                    0 => p.entry_str("action", "alloc"),
+                    1 => p.entry_int("addr", (i as i64 + 1) << 20),
+                    2 => p.entry_int("size", size),
+                    _ => p.entry_int("stream", 0),
+                });
+            });
+        });
+    })
+}
+
 /// Every replay row at or above the lower bound, the recorded allocator's row the
 /// step's reserved peak.
 fn check_rows(r: &snapshot::StepReport) {
@@ -816,19 +832,7 @@ both!(
     /// Sizes that would carry a replay's sums past 64 bits are refused, not wrapped.
     allocations_past_what_a_replay_adds_up_are_refused,
     {
-        let huge = 1i64 << 58;
-        let bytes = fixture::with_traces(|p| {
-            p.list(1, |p, _| {
-                p.list(64, |p, i| {
-                    p.dict(4, |p, k| match k {
-                        0 => p.entry_str("action", "alloc"),
-                        1 => p.entry_int("addr", (i as i64 + 1) << 20),
-                        2 => p.entry_int("size", huge),
-                        _ => p.entry_int("stream", 0),
-                    });
-                });
-            });
-        });
+        let bytes = never_freed(64, 1 << 58);
         let err = trace_error(&bytes);
         assert!(err.contains("2^59"), "{err}");
         // Caps scaled for a larger file keep the defaults' proportions.
@@ -910,18 +914,7 @@ fn the_page_reads_files_through_the_wasm_snapshot() {
     assert_eq!(kind(text.err().expect("refused")), "trace");
 
     // Figures a JS number cannot hold exactly: refused, not rounded.
-    let bytes = fixture::with_traces(|p| {
-        p.list(1, |p, _| {
-            p.list(16, |p, i| {
-                p.dict(4, |p, k| match k {
-                    0 => p.entry_str("action", "alloc"),
-                    1 => p.entry_int("addr", (i as i64 + 1) << 20),
-                    2 => p.entry_int("size", 1 << 52),
-                    _ => p.entry_int("stream", 0),
-                });
-            });
-        });
-    });
+    let bytes = never_freed(16, 1 << 52);
     let huge = Snapshot::read(&js_sys::Uint8Array::from(&bytes[..]), None).expect("reads");
     let err = huge.report().unwrap_err();
     assert!(get(&err, "message").as_string().unwrap().contains("2^53"));
