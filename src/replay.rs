@@ -1,11 +1,9 @@
-//! What-if replay: a recorded step ([`crate::trace::StepTrace`]) run again without the
-//! GPU through each size policy and through an offline offset plan, against the
-//! lower bound.
+//! What-if replay: a recorded step's tensors run again without the GPU through each
+//! size policy and through an offline offset plan, against the lower bound
+//! ([`crate::snapshot`] reads the step from a tidepool trace or a PyTorch snapshot).
 //!
-//! - **Tensors** are the intervals between a birth event (`hit`, `miss`, `oversize`,
-//!   `unpooled`) and the death of the same buffer (`release`, `reject`, `discard`).
-//!   A death with no birth in the step was live when the step began (weights,
-//!   optimizer state); a birth with no death is live when it ends.
+//! - **Tensors** are allocations from their request to the position from which
+//!   their memory may be reused; position 0 for those live when the step began.
 //! - **Lower bound**: the most requested bytes live at once. No allocator can hold
 //!   less.
 //! - **A size policy**: a pool with that rounding and no caps replays the step from
@@ -45,10 +43,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rustc_hash::FxHashMap;
-
 use crate::pool::SizePolicy;
-use crate::trace::{EventKind, StepTrace};
 
 /// Offsets of the plan are multiples of this (bytes).
 pub const OFFSET_ALIGNMENT: u64 = 256;
@@ -70,7 +65,7 @@ pub struct Tensor {
     pub size: u64,
     pub start: u32,
     pub end: u32,
-    /// `false` for buffers that never join a pool (the seed's `upload`).
+    /// `false` for buffers that never join a pool (tidepool's uploads).
     pub poolable: bool,
 }
 
@@ -78,37 +73,6 @@ impl Tensor {
     fn overlaps(&self, other: &Tensor) -> bool {
         self.start < other.end && other.start < self.end
     }
-}
-
-/// The tensors of a traced step, in birth order.
-pub fn tensors(step: &StepTrace) -> Vec<Tensor> {
-    let end = step.events.len() as u32 + 1;
-    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
-    let mut out: Vec<Tensor> = Vec::new();
-    for (i, e) in step.events.iter().enumerate() {
-        let at = i as u32 + 1;
-        let poolable = e.purpose == "storage" && e.kind != EventKind::Unpooled;
-        if e.kind.is_birth() {
-            open.insert(e.buffer, out.len());
-            out.push(Tensor {
-                size: e.requested,
-                start: at,
-                end,
-                poolable: poolable && e.kind != EventKind::Oversize,
-            });
-        } else if e.kind.is_death() {
-            match open.remove(&e.buffer) {
-                Some(j) => out[j].end = at,
-                None => out.push(Tensor {
-                    size: e.requested,
-                    start: 0,
-                    end: at,
-                    poolable: e.purpose == "storage" && e.kind != EventKind::Discard,
-                }),
-            }
-        }
-    }
-    out
 }
 
 /// Refuses tensors whose sizes add up past [`MAX_TOTAL_BYTES`].
@@ -529,25 +493,16 @@ pub fn fitting_pools() -> Vec<(SizePolicy, u32)> {
     ]
 }
 
-/// The replay of one step: the lower bound, each policy and the offset plan.
+/// The replay of one step: the lower bound, each policy and the plans.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct StepReplay {
+    /// The recording's place in its file, from 0.
     pub step: u32,
+    /// The recording's label (`device 0`, `step 3 (steady)`).
     pub label: String,
     pub tensors: usize,
     pub lower_bound: u64,
     pub rows: Vec<ReplayRow>,
-}
-
-pub fn replay_step(step: &StepTrace, max_buffer_size: u64) -> StepReplay {
-    let tensors = tensors(step);
-    StepReplay {
-        step: step.step,
-        label: step.label.clone(),
-        tensors: tensors.len(),
-        lower_bound: lower_bound(&tensors),
-        rows: rows(&tensors, max_buffer_size),
-    }
 }
 
 /// The rows of a replay of `tensors`: the lower bound, each policy, each fitting
@@ -597,29 +552,6 @@ pub fn set_ratios(rows: &mut [ReplayRow], lower: u64) {
             _ => row.peak_bytes as f64 / lower as f64,
         };
     }
-}
-
-/// Every step of a trace file, replayed.
-pub fn replay(trace: &crate::trace::Trace) -> Vec<StepReplay> {
-    trace
-        .steps
-        .iter()
-        .map(|s| replay_step(s, trace.max_buffer_size))
-        .collect()
-}
-
-/// A plain-text table of replays.
-pub fn table(replays: &[StepReplay]) -> String {
-    let mut out = String::new();
-    for r in replays {
-        out.push_str(&format!(
-            "step {} ({}): {} tensors\n",
-            r.step, r.label, r.tensors
-        ));
-        out.push_str(&rows_table(&r.rows));
-        out.push('\n');
-    }
-    out
 }
 
 /// The rows of one replay as a plain-text table (notes below it).

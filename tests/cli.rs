@@ -620,11 +620,11 @@ fn unusable_files_are_named_with_what_they_are_for() {
         ),
         (
             vec!["trace", "replay", &binary],
-            format!("cannot replay trace {binary}: it is not UTF-8 text"),
+            format!("bad trace: {binary}: neither a PyTorch memory snapshot"),
         ),
         (
             vec!["trace", "replay", &damaged],
-            format!("cannot replay trace {damaged}: not a tidepool trace"),
+            format!("bad trace: {damaged}: neither a PyTorch memory snapshot"),
         ),
     ];
     for (args, expected) in &cases {
@@ -710,4 +710,267 @@ fn train_help_groups_flags_by_what_they_set() {
     assert!(help("step").contains("--at-once"));
     assert!(!help("pool").contains("--presets"));
     assert!(!help("soak").contains("--precision"));
+}
+
+/// The snapshots scripts/torch_snapshot.py recorded of real PyTorch training on an
+/// H200, each with the figures PyTorch itself reported.
+const SNAPSHOTS: [&str; 4] = ["gpt_eager", "gpt_sdpa", "resnet18", "gpt2"];
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/tests/fixtures/snapshots/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// Every row a replay table holds, by name.
+const ROWS: [&str; 14] = [
+    "lower bound",
+    "pow2",
+    "pow2/2",
+    "pow2/4",
+    "pow2/8",
+    "pow2/16",
+    "exact",
+    "pow2/8 fit2",
+    "pow2/8 fit4",
+    "pow2/8 fit8",
+    "pow2 fit2",
+    "exact fit2",
+    "object plan",
+    "offset plan",
+];
+
+/// A table's rows: allocator name -> peak bytes.
+fn table_rows(stdout: &str) -> Vec<(String, u64)> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("allocator "))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("note:"))
+        .filter_map(|l| {
+            // name, peak bytes, x bound, created, hits: the name may hold spaces.
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let n = fields.len().checked_sub(4)?;
+            Some((fields[..n].join(" "), fields[n].parse().ok()?))
+        })
+        .collect()
+}
+
+/// `tidepool trace replay snap.pickle`: the table names PyTorch's own reserved
+/// figure as a row, the lower bound, every policy and both plans, and says what
+/// step it found; `--json` holds the same figures, and PyTorch's peaks within 1% of
+/// what PyTorch reported for the run.
+#[test]
+fn trace_replay_reads_pytorch_snapshots() {
+    for name in SNAPSHOTS {
+        let file = fixture(&format!("{name}.pickle"));
+        let out = tidepool(&["trace", "replay", &file]);
+        assert_eq!(out.code, Some(0), "{name}: {}", out.stderr);
+        let text = &out.stdout;
+        assert!(
+            text.starts_with("PyTorch caching allocator, device 0: "),
+            "{name}: {text}"
+        );
+        assert!(text.contains("the repeating step ("), "{name}: {text}");
+        assert!(text.contains("% matched)"), "{name}: {text}");
+        let rows = table_rows(text);
+        let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names[0], "lower bound", "{name}: {text}");
+        assert_eq!(names[1], "PyTorch caching allocator (recorded)", "{name}");
+        for row in ROWS {
+            assert!(names.contains(&row), "{name}: no row {row}: {text}");
+        }
+        let lower = rows[0].1;
+        assert!(
+            rows.iter().all(|(_, peak)| *peak >= lower),
+            "{name}: {text}"
+        );
+
+        let json = tidepool(&["trace", "replay", &file, "--json"]);
+        assert_eq!(json.code, Some(0), "{name}: {}", json.stderr);
+        let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+        assert_eq!(report["format"], "pytorch-snapshot");
+        let step = &report["steps"][0];
+        assert_eq!(step["chosen"], "found");
+        assert!(step["period"]["matched"].as_f64().unwrap() > 0.99);
+        let json_rows: Vec<(String, u64)> = step["replay"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let name = r["allocator"].as_str().unwrap().to_string();
+                (name, r["peak_bytes"].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(json_rows, rows, "{name}: the table and the JSON agree");
+        assert_eq!(rows[1].1, step["step_peaks"]["reserved"].as_u64().unwrap());
+
+        let figures: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixture(&format!("{name}.json"))).unwrap())
+                .unwrap();
+        for (ours, theirs) in [
+            ("allocated", "max_memory_allocated"),
+            ("reserved", "max_memory_reserved"),
+        ] {
+            let ours = step["peaks"][ours].as_f64().unwrap();
+            let theirs = figures[theirs].as_f64().unwrap();
+            assert!(
+                (ours - theirs).abs() <= theirs * 0.01,
+                "{name}: {ours} against PyTorch's {theirs}"
+            );
+        }
+    }
+}
+
+/// `--events A..B` replays those events; `--device N` reads that device.
+#[test]
+fn trace_replay_takes_a_range_of_events_and_a_device() {
+    let file = fixture("synthetic_gpt.pickle");
+    let out = tidepool(&["trace", "replay", &file, "--events", "10..200"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("step: events 10..200, the events asked for"),
+        "{}",
+        out.stdout
+    );
+    let json = tidepool(&["trace", "replay", &file, "--events", "10..200", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let step = &report["steps"][0];
+    assert_eq!(
+        (&step["first_event"], &step["end_event"], &step["chosen"]),
+        (&10.into(), &200.into(), &"range".into())
+    );
+
+    let two = fixture("synthetic_two_devices.pickle");
+    for (device, label) in [("0", "device 0"), ("1", "device 1")] {
+        let out = tidepool(&["trace", "replay", &two, "--device", device]);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        assert!(
+            out.stdout
+                .starts_with(&format!("PyTorch caching allocator, {label}:")),
+            "{}",
+            out.stdout
+        );
+    }
+    refused(
+        &[
+            (
+                &["trace", "replay", &two, "--device", "5"],
+                "no device 5: the snapshot traces 2 devices",
+            ),
+            (
+                &["trace", "replay", &file, "--events", "10..900000"],
+                "events 10..900000 are not a range of device 0's",
+            ),
+        ],
+        1,
+    );
+    refused(
+        &[
+            (
+                &["trace", "replay", &file, "--events", "5..5"],
+                "5..5 holds no events",
+            ),
+            (
+                &["trace", "replay", &file, "--events", "ten"],
+                "expected A..B",
+            ),
+            (
+                &["trace", "replay", &file, "--events", "-1..4"],
+                "is not an event number",
+            ),
+            (&["trace", "replay", &file, "--max-mb", "0"], "--max-mb"),
+        ],
+        2,
+    );
+}
+
+/// Hostile and broken files: an error of kind trace (`bad trace:`) naming the file
+/// and what is wrong, exit code 1, no panic; a file above the cap is refused before
+/// it is read, naming the flag that raises it.
+#[test]
+fn trace_replay_refuses_hostile_files() {
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let snapshot = std::fs::read(fixture("gpt_eager.pickle")).unwrap();
+    let proto = |body: &[u8]| [&[0x80u8, 4][..], body].concat();
+    let mut deep = vec![0x80u8, 4];
+    deep.extend(std::iter::repeat_n(b'(', 100_000));
+    let mut large = vec![0x80u8, 4];
+    large.resize(3 << 20, b'N');
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.pickle", vec![], "neither a PyTorch memory snapshot"),
+        (
+            "truncated.pickle",
+            snapshot[..snapshot.len() / 2].to_vec(),
+            "truncated",
+        ),
+        (
+            "imports.pickle",
+            proto(b"cos\nsystem\n(S'echo hi'\ntR."),
+            "GLOBAL (imports",
+        ),
+        ("calls.pickle", proto(b"NNR."), "REDUCE (calls"),
+        ("deep.pickle", deep, "Limits::max_depth"),
+        (
+            "huge-length.pickle",
+            proto(b"\x8d\xff\xff\xff\xff\xff\xff\xff\x7f."),
+            "bad length",
+        ),
+        (
+            "a-number-where-a-list-belongs.pickle",
+            proto(b"}(\x8c\x08segments]\x8c\x0ddevice_tracesK\x05u."),
+            "device_traces is an integer, not a list",
+        ),
+        (
+            "trace.json",
+            b"{\"format\": 3}".to_vec(),
+            "not a tidepool trace",
+        ),
+        (
+            "large.pickle",
+            large,
+            "the file is 3145728 bytes; at most 2097152 are read (--max-mb 2)",
+        ),
+    ];
+    for (name, bytes, why) in &cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let path = path.to_str().unwrap();
+        let expected = format!("bad trace: {path}: ");
+        refused(
+            &[(&["trace", "replay", path, "--max-mb", "2"], &expected)],
+            1,
+        );
+        refused(&[(&["trace", "replay", path, "--max-mb", "2"], why)], 1);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// tidepool's own trace replays through the same path: its pool's recorded row
+/// beside the others.
+#[test]
+fn trace_replay_reads_tidepool_traces() {
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-own-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let t = trace.to_str().unwrap();
+    train_plain("3", &["--trace", t]);
+    let out = tidepool(&["trace", "replay", t]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .starts_with("tidepool pow2/8 fit2, step 1 (first): "),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("step 3 (steady)"), "{}", out.stdout);
+    let rows = table_rows(&out.stdout);
+    assert_eq!(rows[1].0, "tidepool pow2/8 fit2 (recorded)");
+    for row in ROWS {
+        assert!(rows.iter().any(|(n, _)| n == row), "no row {row}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -1,7 +1,6 @@
-//! The replay's speed and arithmetic: the same results as the straightforward
-//! quadratic implementation it replaced (kept below as the reference), 100,000
-//! events in about a second, plans cut short still valid, and sizes near 2^64
-//! refused or saturated, never wrapped.
+//! The replay's speed and arithmetic: the same results as a straightforward
+//! quadratic reference (below), 100,000 events in about a second, plans cut short
+//! still valid, and sizes near 2^64 refused or saturated, never wrapped.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod snapshot_fixture;
@@ -12,7 +11,7 @@ use proptest::prelude::*;
 use tidepool::pool::SizePolicy;
 use tidepool::replay::{self, Tensor};
 
-/// The replay as first written: every placed tensor scanned for each new one, each
+/// The replay the plain way: every placed tensor scanned for each new one, each
 /// pool's free sizes scanned for a non-empty one.
 mod straightforward {
     use super::*;

@@ -51,6 +51,22 @@ fn trace_error(bytes: &[u8]) -> String {
     }
 }
 
+/// A snapshot of `n` allocations of `size` bytes, none freed.
+fn never_freed(n: usize, size: i64) -> Vec<u8> {
+    fixture::with_traces(|p| {
+        p.list(1, |p, _| {
+            p.list(n, |p, i| {
+                p.dict(4, |p, k| match k {
+                    0 => p.entry_str("action", "alloc"),
+                    1 => p.entry_int("addr", (i as i64 + 1) << 20),
+                    2 => p.entry_int("size", size),
+                    _ => p.entry_int("stream", 0),
+                });
+            });
+        });
+    })
+}
+
 /// Every replay row at or above the lower bound, the recorded allocator's row the
 /// step's reserved peak.
 fn check_rows(r: &snapshot::StepReport) {
@@ -196,8 +212,8 @@ both!(a_run_written_here_gives_its_own_figures, {
 });
 
 both!(
-    /// A trace that is tidepool's own reads through the same call, and replays as
-    /// `replay::replay` does (plus the pool's own row).
+    /// A trace that is tidepool's own reads through the same call, and replays its
+    /// tensors (plus the pool's own row).
     tidepool_traces_read_through_the_same_path,
     {
         use std::borrow::Cow;
@@ -256,7 +272,16 @@ both!(
         let mut rows = s.replay.rows.clone();
         let recorded = rows.remove(1);
         assert_eq!(recorded.peak_bytes, 1024 + 4096);
-        assert_eq!(rows, tidepool::replay::replay(&trace)[0].rows);
+        // Births to deaths of the same buffer, positions from 1 after the first event.
+        let tensors = [(1024, 1, 3), (4096, 2, 5), (1024, 4, 6)].map(|(size, start, end)| {
+            tidepool::replay::Tensor {
+                size,
+                start,
+                end,
+                poolable: true,
+            }
+        });
+        assert_eq!(rows, tidepool::replay::rows(&tensors, 1 << 30));
         assert_eq!(s.peaks.live, 5120);
         let frames: Vec<_> = {
             let (_, recs) = snapshot::read(json.as_bytes(), Default::default(), None).unwrap();
@@ -644,3 +669,254 @@ both!(
         }
     }
 );
+
+both!(
+    /// The timeline's arrays: every allocation once, in birth order, the live bytes
+    /// after each event what the allocations say, the reserved bytes the recording's,
+    /// and both peaks the report's.
+    the_timeline_holds_every_allocation_and_byte,
+    {
+        use tidepool::snapshot::timeline::Timeline;
+        let run = fixture::run(4, 5);
+        let bytes = fixture::pickle(&run);
+        let (_, recordings) = snapshot::read(&bytes, Default::default(), None).expect("reads");
+        let rec = &recordings[0];
+        let t = Timeline::of(rec);
+        let n = rec.allocations.len();
+        for len in [t.start.len(), t.end.len(), t.size.len(), t.stream.len()] {
+            assert_eq!(len, n);
+        }
+        assert_eq!(t.stack.len(), n);
+        assert_eq!(t.events, rec.events);
+        assert!(t.start.windows(2).all(|w| w[0] <= w[1]), "birth order");
+        let mut by_end = t.by_end.clone();
+        assert!(by_end.windows(2).all(|w| t.end[w[0] as usize] <= t.end[w[1] as usize]));
+        by_end.sort_unstable();
+        assert_eq!(by_end, (0..n as u32).collect::<Vec<_>>(), "each allocation once");
+        // The same allocations: (start, end, size) as multisets.
+        let mut ours: Vec<(u32, u32, u64)> = (0..n)
+            .map(|k| (t.start[k], t.end[k], t.size[k] as u64))
+            .collect();
+        let mut theirs: Vec<(u32, u32, u64)> =
+            rec.allocations.iter().map(|a| (a.start, a.end, a.size)).collect();
+        ours.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(ours, theirs);
+        assert_eq!(t.live.len(), rec.events as usize + 1);
+        assert_eq!(t.reserved.len(), rec.events as usize + 1);
+        for p in 0..=rec.events {
+            let live: u64 = rec
+                .allocations
+                .iter()
+                .filter(|a| a.start <= p && p < a.end)
+                .map(|a| a.size)
+                .sum();
+            assert_eq!(t.live[p as usize] as u64, live, "position {p}");
+            assert_eq!(
+                t.reserved[p as usize] as u64,
+                rec.reserved.peak(p, p),
+                "position {p}"
+            );
+        }
+        let s = &report(&bytes).steps[0];
+        let (peak, at) = t.peak();
+        assert_eq!(peak as u64, s.peaks.live);
+        assert_eq!(t.live[at as usize], peak);
+        let reserved = t.reserved.iter().fold(0.0f64, |m, &b| m.max(b));
+        assert_eq!(reserved as u64, s.peaks.reserved);
+        assert_eq!(t.streams, ["0"]);
+        // Stacks as the recording's, each named by one of its frames.
+        assert_eq!(t.stack_offsets, rec.stacks.offsets);
+        assert_eq!(t.stack_label.len(), rec.stacks.len());
+        // Each frame once, each stack's frames the recording's.
+        let frame = |f: u32| {
+            let f = f as usize;
+            (t.frame_names[f].clone(), t.frame_files[f].clone(), t.frame_lines[f])
+        };
+        let mut table: Vec<_> = (0..t.frame_names.len() as u32).map(frame).collect();
+        table.sort_unstable();
+        table.dedup();
+        assert_eq!(table.len(), t.frame_names.len(), "no frame twice");
+        for s in 0..rec.stacks.len() {
+            let (a, b) = (t.stack_offsets[s] as usize, t.stack_offsets[s + 1] as usize);
+            let ours: Vec<_> = t.stack_frames[a..b].iter().map(|&f| frame(f)).collect();
+            let theirs: Vec<_> = rec
+                .stacks
+                .get(s as u32)
+                .map(|f| (f.name.clone(), f.filename.clone(), f.line))
+                .collect();
+            assert_eq!(ours, theirs, "stack {s}");
+        }
+        let k = (0..n).find(|&k| t.start[k] > 0).expect("an allocation in the trace");
+        let label = t.stack_label[t.stack[k] as usize];
+        assert_eq!(
+            t.frame_names[label as usize],
+            rec.stacks.get(t.stack[k]).next().unwrap().name,
+            "no frame in a package: the innermost"
+        );
+    }
+);
+
+both!(
+    /// A stack is named by the innermost frame of the program's own code: PyTorch's
+    /// modules and other installed packages are passed over (the committed GPT
+    /// snapshot's `nn.Linear` allocations are named by the model's line that called
+    /// it).
+    stacks_are_named_by_the_programs_own_frame,
+    {
+        use tidepool::snapshot::timeline::{label_frame, Timeline, NO_FRAME};
+        use tidepool::snapshot::Frame;
+        let frame = |file: &str, name: &str| Frame {
+            filename: file.into(),
+            line: 1,
+            name: name.into(),
+        };
+        let table = [
+            frame("/venv/lib/python3.12/site-packages/torch/nn/modules/linear.py", "forward"),
+            frame("??", "c10::alloc"),
+            frame("/work/train.py", "forward"),
+            frame("/usr/lib/python3/dist-packages/numpy/core.py", "asarray"),
+        ];
+        assert_eq!(label_frame(&[1, 0, 2, 3], &table), 2);
+        assert_eq!(label_frame(&[0, 3], &table), 0, "all in packages: the innermost");
+        assert_eq!(label_frame(&[], &table), NO_FRAME);
+
+        let bytes = include_bytes!("fixtures/snapshots/gpt_eager.pickle");
+        let (_, recordings) = snapshot::read(bytes, Default::default(), None).expect("reads");
+        let t = Timeline::of(&recordings[0]);
+        let mut linear = 0;
+        for (s, &label) in t.stack_label.iter().enumerate() {
+            let (a, b) = (t.stack_offsets[s] as usize, t.stack_offsets[s + 1] as usize);
+            let files: Vec<&str> = t.stack_frames[a..b]
+                .iter()
+                .map(|&f| t.frame_files[f as usize].as_str())
+                .collect();
+            if files.first().is_some_and(|f| f.ends_with("torch/nn/modules/linear.py")) {
+                linear += 1;
+                assert!(t.frame_files[label as usize].ends_with("torch_snapshot.py"));
+            }
+        }
+        assert!(linear > 0, "nn.Linear allocates in the GPT snapshot");
+        // PyTorch writes a line of code as a frame of its own in each stack it is in:
+        // the timeline keeps it once (one colour, one legend entry a line).
+        let mut lines: Vec<_> = (0..t.frame_names.len())
+            .map(|f| (&t.frame_names[f], &t.frame_files[f], t.frame_lines[f]))
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        assert_eq!(lines.len(), t.frame_names.len());
+        assert!(t.frame_names.len() < recordings[0].stacks.table.len());
+    }
+);
+
+both!(
+    /// A file read once reports as `report` does, and any range of one recording
+    /// replays through `step_report`.
+    recordings_read_once_report_again,
+    {
+        let (format, recordings) = snapshot::read(SYNTHETIC, Default::default(), None).expect("reads");
+        let once = snapshot::report::of_recordings(format, &recordings, None).expect("reports");
+        assert_eq!(once, report(SYNTHETIC));
+        let step = snapshot::report::step_report(&recordings[0], Some((10, 200)), 0).expect("a range");
+        let options = Options {
+            events: Some((10, 200)),
+            ..Options::default()
+        };
+        assert_eq!(step, snapshot::report(SYNTHETIC, &options).unwrap().steps[0]);
+        let err = snapshot::report::step_report(&recordings[0], Some((0, u32::MAX)), 0).unwrap_err();
+        assert_eq!(err.kind(), "trace");
+    }
+);
+
+both!(
+    /// Sizes that would carry a replay's sums past 64 bits are refused, not wrapped.
+    allocations_past_what_a_replay_adds_up_are_refused,
+    {
+        let bytes = never_freed(64, 1 << 58);
+        let err = trace_error(&bytes);
+        assert!(err.contains("2^59"), "{err}");
+        // Caps scaled for a larger file keep the defaults' proportions.
+        let limits = snapshot::pickle::Limits::for_bytes(snapshot::pickle::MAX_BYTES * 2);
+        assert_eq!(limits.max_values, snapshot::pickle::MAX_VALUES * 2);
+        assert_eq!(
+            snapshot::pickle::Limits::for_bytes(snapshot::pickle::MAX_BYTES),
+            snapshot::pickle::Limits::default()
+        );
+    }
+);
+
+/// Not a test: writes a synthetic snapshot of about `TIDEPOOL_SNAPSHOT_MB` MB
+/// (default 100) to `TIDEPOOL_SNAPSHOT_OUT`, and beside it (`.json`) what the run it
+/// records would have reported, for the page's test (tests/e2e/snapshot.test.mjs):
+/// `cargo test --release --test snapshot -- --ignored --exact write_a_snapshot_file`.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+#[ignore = "writes a file for tests/e2e/snapshot.test.mjs"]
+fn write_a_snapshot_file() {
+    let out =
+        std::env::var("TIDEPOOL_SNAPSHOT_OUT").expect("TIDEPOOL_SNAPSHOT_OUT: where to write");
+    let mb: usize =
+        std::env::var("TIDEPOOL_SNAPSHOT_MB").map_or(100, |v| v.parse().expect("a number of MB"));
+    let (run, bytes) = fixture::of_size(mb << 20);
+    std::fs::write(&out, &bytes).expect("writes the snapshot");
+    let figures = serde_json::json!({
+        "bytes": bytes.len(),
+        "events": run.events.len(),
+        "max_memory_allocated": run.max_allocated,
+        "max_memory_reserved": run.max_reserved,
+        "step_symbols": run.step_symbols,
+    });
+    std::fs::write(format!("{out}.json"), figures.to_string()).expect("writes its figures");
+}
+
+/// The page's entry point, the wasm's `Snapshot`: bytes from JS read once, reported
+/// as the library reports them, drawn as typed arrays; what it cannot read or show
+/// is an error of kind `trace` (bad arguments: `config`), never a trap.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen_test::wasm_bindgen_test]
+fn the_page_reads_files_through_the_wasm_snapshot() {
+    use tidepool::web::Snapshot;
+    use wasm_bindgen::JsValue;
+    let get = |v: &JsValue, key: &str| js_sys::Reflect::get(v, &key.into()).expect(key);
+    let kind = |e: JsValue| get(&e, "kind").as_string().expect("a kind");
+    let s = Snapshot::read(&js_sys::Uint8Array::from(SYNTHETIC), None).expect("reads");
+    assert_eq!(
+        (s.format().as_str(), s.recordings()),
+        ("pytorch-snapshot", 1)
+    );
+    let ours = report(SYNTHETIC);
+    let js = s.report().expect("reports");
+    let step = get(&js_sys::Array::from(&get(&js, "steps")).get(0), "replay");
+    let lower = get(&step, "lower_bound").as_f64().unwrap();
+    assert_eq!(lower as u64, ours.steps[0].replay.lower_bound);
+    let t = s.timeline(0.0).expect("a timeline");
+    let live = js_sys::Float64Array::from(get(&t, "live"));
+    assert_eq!(live.length(), ours.steps[0].events + 1);
+    let size = js_sys::Float64Array::from(get(&t, "size"));
+    assert_eq!(size.length() as usize, ours.steps[0].allocations);
+    assert_eq!(
+        get(&t, "peak").as_f64().unwrap() as u64,
+        ours.steps[0].peaks.live
+    );
+    let range = s.replay(0.0, 10.0, 200.0).expect("a range");
+    assert_eq!(get(&range, "chosen").as_string().as_deref(), Some("range"));
+
+    assert_eq!(kind(s.replay(0.0, 10.0, 5.0).unwrap_err()), "trace");
+    assert_eq!(kind(s.timeline(1.0).unwrap_err()), "config");
+    assert_eq!(kind(s.timeline(-1.0).unwrap_err()), "config");
+    let refused = Snapshot::check_size(3e8).unwrap_err();
+    let message = get(&refused, "message").as_string().unwrap();
+    assert!(message.contains("at most 268435456 bytes"), "{message}");
+    assert_eq!(kind(refused), "trace");
+    assert!(Snapshot::check_size(1e6).is_ok());
+    assert_eq!(kind(Snapshot::check_size(f64::NAN).unwrap_err()), "config");
+    let text = Snapshot::read(&js_sys::Uint8Array::from(&b"hello"[..]), None);
+    assert_eq!(kind(text.err().expect("refused")), "trace");
+
+    // Figures a JS number cannot hold exactly: refused, not rounded.
+    let bytes = never_freed(16, 1 << 52);
+    let huge = Snapshot::read(&js_sys::Uint8Array::from(&bytes[..]), None).expect("reads");
+    let err = huge.report().unwrap_err();
+    assert!(get(&err, "message").as_string().unwrap().contains("2^53"));
+    assert_eq!(kind(err), "trace");
+}

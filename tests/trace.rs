@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use tidepool::pool::SizePolicy;
 use tidepool::replay;
+use tidepool::snapshot;
 use tidepool::trace::{EventKind, StepTrace, Trace, TraceEvent};
 use tidepool::train::{TrainConfig, Trainer};
 
@@ -99,12 +100,23 @@ async fn traced_step_body() {
     trace.steps = vec![step1, step4];
     let back = Trace::from_json(&trace.to_json()).expect("parses");
     assert_eq!(back, trace);
-    for r in replay::replay(&trace) {
+    let report = snapshot::report(trace.to_json().as_bytes(), &Default::default()).expect("reads");
+    assert_eq!(report.steps.len(), 2);
+    for s in &report.steps {
+        let r = &s.replay;
         assert!(r.lower_bound > 0);
         for row in &r.rows {
             assert!(row.peak_bytes >= r.lower_bound, "{}: {row:?}", r.label);
         }
     }
+}
+
+/// A step's tensors, as every replay reads them (`tidepool::snapshot::own`).
+fn tensors(step: &StepTrace) -> Vec<replay::Tensor> {
+    let trace = Trace::new("test", "pow2", 1 << 30);
+    snapshot::own::recording(step, &trace)
+        .expect("reads")
+        .tensors()
 }
 
 fn event(seq: u32, kind: EventKind, buffer: u64, requested: u64) -> TraceEvent {
@@ -139,7 +151,7 @@ fn replay_of_a_hand_built_step() {
         ],
         ..Default::default()
     };
-    let tensors = replay::tensors(&step);
+    let tensors = tensors(&step);
     assert_eq!(tensors.len(), 3);
     // Most live at once: A + B = 4000 (B + C is 3900).
     assert_eq!(replay::lower_bound(&tensors), 4000);
@@ -203,7 +215,7 @@ fn a_fitting_pool_serves_from_a_larger_free_buffer() {
         ],
         ..Default::default()
     };
-    let t = replay::tensors(&step);
+    let t = tensors(&step);
     assert_eq!(replay::lower_bound(&t), 500 * k);
     // Exact: 100, 400, then 120 (none free: a new one), 100 reused: 620 kB.
     let exact = replay::replay_pool(&t, SizePolicy::Exact, 1, 1 << 30);
@@ -224,7 +236,7 @@ fn tensors_live_at_the_start_or_the_end_of_a_step() {
         events: vec![event(0, Release, 7, 500), event(1, Miss, 8, 600)],
         ..Default::default()
     };
-    let t = replay::tensors(&step);
+    let t = tensors(&step);
     assert_eq!((t[0].start, t[0].end), (0, 1), "carried in");
     assert_eq!((t[1].start, t[1].end), (2, 3), "carried out");
     assert_eq!(replay::lower_bound(&t), 600, "never live together");
@@ -405,20 +417,23 @@ async fn replay_trace_from_js() {
     let (_, step) = trainer.step_traced("first").await.expect("step");
     let mut trace = trainer.context().new_trace();
     trace.steps.push(step);
-    let rows =
+    let report =
         tidepool::web::replay_trace(js_sys::JsString::from(trace.to_json())).expect("replays");
-    let rows = js_sys::Array::from(&rows);
-    assert_eq!(rows.length(), 1, "one step");
-    let step = rows.get(0);
-    let lower = js_sys::Reflect::get(&step, &JsValue::from_str("lower_bound"))
+    let steps = js_sys::Array::from(&js_sys::Reflect::get(&report, &"steps".into()).unwrap());
+    assert_eq!(steps.length(), 1, "one step");
+    let replayed = js_sys::Reflect::get(&steps.get(0), &"replay".into()).unwrap();
+    let lower = js_sys::Reflect::get(&replayed, &JsValue::from_str("lower_bound"))
         .unwrap()
         .as_f64()
         .unwrap();
-    assert_eq!(lower as u64, replay::replay(&trace)[0].lower_bound);
+    let expected = snapshot::report(trace.to_json().as_bytes(), &Default::default()).unwrap();
+    assert_eq!(lower as u64, expected.steps[0].replay.lower_bound);
     let err = tidepool::web::replay_trace(js_sys::JsString::from("{\"format\": 3}")).unwrap_err();
     let message = js_sys::Reflect::get(&err, &JsValue::from_str("message")).unwrap();
     assert!(message
         .as_string()
         .unwrap()
         .contains("not a tidepool trace"));
+    let kind = js_sys::Reflect::get(&err, &JsValue::from_str("kind")).unwrap();
+    assert_eq!(kind.as_string().as_deref(), Some("trace"));
 }

@@ -234,11 +234,12 @@ export interface TidepoolController {
   /** Continues the run saved in `file`; resolves to false when the file was refused (a message shows). */
   loadCheckpoint(file: Blob): Promise<boolean>;
   /**
-   * The last traced step shown, or null: the trace (docs/trace.md), its replay rows
-   * (`replayTrace`), and per position (0: the step's start, i + 1: after event i) the
-   * height of the stack drawn (`top`, bytes in use) and the pool's free bytes (`held`).
+   * The last traced step shown, or null: the trace (docs/trace.md), its report
+   * (`replayTrace`: `{format, steps, notes}`), and per position (0: the step's start,
+   * i + 1: after event i) the height of the stack drawn (`top`, bytes in use) and the
+   * pool's free bytes (`held`).
    */
-  readonly lastTrace: { trace: Record<string, unknown>; replay: Record<string, unknown>[]; top: number[]; held: number[] } | null;
+  readonly lastTrace: { trace: Record<string, unknown>; replay: Record<string, unknown>; top: number[]; held: number[] } | null;
   readonly element: HTMLElement;
 }
 

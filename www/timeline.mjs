@@ -7,13 +7,17 @@
 //
 // Nothing is traced unless asked: the Trace button, or every N steps while the panel
 // is open (an option, off by default). A traced step is a real training step.
+//
+// Below it, a recording opened from a file (timeline-file.mjs): a PyTorch memory
+// snapshot or a tidepool trace, drawn and replayed the same way.
 
 import { fmtBytes, fmtBytesShort } from './format.mjs';
 import { readTheme } from './plot.mjs';
+import { FileView } from './timeline-file.mjs';
+import { PALETTE, REPLAY_HEAD, drawAxes, escapeHtml, fitCanvas, markPeak, plotFrame, replayRowsHtml } from './timeline-draw.mjs';
 
 const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
 const DEATHS = new Set(['release', 'reject', 'discard']);
-const HEIGHT = 220; // CSS pixels of each canvas
 const MAX_EVERY = 1_000_000; // steps between automatic traces, at most
 
 /**
@@ -95,23 +99,20 @@ export function analyse(step) {
   return { tensors, base, top, peak, peakAt, classes, free, held, heldPeak, columns };
 }
 
-// Colours for ops, handed out in order of first appearance in the step: a step has
-// a few dozen kernels, and neighbours in time get hues far apart.
-const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#8cd17d', '#a0cbe8', '#d37295', '#86bcb6', '#f1ce63', '#499894', '#d4a6c8'];
 function opColors(tensors) {
   const colors = new Map();
   for (const t of tensors) if (!colors.has(t.op)) colors.set(t.op, PALETTE[colors.size % PALETTE.length]);
   return colors;
 }
 const classColor = (i, n) => `hsl(${200 + (i * 140) / Math.max(1, n - 1)} 55% 55%)`;
-const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 export class TimelinePanel {
   /**
    * @param {HTMLDetailsElement} root an empty <details> to fill
-   * @param {{trace: () => Promise<{trace, replay}>}} hooks
+   * @param {{trace: () => Promise<{trace, replay}>, files: import('./snapshot-client.mjs').SnapshotClient}} hooks
+   *   trace: one traced training step; files: where opened recordings are read
    */
-  constructor(root, { trace }) {
+  constructor(root, { trace, files }) {
     this.root = root;
     this.requestTrace = trace;
     this.inFlight = false;
@@ -121,7 +122,7 @@ export class TimelinePanel {
     root.classList.add('tp-timeline');
     root.dataset.testid = 'timeline';
     root.innerHTML = `
-      <summary>Memory timeline <span class="tp-muted">one traced step, every allocation</span></summary>
+      <summary>Memory timeline <span class="tp-muted">one traced step, or any allocator's recording, every allocation</span></summary>
       <div class="tp-timeline-controls">
         <button type="button" data-tl="trace" data-testid="trace">Trace a step</button>
         <label>every <input type="number" min="0" step="1" value="0" data-tl="every" data-testid="trace-every"> steps
@@ -145,17 +146,27 @@ export class TimelinePanel {
       </div>
       <div data-tl="replay" data-testid="replay" hidden>
         <h4>What-if replay <span class="tp-muted" data-tl="replayNote"></span></h4>
-        <table class="tp-replay" data-testid="replay-table"><thead><tr><th>allocator</th><th>peak bytes</th>
-          <th></th><th>x bound</th><th>buffers created</th><th>hits</th></tr></thead><tbody data-tl="rows"></tbody></table>
-      </div>`;
+        <table class="tp-replay" data-testid="replay-table">${REPLAY_HEAD}<tbody data-tl="rows"></tbody></table>
+      </div>
+      <div data-tl="file"></div>`;
     this.el = {};
     for (const n of root.querySelectorAll('[data-tl]')) this.el[n.dataset.tl] = n;
     this.el.trace.addEventListener('click', () => this.trace());
     this.el.live.addEventListener('mousemove', (e) => this.hover(e));
     this.el.live.addEventListener('mouseleave', () => (this.el.tip.hidden = true));
-    root.addEventListener('toggle', () => root.open && this.current && this.draw());
-    this.onResize = () => root.open && this.current && this.draw();
+    this.file = new FileView(this.el.file, { root, files });
+    root.addEventListener('toggle', () => {
+      if (!root.open) return;
+      this.file.warm();
+      this.redraw();
+    });
+    this.onResize = () => root.open && this.redraw();
     addEventListener('resize', this.onResize);
+  }
+
+  redraw() {
+    if (this.current) this.draw();
+    this.file.draw();
   }
 
   get every() {
@@ -217,76 +228,17 @@ export class TimelinePanel {
     this.el.peak.dataset.bytes = view.peak;
     this.el.heldPeak.textContent = `at most ${fmtBytes(view.heldPeak)} free`;
     this.el.plots.hidden = false;
-    this.showReplay(replay.find((r) => r.step === step.step) ?? replay.at(-1));
+    this.showReplay(replay);
     this.draw();
   }
 
-  showReplay(r) {
-    this.el.replay.hidden = !r;
-    if (!r) return;
-    this.el.replayNote.textContent = `step ${r.step}: ${r.tensors} tensors; x bound: peak over the lower bound`;
-    this.el.rows.innerHTML = r.rows
-      .map(
-        (row) => `<tr data-allocator="${escapeHtml(row.allocator)}" data-peak="${row.peak_bytes}" data-ratio="${row.ratio}">
-          <td>${escapeHtml(row.allocator)}</td><td class="tp-num">${row.peak_bytes}</td><td class="tp-muted">${fmtBytes(row.peak_bytes)}</td>
-          <td class="tp-num">${row.ratio.toFixed(3)}</td><td class="tp-num">${row.buffers_created}</td><td class="tp-num">${row.hits}</td></tr>`,
-      )
-      .join('');
-  }
-
-  /** Sizes a canvas to its box (device pixels) and returns its 2D context in CSS pixels. */
-  fit(canvas) {
-    const width = Math.max(200, canvas.parentElement.clientWidth);
-    const dpr = devicePixelRatio || 1;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(HEIGHT * dpr);
-    canvas.style.width = `${width}px`;
-    canvas.style.height = `${HEIGHT}px`;
-    const g = canvas.getContext('2d');
-    g.setTransform(dpr, 0, 0, dpr, 0, 0);
-    g.clearRect(0, 0, width, HEIGHT);
-    return { g, width };
-  }
-
-  // The plot area inside a canvas (left margin for the byte axis), bytes lo..hi.
-  frame(width, lo, hi, columns) {
-    const left = 52;
-    const right = 8;
-    const topPad = 8;
-    const bottom = 18;
-    const w = width - left - right;
-    const h = HEIGHT - topPad - bottom;
-    return {
-      left,
-      topPad,
-      w,
-      h,
-      x: (c) => left + (c / columns) * w,
-      y: (bytes) => topPad + h - (hi > lo ? ((bytes - lo) / (hi - lo)) * h : 0),
-      bytesAt: (py) => lo + ((topPad + h - py) / h) * (hi - lo),
-      columnAt: (px) => Math.floor(((px - left) / w) * columns),
-    };
-  }
-
-  axes(g, f, lo, hi, columns, theme) {
-    g.fillStyle = theme.fg;
-    g.strokeStyle = theme.grid;
-    g.font = theme.font;
-    g.textAlign = 'right';
-    g.textBaseline = 'middle';
-    for (let i = 0; i <= 4; i++) {
-      const v = lo + ((hi - lo) * i) / 4;
-      const y = f.y(v);
-      g.beginPath();
-      g.moveTo(f.left, y);
-      g.lineTo(f.left + f.w, y);
-      g.stroke();
-      g.fillText(fmtBytesShort(Math.round(v)), f.left - 4, y);
-    }
-    g.textAlign = 'center';
-    g.textBaseline = 'top';
-    g.fillText('event 0', f.left + 20, f.topPad + f.h + 3);
-    g.fillText(`event ${columns - 2}`, f.left + f.w - 30, f.topPad + f.h + 3);
+  /** The step shown's row of a report (`replayTrace`'s): its replay table. */
+  showReplay(report) {
+    const s = report?.steps?.at(-1);
+    this.el.replay.hidden = !s;
+    if (!s) return;
+    this.el.replayNote.textContent = `${s.recording}: ${s.replay.tensors} tensors; x bound: peak over the lower bound`;
+    this.el.rows.innerHTML = replayRowsHtml(s.replay.rows);
   }
 
   draw() {
@@ -298,12 +250,13 @@ export class TimelinePanel {
     // Live bytes: one rectangle per run of columns where a tensor's offset is unchanged.
     // The axis starts at what is live across the whole step (weights, optimizer state),
     // which would otherwise dwarf the step's own tensors; a grey strip stands for it.
-    const { g, width } = this.fit(this.el.live);
+    const { g, width } = fitCanvas(this.el.live);
     const lo = base > 0 ? base - (view.peak - base) * 0.04 : 0;
     const hi = view.peak + (view.peak - lo) * 0.05;
-    const f = this.frame(width, lo, hi, columns);
+    const f = plotFrame(width, lo, hi, 0, columns);
     this.liveFrame = f;
-    this.axes(g, f, lo, hi, columns, theme);
+    const ends = ['event 0', `event ${columns - 2}`];
+    drawAxes(g, f, lo, hi, theme, ...ends);
     g.fillStyle = theme.ghost;
     g.globalAlpha = 0.45;
     g.fillRect(f.x(0), f.y(base), f.w, f.y(lo) - f.y(base));
@@ -325,21 +278,7 @@ export class TimelinePanel {
     });
     g.globalAlpha = 1;
     this.offsets = offsets;
-    // the peak
-    const px = f.x(view.peakAt) + 0.5;
-    g.strokeStyle = theme.colors[2];
-    g.setLineDash([4, 3]);
-    g.beginPath();
-    g.moveTo(px, f.topPad);
-    g.lineTo(px, f.topPad + f.h);
-    g.moveTo(f.left, f.y(view.peak));
-    g.lineTo(f.left + f.w, f.y(view.peak));
-    g.stroke();
-    g.setLineDash([]);
-    g.fillStyle = theme.colors[2];
-    g.textAlign = px > f.left + f.w / 2 ? 'right' : 'left';
-    g.textBaseline = 'bottom';
-    g.fillText(`peak ${fmtBytes(view.peak)}`, px + (g.textAlign === 'left' ? 4 : -4), f.y(view.peak) + 12);
+    markPeak(g, f, f.x(view.peakAt) + 0.5, view.peak, theme.colors[2], `peak ${fmtBytes(view.peak)}`);
 
     // legend: the ops holding the most bytes
     const byOp = new Map();
@@ -351,10 +290,10 @@ export class TimelinePanel {
       .join('');
 
     // Free bytes per size class, stacked.
-    const fr = this.fit(this.el.free);
+    const fr = fitCanvas(this.el.free);
     const maxHeld = Math.max(1, view.heldPeak);
-    const ff = this.frame(fr.width, 0, maxHeld * 1.05, columns);
-    this.axes(fr.g, ff, 0, maxHeld * 1.05, columns, theme);
+    const ff = plotFrame(fr.width, 0, maxHeld * 1.05, 0, columns);
+    drawAxes(fr.g, ff, 0, maxHeld * 1.05, theme, ...ends);
     const acc = new Array(columns).fill(0);
     view.classes.forEach((cls, i) => {
       const series = view.free.get(cls);
@@ -416,6 +355,7 @@ export class TimelinePanel {
 
   destroy() {
     removeEventListener('resize', this.onResize);
+    this.file.destroy();
   }
 }
 

@@ -72,7 +72,7 @@ export interface TrainerConfig {
  * before the trainer's previous one resolved; await each call before the next
  * (`steps(n)` alone may have two in flight).
  */
-export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal';
+export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'trace' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal';
 
 /** What `trace()` resolves to; `JSON.stringify` it for `replayTrace` or a file. */
 export interface AllocationTrace {
@@ -80,9 +80,92 @@ export interface AllocationTrace {
   [field: string]: unknown;
 }
 
-/** One row of `replayTrace`: an allocator's peak against the lower bound. */
+/** One row of a replay: an allocator's peak against the lower bound. */
 export interface ReplayRow {
+  /** `lower bound`, `<the allocator that ran> (recorded)`, `pow2/8 fit2`, `offset plan`, ... */
+  allocator: string;
+  peak_bytes: number;
+  /** `peak_bytes` over the lower bound. */
+  ratio: number;
+  buffers_created: number;
+  hits: number;
+  /** Why the figure is not what the row's name promises (a plan cut short). */
+  note?: string;
   [field: string]: unknown;
+}
+
+/** The most bytes at once: live (requested), allocated (the allocator's blocks), reserved. */
+export interface Peaks {
+  live: number;
+  allocated: number;
+  reserved: number;
+}
+
+/** One recording of a file (a PyTorch snapshot's device, a traced step) and its step replayed. */
+export interface StepReport {
+  /** `device 0`, `step 3 (steady)`. */
+  recording: string;
+  /** The allocator that ran: `PyTorch caching allocator`, `tidepool pow2/8 fit2`. */
+  allocator: string;
+  events: number;
+  allocations: number;
+  /** Over the whole recording: `allocated` and `reserved` are PyTorch's `max_memory_allocated` and `max_memory_reserved`. */
+  peaks: Peaks;
+  /** The step replayed: events `first_event..end_event`. */
+  first_event: number;
+  end_event: number;
+  /** The repeating step found, the range asked for, or (none found) the whole recording. */
+  chosen: 'found' | 'range' | 'whole';
+  /** The step's length in allocations and frees, whole repeats, and the share that matched a step later. */
+  period: { symbols: number; repeats: number; matched: number } | null;
+  step_peaks: Peaks;
+  replay: { step: number; label: string; tensors: number; lower_bound: number; rows: ReplayRow[] };
+  [field: string]: unknown;
+}
+
+/** What `replayTrace` and `Snapshot.report()` return: `tidepool trace replay --json`. */
+export interface RecordingReport {
+  format: 'pytorch-snapshot' | 'tidepool-trace';
+  steps: StepReport[];
+  /** What the reader assumed or skipped. */
+  notes: string[];
+}
+
+/**
+ * A recording as the timeline draws it, one entry an allocation (in birth order) in
+ * typed arrays; positions: 0 before the first event, i + 1 just after event i.
+ */
+export interface RecordingTimeline {
+  label: string;
+  allocator: string;
+  events: number;
+  /** The most bytes live, and its first position. */
+  peak: number;
+  peak_at: number;
+  /** Live over positions start..end. */
+  start: Uint32Array;
+  end: Uint32Array;
+  /** Bytes requested. */
+  size: Float64Array;
+  /** Index into `streams`. */
+  stream: Uint32Array;
+  /** Index of the stack in `stack_offsets`; 0 is the empty one. */
+  stack: Uint32Array;
+  /** The allocations by `end`. */
+  by_end: Uint32Array;
+  streams: string[];
+  /** Bytes live and reserved after each position (`events + 1`). */
+  live: Float64Array;
+  reserved: Float64Array;
+  frame_names: string[];
+  frame_files: string[];
+  frame_lines: Uint32Array;
+  /** Stack i is `stack_frames[stack_offsets[i]..stack_offsets[i + 1]]`, innermost first. */
+  stack_frames: Uint32Array;
+  stack_offsets: Uint32Array;
+  /** The frame each stack is named by (the program's own innermost), or `no_frame`. */
+  stack_label: Uint32Array;
+  no_frame: number;
 }
 
 /** `trainer.adapter()` */
@@ -273,6 +356,29 @@ export declare class Trainer {
   [Symbol.dispose](): void;
 }
 
+/**
+ * A recording read once (a PyTorch memory snapshot, `torch.cuda.memory._dump_snapshot`'s
+ * pickle, or a tidepool trace): reported and drawn from here. Files it cannot read
+ * throw with kind `trace`; `free()` lets its memory go.
+ */
+export declare class Snapshot {
+  private constructor();
+  /** Reads the file's bytes; `device`: a PyTorch snapshot's (default: the one with the most events). */
+  static read(bytes: Uint8Array, device?: number | null): Snapshot;
+  /** Throws what `read` would for a file of this many bytes, before any is read. */
+  static checkSize(bytes: number): void;
+  readonly format: 'pytorch-snapshot' | 'tidepool-trace';
+  /** How many recordings the file holds. */
+  readonly recordings: number;
+  /** Each recording's repeating step (or all of it) replayed. */
+  report(): RecordingReport;
+  /** Events `start..end` of a recording replayed. */
+  replay(recording: number, start: number, end: number): StepReport;
+  timeline(recording: number): RecordingTimeline;
+  free(): void;
+  [Symbol.dispose](): void;
+}
+
 /** What `new Schedule(options)` takes; every field is optional, unknown fields are errors. */
 export interface ScheduleOptions {
   /** Training a call, at most, in ms by the last measured ms a step (unset or `Infinity`: no bound). */
@@ -324,5 +430,5 @@ export declare function resolveConfig(config?: TrainerConfig | null): TrainerCon
 export declare function maxCorpusBytes(): number;
 /** Where the page finds the default corpus, relative to the page. */
 export declare function defaultCorpusPath(): string;
-/** A trace replayed through each size policy and an offset plan, against the lower bound. */
-export declare function replayTrace(json: string): ReplayRow[];
+/** A trace replayed through every size policy and plan, against the lower bound and the pool that ran. */
+export declare function replayTrace(json: string): RecordingReport;

@@ -16,6 +16,7 @@ import { emptyRun, recordEval, recordStep } from './history.mjs';
 import { splitOptions } from './options.mjs';
 import { adoptStyles } from './styles.mjs';
 import { template } from './template.mjs';
+import { SnapshotClient } from './snapshot-client.mjs';
 import { TimelinePanel } from './timeline.mjs';
 
 let instances = 0;
@@ -68,12 +69,13 @@ export class TidepoolWidget {
     this.el = {};
     for (const node of root.querySelectorAll('[data-ref]')) this.el[node.dataset.ref] = node;
     this.charts = new RunCharts(this.el);
-    this.timeline = new TimelinePanel(this.el.timeline, { trace: () => this.client.trace() });
+    const { pkgUrl, wasmUrl, workerUrl } = this.opts;
+    const files = new SnapshotClient({ pkgUrl, wasmUrl, workerUrl, watchdog: this.opts.watchdog });
+    this.timeline = new TimelinePanel(this.el.timeline, { trace: () => this.client.trace(), files });
     // charts built before the styles arrived take their colours again
     styled.then(() => !this.destroyed && this.charts.restyle());
     this.wire();
     const schedule = { ...this.opts.schedule, autosaveEvery: this.opts.autosaveEvery };
-    const { pkgUrl, wasmUrl, workerUrl } = this.opts;
     this.client = new TrainerClient({ pkgUrl, wasmUrl, workerUrl, schedule, watchdog: this.opts.watchdog });
     this.listen();
     this.checkpoints = new Checkpoints(this);

@@ -14,6 +14,8 @@
 //   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
 //   {type:'trace', id}        one training step with the allocation trace on (its 'step' is
 //                             posted too)                      -> 'trace' {trace, replay} (docs/trace.md)
+//   {type:'snapshot', id, file} / {type:'replay', id, ...}   a recording opened for the memory
+//                             timeline, in a worker that trains nothing (worker-snapshot.mjs)
 //   {type:'run'} / {type:'pause'}   train continuously / stop after the steps in flight (at most
 //                             schedule.batchMs of training); each is confirmed by a 'state', at
 //                             once or after the request in flight (`asked_at`: the last step
@@ -34,6 +36,7 @@
 import { cspError } from './csp.mjs';
 import { kindError, kindOf, messageOf } from './errors.mjs';
 import { Schedule } from './worker-schedule.mjs';
+import { SnapshotReader } from './worker-snapshot.mjs';
 import { Training } from './worker-training.mjs';
 
 // The wasm package, where bundlers see it: a literal import() and a literal
@@ -125,6 +128,7 @@ export class Session {
     this.lastPanic = null; // the Rust panic's words, printed just before its trap
     this.schedule = new Schedule();
     this.training = new Training(this, this.schedule);
+    this.files = new SnapshotReader();
     this.plain = plain;
   }
 
@@ -262,6 +266,14 @@ export class Session {
         this.post({ type: 'step', stats: plain(this.trainer.stats()) });
         return { type: 'trace', trace, replay: plain(this.wasm.replayTrace(JSON.stringify(trace))) };
       }
+      case 'snapshot': {
+        if (!this.wasm) throw kindError('load', 'the wasm package is not loaded.');
+        const { file } = m;
+        m.file = null; // the worker keeps no copy (the wasm has its own)
+        return this.files.read(this.wasm, file);
+      }
+      case 'replay':
+        return this.files.replay(m);
       case 'free':
         this.wantRun = false;
         this.freeTrainer();

@@ -47,7 +47,8 @@ enum Command {
         #[command(subcommand)]
         which: bench::Bench,
     },
-    /// Work with allocation traces (`tidepool train --trace FILE` writes one).
+    /// Work with allocation traces (`tidepool train --trace FILE` writes one) and
+    /// PyTorch memory snapshots.
     Trace(trace::TraceCommand),
 }
 

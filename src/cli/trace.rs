@@ -1,7 +1,8 @@
 //! `tidepool train --trace FILE` and `tidepool trace replay FILE`: the allocation
-//! trace on the command line (see `tidepool::trace` and `docs/trace.md`).
+//! trace on the command line, and any allocator's recording replayed (see
+//! `tidepool::trace`, `tidepool::snapshot` and `docs/trace.md`).
 
-use tidepool::replay;
+use tidepool::snapshot::{self, pickle, Options};
 use tidepool::trace::Trace;
 use tidepool::train::{StepStats, Trainer};
 
@@ -144,14 +145,26 @@ pub struct TraceCommand {
 
 #[derive(clap::Subcommand)]
 enum TraceWhich {
-    /// Replay a trace through each size policy and an offline offset plan, without
-    /// the GPU, against the lower bound (the most bytes live at once).
+    /// What every size policy and plan would have held for a recorded training step,
+    /// without the GPU, against the lower bound (the most bytes live at once) and
+    /// the allocator that ran. The repeating step is found in the events.
     Replay {
-        /// A trace written by `tidepool train --trace`.
+        /// A PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot`, a pickle)
+        /// or a trace written by `tidepool train --trace`.
         file: std::path::PathBuf,
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Replay events A..B (from 0, B not included) instead of the step found.
+        #[arg(long, value_name = "A..B", allow_hyphen_values = true, value_parser = event_range)]
+        events: Option<(u32, u32)>,
+        /// The device of a PyTorch snapshot (default: the one with the most events).
+        #[arg(long, value_name = "N")]
+        device: Option<u32>,
+        /// The largest file read, in MiB (at most 4095).
+        #[arg(long, default_value_t = DEFAULT_MAX_MB, value_name = "MIB",
+              value_parser = clap::value_parser!(u64).range(1..=4095))]
+        max_mb: u64,
     },
     /// What recording costs: steps of a preset alternately untraced and traced,
     /// after warm-up; mean ms of each and events a step.
@@ -166,8 +179,25 @@ enum TraceWhich {
     },
 }
 
-/// Largest trace file read (a traced shakespeare step is a few MB).
-const MAX_TRACE_BYTES: u64 = 512 << 20;
+/// The largest file read by default, MiB: the library's default cap.
+const DEFAULT_MAX_MB: u64 = pickle::MAX_BYTES >> 20;
+
+/// `A..B`: events A to B, B not included, A below B.
+fn event_range(text: &str) -> Result<(u32, u32), String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| format!("expected A..B (events A to B, B not included), got {text}"))?;
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{s:?} is not an event number from 0 to {}", u32::MAX))
+    };
+    let (a, b) = (number(a)?, number(b)?);
+    if a >= b {
+        return Err(format!("{a}..{b} holds no events: A must be below B"));
+    }
+    Ok((a, b))
+}
 
 pub fn run(command: TraceCommand) -> Outcome {
     match command.which {
@@ -176,33 +206,47 @@ pub fn run(command: TraceCommand) -> Outcome {
             steps,
             warmup,
         } => pollster::block_on(bench(&preset, steps, warmup)),
-        TraceWhich::Replay { file, json } => replay(&file, json),
+        TraceWhich::Replay {
+            file,
+            json,
+            events,
+            device,
+            max_mb,
+        } => {
+            let options = Options {
+                limits: pickle::Limits::for_bytes(max_mb << 20),
+                device,
+                events,
+            };
+            replay(&file, json, &options)
+        }
     }
 }
 
-/// `tidepool trace replay FILE`.
-fn replay(file: &std::path::Path, json: bool) -> Outcome {
+/// `tidepool trace replay FILE`: the file read through [`snapshot::report`], whatever
+/// wrote it.
+fn replay(file: &std::path::Path, json: bool, options: &Options) -> Outcome {
     let name = file.display();
-    let unusable =
-        |why: String| tidepool::Error::File(format!("cannot replay trace {name}: {why}"));
-    let check = |len: u64| match len > MAX_TRACE_BYTES {
-        true => Err(unusable(format!(
-            "it is {len} bytes and traces above {MAX_TRACE_BYTES} bytes are refused"
+    let max = options.limits.max_bytes;
+    let check = |len: u64| match len > max {
+        true => Err(tidepool::Error::Trace(format!(
+            "{name}: the file is {len} bytes; at most {max} are read (--max-mb {})",
+            max >> 20
         ))),
         false => Ok(()),
     };
-    let bytes = tidepool::files::read_capped(file, "trace", MAX_TRACE_BYTES, check)?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| unusable("it is not UTF-8 text: not a tidepool trace".into()))?;
-    let trace = Trace::from_json(&text).map_err(unusable)?;
-    let replays = replay::replay(&trace);
+    let bytes = tidepool::files::read_capped(file, "trace", max, check)?;
+    let report = snapshot::report(&bytes, options).map_err(|e| match e {
+        tidepool::Error::Trace(m) => tidepool::Error::Trace(format!("{name}: {m}")),
+        e => e,
+    })?;
     if json {
         say!(
             "{}",
-            serde_json::to_string(&replays).expect("replays serialise")
+            serde_json::to_string(&report).expect("reports serialise")
         );
     } else {
-        say!("{}", replay::table(&replays).trim_end());
+        say!("{}", snapshot::report::table(&report).trim_end());
     }
     Ok(())
 }

@@ -11,11 +11,13 @@
 //! - [`own`]: tidepool's trace JSON into recordings.
 //! - [`step`]: the period of a recording's events, and the step to replay.
 //! - [`report`](mod@report): the replay of a step and its table.
+//! - [`timeline`]: a recording in flat arrays, as the page's timeline draws it.
 
 pub mod own;
 pub mod pickle;
 pub mod report;
 pub mod step;
+pub mod timeline;
 pub mod torch;
 
 pub use report::{report, Options, Report, StepReport};
@@ -45,6 +47,19 @@ pub struct Recording {
     pub max_buffer_size: u64,
     /// What the reader had to assume or skip, for the report.
     pub notes: Vec<String>,
+}
+
+impl Recording {
+    /// Every allocation as a replay's tensor: from its request to the position from
+    /// which its memory may be reused.
+    pub fn tensors(&self) -> Vec<crate::replay::Tensor> {
+        report::window_tensors(
+            &self.allocations,
+            step::Window::all(self),
+            |a| a.released,
+            |a| a.size,
+        )
+    }
 }
 
 /// One allocation: requested at `start`, freed by the program at `end`, reusable by
@@ -122,7 +137,7 @@ impl Reserved {
 }
 
 /// A stack frame: where an allocation was asked for.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct Frame {
     pub filename: String,
     pub line: u32,

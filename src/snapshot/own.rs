@@ -2,13 +2,13 @@
 //! [`Recording`]s: one a traced step.
 //!
 //! A tensor is a birth (`hit`, `miss`, `oversize`, `unpooled`) to the death of the
-//! same buffer (`release`, `reject`, `discard`), as [`crate::replay::tensors`] reads
-//! it; the pool's reserved bytes after each event are its `in_use` plus `held`, and
-//! its segments the GPU buffers from `create` to `destroy` or `evict` (those made
-//! before the step are in its reserved bytes only). The
-//! tensors live across the whole step (weights, optimizer state) are in the step's
-//! `in_use_at_start` and in no event: one allocation live throughout stands for
-//! them.
+//! same buffer (`release`, `reject`, `discard`); a death with no birth in the step
+//! was live when it began, a birth with no death is live at its end. The pool's
+//! reserved bytes after each event are its `in_use` plus `held`, and its segments
+//! the GPU buffers from `create` to `destroy` or `evict` (those made before the step
+//! are in its reserved bytes only). The tensors live across the whole step (weights,
+//! optimizer state) are in the step's `in_use_at_start` and in no event: one
+//! allocation live throughout stands for them.
 
 use rustc_hash::FxHashMap;
 
@@ -22,6 +22,15 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Recording>, Error> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| Error::Trace(format!("not UTF-8 text, so not a tidepool trace: {e}")))?;
     let trace = Trace::from_json(text).map_err(Error::Trace)?;
+    trace
+        .steps
+        .iter()
+        .map(|step| recording(step, &trace))
+        .collect()
+}
+
+/// One traced step of `trace` as a recording.
+pub fn recording(step: &StepTrace, trace: &Trace) -> Result<Recording, Error> {
     let allocator = format!(
         "tidepool {}",
         crate::replay::pool_label(
@@ -29,14 +38,6 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Recording>, Error> {
             trace.fit_ratio
         )
     );
-    trace
-        .steps
-        .iter()
-        .map(|step| recording(step, &trace, &allocator))
-        .collect()
-}
-
-fn recording(step: &StepTrace, trace: &Trace, allocator: &str) -> Result<Recording, Error> {
     let n = u32::try_from(step.events.len())
         .ok()
         .filter(|&n| n < u32::MAX - 1)
@@ -44,7 +45,7 @@ fn recording(step: &StepTrace, trace: &Trace, allocator: &str) -> Result<Recordi
     let end = n + 1;
     let mut out = Recording {
         label: format!("step {} ({})", step.step, step.label),
-        allocator: allocator.to_owned(),
+        allocator,
         events: n,
         max_buffer_size: trace.max_buffer_size,
         ..Recording::default()

@@ -53,6 +53,19 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Limits for files of up to `max_bytes`: the values kept scaled with it from
+    /// the defaults, the nesting as by default.
+    pub fn for_bytes(max_bytes: u64) -> Limits {
+        let values = u128::from(MAX_VALUES) * u128::from(max_bytes) / u128::from(MAX_BYTES);
+        Limits {
+            max_bytes,
+            max_values: u64::try_from(values).unwrap_or(u64::MAX).max(1),
+            max_depth: MAX_DEPTH,
+        }
+    }
+}
+
 /// What is wrong with a pickle, and at which byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PickleError {

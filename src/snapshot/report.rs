@@ -14,7 +14,7 @@
 
 use super::pickle::Limits;
 use super::step::{self, Period, Window};
-use super::{Allocation, Recording};
+use super::{Allocation, Format, Recording};
 use crate::replay::{self, ReplayRow, StepReplay, Tensor};
 use crate::Error;
 
@@ -91,11 +91,21 @@ pub struct Report {
 /// Reads `bytes` (a PyTorch snapshot or a tidepool trace) and replays its step.
 pub fn report(bytes: &[u8], options: &Options) -> Result<Report, Error> {
     let (format, recordings) = super::read(bytes, options.limits, options.device)?;
+    of_recordings(format, &recordings, options.events)
+}
+
+/// The report of recordings already read (a file read once, reported again for
+/// another range of events): each one's step, or its events `start..end`.
+pub fn of_recordings(
+    format: Format,
+    recordings: &[Recording],
+    events: Option<(u32, u32)>,
+) -> Result<Report, Error> {
     let mut notes = Vec::new();
     let mut steps = Vec::with_capacity(recordings.len());
     for (i, recording) in recordings.iter().enumerate() {
         notes.extend(recording.notes.iter().cloned());
-        steps.push(step_report(recording, options.events, i as u32)?);
+        steps.push(step_report(recording, events, i as u32)?);
     }
     Ok(Report {
         format: format.name(),
@@ -164,7 +174,9 @@ fn peaks(recording: &Recording, window: Window) -> Peaks {
     }
 }
 
-fn step_report(
+/// One recording's peaks and the replay of its step (`events`: the events
+/// `start..end` instead of the step found); `index` is its place in the file.
+pub fn step_report(
     recording: &Recording,
     events: Option<(u32, u32)>,
     index: u32,
@@ -191,21 +203,9 @@ fn step_report(
             (window, None) => (window, None, Chosen::Whole),
         },
     };
-    // Every sum the replays make stays within 64 bits (replay::MAX_TOTAL_BYTES).
-    let total: u128 = recording
-        .allocations
-        .iter()
-        .map(|a| u128::from(a.size.max(a.block)))
-        .sum();
-    if total > u128::from(replay::MAX_TOTAL_BYTES) {
-        return Err(Error::Trace(format!(
-            "{}: the allocations total {total} bytes; a replay adds up at most {} (2^59)",
-            recording.label,
-            replay::MAX_TOTAL_BYTES
-        )));
-    }
-
     let tensors = window_tensors(&recording.allocations, window, |a| a.released, |a| a.size);
+    // Every sum the replays make stays within 64 bits.
+    replay::check_sizes(&tensors).map_err(|e| Error::Trace(format!("{}: {e}", recording.label)))?;
     let step_peaks = peaks(recording, window);
     let mut rows = replay::rows(&tensors, recording.max_buffer_size);
     let lower = replay::lower_bound(&tensors);

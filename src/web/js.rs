@@ -8,8 +8,8 @@ use crate::data::{self, Corpus};
 use crate::error::Error;
 
 /// A JS `Error` with `message` and `kind` (one of `config`, `too_large`, `corpus`,
-/// `no_webgpu`, `device_lost`, `busy`, `internal`): pages branch on the kind, not the
-/// text.
+/// `trace`, `no_webgpu`, `device_lost`, `busy`, `internal`): pages branch on the
+/// kind, not the text.
 pub(super) fn kind_error(kind: &str, message: &str) -> JsValue {
     let error = js_sys::Error::new(message);
     // Setting a property on a fresh Error cannot fail.

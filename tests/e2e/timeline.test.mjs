@@ -99,7 +99,9 @@ describe('the memory timeline', { timeout: 600_000 }, () => {
     const rows = await page.locator(`${tid('replay-table')} tbody tr`).evaluateAll((trs) =>
       trs.map((tr) => ({ allocator: tr.cells[0].textContent, peak: Number(tr.cells[1].textContent), ratio: tr.cells[3].textContent })),
     );
-    const want = expected[0].rows;
+    assert.equal(expected.format, 'tidepool-trace');
+    const want = expected.steps[0].replay.rows;
+    assert.match(want[1].allocator, /^tidepool .* \(recorded\)$/, 'the pool that ran is a row');
     assert.ok(want.some((r) => r.allocator === 'lower bound') && want.some((r) => r.allocator === 'offset plan'), 'bound and plan rows');
     assert.ok(want.some((r) => r.allocator === 'exact') && want.some((r) => r.allocator.startsWith('pow2')), 'policy rows');
     assert.ok(want.some((r) => r.allocator === 'pow2/8 fit4') && want.some((r) => r.allocator === 'object plan'), 'fitting pool and object plan rows');

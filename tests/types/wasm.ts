@@ -1,7 +1,7 @@
 // The wasm Trainer through 'tidepool-gpu/wasm' (pkg/tidepool.js with www/wasm.d.ts's shapes),
 // and a check that www/wasm.d.ts declares exactly the methods wasm-bindgen generated.
 
-import init, { presets, Schedule, Trainer, type ModelInfo, type StepStats, type TrainerConfig } from 'tidepool-gpu/wasm';
+import init, { presets, replayTrace, Schedule, Snapshot, Trainer, type ErrorKind, type ModelInfo, type RecordingReport, type StepStats, type TrainerConfig } from 'tidepool-gpu/wasm';
 import type * as generated from '../../pkg/tidepool.js';
 
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
@@ -14,6 +14,9 @@ assert<Equal<Exclude<keyof typeof Trainer, 'prototype'>, Exclude<keyof typeof ge
 assert<Equal<Exclude<keyof typeof import('tidepool-gpu/wasm'), never>, keyof typeof generated>>();
 assert<Equal<Parameters<Trainer['sample']>, Parameters<generated.Trainer['sample']>>>();
 assert<Equal<keyof Schedule, keyof generated.Schedule>>();
+assert<Equal<keyof Snapshot, keyof generated.Snapshot>>();
+assert<Equal<Exclude<keyof typeof Snapshot, 'prototype'>, Exclude<keyof typeof generated.Snapshot, 'prototype'>>>();
+assert<Equal<Parameters<typeof Snapshot.read>, Parameters<typeof generated.Snapshot.read>>>();
 
 async function train(): Promise<number> {
   await init();
@@ -47,4 +50,19 @@ async function train(): Promise<number> {
   return stats.loss;
 }
 
-export { train };
+/** A PyTorch snapshot's report, and where its timeline peaks. */
+function snapshotPeak(bytes: Uint8Array): [number, string, number] {
+  const snapshot = Snapshot.read(bytes);
+  const report: RecordingReport = snapshot.report();
+  const step = report.steps[0];
+  const recorded: number = step.replay.rows[1].peak_bytes;
+  const timeline = snapshot.timeline(0);
+  const sizes: Float64Array = timeline.size;
+  const found: boolean = step.chosen === 'found' && step.period !== null && step.period.matched > 0.9;
+  snapshot.free();
+  const kind: ErrorKind = 'trace';
+  console.log(recorded, sizes.length, found, kind, replayTrace('{}').format);
+  return [timeline.peak, report.format, step.peaks.reserved];
+}
+
+export { snapshotPeak, train };
