@@ -507,6 +507,8 @@ mod tests {
         let cases = [
             (MatmulVariant::Tiled, 2 * 512 * 16),
             (MatmulVariant::Narrow, 256 * 16 + 512 * 16),
+            (MatmulVariant::Warp, 2 * 512 * 16),
+            (MatmulVariant::DeepSplitK, 2 * 1024 * 16),
             (MatmulVariant::Cpu32, 0),
             (MatmulVariant::F16 { split: false }, 2 * 512 * 8),
             (
