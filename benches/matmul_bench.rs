@@ -145,6 +145,20 @@ mod bench {
         let backend = ctx.backend();
         println!("adapter: {adapter} ({backend})");
         let default_ms = if args.quick { 300 } else { 500 };
+        // Each row as soon as it is measured (with --json also as a JSON line), so that
+        // a run cut short by a time limit keeps what it measured.
+        let report = |r: &Row| {
+            print_row(r);
+            if args.json {
+                let line = serde_json::json!({
+                    "op": r.op, "variant": r.variant, "auto": r.auto, "class": r.class,
+                    "m": r.m, "k": r.k, "n": r.n,
+                    "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
+                    "adapter": adapter, "backend": backend,
+                });
+                println!("{line}");
+            }
+        };
         let budget = Duration::from_millis(args.budget_ms.unwrap_or(default_ms));
         let mut rng = Rng::new(1);
 
@@ -206,7 +220,6 @@ mod bench {
             "{:<18} {:>12} {:>4} {:>11} {:>6} {:>6} {:>6} {:>10} {:>10}",
             "op", "variant", "auto", "class", "m", "k", "n", "ms", "GFLOP/s"
         );
-        let mut rows = Vec::new();
         let matmuls = "matmul_forward matmul_dinp matmul_dweight";
         let shapes = if matmuls.contains(&args.only) {
             shapes
@@ -256,8 +269,7 @@ mod bench {
                             secs,
                             flops,
                         };
-                        print_row(&row);
-                        rows.push(row);
+                        report(&row);
                     }
                 }
             }
@@ -302,21 +314,9 @@ mod bench {
                 secs,
                 flops,
             };
-            print_row(&row);
-            rows.push(row);
+            report(&row);
         }
 
-        if args.json {
-            for r in &rows {
-                let line = serde_json::json!({
-                    "op": r.op, "variant": r.variant, "auto": r.auto, "class": r.class,
-                    "m": r.m, "k": r.k, "n": r.n,
-                    "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
-                    "adapter": adapter, "backend": backend,
-                });
-                println!("{line}");
-            }
-        }
         ctx.take_error().expect("no GPU errors");
         if let Some(c) = &ctx16 {
             c.take_error().expect("no GPU errors (f16 context)");

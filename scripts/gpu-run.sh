@@ -136,11 +136,14 @@ corpus=$repo/data/tinyshakespeare.txt
 if [ "$local_run" = 1 ]; then
   page=(tiny) big=tiny warmup=1 steps=2 calls=3 at_once=4 repeats=1 kernel_steps=1
   quick=(--quick) pool_batches=(--batches 20)
+  # one variant of each core that runs here (every one takes minutes on lavapipe)
+  sweep_variants=tiled,warp,deep-splitk
   train_big=(--preset shakespeare --batch 2 --context 32 --layers 2 --width 48 --heads 6)
   curve=(--preset tiny --steps 40 --eval-every 20 --eval-batches 2) curve_stop=20
 else
   page=(tiny small) big=shakespeare warmup=3 steps=20 calls=30 at_once=16 repeats=${REPEATS:-3} kernel_steps=5
   quick=() pool_batches=()
+  sweep_variants=tiled,splitk,narrow,warp,warp-splitk,deep,deep-splitk,coop2,coop2-splitk,coop,coop-splitk
   train_big=(--preset shakespeare)
   curve=(--preset shakespeare --eval-every 250 --eval-batches 200) curve_stop=${CURVE_STOP:-}
 fi
@@ -252,7 +255,7 @@ suite_gemm_sweep() {
   torch_run gemm-sweep torch_attention torch python3 scripts/torch_attention.py
   run gemm-sweep matmul this "$matmul_this" --json --no-squares "${quick[@]}" \
     --budget-ms "${SWEEP_BUDGET_MS:-150}" \
-    --variant "${SWEEP_VARIANTS:-tiled,splitk,narrow,warp,warp-splitk,deep,deep-splitk,coop2,coop2-splitk,coop,coop-splitk}"
+    --variant "${SWEEP_VARIANTS:-$sweep_variants}"
   run gemm-sweep "step_$big" this "$tidepool_this" bench step --presets "$big" --precision f32,f16 \
     --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
   torch_run gemm-sweep "torch_$big" torch python3 scripts/torch_step.py --preset "$big" --steps 20 --warmup 5 \
