@@ -39,7 +39,8 @@
 # the browser and pool suites, default 3), RUN_SECONDS (cap on one command, 300),
 # BUDGET_SECONDS (headline: stop starting parts past this, 480), HEADLINE_VARIANTS
 # (the GEMM variants headline times: tiled,splitk,narrow), SWEEP_VARIANTS and
-# SWEEP_BUDGET_MS (gemm-sweep's variants, and ms a batch of launches aims at), CURVE_STOP and
+# SWEEP_BUDGET_MS and SWEEP_SECONDS (gemm-sweep's variants, the ms a batch of launches
+# aims at, and the cap on its matmul_bench run: 360), CURVE_STOP and
 # CURVE_SECONDS (where a learning curve stops: its schedule's end or, in headline,
 # step 2000; and after 540 s at most).
 set -uo pipefail
@@ -253,7 +254,8 @@ suite_gemm_vs_cublas() {
 suite_gemm_sweep() {
   torch_run gemm-sweep cublas torch python3 scripts/torch_matmul.py --dtypes fp32,fp16
   torch_run gemm-sweep torch_attention torch python3 scripts/torch_attention.py
-  run gemm-sweep matmul this "$matmul_this" --json --no-squares "${quick[@]}" \
+  # about 170 cases: more than RUN_SECONDS' default allows a command
+  RUN_SECONDS=${SWEEP_SECONDS:-360} run gemm-sweep matmul this "$matmul_this" --json --no-squares "${quick[@]}" \
     --budget-ms "${SWEEP_BUDGET_MS:-150}" \
     --variant "${SWEEP_VARIANTS:-$sweep_variants}"
   run gemm-sweep "step_$big" this "$tidepool_this" bench step --presets "$big" --precision f32,f16 \
