@@ -13,10 +13,10 @@
 //                  workgroups and half the registers, for reductions too short to
 //                  split, where a workgroup's set-up and stores weigh more than its
 //                  products.
-//   F32 WIDE WARP BK8 SUMS  `Warp`: `Tiled` with its threads laid out by warp (below).
+//   F32 WIDE WARP BK8 FAST SUMS  `Warp`: `Tiled` with its threads laid out by warp
+//                  (below) and unguarded loads inside the output (FAST).
 //   F32 WIDE WARP BK16 FAST SUMS  `Deep`: `Warp` with 16-deep steps (half the
-//                  barriers, twice the loads in flight; 32 KiB of workgroup memory)
-//                  and unguarded loads inside the output (FAST).
+//                  barriers, twice the loads in flight; 32 KiB of workgroup memory).
 //
 // 256 threads walk k in steps of BK (8 or 16) through two shared buffers (load the
 // next step while computing this one: one barrier a step). Each thread keeps 8 (wide)

@@ -41,7 +41,7 @@ const TILED_TAGS: &[&str] = &[
 /// The tiled cores that also sum A's columns beside dweight (`A_SUMS`,
 /// `MatmulVariant::sums_bias`), by their tags.
 const TILED_F32: [&str; 5] = ["F32", "WIDE", "SQUARE", "BK8", "SUMS"];
-const WARP_F32: [&str; 5] = ["F32", "WIDE", "WARP", "BK8", "SUMS"];
+const WARP_F32: [&str; 6] = ["F32", "WIDE", "WARP", "BK8", "FAST", "SUMS"];
 const DEEP_F32: [&str; 6] = ["F32", "WIDE", "WARP", "BK16", "FAST", "SUMS"];
 const COOP: &str = include_str!("matmul_coop.wgsl");
 const COOP_TAGS: &[&str] = &["C1", "C2"];

@@ -76,15 +76,16 @@ pub enum MatmulVariant {
     Coop2 { split: bool },
     /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
     F16 { split: bool },
-    /// `Tiled` with each warp on a 64x32 block of the output, its lanes 8 x 4: a
+    /// `Tiled` with each warp on a 64x32 block of the output, its lanes 8 x 4 (a
     /// warp's shared-memory reads of a step touch 8 vec4s of A and 4 of B instead of
-    /// 2 and 16, fewer wavefronts for the same FMAs.
+    /// 2 and 16, fewer wavefronts for the same FMAs), and unguarded loads where a
+    /// step's slice lies inside the output (m, n and k multiples of 4).
     Warp,
     /// `Warp` split like `SplitK`.
     WarpSplitK,
-    /// `Warp` with 16-deep steps (half the barriers, twice the global loads in
-    /// flight; 32 KiB of workgroup memory) and unguarded loads where a step's slice
-    /// lies inside the output (m, n and k multiples of 4).
+    /// `Warp` with 16-deep steps: half the barriers, twice the global loads in
+    /// flight, 32 KiB of workgroup memory and more registers (against `Warp`, the
+    /// sweep shows which weighs more).
     Deep,
     /// `Deep` split like `SplitK`.
     DeepSplitK,
