@@ -4,9 +4,10 @@
 //! tensor cores where it has cooperative matrices, `f16` otherwise) on
 //! square sizes and on the GPT layer shapes this crate trains, plus causal attention
 //! forward and backward. The `auto` column marks the variant the launchers pick on
-//! this adapter for that shape.
+//! this adapter for that shape, the `class` column its class (`ShapeClass`: the key
+//! of the GPU's choice table, `GPU_CHOICE`).
 //!
-//! `cargo bench --bench matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME]`
+//! `cargo bench --bench matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME] [--budget-ms MS]`
 //!
 //! Each case warms up (pipeline compile, pool fill), then records `reps` launches in
 //! one scope (one submit) and waits for them with a 4-byte download; the time per
@@ -14,9 +15,12 @@
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
 //! `--variant NAMES` only those matmul variants, in that order, comma-separated, repeats
-//! allowed (tiled, splitk, narrow, cpu16, cpu32,
-//! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the GPT shapes. The f16 variants run on a second context made with
-//! precision f16 (the `auto` column then marks that context's choice).
+//! allowed (tiled, splitk, narrow, cpu16, cpu32, warp, warp-splitk, deep, deep-splitk,
+//! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the
+//! GPT shapes; `--budget-ms` the time a batch of launches aims at (default 500, quick
+//! 300). The f16 variants run on a second context made with precision f16 (the `auto`
+//! column then marks that context's choice). A variant the device cannot run (its
+//! workgroup memory) is left out with a line saying why.
 //!
 //! Figures: BENCHMARKS.md (Matmul).
 
@@ -33,10 +37,9 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use tidepool::config::Precision;
-    use tidepool::kernels::matmul::{coop2_supported, coop_supported};
     use tidepool::kernels::{
         Attention, AttentionSaved, AttentionShape, Fusion, Linear, Matmul, MatmulShape,
-        MatmulVariant,
+        MatmulVariant, ShapeClass,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -47,6 +50,7 @@ mod bench {
         only: String,
         variant: String,
         no_squares: bool,
+        budget_ms: Option<u64>,
     }
 
     fn args() -> Args {
@@ -56,6 +60,7 @@ mod bench {
             only: String::new(),
             variant: String::new(),
             no_squares: false,
+            budget_ms: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -65,9 +70,17 @@ mod bench {
                 "--only" => a.only = it.next().unwrap_or_default(),
                 "--variant" => a.variant = it.next().unwrap_or_default(),
                 "--no-squares" => a.no_squares = true,
+                "--budget-ms" => {
+                    let ms = it.next().and_then(|v| v.parse().ok()).filter(|&ms| ms > 0);
+                    let Some(ms) = ms else {
+                        eprintln!("--budget-ms takes a whole number of milliseconds, 1 or more");
+                        std::process::exit(2);
+                    };
+                    a.budget_ms = Some(ms);
+                }
                 "--bench" => {} // `cargo bench` adds it
                 "-h" | "--help" => {
-                    println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAMES] [--no-squares]");
+                    println!("matmul_bench [--json] [--quick] [--only OP] [--variant NAMES] [--no-squares] [--budget-ms MS]");
                     std::process::exit(0);
                 }
                 other => {
@@ -116,6 +129,8 @@ mod bench {
         /// Matmul variant ("" for attention) and whether the launchers pick it here.
         variant: &'static str,
         auto: bool,
+        /// The class of the product's shape ("" for attention).
+        class: &'static str,
         m: usize,
         k: usize,
         n: usize,
@@ -129,7 +144,22 @@ mod bench {
         let adapter = ctx.adapter_name().to_string();
         let backend = ctx.backend();
         println!("adapter: {adapter} ({backend})");
-        let budget = Duration::from_millis(if args.quick { 300 } else { 500 });
+        let default_ms = if args.quick { 300 } else { 500 };
+        // Each row as soon as it is measured (with --json also as a JSON line), so that
+        // a run cut short by a time limit keeps what it measured.
+        let report = |r: &Row| {
+            print_row(r);
+            if args.json {
+                let line = serde_json::json!({
+                    "op": r.op, "variant": r.variant, "auto": r.auto, "class": r.class,
+                    "m": r.m, "k": r.k, "n": r.n,
+                    "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
+                    "adapter": adapter, "backend": backend,
+                });
+                println!("{line}");
+            }
+        };
+        let budget = Duration::from_millis(args.budget_ms.unwrap_or(default_ms));
         let mut rng = Rng::new(1);
 
         let squares: &[usize] = if args.no_squares {
@@ -164,7 +194,7 @@ mod bench {
             let by_name = |n: &str| all.iter().copied().find(|v| v.name() == n);
             args.variant.split(',').filter_map(by_name).collect()
         };
-        let variants = named(MatmulVariant::ALL.to_vec());
+        let variants = named(runnable(&ctx, &MatmulVariant::ALL));
         // The f16 cores need a context made for them (shader-f16, cooperative matrices).
         let options = ContextOptions {
             precision: Precision::F16,
@@ -178,19 +208,7 @@ mod bench {
             }
         };
         let variants16: Vec<MatmulVariant> = match &ctx16 {
-            Some(c) => {
-                if let Err(why) = coop_supported(c) {
-                    println!("no coop variants: {why}");
-                } else if let Err(why) = coop2_supported(c) {
-                    println!("no coop2 variants: {why}");
-                }
-                named(
-                    MatmulVariant::F16_ALL
-                        .into_iter()
-                        .filter(|v| v.runs_on(c).is_ok())
-                        .collect(),
-                )
-            }
+            Some(c) => named(runnable(c, &MatmulVariant::F16_ALL)),
             None => Vec::new(),
         };
         let mut runs: Vec<(&WgpuContext, &[MatmulVariant])> = vec![(&ctx, &variants)];
@@ -199,10 +217,9 @@ mod bench {
         }
 
         println!(
-            "{:<18} {:>11} {:>4} {:>6} {:>6} {:>6} {:>10} {:>10}",
-            "op", "variant", "auto", "m", "k", "n", "ms", "GFLOP/s"
+            "{:<18} {:>12} {:>4} {:>11} {:>6} {:>6} {:>6} {:>10} {:>10}",
+            "op", "variant", "auto", "class", "m", "k", "n", "ms", "GFLOP/s"
         );
-        let mut rows = Vec::new();
         let matmuls = "matmul_forward matmul_dinp matmul_dweight";
         let shapes = if matmuls.contains(&args.only) {
             shapes
@@ -245,14 +262,14 @@ mod bench {
                             op,
                             variant: v.name(),
                             auto: MatmulVariant::choose(ctx, out_m, out_n, red) == v,
+                            class: ShapeClass::of(out_m, out_n, red).name(),
                             m,
                             k,
                             n,
                             secs,
                             flops,
                         };
-                        print_row(&row);
-                        rows.push(row);
+                        report(&row);
                     }
                 }
             }
@@ -290,39 +307,41 @@ mod bench {
                 op,
                 variant: "",
                 auto: true,
+                class: "",
                 m: b * nh,
                 k: t,
                 n: c / nh,
                 secs,
                 flops,
             };
-            print_row(&row);
-            rows.push(row);
+            report(&row);
         }
 
-        if args.json {
-            for r in &rows {
-                let line = serde_json::json!({
-                    "op": r.op, "variant": r.variant, "auto": r.auto,
-                    "m": r.m, "k": r.k, "n": r.n,
-                    "ms": r.secs * 1e3, "gflops": r.flops / r.secs / 1e9,
-                    "adapter": adapter, "backend": backend,
-                });
-                println!("{line}");
-            }
-        }
         ctx.take_error().expect("no GPU errors");
         if let Some(c) = &ctx16 {
             c.take_error().expect("no GPU errors (f16 context)");
         }
     }
 
+    /// The variants of `all` that `ctx` runs, saying why of each it does not.
+    fn runnable(ctx: &WgpuContext, all: &[MatmulVariant]) -> Vec<MatmulVariant> {
+        let runs = |v: &&MatmulVariant| match v.runs_on(ctx) {
+            Ok(()) => true,
+            Err(why) => {
+                println!("no {} variant: {why}", v.name());
+                false
+            }
+        };
+        all.iter().filter(runs).copied().collect()
+    }
+
     fn print_row(r: &Row) {
         println!(
-            "{:<18} {:>11} {:>4} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            "{:<18} {:>12} {:>4} {:>11} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
             r.op,
             r.variant,
             if r.auto { "*" } else { "" },
+            r.class,
             r.m,
             r.k,
             r.n,

@@ -418,6 +418,8 @@ SECTIONS = {
     "parity": ("Parity on the GPU", parity),
     "step-vs-torch": ("The step against PyTorch", step_vs_torch),
     "gemm-vs-cublas": ("The GEMMs against cuBLAS", gemm_vs_cublas),
+    # every variant's figures: sweep.md (scripts/gemm_sweep.py), after these tables
+    "gemm-sweep": ("The GEMM sweep: today's choices", lambda s: gemm_vs_cublas(s) + step_vs_torch(s)),
     "browser-vs-native": ("The browser build against native", browser_vs_native),
     "memory": ("Memory against PyTorch", memory),
     "pool": ("Pool latency", pool),

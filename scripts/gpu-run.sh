@@ -5,6 +5,11 @@
 #   parity             every kernel against its CPU reference, the GPU tests, on this GPU
 #   step-vs-torch      the shakespeare step (f32, f16), tiny and small, beside PyTorch's modes
 #   gemm-vs-cublas     every GEMM shape of the shakespeare step beside cuBLAS on that shape
+#   gemm-sweep         every GEMM variant, candidates too, on every shape of the shakespeare
+#                      step beside cuBLAS fp32 / fp16; attention beside PyTorch's fused
+#                      attention; the step f32 and f16 with today's choices beside PyTorch
+#                      fp32; sweep.md (scripts/gemm_sweep.py): the tables and each shape
+#                      class's winner as a line of src/kernels/matmul/choice.rs
 #   browser-vs-native  the wasm build through Dawn in Node against native: tiny and small
 #                      in calls of 16 steps, one in flight and two; shakespeare one a call
 #                      (a Chromium page too, when earlier calls left Chromium in /tmp/chr-parts)
@@ -33,7 +38,9 @@
 # info.txt: four files, within what a GPU call brings back. Knobs: REPEATS (turns of
 # the browser and pool suites, default 3), RUN_SECONDS (cap on one command, 300),
 # BUDGET_SECONDS (headline: stop starting parts past this, 480), HEADLINE_VARIANTS
-# (the GEMM variants headline times: tiled,splitk,narrow), CURVE_STOP and
+# (the GEMM variants headline times: tiled,splitk,narrow), SWEEP_VARIANTS and
+# SWEEP_BUDGET_MS and SWEEP_SECONDS (gemm-sweep's variants, the ms a batch of launches
+# aims at, and the cap on its matmul_bench run: 360), CURVE_STOP and
 # CURVE_SECONDS (where a learning curve stops: its schedule's end or, in headline,
 # step 2000; and after 540 s at most).
 set -uo pipefail
@@ -54,7 +61,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-known="parity step-vs-torch gemm-vs-cublas browser-vs-native memory pool curves host-profile headline"
+known="parity step-vs-torch gemm-vs-cublas gemm-sweep browser-vs-native memory pool curves host-profile headline"
 [ ${#suites[@]} -gt 0 ] || { echo "gpu-run: name a suite: $known" >&2; exit 2; }
 for s in "${suites[@]}"; do
   case " $known " in *" $s "*) ;; *) echo "gpu-run: no suite $s (suites: $known)" >&2; exit 2 ;; esac
@@ -130,11 +137,14 @@ corpus=$repo/data/tinyshakespeare.txt
 if [ "$local_run" = 1 ]; then
   page=(tiny) big=tiny warmup=1 steps=2 calls=3 at_once=4 repeats=1 kernel_steps=1
   quick=(--quick) pool_batches=(--batches 20)
+  # one variant of each core that runs here (every one takes minutes on lavapipe)
+  sweep_variants=tiled,warp,deep-splitk
   train_big=(--preset shakespeare --batch 2 --context 32 --layers 2 --width 48 --heads 6)
   curve=(--preset tiny --steps 40 --eval-every 20 --eval-batches 2) curve_stop=20
 else
   page=(tiny small) big=shakespeare warmup=3 steps=20 calls=30 at_once=16 repeats=${REPEATS:-3} kernel_steps=5
   quick=() pool_batches=()
+  sweep_variants=tiled,splitk,narrow,warp,warp-splitk,deep,deep-splitk,coop2,coop2-splitk,coop,coop-splitk
   train_big=(--preset shakespeare)
   curve=(--preset shakespeare --eval-every 250 --eval-batches 200) curve_stop=${CURVE_STOP:-}
 fi
@@ -236,6 +246,24 @@ suite_gemm_vs_cublas() {
       echo "gemm-vs-cublas: no matmul_bench in the $b build" >&2
     fi
   done
+}
+
+# Every variant of every GEMM shape in one matmul_bench run (short batches, so that
+# about 150 cases fit in 2-3 minutes), cuBLAS and PyTorch's attention beside them, and
+# the step as the launchers choose today.
+suite_gemm_sweep() {
+  torch_run gemm-sweep cublas torch python3 scripts/torch_matmul.py --dtypes fp32,fp16
+  torch_run gemm-sweep torch_attention torch python3 scripts/torch_attention.py
+  # about 170 cases: more than RUN_SECONDS' default allows a command
+  RUN_SECONDS=${SWEEP_SECONDS:-360} run gemm-sweep matmul this "$matmul_this" --json --no-squares "${quick[@]}" \
+    --budget-ms "${SWEEP_BUDGET_MS:-150}" \
+    --variant "${SWEEP_VARIANTS:-$sweep_variants}"
+  run gemm-sweep "step_$big" this "$tidepool_this" bench step --presets "$big" --precision f32,f16 \
+    --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+  torch_run gemm-sweep "torch_$big" torch python3 scripts/torch_step.py --preset "$big" --steps 20 --warmup 5 \
+    --modes fp32,fp32_fused
+  python3 scripts/gemm_sweep.py "$results" > "$out/sweep.md" 2>> "$log" \
+    || echo "gemm_sweep.py could not make the sweep's tables (stderr.log)" >&2
 }
 
 # Chromium on the GPU from the parts earlier calls left in /tmp/chr-parts (gpu-pack.sh
@@ -424,5 +452,6 @@ for s in "${suites[@]}"; do
 done
 python3 scripts/bench_tables.py "$results" --info "$out/info.txt" > "$out/table.md" 2>> "$log" \
   || echo "bench_tables.py could not make the tables (stderr.log)" >&2
+[ -f "$out/sweep.md" ] && cat "$out/sweep.md" >> "$out/table.md"
 cat "$out/table.md"
 echo "gpu-run: $out (results.jsonl, table.md, stderr.log, info.txt)" >&2

@@ -3,10 +3,12 @@
 //!
 //! - `variant`: which variant computes a product and what it needs (tiles, grid,
 //!   splits of the reduction, workgroup memory), also for the planner.
+//! - `choice`: the f32 variant of each class of shapes on GPUs, a table
+//!   ([`GPU_CHOICE`]) that measurements fill.
 //! - `source`: the WGSL of each variant's kernels: a core after one prelude per
 //!   operand layout ([`Layout`]: `matmul_nt` / `_nn` / `_tn.wgsl`), specialised to
 //!   a launch's fusions. The cores come from three templates: `matmul_tiled.wgsl`
-//!   (`Tiled`, `F16`, `Narrow`), `matmul_coop.wgsl` (`Coop`, `Coop2`) and
+//!   (`Tiled`, `F16`, `Narrow`, `Warp`, `Deep`), `matmul_coop.wgsl` (`Coop`, `Coop2`) and
 //!   `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 //! - `launch`: the dispatches, and for split reductions the fixed-order sums
 //!   (`matmul_reduce.wgsl`).
@@ -17,6 +19,7 @@
 //! point a product, each taking the layer's operands ([`Linear`]) and its shape
 //! ([`MatmulShape`]).
 
+mod choice;
 mod launch;
 mod operands;
 mod source;
@@ -26,6 +29,7 @@ mod variant;
 use launch::WeightDests;
 use split_sums::finish_grads;
 
+pub use choice::{ShapeClass, GPU_CHOICE};
 pub use operands::{Fusion, Layout, Linear};
 pub use source::GRAD_SCALE;
 pub use split_sums::{SplitSums, WeightGrad};

@@ -3,6 +3,7 @@
 //! functions of the shape and the tuning ([`MatmulVariant::choose_for`]), so the
 //! planner ([`crate::plan`]) asks the same questions the launchers do.
 
+use super::choice::ShapeClass;
 use super::operands::Layout;
 use crate::config::Precision;
 use crate::gpu::WgpuContext;
@@ -10,7 +11,7 @@ use crate::tuning::{F16Core, Target};
 
 /// Output tile of one workgroup of the tiled variant (square) and its step along
 /// the reduction.
-const TILE: usize = 128;
+pub(super) const TILE: usize = 128;
 /// Rows of the `Narrow` variant's tiles (its columns are `TILE`).
 const NARROW_ROWS: usize = 64;
 pub(super) const BK: usize = 8;
@@ -20,7 +21,7 @@ const CPU_COLS: usize = 64;
 /// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
 /// of a large GPU (an H200 holds about 264 of these at once), so that few output
 /// tiles still fill it and the last wave's idle share stays small.
-const TARGET_WORKGROUPS: usize = 1024;
+pub(super) const TARGET_WORKGROUPS: usize = 1024;
 /// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
 /// weight gradient's rows are split only when its output has fewer than this many,
 /// since each split costs a pass that adds the partial outputs.
@@ -34,7 +35,7 @@ const MIN_SPLIT: usize = 64;
 /// The same on CPU adapters, where a split's partials cost a pass over memory.
 const CPU_MIN_SPLIT: usize = 256;
 /// The same for the split-K forward and dinp, whose partials are whole outputs.
-const MIN_SPLIT_K: usize = 128;
+pub(super) const MIN_SPLIT_K: usize = 128;
 /// Columns of dout one workgroup of the dbias pass sums (`colsum_part` in
 /// matmul_reduce.wgsl).
 pub(super) const COLSUM_COLS: usize = 64;
@@ -75,16 +76,33 @@ pub enum MatmulVariant {
     Coop2 { split: bool },
     /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
     F16 { split: bool },
+    /// `Tiled` with each warp on a 64x32 block of the output, its lanes 8 x 4 (a
+    /// warp's shared-memory reads of a step touch 8 vec4s of A and 4 of B instead of
+    /// 2 and 16, fewer wavefronts for the same FMAs), and unguarded loads where a
+    /// step's slice lies inside the output (m, n and k multiples of 4).
+    Warp,
+    /// `Warp` split like `SplitK`.
+    WarpSplitK,
+    /// `Warp` with 16-deep steps: half the barriers, twice the global loads in
+    /// flight, 32 KiB of workgroup memory and more registers (against `Warp`, the
+    /// sweep shows which weighs more).
+    Deep,
+    /// `Deep` split like `SplitK`.
+    DeepSplitK,
 }
 
 impl MatmulVariant {
     /// The f32 variants.
-    pub const ALL: [MatmulVariant; 5] = [
+    pub const ALL: [MatmulVariant; 9] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
         MatmulVariant::Narrow,
         MatmulVariant::Cpu16,
         MatmulVariant::Cpu32,
+        MatmulVariant::Warp,
+        MatmulVariant::WarpSplitK,
+        MatmulVariant::Deep,
+        MatmulVariant::DeepSplitK,
     ];
     /// The f16 variants (tests/matmul_f16.rs).
     pub const F16_ALL: [MatmulVariant; 6] = [
@@ -106,13 +124,37 @@ impl MatmulVariant {
 
     /// Whether a context made for this variant's precision runs it, or why not: the
     /// tensor-core variants need what [`coop_supported`] and [`coop2_supported`]
-    /// check.
+    /// check, the others their workgroup memory.
     pub fn runs_on(self, ctx: &WgpuContext) -> Result<(), String> {
         match self {
             MatmulVariant::Coop { .. } => coop_supported(ctx),
             MatmulVariant::Coop2 { .. } => coop2_supported(ctx),
-            _ => Ok(()),
+            _ => {
+                let have = u64::from(ctx.limits().max_compute_workgroup_storage_size);
+                let need = self.workgroup_bytes();
+                if need > have {
+                    return Err(format!(
+                        "{} needs {need} bytes of workgroup memory; this device has {have}",
+                        self.name()
+                    ));
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// Whether this variant splits the reductions of the forward and dinp over
+    /// several workgroups a tile (every variant splits dweight's).
+    pub fn is_split(self) -> bool {
+        matches!(
+            self,
+            MatmulVariant::SplitK
+                | MatmulVariant::WarpSplitK
+                | MatmulVariant::DeepSplitK
+                | MatmulVariant::Coop { split: true }
+                | MatmulVariant::Coop2 { split: true }
+                | MatmulVariant::F16 { split: true }
+        )
     }
 
     pub fn name(self) -> &'static str {
@@ -128,6 +170,10 @@ impl MatmulVariant {
             MatmulVariant::Coop2 { split: true } => "coop2-splitk",
             MatmulVariant::F16 { split: false } => "f16",
             MatmulVariant::F16 { split: true } => "f16-splitk",
+            MatmulVariant::Warp => "warp",
+            MatmulVariant::WarpSplitK => "warp-splitk",
+            MatmulVariant::Deep => "deep",
+            MatmulVariant::DeepSplitK => "deep-splitk",
         }
     }
 
@@ -190,26 +236,15 @@ impl MatmulVariant {
         match precision {
             Precision::F32 => f32_variant,
             Precision::F16 => MatmulVariant::F16 {
-                split: f32_variant == MatmulVariant::SplitK,
+                split: f32_variant.is_split(),
             },
         }
     }
 
-    /// [`MatmulVariant::choose_for`]'s f32 choice on GPUs.
+    /// [`MatmulVariant::choose_for`]'s f32 choice on GPUs: the one of the shape's
+    /// class in [`super::choice::GPU_CHOICE`].
     fn choose_gpu(m: usize, n: usize, k: usize) -> MatmulVariant {
-        let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
-        let few_tiles = tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K;
-        let long_k = tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n;
-        // The head's dinp (k = 65, 384 tiles): faster in Narrow's smaller tiles on
-        // the H200; at k >= 384 Narrow was slower.
-        let short_k = k < MIN_SPLIT_K && tiles >= TARGET_WORKGROUPS / 4;
-        if few_tiles || long_k {
-            MatmulVariant::SplitK
-        } else if short_k {
-            MatmulVariant::Narrow
-        } else {
-            MatmulVariant::Tiled
-        }
+        ShapeClass::of(m, n, k).gpu_choice()
     }
 
     /// Rows and columns of the output one workgroup computes.
@@ -245,7 +280,14 @@ impl MatmulVariant {
     pub fn workgroup_bytes(self) -> u64 {
         match self {
             // Two buffers of 8 steps of a 128-wide tile of A and of B, in vec4s.
-            MatmulVariant::Tiled | MatmulVariant::SplitK => 2 * 2 * (BK * TILE / 4) as u64 * 16,
+            MatmulVariant::Tiled
+            | MatmulVariant::SplitK
+            | MatmulVariant::Warp
+            | MatmulVariant::WarpSplitK => 2 * 2 * (BK * TILE / 4) as u64 * 16,
+            // Twice as deep.
+            MatmulVariant::Deep | MatmulVariant::DeepSplitK => {
+                2 * 2 * (2 * BK * TILE / 4) as u64 * 16
+            }
             // A's tiles half as tall.
             MatmulVariant::Narrow => 2 * (BK * (TILE + NARROW_ROWS) / 4) as u64 * 16,
             MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => 0,
@@ -267,10 +309,17 @@ impl MatmulVariant {
     }
 
     /// Whether this variant's dweight core also sums dout's columns, giving dbias
-    /// (`DWEIGHT_BIAS`, matmul_tn_sums.wgsl): the tiled core's, that of `Tiled` and
-    /// `SplitK`.
+    /// (`source::dweight_bias`, matmul_tn_sums.wgsl): the f32 wide tiled cores'.
     pub(super) fn sums_bias(self) -> bool {
-        matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
+        matches!(
+            self,
+            MatmulVariant::Tiled
+                | MatmulVariant::SplitK
+                | MatmulVariant::Warp
+                | MatmulVariant::WarpSplitK
+                | MatmulVariant::Deep
+                | MatmulVariant::DeepSplitK
+        )
     }
 
     /// Whether this is one of the CPU adapters' cores.
@@ -323,14 +372,7 @@ impl MatmulVariant {
     /// (chunk, splits) of an `m x n` output's reduction over `k`: one split except
     /// in the split-K variants.
     fn k_splits(self, m: usize, n: usize, k: usize) -> (usize, usize) {
-        let splits = matches!(
-            self,
-            MatmulVariant::SplitK
-                | MatmulVariant::Coop { split: true }
-                | MatmulVariant::Coop2 { split: true }
-                | MatmulVariant::F16 { split: true }
-        );
-        if !splits {
+        if !self.is_split() {
             return (k, 1);
         }
         let [gx, gy, _] = self.grid(m, n, 1);
@@ -466,6 +508,8 @@ mod tests {
         let cases = [
             (MatmulVariant::Tiled, 2 * 512 * 16),
             (MatmulVariant::Narrow, 256 * 16 + 512 * 16),
+            (MatmulVariant::Warp, 2 * 512 * 16),
+            (MatmulVariant::DeepSplitK, 2 * 1024 * 16),
             (MatmulVariant::Cpu32, 0),
             (MatmulVariant::F16 { split: false }, 2 * 512 * 8),
             (
