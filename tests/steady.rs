@@ -79,8 +79,13 @@ impl Seen {
     /// nothing, and every other path creates only in the first step that shows it.
     fn check(&self, shape: &RunShape) -> Result<(), String> {
         let none = Created::default();
-        let mut seen_path = [false; 4];
+        let mut seen_path = [false; 3];
+        let mut trainer = 0;
         for &(step, first, by) in &self.steps {
+            // A resumed trainer is a new context: its paths run for the first time.
+            if first != trainer {
+                (trainer, seen_path) = (first, [false; 3]);
+            }
             let what = |path: &str, c: Created| {
                 format!("step {step} (trainer from step {first}): {path} created {c:?}; {shape:?}")
             };
@@ -184,7 +189,15 @@ mod native {
                 )
             })
             .prop_map(
-                |(calls, in_flight, eval_every, eval_batches, sample_after, traced, resume_after)| {
+                |(
+                    calls,
+                    in_flight,
+                    eval_every,
+                    eval_batches,
+                    sample_after,
+                    traced,
+                    resume_after,
+                )| {
                     RunShape {
                         calls,
                         in_flight,
@@ -237,7 +250,7 @@ mod native {
     }
 }
 
-/// A few seeded shapes in the browser (and natively, as a fixed case).
+// A few seeded shapes in the browser (and natively, as a fixed case).
 gpu_test!(seeded_run_shapes_create_nothing_after_warm_up, async {
     let mut rng = Rng::new(0x57EAD7);
     for _ in 0..3 {
@@ -245,3 +258,43 @@ gpu_test!(seeded_run_shapes_create_nothing_after_warm_up, async {
         run(shape).await.unwrap();
     }
 });
+
+/// `tidepool train --preset tiny --steps 200 --eval-every 50 --json`: after step 2
+/// no step creates a buffer or a bind group but the one with the first evaluation,
+/// whose creations are the evaluation's.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn the_cli_creates_nothing_after_warm_up_but_the_first_evaluation() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .args(["train", "--preset", "tiny", "--steps", "200"])
+        .args(["--eval-every", "50", "--eval-batches", "40", "--json"])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tidepool train failed: {stderr}");
+    let steps: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .filter(|l: &serde_json::Value| l["final"].is_null())
+        .collect();
+    assert_eq!(steps.len(), 200);
+    let count = |s: &serde_json::Value, key: &str| s[key].as_u64().expect(key);
+    for s in &steps[2..] {
+        let step = count(s, "step");
+        let by = &s["created_step_by_path"];
+        for path in ["setup", "train", "sample", "checkpoint"] {
+            assert_eq!(by[path]["buffers"], 0, "step {step}: {path} {by}");
+            assert_eq!(by[path]["bind_groups"], 0, "step {step}: {path} {by}");
+        }
+        if step != 50 {
+            assert_eq!(count(s, "buffers_created_step"), 0, "step {step}: {by}");
+            assert_eq!(count(s, "bind_groups_created_step"), 0, "step {step}: {by}");
+        }
+        assert_eq!(count(s, "pipelines_created_step"), 0, "step {step}: {by}");
+    }
+    // The first step made the run's objects, all under training.
+    let first = &steps[0]["created_step_by_path"];
+    assert!(first["train"]["buffers"].as_u64() > Some(0), "{first}");
+    assert!(steps[49]["val_loss"].is_number(), "step 50 evaluated");
+}

@@ -91,7 +91,9 @@ impl CreatedByPath {
 
     /// Every path's together.
     pub fn total(&self) -> Created {
-        self.paths().into_iter().fold(Created::default(), Created::plus)
+        self.paths()
+            .into_iter()
+            .fold(Created::default(), Created::plus)
     }
 }
 

@@ -70,7 +70,9 @@ pub(crate) struct Readback {
 impl Readback {
     pub fn made(&self, class: u64) -> usize {
         let made = lock(&self.made);
-        made.iter().find(|(c, _)| *c == class).map_or(0, |(_, n)| *n)
+        made.iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, n)| *n)
     }
 
     pub fn note_gone(&self, class: u64) {

@@ -190,7 +190,10 @@ impl HeldBatch {
                 if *kept == ranges && buffer.len() == bytes.len()
         );
         if fits {
-            if let Some(GpuBatch { store: BatchStore::Packed(buffer, _) }) = &self.batch {
+            if let Some(GpuBatch {
+                store: BatchStore::Packed(buffer, _),
+            }) = &self.batch
+            {
                 ctx.write_pooled(buffer, &bytes);
             }
         } else {

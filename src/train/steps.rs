@@ -93,7 +93,8 @@ impl Trainer {
         let bytes = 4 * gathered_floats(1) as u64;
         // What a call of steps will need too (see `start_steps`): a first step made
         // one at a time makes it, not the first call after it.
-        self.ctx.reserve_readbacks(bytes, MAX_STEPS_IN_FLIGHT as usize);
+        self.ctx
+            .reserve_readbacks(bytes, MAX_STEPS_IN_FLIGHT as usize);
         let report = self.ctx.pending_read(bytes);
         let gathered = self.ctx.create_pooled(4 * gathered_floats(1));
         let figures = ((&gathered, 0), Some(&report));
