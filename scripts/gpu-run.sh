@@ -336,7 +336,7 @@ suite_memory() {
 # a path first runs (its step lines reduced to those that created something).
 suite_soak() {
   RUN_SECONDS=${SOAK_SECONDS:-590} run soak dawn this "${dawn_env[@]}" "$node_bin" --expose-gc \
-    "$(dirname "$dawn_this")/soak-dawn.mjs" --pkg "$pkg_this" "${soak[@]}" --json
+    "$(dirname "$dawn_this")/soak-dawn.mjs" --pkg "$pkg_this" --corpus "$corpus" "${soak[@]}" --json
   run soak native this bash -c "\"\$0\" train ${soak_native[*]} --corpus \"\$1\" --json | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -10,32 +10,24 @@
 //                                 [--sample-every 500] [--sample-length 64] [--json] [--out FILE]
 // Needs pkg/ (make pkg) and the npm packages (scripts/setup.sh web). $CHROMIUM: the
 // browser (default /usr/bin/chromium); $CHROMIUM_ARGS: flags added to its own.
-import { readFileSync, writeFileSync } from 'node:fs';
-import { cpus, hostname } from 'node:os';
-import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { startServer } from '../www/serve.mjs';
-import { flatAfterWarmUp, soak, table } from './soak-loop.mjs';
-import { soakOptions } from './soak-options.mjs';
+import { soak } from './soak-loop.mjs';
+import { report, soakArgs } from './soak-options.mjs';
 
-const { values } = parseArgs({
-  options: {
-    preset: { type: 'string', default: 'tiny' },
-    batch: { type: 'string' },
-    context: { type: 'string' },
-    steps: { type: 'string', default: '5000' },
-    every: { type: 'string', default: '500' },
-    'at-once': { type: 'string', default: '16' },
-    'in-flight': { type: 'string', default: '2' },
-    'eval-every': { type: 'string', default: '100' },
-    'eval-batches': { type: 'string', default: '8' },
-    'sample-every': { type: 'string', default: '500' },
-    'sample-length': { type: 'string', default: '64' },
-    json: { type: 'boolean', default: false },
-    out: { type: 'string' },
-  },
+const args = soakArgs({
+  preset: 'tiny',
+  steps: '5000',
+  every: '500',
+  'at-once': '16',
+  'in-flight': '2',
+  'eval-every': '100',
+  'eval-batches': '8',
+  'sample-every': '500',
+  'sample-length': '64',
 });
-const opt = soakOptions(values);
+const { opt } = args;
 
 const root = new URL('..', import.meta.url).pathname;
 const server = await startServer({ port: 0, root });
@@ -51,6 +43,7 @@ const browser = await chromium.launch({
     ...(process.env.CHROMIUM_ARGS ?? '').split(' ').filter(Boolean),
   ],
 });
+const version = browser.version();
 let result;
 try {
   const page = await browser.newPage();
@@ -64,23 +57,4 @@ try {
   await browser.close();
   await server.close();
 }
-const failures = flatAfterWarmUp(result.rows);
-const report = {
-  bench: 'soak',
-  runtime: `Chromium ${browser.version()}`,
-  adapter: result.adapter,
-  machine: `${hostname()}, ${cpus().length} cores`,
-  date: new Date().toISOString().slice(0, 10),
-  options: opt,
-  rows: result.rows,
-  flat: failures.length === 0,
-  failures,
-};
-if (values.out) writeFileSync(values.out, `${JSON.stringify(report, null, 1)}\n`);
-if (values.json) console.log(JSON.stringify(report));
-else {
-  console.log(`soak: ${opt.preset} (batch ${opt.batch ?? 'preset'}, context ${opt.context ?? 'preset'}), ${opt.steps} steps, ${report.runtime}, ${JSON.stringify(result.adapter)}`);
-  console.log(table(result.rows));
-  console.log(failures.length ? `NOT FLAT:\n${failures.join('\n')}` : 'flat after warm-up');
-}
-process.exit(failures.length ? 1 : 0);
+report(`Chromium ${version}`, result, args);

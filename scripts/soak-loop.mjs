@@ -49,19 +49,20 @@ export async function soak(opt) {
     if (due(opt.evalEvery, from, end)) await trainer.evaluate();
     if (due(opt.sampleEvery, from, end)) await trainer.sample('\n', opt.sampleLength, 0.8, 0);
     if (due(opt.every, from, end) || done === opt.steps) {
-      const s = trainer.stats();
-      const c = s.context;
+      // Now, with what the evaluation or sample just made (a step's stats hold its
+      // record time's counters).
+      const { context: c, pool } = trainer.counters();
       rows.push({
         step: done,
-        bytes_held: s.bytes_held,
-        bytes_in_use: s.bytes_in_use,
+        bytes_held: pool.bytes_held,
+        bytes_in_use: c.bytes_in_use,
         buffers_created: c.buffers_created,
         bind_groups_created: c.bind_groups_created,
         pipelines_created: c.pipelines_created,
         wasm_memory: wasm.memory.buffer.byteLength,
         js_heap: heap(),
         loss: last.loss,
-        val_loss: s.val_loss ?? null,
+        val_loss: trainer.stats().val_loss ?? null,
         elapsed_s: (Date.now() - t0) / 1e3,
       });
     }

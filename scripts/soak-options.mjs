@@ -1,5 +1,11 @@
-// The soak scripts' options, checked: whole numbers in their ranges, or an exit
-// naming the flag and what it takes.
+// What the two soak scripts share besides their loop (scripts/soak-loop.mjs): their
+// command line, checked (whole numbers in their ranges, or an exit naming the flag
+// and what it takes), and their report (a Markdown table or JSON, --out FILE, exit 1
+// when a figure moved after warm-up).
+import { writeFileSync } from 'node:fs';
+import { cpus, hostname } from 'node:os';
+import { parseArgs } from 'node:util';
+import { flatAfterWarmUp, table } from './soak-loop.mjs';
 
 const RANGES = {
   batch: [1, 65_536],
@@ -14,8 +20,15 @@ const RANGES = {
   'sample-length': [1, 10_000],
 };
 
-/** parseArgs' strings as the soak loop's options. */
-export function soakOptions(values) {
+/**
+ * The command line, `defaults` (flag -> string) over the shared ones: the parsed
+ * strings (`values`) and the soak loop's options (`opt`).
+ */
+export function soakArgs(defaults, extra = {}) {
+  const options = { preset: { type: 'string' }, json: { type: 'boolean', default: false }, out: { type: 'string' }, ...extra };
+  for (const name of Object.keys(RANGES)) options[name] = { type: 'string' };
+  for (const [name, value] of Object.entries(defaults)) options[name].default = value;
+  const { values } = parseArgs({ options });
   const n = {};
   for (const [name, [lo, hi]] of Object.entries(RANGES)) {
     if (values[name] === undefined) continue;
@@ -26,7 +39,7 @@ export function soakOptions(values) {
     }
     n[name] = v;
   }
-  return {
+  const opt = {
     preset: values.preset,
     batch: n.batch,
     context: n.context,
@@ -39,4 +52,30 @@ export function soakOptions(values) {
     sampleEvery: n['sample-every'],
     sampleLength: n['sample-length'],
   };
+  return { values, opt };
+}
+
+/** Prints (and with --out writes) the soak's report; exits 1 when it is not flat. */
+export function report(runtime, result, { values, opt }) {
+  const failures = flatAfterWarmUp(result.rows);
+  const out = {
+    bench: 'soak',
+    runtime,
+    adapter: result.adapter,
+    machine: `${hostname()}, ${cpus().length} cores`,
+    date: new Date().toISOString().slice(0, 10),
+    options: opt,
+    rows: result.rows,
+    flat: failures.length === 0,
+    failures,
+  };
+  if (values.out) writeFileSync(values.out, `${JSON.stringify(out, null, 1)}\n`);
+  if (values.json) console.log(JSON.stringify(out));
+  else {
+    const shape = `batch ${opt.batch ?? 'of the preset'}, context ${opt.context ?? 'of the preset'}`;
+    console.log(`soak: ${opt.preset} (${shape}), ${opt.steps} steps, ${runtime}, ${JSON.stringify(result.adapter)}`);
+    console.log(table(result.rows));
+    console.log(failures.length ? `NOT FLAT:\n${failures.join('\n')}` : 'flat after warm-up');
+  }
+  process.exit(failures.length ? 1 : 0);
 }

@@ -226,10 +226,9 @@ impl GpuBatch {
     }
 
     /// Uploads batches of `(tokens, targets)` through the staging belt (`belt`) or
-    /// [`WgpuContext::upload`]. Through the belt each batch is one pooled buffer (so
-    /// steady-state steps create no buffers for their inputs), all of them written
-    /// through one staging chunk, one map cycle and one run of copies: a trainer
-    /// uploads a call's batches at once ([`crate::train::Trainer::steps`]).
+    /// [`WgpuContext::upload`]. Through the belt each batch is one pooled buffer,
+    /// all of them written through one staging chunk, one map cycle and one run of
+    /// copies. (A trainer's steps write theirs into a [`HeldBatch`] instead.)
     pub fn upload_all(
         ctx: &WgpuContext,
         batches: &[(&[u32], &[u32])],
