@@ -4,7 +4,6 @@
 //! [`Trainer::finish_steps`]).
 
 use super::clock::now_ms;
-use super::schedule::DEFAULT_MAX_AT_ONCE;
 use super::stats::{CreatedSoFar, RecordedStep, StepStats};
 use super::trainer::Trainer;
 use crate::error::{Error, Result};
@@ -14,6 +13,10 @@ use crate::pool::BufferPoolStats;
 
 /// Most steps [`Trainer::steps`] records before reading their losses.
 pub const MAX_STEPS_AT_ONCE: u32 = 1024;
+
+/// Steps a call, at most, unless a [`super::Schedule`] says otherwise: on the page's
+/// presets a call of 16 takes a few ms on a large GPU.
+pub const DEFAULT_MAX_AT_ONCE: u32 = 16;
 
 /// Floats of the buffer a call's figures gather in (4 a step: loss, norm, scale and
 /// a pad): sized for [`DEFAULT_MAX_AT_ONCE`] steps, or for a longer call's steps

@@ -26,12 +26,16 @@ describe('a long run on the page', { timeout: 900_000 }, () => {
     const errors = [];
     page.on('pageerror', (e) => errors.push(`page: ${e.message}`));
     // Evaluations every 20 steps (the page's default) and samples every few seconds.
-    await page.goto(`${env.server.url}/${FAST}&steps=${STEPS}&autostart`);
-    await page.waitForFunction(
-      (n) => window.seen.steps.some((s) => s.step >= n) || window.seen.errors.length,
-      STEPS,
-      { timeout: 780_000, polling: 500 },
-    );
+    await page.goto(`${env.server.url}${FAST}&steps=${STEPS}&autostart`);
+    await page
+      .waitForFunction((n) => window.seen.steps.some((s) => s.step >= n) || window.seen.errors.length, STEPS, {
+        timeout: 780_000,
+        polling: 500,
+      })
+      .catch(async (e) => {
+        const at = await page.evaluate(() => ({ last: window.seen.steps.at(-1)?.step, errors: window.seen.errors }));
+        throw new Error(`${e.message}: the last step reported was ${at.last}, errors ${JSON.stringify(at.errors)}`);
+      });
     const seen = await page.evaluate(() => window.seen);
     assert.deepEqual(seen.errors, [], 'no training error');
     assert.deepEqual(errors, [], 'no page error');
