@@ -77,7 +77,8 @@ done
 # Always rebuilt (it is incremental): a stale package would measure an older build.
 rm -rf "$G/pkg"
 wasm-pack build --release --target web --no-pack --out-dir "$G/pkg" -- $features
-cp scripts/bench-dawn.mjs scripts/readback.mjs "$G/dawn/"
+cp scripts/bench-dawn.mjs scripts/readback.mjs scripts/soak-dawn.mjs scripts/soak-loop.mjs \
+  scripts/soak-options.mjs "$G/dawn/"
 dawn_node=$G/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
 [ -f "$dawn_node" ] && xz -6 -T2 -c "$dawn_node" > "$dawn_node.bin.xz" && rm "$dawn_node"
 echo "$(git describe --always --dirty) built $(date -u +%FT%TZ)" > "$G/BUILD"

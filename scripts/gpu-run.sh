@@ -21,6 +21,12 @@
 #   host-profile       where a step's host time goes: native recording, every WebGPU call
 #                      through Dawn timed, Dawn's null backend (runs nothing), a readback
 #   headline           every figure of the README's headline table, in one call
+#   soak               the wasm build through Dawn in Node, `small` for 20,000 steps in
+#                      calls of 16, two in flight, evaluating and sampling: every 500
+#                      steps the bytes held, buffers and bind groups created, wasm
+#                      memory and JS heap (flat after warm-up; SOAK_STEPS changes the
+#                      length); natively, the same preset's run must create nothing
+#                      after step 2 but a path's first run
 #
 #   scripts/gpu-run.sh [--local] [--against DIR] SUITE...
 #
@@ -61,7 +67,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-known="parity step-vs-torch gemm-vs-cublas gemm-sweep browser-vs-native memory pool curves host-profile headline"
+known="parity step-vs-torch gemm-vs-cublas gemm-sweep browser-vs-native memory pool curves host-profile headline soak"
 [ ${#suites[@]} -gt 0 ] || { echo "gpu-run: name a suite: $known" >&2; exit 2; }
 for s in "${suites[@]}"; do
   case " $known " in *" $s "*) ;; *) echo "gpu-run: no suite $s (suites: $known)" >&2; exit 2 ;; esac
@@ -141,12 +147,16 @@ if [ "$local_run" = 1 ]; then
   sweep_variants=tiled,warp,deep-splitk
   train_big=(--preset shakespeare --batch 2 --context 32 --layers 2 --width 48 --heads 6)
   curve=(--preset tiny --steps 40 --eval-every 20 --eval-batches 2) curve_stop=20
+  soak=(--preset tiny --batch 2 --context 8 --steps "${SOAK_STEPS:-300}" --every 100 --eval-every 50 --sample-every 100)
+  soak_native=(--preset tiny --batch 2 --context 8 --steps 100 --eval-every 25 --eval-batches 4)
 else
   page=(tiny small) big=shakespeare warmup=3 steps=20 calls=30 at_once=16 repeats=${REPEATS:-3} kernel_steps=5
   quick=() pool_batches=()
   sweep_variants=tiled,splitk,narrow,warp,warp-splitk,deep,deep-splitk,coop2,coop2-splitk,coop,coop-splitk
   train_big=(--preset shakespeare)
   curve=(--preset shakespeare --eval-every 250 --eval-batches 200) curve_stop=${CURVE_STOP:-}
+  soak=(--preset small --steps "${SOAK_STEPS:-20000}" --every 500)
+  soak_native=(--preset small --steps 2000 --eval-every 250 --eval-batches 20)
 fi
 # the page's presets and the big one, each once
 all_presets=("${page[@]}")
@@ -347,6 +357,23 @@ suite_memory() {
     --trace "$out/trace.json" --json --eval-every 0
   run memory replay this "$tidepool_this" trace replay "$out/trace.json" --json
   rm -f "$out/trace.json"
+}
+
+# The soak through Dawn (its JSON report, one line; exit 1 when a figure moved after
+# warm-up), and a native run whose steps must create nothing after step 2 but where
+# a path first runs (its step lines reduced to those that created something).
+suite_soak() {
+  RUN_SECONDS=${SOAK_SECONDS:-590} run soak dawn this "${dawn_env[@]}" "$node_bin" --expose-gc \
+    "$(dirname "$dawn_this")/soak-dawn.mjs" --pkg "$pkg_this" --corpus "$corpus" "${soak[@]}" --json
+  run soak native this bash -c "\"\$0\" train ${soak_native[*]} --corpus \"\$1\" --json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    s = json.loads(line)
+    if s.get(\"final\") or s[\"step\"] <= 2:
+        continue
+    if s[\"buffers_created_step\"] or s[\"bind_groups_created_step\"]:
+        print(json.dumps({\"step\": s[\"step\"], \"created\": s[\"created_step_by_path\"]}))
+'" "$tidepool_this" "$corpus"
 }
 
 suite_pool() {

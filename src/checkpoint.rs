@@ -25,7 +25,7 @@ use crate::data::{Corpus, Tokenizer};
 use crate::error::{Error, Result};
 use crate::gpu::ContextOptions;
 use crate::kernels::{Moments, ParamArena};
-use crate::model::{self, GptConfig, GpuBatch, GpuOps};
+use crate::model::{self, GptConfig, GpuBatch, GpuOps, HeldBatch};
 use crate::rng::Rng;
 use crate::train::{Batcher, StepStats, Trainer};
 
@@ -427,6 +427,7 @@ impl Trainer {
 
     /// The run so far, downloaded from the GPU.
     pub async fn checkpoint(&self) -> Result<Checkpoint> {
+        let _checkpoint = self.ctx.on_path(crate::gpu::Path::Checkpoint);
         let (adam_m, adam_v) = self.moments.download(&self.ctx).await?;
         Ok(Checkpoint {
             step: self.step,
@@ -505,6 +506,9 @@ impl Trainer {
             },
             val_loss: None,
             last_figures_at: f64::NEG_INFINITY,
+            held_batch: HeldBatch::default(),
+            sample_batch: HeldBatch::default(),
+            counted: None,
             ctx,
             cfg,
             model,

@@ -241,10 +241,40 @@ export interface PoolStats {
   [counter: string]: unknown;
 }
 
+/** Objects created: buffers, bind groups, pipelines (`Created` in the crate). */
+export interface Created {
+  buffers: number;
+  bind_groups: number;
+  pipelines: number;
+}
+
+/** What each path of the trainer created (`CreatedByPath` in the crate). */
+export interface CreatedByPath {
+  /** Building the trainer, uploading its weights. */
+  setup: Created;
+  train: Created;
+  evaluate: Created;
+  sample: Created;
+  /** Saving or loading a checkpoint. */
+  checkpoint: Created;
+}
+
+/** Buffers created by what they are for (`BuffersByPurpose` in the crate). */
+export interface BuffersByPurpose {
+  storage: number;
+  upload: number;
+  staging: number;
+  readback: number;
+  uniform: number;
+  timestamps: number;
+}
+
 /** The context's counters (`ContextCounters` in the crate). */
 export interface ContextCounters {
   dispatches: number;
   submits: number;
+  /** Batches written into the trainer's batch buffers through the queue. */
+  queue_writes: number;
   buffers_created: number;
   bytes_created: number;
   buffers_destroyed: number;
@@ -258,6 +288,8 @@ export interface ContextCounters {
   bytes_requested_in_use: number;
   peak_bytes_requested_in_use: number;
   peak_bytes_reserved: number;
+  created_by_path: CreatedByPath;
+  buffers_by_purpose: BuffersByPurpose;
   [counter: string]: unknown;
 }
 
@@ -277,10 +309,19 @@ export interface StepStats {
   /** The same, this step only. */
   step_hit_rate: number;
   buffers_created: number;
-  /** 0 in steady state with the pool. */
+  /**
+   * Created this step and since the step before (an evaluation, a sample, a save):
+   * 0 after warm-up with the pool, but where a path first runs.
+   */
   buffers_created_step: number;
-  /** Bind groups created this step: 0 in steady state (they are cached). */
+  /** Bind groups created this step (and since the step before): 0 after warm-up. */
   bind_groups_created_step: number;
+  /** Pipelines created this step (and since the step before). */
+  pipelines_created_step: number;
+  /** What this step (and what ran since the step before) created, by path. */
+  created_step_by_path: CreatedByPath;
+  /** This step's buffers by what they are for. */
+  buffers_created_step_by_purpose: BuffersByPurpose;
   /** Compute dispatches recorded this step (forward, backward, optimizer). */
   dispatches_step: number;
   bytes_held: number;
@@ -332,6 +373,8 @@ export declare class Trainer {
   model(): ModelInfo;
   /** The latest step's figures without stepping. */
   stats(): StepStats;
+  /** The context's and the pool's counters now (with what ran since the latest step). */
+  counters(): { context: ContextCounters; pool: PoolStats };
   /** One training step. */
   step(): Promise<StepStats>;
   /**

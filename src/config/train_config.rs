@@ -45,7 +45,8 @@ pub struct TrainConfig {
     /// `false`: every buffer created fresh and destroyed after the step.
     pub pool: bool,
     pub policy: SizePolicy,
-    /// Upload each batch through the staging belt (ordered, pooled). `false`:
+    /// Write each batch into the trainer's batch buffer, kept for the run (see
+    /// [`crate::model::HeldBatch`]). `false`:
     /// [`WgpuContext::upload`](crate::gpu::WgpuContext::upload), a fresh
     /// never-recycled buffer per tensor per step.
     pub belt: bool,

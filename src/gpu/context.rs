@@ -2,9 +2,10 @@
 //! recorder, pipeline cache, timer), built from [`ContextOptions`]. Recording is
 //! recording.rs, transfers transfer.rs, the device's negotiation device.rs.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
-use super::counters::ContextCounters;
+use super::counters::{ContextCounters, Object, Path};
 use super::device::{
     device_features, fallback_adapter_name, request_adapter, subgroup_widths_fit, timing_features,
 };
@@ -366,9 +367,28 @@ impl WgpuContext {
 
     /// The pipeline of `kernel` and its bind group layout, built on first use.
     pub(super) fn compiled(&self, kernel: &Kernel) -> Arc<Compiled> {
-        let created = &self.memory.counters.pipelines_created;
-        self.pipelines
-            .get(&self.device, kernel, self.subgroups, created)
+        let counters = &self.memory.counters;
+        let before = counters.pipelines_created.load(Relaxed);
+        let compiled = (self.pipelines).get(
+            &self.device,
+            kernel,
+            self.subgroups,
+            &counters.pipelines_created,
+        );
+        if counters.pipelines_created.load(Relaxed) != before {
+            counters.created(Object::Pipeline, None);
+        }
+        compiled
+    }
+
+    /// Counts what is created until the guard drops as made for `path` (the path
+    /// before comes back then): the trainer marks its training, evaluation, sampling
+    /// and checkpoint work, so the counters say which one made what.
+    pub fn on_path(&self, path: Path) -> PathGuard {
+        PathGuard {
+            before: self.memory.counters.set_path(path),
+            memory: self.memory.clone(),
+        }
     }
 
     /// Destroys the pool's free buffers: at once outside a scope, after the scope's
@@ -416,5 +436,18 @@ impl Drop for WgpuContext {
     fn drop(&mut self) {
         self.flush();
         self.memory.destroy_all();
+    }
+}
+
+/// Restores the path before [`WgpuContext::on_path`] when dropped (it borrows no
+/// context, so the trainer stays free to record while it lives).
+pub struct PathGuard {
+    memory: Arc<MemoryManager>,
+    before: Path,
+}
+
+impl Drop for PathGuard {
+    fn drop(&mut self) {
+        self.memory.counters.set_path(self.before);
     }
 }

@@ -1,7 +1,146 @@
 //! The context's counters: what it created, dispatched and submitted, and the bytes
-//! its live buffers take, kept as relaxed atomics and read as one snapshot.
+//! its live buffers take, kept as relaxed atomics and read as one snapshot. What was
+//! created is also counted by the path that asked ([`Path`]) and, for buffers, by
+//! what they are for ([`BuffersByPurpose`]): after warm-up a training step creates
+//! nothing, and a path that needs objects of its own (an evaluation, a sample) makes
+//! them once, at its first use, where these counts show it.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+
+/// What the context is doing for its caller, for the counts of what it creates:
+/// set by the trainer around each of its paths ([`super::WgpuContext::on_path`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Path {
+    /// Anything else: building the trainer, uploading the weights, a kernel run by hand.
+    #[default]
+    Setup,
+    /// Training steps.
+    Train,
+    /// Held-out evaluation.
+    Evaluate,
+    /// Text sampling.
+    Sample,
+    /// Saving or loading a checkpoint.
+    Checkpoint,
+}
+
+const PATHS: usize = 5;
+
+/// Objects created: buffers, bind groups, pipelines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Created {
+    pub buffers: u64,
+    pub bind_groups: u64,
+    pub pipelines: u64,
+}
+
+impl Created {
+    fn since(self, before: Created) -> Created {
+        Created {
+            buffers: self.buffers.saturating_sub(before.buffers),
+            bind_groups: self.bind_groups.saturating_sub(before.bind_groups),
+            pipelines: self.pipelines.saturating_sub(before.pipelines),
+        }
+    }
+
+    fn plus(self, other: Created) -> Created {
+        Created {
+            buffers: self.buffers + other.buffers,
+            bind_groups: self.bind_groups + other.bind_groups,
+            pipelines: self.pipelines + other.pipelines,
+        }
+    }
+}
+
+/// [`Created`] by the [`Path`] that asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CreatedByPath {
+    pub setup: Created,
+    pub train: Created,
+    pub evaluate: Created,
+    pub sample: Created,
+    pub checkpoint: Created,
+}
+
+impl CreatedByPath {
+    fn paths(&self) -> [Created; PATHS] {
+        [
+            self.setup,
+            self.train,
+            self.evaluate,
+            self.sample,
+            self.checkpoint,
+        ]
+    }
+
+    fn from_paths([setup, train, evaluate, sample, checkpoint]: [Created; PATHS]) -> Self {
+        CreatedByPath {
+            setup,
+            train,
+            evaluate,
+            sample,
+            checkpoint,
+        }
+    }
+
+    /// What was created after `before` (an earlier snapshot of the same counts).
+    pub fn since(&self, before: &CreatedByPath) -> CreatedByPath {
+        let (now, then) = (self.paths(), before.paths());
+        CreatedByPath::from_paths(std::array::from_fn(|i| now[i].since(then[i])))
+    }
+
+    /// Every path's together.
+    pub fn total(&self) -> Created {
+        self.paths()
+            .into_iter()
+            .fold(Created::default(), Created::plus)
+    }
+}
+
+/// Buffers created, by what they are for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BuffersByPurpose {
+    /// Pooled storage (tensors).
+    pub storage: u64,
+    /// Storage filled at creation, never pooled.
+    pub upload: u64,
+    /// Upload staging chunks.
+    pub staging: u64,
+    /// Readback buffers.
+    pub readback: u64,
+    /// Chunks of the uniform-parameter arena.
+    pub uniform: u64,
+    /// Timestamp-query resolve buffers.
+    pub timestamps: u64,
+}
+
+impl BuffersByPurpose {
+    fn counts(&self) -> [u64; 6] {
+        [
+            self.storage,
+            self.upload,
+            self.staging,
+            self.readback,
+            self.uniform,
+            self.timestamps,
+        ]
+    }
+
+    /// What was created after `before`.
+    pub fn since(&self, before: &BuffersByPurpose) -> BuffersByPurpose {
+        let (now, then) = (self.counts(), before.counts());
+        let [storage, upload, staging, readback, uniform, timestamps] =
+            std::array::from_fn(|i| now[i].saturating_sub(then[i]));
+        BuffersByPurpose {
+            storage,
+            upload,
+            staging,
+            readback,
+            uniform,
+            timestamps,
+        }
+    }
+}
 
 /// The context's counters, next to the pool's [`crate::BufferPoolStats`].
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -10,6 +149,8 @@ pub struct ContextCounters {
     pub dispatches: u64,
     /// Queue submits.
     pub submits: u64,
+    /// Batches written into a buffer kept across steps through the queue.
+    pub queue_writes: u64,
     /// GPU buffers this context created, of every kind (pooled, uploads, staging,
     /// readback, kernel parameters). Flat in steady state means the pool is doing
     /// its job.
@@ -39,12 +180,17 @@ pub struct ContextCounters {
     /// free by the pool. `peak_bytes_reserved / peak_bytes_requested_in_use` is what a
     /// size policy costs.
     pub peak_bytes_reserved: u64,
+    /// Buffers, bind groups and pipelines created, by the path that asked.
+    pub created_by_path: CreatedByPath,
+    /// Buffers created, by what they are for.
+    pub buffers_by_purpose: BuffersByPurpose,
 }
 
 #[derive(Default)]
 pub(crate) struct Counters {
     pub dispatches: AtomicU64,
     pub submits: AtomicU64,
+    pub queue_writes: AtomicU64,
     pub buffers_created: AtomicU64,
     pub bytes_created: AtomicU64,
     pub buffers_destroyed: AtomicU64,
@@ -57,13 +203,73 @@ pub(crate) struct Counters {
     pub bytes_requested_in_use: AtomicU64,
     pub peak_bytes_requested_in_use: AtomicU64,
     pub peak_bytes_reserved: AtomicU64,
+    /// The [`Path`] now, as its index.
+    path: AtomicU8,
+    /// Per path: buffers, bind groups, pipelines.
+    by_path: [[AtomicU64; 3]; PATHS],
+    /// Per [`super::memory::Purpose`], in its order.
+    by_purpose: [AtomicU64; 6],
+}
+
+/// What a creation was: the column of `Counters::by_path`.
+#[derive(Clone, Copy)]
+pub(crate) enum Object {
+    Buffer = 0,
+    BindGroup = 1,
+    Pipeline = 2,
 }
 
 impl Counters {
+    /// Sets the path now and returns the one before.
+    pub fn set_path(&self, path: Path) -> Path {
+        match self.path.swap(path as u8, Relaxed) {
+            1 => Path::Train,
+            2 => Path::Evaluate,
+            3 => Path::Sample,
+            4 => Path::Checkpoint,
+            _ => Path::Setup,
+        }
+    }
+
+    /// One `object` created, on the path now (buffers also by `purpose`, an index
+    /// in [`BuffersByPurpose`]'s order).
+    pub fn created(&self, object: Object, purpose: Option<usize>) {
+        let path = usize::from(self.path.load(Relaxed)).min(PATHS - 1);
+        self.by_path[path][object as usize].fetch_add(1, Relaxed);
+        if let Some(i) = purpose {
+            self.by_purpose[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    fn created_by_path(&self) -> CreatedByPath {
+        CreatedByPath::from_paths(std::array::from_fn(|p| {
+            let [buffers, bind_groups, pipelines] = &self.by_path[p];
+            Created {
+                buffers: buffers.load(Relaxed),
+                bind_groups: bind_groups.load(Relaxed),
+                pipelines: pipelines.load(Relaxed),
+            }
+        }))
+    }
+
+    fn buffers_by_purpose(&self) -> BuffersByPurpose {
+        let [storage, upload, staging, readback, uniform, timestamps] =
+            std::array::from_fn(|i| self.by_purpose[i].load(Relaxed));
+        BuffersByPurpose {
+            storage,
+            upload,
+            staging,
+            readback,
+            uniform,
+            timestamps,
+        }
+    }
+
     pub fn snapshot(&self) -> ContextCounters {
         ContextCounters {
             dispatches: self.dispatches.load(Relaxed),
             submits: self.submits.load(Relaxed),
+            queue_writes: self.queue_writes.load(Relaxed),
             buffers_created: self.buffers_created.load(Relaxed),
             bytes_created: self.bytes_created.load(Relaxed),
             buffers_destroyed: self.buffers_destroyed.load(Relaxed),
@@ -76,6 +282,8 @@ impl Counters {
             bytes_requested_in_use: self.bytes_requested_in_use.load(Relaxed),
             peak_bytes_requested_in_use: self.peak_bytes_requested_in_use.load(Relaxed),
             peak_bytes_reserved: self.peak_bytes_reserved.load(Relaxed),
+            created_by_path: self.created_by_path(),
+            buffers_by_purpose: self.buffers_by_purpose(),
         }
     }
 }

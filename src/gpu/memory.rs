@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 
 use super::bind_groups::BindGroupCache;
-use super::counters::Counters;
+use super::counters::{Counters, Object};
 use super::lock;
 use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
@@ -21,7 +21,8 @@ use super::uniforms::{UniformArena, CHUNK_BYTES};
 use crate::pool::{BufferPool, BufferPoolConfig, LetGo, Rejection};
 use crate::trace::{EventKind, Fields, Recorder};
 
-/// What a buffer is for: its usage flags, and its label in counters and traces.
+/// What a buffer is for: its usage flags, and its label in counters and traces
+/// (in the order of [`super::counters::BuffersByPurpose`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Purpose {
     /// Pooled storage (tensors): bound as storage, copied in and out, cleared.
@@ -132,6 +133,7 @@ impl MemoryManager {
     /// The one place a GPU buffer is created, and counted.
     fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
         self.counters.buffers_created.fetch_add(1, Relaxed);
+        (self.counters).created(Object::Buffer, Some(purpose as usize));
         self.counters.bytes_created.fetch_add(size, Relaxed);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(purpose.label()),
@@ -186,6 +188,9 @@ impl MemoryManager {
             EventKind::Destroy
         };
         let size = buffer.size();
+        if purpose == Purpose::Readback {
+            self.readback.note_gone(size);
+        }
         self.event((kind, purpose), (size, size), &buffer, None, 0);
         lock(&self.ids).remove(&buffer);
         lock(&self.bind_groups).forget(&buffer);
@@ -215,7 +220,11 @@ impl MemoryManager {
     /// its whole size in use (a fitted buffer counts as the larger size it is).
     pub fn storage(&self, size: usize) -> (wgpu::Buffer, usize) {
         let (reused, class) = if self.pooling {
-            match self.pool.take(size) {
+            // By creation order (see `take_ranked`): the bind groups a step caches
+            // name the buffers it is handed.
+            let ids = lock(&self.ids);
+            let rank = |b: &wgpu::Buffer| ids.get(b).copied().unwrap_or(u64::MAX);
+            match self.pool.take_ranked(size, rank) {
                 Ok((buffer, class)) => (Some(buffer), class),
                 Err(class) => (None, class),
             }
@@ -326,9 +335,20 @@ impl MemoryManager {
 
     /// An unmapped readback buffer of `class` bytes.
     pub fn readback_buffer(&self, class: u64) -> wgpu::Buffer {
-        self.readback
-            .take(class)
-            .unwrap_or_else(|| self.create(class, Purpose::Readback))
+        self.readback.take(class).unwrap_or_else(|| {
+            let buffer = self.create(class, Purpose::Readback);
+            self.readback.note_made(class);
+            buffer
+        })
+    }
+
+    /// Readback buffers of `class` bytes made until `count` exist (free or out).
+    pub fn reserve_readbacks(&self, class: u64, count: usize) {
+        while self.readback.made(class) < count {
+            let buffer = self.create(class, Purpose::Readback);
+            self.readback.note_made(class);
+            self.readback.give_back(buffer);
+        }
     }
 
     /// A readback buffer read and unmapped, free for the next download.
@@ -384,6 +404,7 @@ impl MemoryManager {
         );
         if created {
             self.counters.bind_groups_created.fetch_add(1, Relaxed);
+            self.counters.created(Object::BindGroup, None);
         }
         group
     }

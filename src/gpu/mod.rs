@@ -65,8 +65,8 @@ mod uniforms;
 #[cfg(target_arch = "wasm32")]
 mod web_subgroups;
 
-pub use context::{ContextOptions, WgpuContext};
-pub use counters::ContextCounters;
+pub use context::{ContextOptions, PathGuard, WgpuContext};
+pub use counters::{BuffersByPurpose, ContextCounters, Created, CreatedByPath, Path};
 pub use kernel::{grid_1d, Kernel};
 pub use pooled::PooledBuffer;
 /// The WGSL compiled for a kernel (the shader tests compile each variant).

@@ -63,9 +63,32 @@ impl StagingBelt {
 #[derive(Default)]
 pub(crate) struct Readback {
     free: Mutex<Vec<wgpu::Buffer>>,
+    /// How many of each class were made (free or out, until the context goes).
+    made: Mutex<Vec<(u64, usize)>>,
 }
 
 impl Readback {
+    pub fn made(&self, class: u64) -> usize {
+        let made = lock(&self.made);
+        made.iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    pub fn note_gone(&self, class: u64) {
+        if let Some((_, n)) = lock(&self.made).iter_mut().find(|(c, _)| *c == class) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    pub fn note_made(&self, class: u64) {
+        let mut made = lock(&self.made);
+        match made.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, n)) => *n += 1,
+            None => made.push((class, 1)),
+        }
+    }
+
     pub fn take(&self, class: u64) -> Option<wgpu::Buffer> {
         let mut free = lock(&self.free);
         let i = free.iter().position(|b| b.size() == class)?;

@@ -1,6 +1,7 @@
 //! Moving bytes between host and GPU: uploads through a staging belt recorded in the
 //! encoder (ordered, so pooled: rule 3), and asynchronous downloads.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::context::take_error;
@@ -53,6 +54,19 @@ impl WgpuContext {
             }
         });
         dsts
+    }
+
+    /// Writes `bytes` (a multiple of 4, at most its length) at the start of `dst`, a
+    /// buffer kept across submits and never pooled (rule 3: made by
+    /// [`WgpuContext::upload`]), through the queue: no staging chunk, nothing
+    /// created. A queue write lands ahead of the next submit, after every earlier
+    /// one; so what is recorded now (and may read the old bytes) is submitted first.
+    pub fn write_pooled(&self, dst: &PooledBuffer, bytes: &[u8]) {
+        debug_assert!(bytes.len() <= dst.len() && bytes.len().is_multiple_of(4));
+        debug_assert!(!dst.recycle(), "a queue-written buffer is never pooled");
+        self.flush();
+        self.queue.write_buffer(dst, 0, bytes);
+        self.memory.counters.queue_writes.fetch_add(1, Relaxed);
     }
 
     /// Copies `bytes` bytes between buffers, recorded in the encoder (ordered).
@@ -116,6 +130,14 @@ impl WgpuContext {
             buffer: Some(self.memory.readback_buffer(class)),
             home: self.memory.clone(),
         }
+    }
+
+    /// Makes readback buffers of the class of `bytes` until `count` exist: a caller
+    /// that will keep `count` reads of this size in flight makes them at its first
+    /// use instead of at its first overlap.
+    pub fn reserve_readbacks(&self, bytes: u64, count: usize) {
+        self.memory
+            .reserve_readbacks(staging_class(bytes.max(4)), count);
     }
 
     /// Records a copy of `bytes` bytes of `src` from `src_offset` into `dst` at

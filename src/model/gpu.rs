@@ -144,6 +144,74 @@ fn packed_layout(bytes: [usize; 4], align: usize) -> ([(u64, NonZeroU64); 4], us
     (ranges, at)
 }
 
+/// A packed batch's arrays start at the device's storage offset alignment.
+fn batch_align(ctx: &WgpuContext) -> usize {
+    ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize
+}
+
+/// A batch's four arrays packed into one run of bytes, and their ranges in it.
+fn pack(arrays: &[Vec<u32>; 4], align: usize) -> (Vec<u8>, [(u64, NonZeroU64); 4]) {
+    let (ranges, total) = packed_layout(arrays.each_ref().map(|a| a.len() * 4), align);
+    let mut bytes = vec![0u8; total];
+    for (array, (start, _)) in arrays.iter().zip(ranges) {
+        let src: &[u8] = bytemuck::cast_slice(array);
+        bytes[start as usize..start as usize + src.len()].copy_from_slice(src);
+    }
+    (bytes, ranges)
+}
+
+/// One batch buffer kept across steps and rewritten for each through the queue
+/// ([`WgpuContext::write_pooled`]). Every step then binds the same buffer, so the
+/// bind groups that name it are made once, whatever the number of steps a call or
+/// calls in flight; an upload a step would bind a new pooled buffer per batch of a
+/// call. A batch of another shape replaces it (sampling keeps its own).
+#[derive(Default)]
+pub struct HeldBatch {
+    batch: Option<GpuBatch>,
+}
+
+impl HeldBatch {
+    /// Writes `(tokens, targets)` and their token index into the held buffer (made
+    /// at first use, or again for a new shape) and returns it: what the commands
+    /// recorded after this read; those recorded before read the previous batch.
+    pub fn write(
+        &mut self,
+        ctx: &WgpuContext,
+        tokens: &[u32],
+        targets: &[u32],
+        vocab: usize,
+    ) -> &GpuBatch {
+        let (offsets, positions) = kernels::token_index(tokens, vocab);
+        let arrays = [tokens.to_vec(), targets.to_vec(), offsets, positions];
+        let (bytes, ranges) = pack(&arrays, batch_align(ctx));
+        let fits = matches!(
+            &self.batch,
+            Some(GpuBatch { store: BatchStore::Packed(buffer, kept) })
+                if *kept == ranges && buffer.len() == bytes.len()
+        );
+        if fits {
+            if let Some(GpuBatch {
+                store: BatchStore::Packed(buffer, _),
+            }) = &self.batch
+            {
+                ctx.write_pooled(buffer, &bytes);
+            }
+        } else {
+            // Made holding its first batch and never pooled: a buffer that queue
+            // writes fill must not be handed to other tensors (rule 3).
+            self.batch = Some(GpuBatch {
+                store: BatchStore::Packed(ctx.upload(&bytes), ranges),
+            });
+        }
+        self.batch.as_ref().expect("written above")
+    }
+
+    /// The batch last written, if any.
+    pub fn get(&self) -> Option<&GpuBatch> {
+        self.batch.as_ref()
+    }
+}
+
 impl GpuBatch {
     /// Uploads one batch; see [`GpuBatch::upload_all`].
     pub fn upload(
@@ -158,10 +226,9 @@ impl GpuBatch {
     }
 
     /// Uploads batches of `(tokens, targets)` through the staging belt (`belt`) or
-    /// [`WgpuContext::upload`]. Through the belt each batch is one pooled buffer (so
-    /// steady-state steps create no buffers for their inputs), all of them written
-    /// through one staging chunk, one map cycle and one run of copies: a trainer
-    /// uploads a call's batches at once ([`crate::train::Trainer::steps`]).
+    /// [`WgpuContext::upload`]. Through the belt each batch is one pooled buffer,
+    /// all of them written through one staging chunk, one map cycle and one run of
+    /// copies. (A trainer's steps write theirs into a [`HeldBatch`] instead.)
     pub fn upload_all(
         ctx: &WgpuContext,
         batches: &[(&[u32], &[u32])],
@@ -183,21 +250,9 @@ impl GpuBatch {
                 })
                 .collect();
         }
-        let align = ctx.limits().min_storage_buffer_offset_alignment.max(4) as usize;
-        let mut layouts = Vec::with_capacity(indexed.len());
-        let packed: Vec<Vec<u8>> = indexed
-            .iter()
-            .map(|arrays| {
-                let (ranges, total) = packed_layout(arrays.each_ref().map(|a| a.len() * 4), align);
-                let mut bytes = vec![0u8; total];
-                for (array, (start, _)) in arrays.iter().zip(ranges) {
-                    let src: &[u8] = bytemuck::cast_slice(array);
-                    bytes[start as usize..start as usize + src.len()].copy_from_slice(src);
-                }
-                layouts.push(ranges);
-                bytes
-            })
-            .collect();
+        let align = batch_align(ctx);
+        let (packed, layouts): (Vec<Vec<u8>>, Vec<_>) =
+            indexed.iter().map(|arrays| pack(arrays, align)).unzip();
         let slices: Vec<&[u8]> = packed.iter().map(Vec::as_slice).collect();
         ctx.upload_pooled_all(&slices)
             .into_iter()

@@ -26,7 +26,7 @@ mod pass;
 pub use config::{GptConfig, Init, ParamSpec};
 pub use cpu::{CpuBatch, CpuOps};
 pub use dropout::Dropout;
-pub use gpu::{grad_rooms, GpuBatch, GpuOps};
+pub use gpu::{grad_rooms, GpuBatch, GpuOps, HeldBatch};
 pub use ops::Ops;
 pub use params::{BlockParams, GptParams};
 pub use pass::{backward, forward, mean_loss, Activations, Shapes};

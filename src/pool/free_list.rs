@@ -133,7 +133,38 @@ impl<B: Poolable> BufferPool<B> {
         self.take_within(min_size, self.config.fit_ratio)
     }
 
+    /// [`BufferPool::take`], choosing among a bucket's free buffers the one of the
+    /// lowest `rank` instead of the most recently released. A caller that ranks its
+    /// buffers by when it made them gets the same buffer for the same request
+    /// whatever order they came back in: a training step binds the same buffers
+    /// every step even after other work (an evaluation, a sample) took and returned
+    /// some in another order, so its cached bind groups stay valid. The bucket keeps
+    /// its release order (trimming goes oldest first).
+    pub fn take_ranked(
+        &self,
+        min_size: usize,
+        rank: impl Fn(&B) -> u64,
+    ) -> Result<(B, usize), usize> {
+        self.take_choosing(min_size, self.config.fit_ratio, |list| {
+            let (i, _) = list
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, f)| rank(&f.buffer))?;
+            Some(list.remove(i))
+        })
+    }
+
     fn take_within(&self, min_size: usize, fit_ratio: u32) -> Result<(B, usize), usize> {
+        self.take_choosing(min_size, fit_ratio, Vec::pop)
+    }
+
+    /// A take, with `choose` picking (and removing) the buffer of a non-empty bucket.
+    fn take_choosing(
+        &self,
+        min_size: usize,
+        fit_ratio: u32,
+        mut choose: impl FnMut(&mut Vec<FreeBuffer<B>>) -> Option<FreeBuffer<B>>,
+    ) -> Result<(B, usize), usize> {
         let class = self.size_class(min_size);
         let mut inner = self.lock();
         if class > self.config.max_buffer_size {
@@ -149,7 +180,7 @@ impl<B: Poolable> BufferPool<B> {
         let found = inner
             .buckets
             .range_mut(class..=limit)
-            .find_map(|(&size, list)| list.pop().map(|free| (size, free)));
+            .find_map(|(&size, list)| choose(list).map(|free| (size, free)));
         match found {
             Some((size, free)) => {
                 let stats = &mut inner.stats;

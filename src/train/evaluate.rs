@@ -3,6 +3,7 @@
 use super::batcher::Batcher;
 use super::trainer::Trainer;
 use crate::error::Result;
+use crate::gpu::Path;
 use crate::kernels::Mean;
 use crate::model::{self, GpuBatch, GpuOps};
 
@@ -25,35 +26,45 @@ impl Trainer {
     pub async fn evaluate(&mut self) -> Result<f32> {
         let mut batcher = Batcher::new(EVAL_SEED);
         let (b, c) = (self.cfg.batch, self.cfg.context);
+        let _evaluate = self.ctx.on_path(Path::Evaluate);
         // The losses of up to EVAL_BATCHES_AT_ONCE batches go to one readback, read
         // once: the GPU goes from batch to batch without waiting for the host, and a
-        // long evaluation still hands control back (and bounds the queued work).
+        // long evaluation still hands control back (and bounds the queued work). The
+        // buffer they gather in has room for EVAL_BATCHES_AT_ONCE whatever the count
+        // (the last run may be short), so every run binds the same one.
         let mut total = 0.0f64;
         let mut left = self.cfg.eval_batches;
         while left > 0 {
             let n = left.min(EVAL_BATCHES_AT_ONCE);
             left -= n;
-            let losses = self.ctx.pending_read(4 * n as u64);
+            let bytes = 4 * EVAL_BATCHES_AT_ONCE;
+            let losses = self.ctx.pending_read(bytes as u64);
             // Each batch's mean goes straight into `gathered`, copied out once.
-            let gathered = self.ctx.create_pooled(4 * n);
+            let gathered = self.ctx.create_pooled(bytes);
             for i in 0..n {
                 let (inputs, targets) = batcher.next(&self.corpus.val, b, c);
+                // The training steps' batch buffer: the same shape, written ahead of
+                // this batch's commands.
+                let vocab = self.model.vocab;
+                let uploaded = if self.cfg.belt {
+                    self.held_batch.write(&self.ctx, &inputs, &targets, vocab);
+                    None
+                } else {
+                    Some(GpuBatch::upload(&self.ctx, &inputs, &targets, vocab, false))
+                };
+                let batch = uploaded
+                    .as_ref()
+                    .or(self.held_batch.get())
+                    .expect("written above");
                 self.ctx.scope(|| {
-                    let batch = GpuBatch::upload(
-                        &self.ctx,
-                        &inputs,
-                        &targets,
-                        self.model.vocab,
-                        self.cfg.belt,
-                    );
                     let ops = GpuOps::new(&self.ctx);
                     let weights = self.weights();
-                    let acts = model::forward(&ops, &self.model, &weights, &batch, b, c, None);
+                    let acts = model::forward(&ops, &self.model, &weights, batch, b, c, None);
                     Mean::default().write(&self.ctx, &acts.losses, b * c, &gathered, i);
                 });
             }
             self.ctx
-                .copy_to_read(&gathered, 0, &losses, 0, 4 * n as u64);
+                .copy_to_read(&gathered, 0, &losses, 0, bytes as u64);
             drop(gathered);
             let losses = self.ctx.read::<f32>(losses, n).await?;
             total += losses.iter().map(|&l| f64::from(l)).sum::<f64>();

@@ -30,7 +30,9 @@ pub use batcher::Batcher;
 pub use clock::now_ms;
 pub use evaluate::{CLI_EVAL_BATCHES, EVAL_SEED};
 pub use sample::{check_sample_settings, MAX_SAMPLE_CHARS};
-pub use schedule::{Schedule, CLI_OVERLAP_MS, DEFAULT_MAX_AT_ONCE};
+pub use schedule::{Schedule, CLI_OVERLAP_MS};
 pub use stats::StepStats;
-pub use steps::{StepFigures, StepsInFlight, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT};
+pub use steps::{
+    StepFigures, StepsInFlight, DEFAULT_MAX_AT_ONCE, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT,
+};
 pub use trainer::Trainer;

@@ -2,6 +2,7 @@
 
 use super::trainer::Trainer;
 use crate::error::{Error, Result};
+use crate::gpu::Path;
 use crate::model::{self, GpuBatch, GpuOps};
 use crate::rng::Rng;
 
@@ -39,15 +40,26 @@ impl Trainer {
             ids.push(self.sample_rng.below(v) as u32);
         }
         let first_new = ids.len();
+        let _sample = self.ctx.on_path(Path::Sample);
         for _ in 0..length {
             let window = &ids[ids.len().saturating_sub(c)..];
             let last = window.len() - 1;
             let mut inputs = window.to_vec();
             inputs.resize(c, 0);
+            // A batch buffer of its own, rewritten for each character.
+            let uploaded = if self.cfg.belt {
+                self.sample_batch.write(&self.ctx, &inputs, &inputs, v);
+                None
+            } else {
+                Some(GpuBatch::upload(&self.ctx, &inputs, &inputs, v, false))
+            };
+            let batch = uploaded
+                .as_ref()
+                .or(self.sample_batch.get())
+                .expect("written above");
             let logits = self.ctx.scope(|| {
-                let batch = GpuBatch::upload(&self.ctx, &inputs, &inputs, v, self.cfg.belt);
                 let ops = GpuOps::new(&self.ctx);
-                model::forward(&ops, &self.model, &self.weights(), &batch, 1, c, None).logits
+                model::forward(&ops, &self.model, &self.weights(), batch, 1, c, None).logits
             });
             let row = self.ctx.download_at::<f32>(&logits, last * v, v).await?;
             ids.push(pick(&row, temperature, top_k, &mut self.sample_rng) as u32);

@@ -5,12 +5,8 @@
 //!
 //! [`Trainer::start_steps`]: super::Trainer::start_steps
 
-use super::steps::MAX_STEPS_AT_ONCE;
+use super::steps::{DEFAULT_MAX_AT_ONCE, MAX_STEPS_AT_ONCE};
 use crate::error::{Error, Result};
-
-/// Steps a call, at most, unless a schedule says otherwise: on the page's presets a
-/// call of 16 takes a few ms on a large GPU.
-pub const DEFAULT_MAX_AT_ONCE: u32 = 16;
 
 /// The CLI's overlap: calls overlap where a step takes at most this many ms, the
 /// page worker's rule at its call budget of 16 ms. On a CPU adapter steps are slower,

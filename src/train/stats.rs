@@ -3,7 +3,7 @@
 
 use crate::config::TrainConfig;
 use crate::error::{Error, Result};
-use crate::gpu::ContextCounters;
+use crate::gpu::{BuffersByPurpose, ContextCounters, CreatedByPath};
 use crate::pool::{BucketStats, BufferPoolStats};
 
 /// Figures of one step (or the latest, from [`Trainer::stats`](super::Trainer::stats)).
@@ -27,16 +27,26 @@ pub struct StepStats {
     pub step_hit_rate: f64,
     /// GPU buffers the context has created since the start.
     pub buffers_created: u64,
-    /// Created during this step: 0 in steady state with the pool.
+    /// Created during this step, and since the step before (by an evaluation, a
+    /// sample or a save): 0 after warm-up with the pool, but where a path first
+    /// runs (see `created_step_by_path`).
     pub buffers_created_step: u64,
-    /// Bind groups created during this step: 0 in steady state (they are cached).
+    /// Bind groups created during this step (and since the step before): 0 after
+    /// warm-up (they are cached).
     pub bind_groups_created_step: u64,
     /// Compute dispatches recorded during this step (forward, backward, optimizer).
     pub dispatches_step: u64,
     /// Command encoders created during this step (one a submit).
     pub encoders_created_step: u64,
-    /// Pipelines created during this step: 0 after the first.
+    /// Pipelines created during this step (and since the step before): 0 after the
+    /// first, but where a path first runs.
     pub pipelines_created_step: u64,
+    /// Buffers, bind groups and pipelines created during this step and since the
+    /// step before, by the path that asked: training, evaluation (counted in the
+    /// step that evaluates), sampling, checkpoints.
+    pub created_step_by_path: CreatedByPath,
+    /// This step's buffers (as `buffers_created_step`) by what they are for.
+    pub buffers_created_step_by_purpose: BuffersByPurpose,
     pub bytes_held: u64,
     pub peak_bytes_held: u64,
     pub bytes_in_use: u64,
@@ -57,6 +67,24 @@ pub(super) struct RecordedStep {
     pub step: u32,
     pub record_ms: f64,
     pub before: (ContextCounters, BufferPoolStats),
+    /// What had been created when the step before was counted.
+    pub created_before: CreatedSoFar,
+}
+
+/// The counts of what a context has created, by path and by purpose.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CreatedSoFar {
+    by_path: CreatedByPath,
+    by_purpose: BuffersByPurpose,
+}
+
+impl CreatedSoFar {
+    pub fn of(counters: &ContextCounters) -> Self {
+        CreatedSoFar {
+            by_path: counters.created_by_path,
+            by_purpose: counters.buffers_by_purpose,
+        }
+    }
 }
 
 impl StepStats {
@@ -81,7 +109,7 @@ impl StepStats {
                 "the loss became {loss} at step {step}; lower the learning rate"
             )));
         }
-        Ok(StepStats {
+        let mut stats = StepStats {
             step,
             loss,
             ms,
@@ -96,12 +124,8 @@ impl StepStats {
                 (pool.hits - before_pool.hits) as f64 / step_acquires as f64
             },
             buffers_created: counters.buffers_created,
-            buffers_created_step: counters.buffers_created - before_counters.buffers_created,
-            bind_groups_created_step: counters.bind_groups_created
-                - before_counters.bind_groups_created,
             dispatches_step: counters.dispatches - before_counters.dispatches,
             encoders_created_step: counters.encoders_created - before_counters.encoders_created,
-            pipelines_created_step: counters.pipelines_created - before_counters.pipelines_created,
             bytes_held: pool.bytes_held,
             peak_bytes_held: pool.peak_bytes_held,
             bytes_in_use: counters.bytes_in_use,
@@ -114,6 +138,23 @@ impl StepStats {
             val_loss,
             pool,
             context: counters,
-        })
+            ..StepStats::default()
+        };
+        let counters = stats.context.clone();
+        stats.count_created(recorded, &counters);
+        Ok(stats)
+    }
+
+    /// Sets what the step created (from before `recorded` to `counters`).
+    pub(super) fn count_created(&mut self, recorded: &RecordedStep, counters: &ContextCounters) {
+        let before = &recorded.created_before;
+        self.created_step_by_path = counters.created_by_path.since(&before.by_path);
+        self.buffers_created_step_by_purpose =
+            counters.buffers_by_purpose.since(&before.by_purpose);
+        let total = self.created_step_by_path.total();
+        self.buffers_created_step = total.buffers;
+        self.bind_groups_created_step = total.bind_groups;
+        self.pipelines_created_step = total.pipelines;
+        self.buffers_created = counters.buffers_created;
     }
 }

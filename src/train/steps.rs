@@ -4,36 +4,27 @@
 //! [`Trainer::finish_steps`]).
 
 use super::clock::now_ms;
-use super::stats::{RecordedStep, StepStats};
+use super::stats::{CreatedSoFar, RecordedStep, StepStats};
 use super::trainer::Trainer;
 use crate::error::{Error, Result};
-use crate::gpu::{ContextCounters, PendingRead, PooledBuffer, Reading, WgpuContext};
+use crate::gpu::{ContextCounters, Path, PendingRead, PooledBuffer, Reading};
 use crate::model::GpuBatch;
 use crate::pool::BufferPoolStats;
 
 /// Most steps [`Trainer::steps`] records before reading their losses.
 pub const MAX_STEPS_AT_ONCE: u32 = 1024;
 
-/// Bytes of a call's batches that go up together, at most (one batch if it is
-/// larger): their staging chunk, and their buffers waiting for their steps.
-const UPLOAD_GROUP_BYTES: usize = 8 << 20;
+/// Steps a call, at most, unless a [`super::Schedule`] says otherwise: on the page's
+/// presets a call of 16 takes a few ms on a large GPU.
+pub const DEFAULT_MAX_AT_ONCE: u32 = 16;
 
-/// Which of a call's `n` batches, of about `batch_bytes` each, go up together, in
-/// order: the first alone, so that the GPU can start on it at once; then as many as
-/// fit in [`UPLOAD_GROUP_BYTES`], at least one, each group in the scope of its first
-/// step while the GPU runs the steps before. One staging chunk, one map cycle and one
-/// run of copies a group; no copy ends a step's compute pass midway.
-fn upload_groups(n: usize, batch_bytes: usize) -> Vec<std::ops::Range<usize>> {
-    let per = (UPLOAD_GROUP_BYTES / batch_bytes.max(1)).max(1);
-    let mut groups = Vec::with_capacity(n.div_ceil(per) + 1);
-    groups.push(0..n.min(1));
-    let mut at = n.min(1);
-    while at < n {
-        let end = at.saturating_add(per).min(n);
-        groups.push(at..end);
-        at = end;
-    }
-    groups
+/// Floats of the buffer a call's figures gather in (4 a step: loss, norm, scale and
+/// a pad): sized for [`DEFAULT_MAX_AT_ONCE`] steps, or for a longer call's steps
+/// rounded up to a power of two, so that calls of 1 to 16 steps (a run's short last
+/// one too) all gather into a buffer of one size and bind it in the same bind
+/// groups, and read it back through a readback of one size.
+fn gathered_floats(n: u32) -> usize {
+    4 * n.max(DEFAULT_MAX_AT_ONCE).next_power_of_two() as usize
 }
 
 /// Calls of [`Trainer::start_steps`] a caller keeps in flight, at most (the wasm
@@ -100,20 +91,27 @@ impl Trainer {
         // Counted from before the readback is taken: a first step that creates it
         // has the creation among its own.
         let before = self.counters_now();
-        let report = self.ctx.pending_read(16);
-        let gathered = self.ctx.create_pooled(16);
-        let (vocab, belt) = (self.model.vocab, self.cfg.belt);
-        let batch = |ctx: &WgpuContext| GpuBatch::upload(ctx, inputs, targets, vocab, belt);
+        let created = self.created_before();
+        let train = self.ctx.on_path(Path::Train);
+        let bytes = 4 * gathered_floats(1) as u64;
+        // What a call of steps will need too (see `start_steps`): a first step made
+        // one at a time makes it, not the first call after it.
+        self.ctx
+            .reserve_readbacks(bytes, MAX_STEPS_IN_FLIGHT as usize);
+        let report = self.ctx.pending_read(bytes);
+        let gathered = self.ctx.create_pooled(4 * gathered_floats(1));
         let figures = ((&gathered, 0), Some(&report));
-        let recorded = self.record_step(batch, (start, before), figures, false);
+        let recorded = self.record_step(inputs, targets, (start, before, created), figures, false);
         drop(gathered);
         let figures = self.ctx.read::<f32>(report, 3).await?;
+        drop(train);
         self.step = recorded.step;
         let after = (self.ctx.counters(), self.ctx.pool_stats());
+        self.counted = Some(CreatedSoFar::of(&after.0));
         let ms = now_ms() - start;
         self.last = StepStats::of(&self.cfg, &recorded, &figures, ms, after, self.val_loss)?;
         if self.cfg.eval_every > 0 && recorded.step.is_multiple_of(self.cfg.eval_every) {
-            self.evaluate().await?;
+            self.evaluate_within(&recorded).await?;
         }
         Ok(self.last.clone())
     }
@@ -145,51 +143,35 @@ impl Trainer {
         self.corpus.check_context(self.cfg.context)?;
         let (c, b) = (self.cfg.context, self.cfg.batch);
         let start = now_ms();
+        let mut created = self.created_before();
+        let _train = self.ctx.on_path(Path::Train);
         // Each step's [loss, norm, scale] at 4 floats a step, gathered on the GPU by
         // the kernels that make them and copied out once, at the last step's end.
-        let figures = self.ctx.pending_read(16 * u64::from(n));
-        let gathered = self.ctx.create_pooled(16 * n as usize);
-        let (vocab, belt) = (self.model.vocab, self.cfg.belt);
-        // A batch packed: tokens, targets, positions (u32 each), the token offsets,
-        // and up to an alignment's padding before each of the last three (in u64:
-        // wasm32's usize is 32 bits; a batch past it goes up alone anyway).
-        let tokens = b as u64 * c as u64;
-        let batch_bytes = 4 * (3 * tokens + vocab as u64 + 1) + 3 * 256;
-        let batch_bytes = usize::try_from(batch_bytes).unwrap_or(usize::MAX);
-        let mut groups = upload_groups(n as usize, batch_bytes).into_iter();
-        let mut uploaded: Vec<GpuBatch> = Vec::new();
+        let floats = gathered_floats(n);
+        let bytes = 4 * floats as u64;
+        // A second call may be started while this one's figures come back: both
+        // readbacks are made by the first call, not by the first call in flight.
+        self.ctx
+            .reserve_readbacks(bytes, MAX_STEPS_IN_FLIGHT as usize);
+        let figures = self.ctx.pending_read(bytes);
+        let gathered = self.ctx.create_pooled(4 * floats);
         let mut recorded = Vec::new();
         let mut evaluates = false;
         for i in 0..n as usize {
-            let at = (now_ms(), self.counters_now());
-            // The next group's windows, when the last group's batches are used up.
-            let host: Vec<(Vec<u32>, Vec<u32>)> = if uploaded.is_empty() {
-                let group = groups.next().expect("the groups cover every step");
-                group
-                    .map(|_| self.batcher.next(&self.corpus.train, b, c))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let batch = |ctx: &WgpuContext| {
-                if !host.is_empty() {
-                    let pairs: Vec<(&[u32], &[u32])> =
-                        host.iter().map(|(x, y)| (&x[..], &y[..])).collect();
-                    uploaded = GpuBatch::upload_all(ctx, &pairs, vocab, belt);
-                    uploaded.reverse();
-                }
-                uploaded.pop().expect("one batch a step")
-            };
+            let at = (now_ms(), self.counters_now(), created);
+            let (inputs, targets) = self.batcher.next(&self.corpus.train, b, c);
             // Steps after the first go out in one submit each: the GPU is still busy
             // with the one before, so parts would only add host work.
             let last = (i + 1 == n as usize).then_some(&figures);
-            let step = self.record_step(batch, at, ((&gathered, 4 * i), last), i > 0);
+            let step = self.record_step(&inputs, &targets, at, ((&gathered, 4 * i), last), i > 0);
             self.step = step.step;
             evaluates |= self.cfg.eval_every > 0 && step.step.is_multiple_of(self.cfg.eval_every);
             let after = (self.ctx.counters(), self.ctx.pool_stats());
+            created = CreatedSoFar::of(&after.0);
             recorded.push((step, after));
         }
         drop(gathered);
+        self.counted = Some(created);
         Ok(StepsInFlight {
             reading: self.ctx.start_read(figures, 4 * n as usize)?,
             recorded,
@@ -218,6 +200,7 @@ impl Trainer {
         let ms = ((at - start.max(self.last_figures_at)) / n).max(1e-3);
         self.last_figures_at = at;
         let mut stats = Vec::new();
+        let mut recorded_last = None;
         for (i, (step, after)) in recorded.into_iter().enumerate() {
             let figures = &values[4 * i..4 * i + 3];
             stats.push(StepStats::of(
@@ -228,13 +211,33 @@ impl Trainer {
                 after,
                 self.val_loss,
             )?);
+            recorded_last = Some(step);
         }
         self.last = stats.last().cloned().expect("n >= 1");
         if evaluates {
-            self.evaluate().await?;
-            stats.last_mut().expect("n >= 1").val_loss = self.val_loss;
+            let last = recorded_last.expect("n >= 1");
+            self.evaluate_within(&last).await?;
+            *stats.last_mut().expect("n >= 1") = self.last.clone();
         }
         Ok(stats)
+    }
+
+    /// Evaluates after step `recorded`, whose stats (the latest) then count what the
+    /// evaluation created too, under its path: the step that evaluates shows it.
+    async fn evaluate_within(&mut self, recorded: &RecordedStep) -> Result<()> {
+        self.evaluate().await?;
+        let counters = self.ctx.counters();
+        self.last.count_created(recorded, &counters);
+        self.counted = Some(CreatedSoFar::of(&counters));
+        Ok(())
+    }
+
+    /// What the next step counts its creations from: the counts after the last
+    /// step (what was made between steps, by a sample or a save, counts in the
+    /// next one, under its path), or now.
+    fn created_before(&self) -> CreatedSoFar {
+        self.counted
+            .unwrap_or_else(|| CreatedSoFar::of(&self.ctx.counters()))
     }
 
     /// The context's and the pool's counters now.
@@ -242,24 +245,37 @@ impl Trainer {
         (self.ctx.counters(), self.ctx.pool_stats())
     }
 
-    /// Records training step `self.step + 1` on the batch that `batch` uploads or
-    /// hands over, in the step's scope (one scope: forward, backward, clip, AdamW),
-    /// and returns what its stats need (`start`: its start time and counters). Its
-    /// [loss, norm, scale] go to floats `at..at + 3` of `gathered`, written by the
-    /// kernels that make them (a copy would end the compute pass); `report`: the
-    /// readback all of `gathered` is copied into at the step's end. `whole`: in one
-    /// submit ([`WgpuContext::scope_in_one_submit`]), else in the context's parts.
+    /// Records training step `self.step + 1` on the batch `(inputs, targets)`, in
+    /// the step's scope (one scope: forward, backward, clip, AdamW), and returns what
+    /// its stats need (`start`: its start time and counters). The batch is written
+    /// into the trainer's held batch buffer ahead of the step's commands (or, without
+    /// the belt, uploaded into buffers of its own). Its [loss, norm, scale] go to
+    /// floats `at..at + 3` of `gathered`, written by the kernels that make them (a
+    /// copy would end the compute pass); `report`: the readback all of `gathered` is
+    /// copied into at the step's end. `whole`: in one submit
+    /// ([`crate::gpu::WgpuContext::scope_in_one_submit`]), else in the context's parts.
     fn record_step(
         &mut self,
-        batch: impl FnOnce(&WgpuContext) -> GpuBatch,
-        (start, before): (f64, (ContextCounters, BufferPoolStats)),
+        inputs: &[u32],
+        targets: &[u32],
+        (start, before, created_before): (f64, (ContextCounters, BufferPoolStats), CreatedSoFar),
         ((gathered, at), report): ((&PooledBuffer, usize), Option<&PendingRead>),
         whole: bool,
     ) -> RecordedStep {
         let step = self.step + 1;
+        let vocab = self.model.vocab;
+        let uploaded = if self.cfg.belt {
+            self.held_batch.write(&self.ctx, inputs, targets, vocab);
+            None
+        } else {
+            Some(GpuBatch::upload(&self.ctx, inputs, targets, vocab, false))
+        };
         let record = || {
-            let batch = batch(&self.ctx);
-            let grads = self.gradients(&batch, step, (gathered, at), true);
+            let batch = uploaded
+                .as_ref()
+                .or(self.held_batch.get())
+                .expect("written above");
+            let grads = self.gradients(batch, step, (gathered, at), true);
             self.update(&grads, step, (gathered, at + 1));
             if let Some(report) = report {
                 self.ctx
@@ -275,42 +291,22 @@ impl Trainer {
             step,
             record_ms: now_ms() - start,
             before,
+            created_before,
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{upload_groups, UPLOAD_GROUP_BYTES};
+    use super::gathered_floats;
 
-    /// The groups cover a call's steps in order, the first alone, and hold at most
-    /// the cap's worth of batches unless one batch is larger.
+    /// Calls of 1 to 16 steps share one size; longer ones take a power of two.
     #[test]
-    fn upload_groups_cover_the_steps_within_the_cap() {
-        for n in [1usize, 2, 3, 16, 1024] {
-            for bytes in [
-                1,
-                7_000,
-                200_000,
-                UPLOAD_GROUP_BYTES,
-                3 * UPLOAD_GROUP_BYTES,
-            ] {
-                let groups = upload_groups(n, bytes);
-                assert_eq!(groups[0], 0..1, "n {n}, {bytes} bytes");
-                let mut at = 0;
-                for g in &groups {
-                    assert_eq!(g.start, at, "n {n}, {bytes} bytes: {groups:?}");
-                    assert!(!g.is_empty(), "n {n}, {bytes} bytes: {groups:?}");
-                    assert!(
-                        g.len() == 1 || g.len() * bytes <= UPLOAD_GROUP_BYTES,
-                        "n {n}, {bytes} bytes: {groups:?}"
-                    );
-                    at = g.end;
-                }
-                assert_eq!(at, n, "n {n}, {bytes} bytes: {groups:?}");
-            }
+    fn calls_up_to_sixteen_steps_gather_into_one_size() {
+        for n in 1..=16 {
+            assert_eq!(gathered_floats(n), 64, "{n} steps");
         }
-        // The page's tiny preset, 16 a call: the first, then the other 15 together.
-        assert_eq!(upload_groups(16, 7_000), vec![0..1, 1..16]);
+        assert_eq!(gathered_floats(17), 128);
+        assert_eq!(gathered_floats(1024), 4096);
     }
 }

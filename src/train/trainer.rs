@@ -3,14 +3,14 @@
 //! evaluating evaluate.rs, sampling sample.rs.
 
 use super::batcher::Batcher;
-use super::stats::StepStats;
+use super::stats::{CreatedSoFar, StepStats};
 use crate::arena::GradLayout;
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{Error, Result};
 use crate::gpu::{ContextOptions, PooledBuffer, Slice, WgpuContext};
 use crate::kernels::{Arenas, GradArena, Mean, Moments, OptimizerStep, ParamArena};
-use crate::model::{self, Dropout, GptConfig, GptParams, GpuBatch, GpuOps, ParamSpec};
+use crate::model::{self, Dropout, GptConfig, GptParams, GpuBatch, GpuOps, HeldBatch, ParamSpec};
 use crate::plan::DeviceLimits;
 use crate::pool::BufferPoolConfig;
 use crate::rng::Rng;
@@ -32,6 +32,12 @@ pub struct Trainer {
     pub(crate) val_loss: Option<f32>,
     /// When the latest [`Trainer::finish_steps`] call's figures came back (ms).
     pub(crate) last_figures_at: f64,
+    /// The batch buffer every training step and evaluation batch binds, rewritten
+    /// for each ([`HeldBatch`]); sampling's one-sequence batch has its own.
+    pub(crate) held_batch: HeldBatch,
+    pub(crate) sample_batch: HeldBatch,
+    /// What the context had created when the latest step's stats were counted.
+    pub(crate) counted: Option<CreatedSoFar>,
     /// Last, so it drops after the buffers above: its drop destroys what they
     /// returned to the pool.
     pub(crate) ctx: WgpuContext,
@@ -76,6 +82,9 @@ impl Trainer {
             last: StepStats::default(),
             val_loss: None,
             last_figures_at: f64::NEG_INFINITY,
+            held_batch: HeldBatch::default(),
+            sample_batch: HeldBatch::default(),
+            counted: None,
         })
     }
 

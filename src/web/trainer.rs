@@ -212,6 +212,16 @@ impl Trainer {
         self.read(|t| serde_json::to_value(t.stats()).unwrap_or_default())
     }
 
+    /// The context's and the pool's counters now (`{context, pool}`): with what an
+    /// evaluation or a sample since the latest step created, which that step's
+    /// figures do not hold yet.
+    pub fn counters(&self) -> Result<JsValue, JsValue> {
+        self.read(|t| {
+            let ctx = t.context();
+            serde_json::json!({ "context": ctx.counters(), "pool": ctx.pool_stats() })
+        })
+    }
+
     /// One training step; resolves to its figures.
     pub fn step(&self) -> js_sys::Promise {
         with_trainer(&self.inner, |t| Box::pin(t.step()))
