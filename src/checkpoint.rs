@@ -148,7 +148,7 @@ pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
 }
 
 fn bad(message: String) -> Error {
-    Error::Config(format!("bad checkpoint: {message}"))
+    Error::Checkpoint(format!("bad checkpoint: {message}"))
 }
 
 fn not_safetensors(e: SafeTensorError) -> Error {
@@ -259,8 +259,18 @@ impl Checkpoint {
             text.parse()
                 .map_err(|_| bad(format!("{key} is {text:?}, not a whole number")))
         };
-        let step = u32::try_from(number(keys::STEP)?)
-            .map_err(|_| bad(format!("{} is over {}", keys::STEP, u32::MAX)))?;
+        // The step counter is a u32 and the next step adds one: a checkpoint at its
+        // limit has no step left to take (it would wrap to step 0).
+        let step = number(keys::STEP)?;
+        if step >= u64::from(crate::train::MAX_STEP) {
+            return Err(bad(format!(
+                "{} is {step}: the step counter stops at {} (train::MAX_STEP), so this run \
+                 cannot take another step",
+                keys::STEP,
+                crate::train::MAX_STEP
+            )));
+        }
+        let step = step as u32;
         let train: TrainConfig = serde_json::from_str(get(keys::TRAIN_CONFIG)?)
             .map_err(|e| bad(format!("{}: {e}", keys::TRAIN_CONFIG)))?;
         let model: GptConfig = serde_json::from_str(get(keys::MODEL_CONFIG)?)
@@ -333,11 +343,20 @@ impl Checkpoint {
                         model.vocab
                     )));
                 }
-                let values = view
+                let values: Vec<f32> = view
                     .data()
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect();
+                // Training keeps every value finite (a non-finite loss stops it), so
+                // one that is not was damaged or edited: it would sample garbage.
+                if let Some(at) = values.iter().position(|x| !x.is_finite()) {
+                    return Err(bad(format!(
+                        "tensor {name} holds {} at element {at}; every weight and moment \
+                         must be finite",
+                        values[at]
+                    )));
+                }
                 out.push(values);
             }
         }

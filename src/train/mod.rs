@@ -32,5 +32,5 @@ pub use evaluate::{CLI_EVAL_BATCHES, EVAL_SEED};
 pub use sample::{check_sample_settings, MAX_SAMPLE_CHARS};
 pub use schedule::{Schedule, CLI_OVERLAP_MS, DEFAULT_MAX_AT_ONCE};
 pub use stats::StepStats;
-pub use steps::{StepFigures, StepsInFlight, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT};
+pub use steps::{StepFigures, StepsInFlight, MAX_STEP, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT};
 pub use trainer::Trainer;
