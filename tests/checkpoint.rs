@@ -462,9 +462,13 @@ async fn web_api_save_load_sample() {
         Reflect::set(&config, &key.into(), &value.into()).unwrap();
     }
     let corpus_text: JsValue = include_str!("../data/tinyshakespeare.txt").into();
-    let first = JsFuture::from(WebTrainer::create(config.into(), corpus_text.clone(), None))
-        .await
-        .expect("create");
+    let first = JsFuture::from(WebTrainer::create(
+        config.into(),
+        corpus_text.clone(),
+        JsValue::UNDEFINED,
+    ))
+    .await
+    .expect("create");
     call(&first, "step", &[]).await.expect("step");
     let bytes = call(&first, "save", &[]).await.expect("save");
     let bytes: Uint8Array = bytes.dyn_into().expect("save resolves to a Uint8Array");
@@ -474,7 +478,7 @@ async fn web_api_save_load_sample() {
     let loaded = JsFuture::from(WebTrainer::load(
         bytes.buffer().into(),
         JsValue::UNDEFINED,
-        None,
+        JsValue::UNDEFINED,
     ))
     .await
     .expect("load");
@@ -508,9 +512,13 @@ async fn web_api_save_load_sample() {
     assert!(e.contains("no training text"), "{e}");
 
     // With its corpus it trains on.
-    let resumed = JsFuture::from(WebTrainer::load(bytes.clone().into(), corpus_text, None))
-        .await
-        .expect("load with the corpus");
+    let resumed = JsFuture::from(WebTrainer::load(
+        bytes.clone().into(),
+        corpus_text,
+        JsValue::UNDEFINED,
+    ))
+    .await
+    .expect("load with the corpus");
     let stats = call(&resumed, "step", &[]).await.expect("resumed step");
     assert_eq!(
         Reflect::get(&stats, &"step".into()).unwrap().as_f64(),
@@ -519,14 +527,18 @@ async fn web_api_save_load_sample() {
 
     // Bad bytes reject with their message; the first trainer is untouched.
     let truncated = bytes.subarray(0, bytes.length() / 2);
-    let e = JsFuture::from(WebTrainer::load(truncated.into(), JsValue::UNDEFINED, None))
-        .await
-        .expect_err("truncated");
+    let e = JsFuture::from(WebTrainer::load(
+        truncated.into(),
+        JsValue::UNDEFINED,
+        JsValue::UNDEFINED,
+    ))
+    .await
+    .expect_err("truncated");
     assert!(format!("{e:?}").contains("truncated"), "{e:?}");
     let e = JsFuture::from(WebTrainer::load(
         "not bytes".into(),
         JsValue::UNDEFINED,
-        None,
+        JsValue::UNDEFINED,
     ))
     .await
     .expect_err("a string is not a checkpoint");
