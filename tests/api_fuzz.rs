@@ -18,18 +18,7 @@ use tidepool::Error;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-/// Every kind an error may have.
-const KINDS: [&str; 9] = [
-    "config",
-    "too_large",
-    "corpus",
-    "trace",
-    "checkpoint",
-    "no_webgpu",
-    "device_lost",
-    "busy",
-    "internal",
-];
+use common::ERROR_KINDS as KINDS;
 
 fn pick<T: Clone>(rng: &mut Rng, options: &[T]) -> T {
     options[rng.below(options.len())].clone()

@@ -20,17 +20,7 @@ use tidepool::Error;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-pub(crate) const KINDS: [&str; 9] = [
-    "config",
-    "too_large",
-    "corpus",
-    "trace",
-    "checkpoint",
-    "no_webgpu",
-    "device_lost",
-    "busy",
-    "internal",
-];
+pub(crate) use common::ERROR_KINDS as KINDS;
 
 /// A number a user or a page might send: edges and junk when `hostile`, else
 /// mostly unset or small plausible values.
