@@ -1,19 +1,16 @@
 //! Training on a vocabulary past 65,536 characters (the corpus cap allows far
 //! more): the CPU adapters' kernels and the GPUs' learn alike, step by step. A
 //! kernel that loops over the whole vocabulary in one invocation was cut short by
-//! lavapipe there, and the CPU tuning's loss came out wrong with no error. GPU
-//! bodies run natively and in headless Chromium.
-
-mod common;
+//! lavapipe there, and the CPU tuning's loss came out wrong with no error. Native
+//! only: in headless Chromium (SwiftShader) it took seven minutes; the browser
+//! checks the kernels at this vocabulary in tests/ops (crossentropy, matmul).
+#![cfg(not(target_arch = "wasm32"))]
 
 use tidepool::data::Corpus;
 use tidepool::gpu::ContextOptions;
 use tidepool::kernels::Target;
 use tidepool::rng::Rng;
 use tidepool::train::{TrainConfig, Trainer};
-
-#[cfg(target_arch = "wasm32")]
-wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 /// Distinct characters of the corpus.
 const VOCAB: usize = 70_000;
@@ -34,7 +31,11 @@ fn wide_corpus() -> Corpus {
     corpus
 }
 
-gpu_test!(a_wide_vocabulary_learns_alike_on_both_tunings, wide_body());
+#[test]
+fn a_wide_vocabulary_learns_alike_on_both_tunings() {
+    pollster::block_on(wide_body())
+}
+
 async fn wide_body() {
     let cfg = TrainConfig {
         layers: 1,

@@ -44,6 +44,7 @@ const MM_SHAPES: &[(usize, usize, usize)] = &[
     (129, 9, 257),
     (64, 96, 160),
     (33, 300, 65),
+    (9, 70_001, 17),
 ];
 
 /// A fresh random non-power-of-two shape (rows, k, n) for each test run, on top
