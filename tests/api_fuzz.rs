@@ -192,12 +192,25 @@ async fn step_limit_body() {
         }
     }
     assert_eq!(resumed.steps_done(), MAX_STEP, "nothing wrapped");
-    // Saved there, the run cannot continue: refused on load, not wrapped to 0.
+    // Saved there, it loads (to sample), and its next step is refused the same way.
     let full = resumed.save().await.expect("save");
-    match Trainer::resume(&full, None).await {
-        Err(e) => assert_eq!(e.kind(), "checkpoint", "{e}"),
-        Ok(_) => panic!("a checkpoint at the counter's limit loaded"),
-    }
+    let mut loaded = Trainer::resume(&full, Some(small_corpus()))
+        .await
+        .expect("a run at the limit loads");
+    assert_eq!(loaded.steps_done(), MAX_STEP);
+    assert_eq!(
+        loaded.step().await.expect_err("no step left").kind(),
+        "config"
+    );
+    assert_eq!(
+        loaded
+            .sample("", 2, 0.0, 0)
+            .await
+            .expect("sample")
+            .chars()
+            .count(),
+        2
+    );
 }
 
 /// The same through the JS glue, as a page calls it: arguments of any JS type, and

@@ -331,10 +331,10 @@ async fn bad_checkpoints() {
             &format!("tensor {tensor} holds"),
         );
     }
-    // A step counter at its limit: the next step would wrap to step 0.
-    for step in [u64::from(u32::MAX), u64::from(u32::MAX) + 1] {
-        let full = set_meta(&good, keys::STEP, step.to_string());
-        assert_err(load(full).await, checkpoint_err, "step counter stops at");
+    // A step past the counter's limit.
+    for step in [u64::from(u32::MAX) + 1, u64::MAX] {
+        let past = set_meta(&good, keys::STEP, step.to_string());
+        assert_err(load(past).await, checkpoint_err, "step counter stops at");
     }
 
     // Nothing was lost: same parameters, and the run goes on and saves.

@@ -250,18 +250,16 @@ impl Checkpoint {
             text.parse()
                 .map_err(|_| bad(format!("{key} is {text:?}, not a whole number")))
         };
-        // The step counter is a u32 and the next step adds one: a checkpoint at its
-        // limit has no step left to take (it would wrap to step 0).
+        // A run at the counter's limit loads (to sample, or to save again); its next
+        // step is refused (train::MAX_STEP) rather than wrapped to step 0.
         let step = number(keys::STEP)?;
-        if step >= u64::from(crate::train::MAX_STEP) {
-            return Err(bad(format!(
-                "{} is {step}: the step counter stops at {} (train::MAX_STEP), so this run \
-                 cannot take another step",
+        let step = u32::try_from(step).map_err(|_| {
+            bad(format!(
+                "{} is {step}; the step counter stops at {} (train::MAX_STEP)",
                 keys::STEP,
                 crate::train::MAX_STEP
-            )));
-        }
-        let step = step as u32;
+            ))
+        })?;
         let train: TrainConfig = serde_json::from_str(get(keys::TRAIN_CONFIG)?)
             .map_err(|e| bad(format!("{}: {e}", keys::TRAIN_CONFIG)))?;
         let model: GptConfig = serde_json::from_str(get(keys::MODEL_CONFIG)?)
