@@ -28,6 +28,9 @@ pub enum Error {
     TooLarge(String),
     /// A trace or memory snapshot that cannot be read.
     Trace(String),
+    /// A checkpoint that cannot be loaded: damaged, of another format, or holding
+    /// values no run could have made.
+    Checkpoint(String),
 }
 
 impl fmt::Display for Error {
@@ -44,6 +47,8 @@ impl fmt::Display for Error {
             Error::TooLarge(m) => write!(f, "too large for this device: {m}"),
             Error::File(m) => write!(f, "{m}"),
             Error::Trace(m) => write!(f, "bad trace: {m}"),
+            // "bad checkpoint: ..." from the reader, after the file's name if any.
+            Error::Checkpoint(m) => write!(f, "{m}"),
         }
     }
 }
@@ -60,6 +65,7 @@ impl Error {
             Error::Data(_) => "corpus",
             Error::File(_) => "file",
             Error::Trace(_) => "trace",
+            Error::Checkpoint(_) => "checkpoint",
             Error::NoAdapter(_) | Error::RequestDevice(_) => "no_webgpu",
             Error::DeviceLost(_) => "device_lost",
             Error::Gpu(_) | Error::Map(_) => "internal",

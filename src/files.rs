@@ -3,10 +3,17 @@
 //!
 //! A size from the file system is only a hint: `/dev/zero`, a named pipe or a file
 //! under `/proc` report 0 bytes and then never end, and a file can grow after it was
-//! measured. So reads stop one byte past their cap, whatever the length said.
+//! measured. So reads stop one byte past their cap, whatever the length said, and a
+//! named pipe is opened without waiting for a writer (one with none reads as empty).
+//!
+//! Writes go to a temporary file renamed over the target, and only onto a regular
+//! file: a device, pipe or socket at the path is refused (a rename would replace
+//! it: `--save /dev/null` as root would replace the system's /dev/null), and a
+//! symbolic link is written through (the file it names is replaced; the link
+//! stays).
 
 use std::io::{ErrorKind, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::{Error, Result};
 
@@ -48,6 +55,45 @@ fn why(verb: &str, e: &std::io::Error) -> String {
     }
 }
 
+/// `path` (a `what`, named in errors) opened for reading, with the length its
+/// file system reports (a hint: see the module's docs). A named pipe with no writer
+/// opens at once and reads as empty, instead of blocking until one comes; a folder
+/// is refused.
+pub fn open_read(path: &Path, what: &str) -> Result<(std::fs::File, u64)> {
+    let cannot = |e: std::io::Error| cannot("read", what, path, &e);
+    let file = open_without_waiting(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.is_dir() {
+        return Err(cannot(ErrorKind::IsADirectory.into()));
+    }
+    Ok((file, meta.len()))
+}
+
+#[cfg(unix)]
+fn open_without_waiting(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    // Reads block again once it is open: a pipe whose writer is slow is waited for
+    // (its reads are bounded by the caller's cap), not read as ended.
+    // SAFETY: fcntl on a descriptor this function owns, with integer arguments.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0
+        || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+#[cfg(not(unix))]
+fn open_without_waiting(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
 /// The bytes of `path` (a `what`, named in errors), or an error: `check` is asked
 /// about the length the file system reports (so an oversized regular file is
 /// refused before it is read), then about the bytes actually read, which stop at
@@ -58,25 +104,62 @@ pub fn read_capped(
     max: u64,
     check: impl Fn(u64) -> Result<()>,
 ) -> Result<Vec<u8>> {
-    let cannot = |e: std::io::Error| cannot("read", what, path, &e);
-    check(std::fs::metadata(path).map_err(cannot)?.len())?;
+    let (file, len) = open_read(path, what)?;
+    check(len)?;
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .map_err(cannot)?
-        .take(max.saturating_add(1))
+    file.take(max.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(cannot)?;
+        .map_err(|e| cannot("read", what, path, &e))?;
     check(bytes.len() as u64)?;
     Ok(bytes)
 }
 
+/// The file a write to `path` replaces: `path` itself when it is a regular file or
+/// does not exist yet, the file a symbolic link at `path` names (so the link
+/// stays); an error for a folder, a device, a named pipe, a socket, or a link to
+/// anything but a regular file.
+fn write_target(path: &Path, what: &str) -> Result<PathBuf> {
+    let cannot = |e: std::io::Error| cannot("write", what, path, &e);
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(path.to_path_buf()),
+        Err(e) => return Err(cannot(e)),
+        Ok(meta) => meta,
+    };
+    let (target, meta) = if meta.file_type().is_symlink() {
+        let target = std::fs::canonicalize(path).map_err(|_| {
+            Error::File(format!(
+                "cannot write {what} {}: it is a symbolic link to a file that does not \
+                 exist; give the path of a file",
+                path.display()
+            ))
+        })?;
+        let meta = std::fs::metadata(&target).map_err(cannot)?;
+        (target, meta)
+    } else {
+        (path.to_path_buf(), meta)
+    };
+    if meta.is_dir() {
+        return Err(cannot(ErrorKind::IsADirectory.into()));
+    }
+    if !meta.is_file() {
+        return Err(Error::File(format!(
+            "cannot write {what} {}: it is not a regular file (a device, a named pipe or a \
+             socket), which writing would replace; give the path of a file",
+            path.display()
+        )));
+    }
+    Ok(target)
+}
+
 /// Writes `bytes` to `path` (a `what`, named in errors) whole or not at all: to a
 /// temporary file beside it ([`partial_path`]), then renamed over it, so that an
-/// interrupted write never leaves a truncated file behind.
+/// interrupted write never leaves a truncated file behind. Only onto a regular file
+/// (a symbolic link is written through): see the module's docs.
 pub fn write_whole(path: &Path, what: &str, bytes: &[u8]) -> Result<()> {
-    let tmp = partial_path(path);
+    let target = write_target(path, what)?;
+    let tmp = partial_path(&target);
     std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
+        .and_then(|()| std::fs::rename(&tmp, &target))
         .map_err(|e| {
             std::fs::remove_file(&tmp).ok();
             cannot("write", what, path, &e)
@@ -84,14 +167,11 @@ pub fn write_whole(path: &Path, what: &str, bytes: &[u8]) -> Result<()> {
 }
 
 /// An error now, rather than after a long run, when `path` cannot be written: its
-/// folder is missing or read-only, or it is a folder. Creates and removes
-/// `path` + `.partial`, the temporary name [`write_whole`] uses beside its target.
+/// folder is missing or read-only, or it is not a regular file. Creates and removes
+/// the `.partial` file [`write_whole`] writes beside its target.
 pub fn check_writable(path: &Path, what: &str) -> Result<()> {
     let cannot = |e: std::io::Error| cannot("write", what, path, &e);
-    if path.is_dir() {
-        return Err(cannot(ErrorKind::IsADirectory.into()));
-    }
-    let probe = partial_path(path);
+    let probe = partial_path(&write_target(path, what)?);
     std::fs::File::create(&probe).map_err(cannot)?;
     std::fs::remove_file(&probe).map_err(cannot)
 }

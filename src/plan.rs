@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::fmt_bytes;
 use crate::gpu::WgpuContext;
 use crate::kernels::matmul::{self, Layout};
-use crate::kernels::{Attention, LayerNorm, MAX_STORAGE_BUFFERS, MAX_WORKGROUP_SIZE};
+use crate::kernels::{Attention, CrossEntropy, LayerNorm, MAX_STORAGE_BUFFERS, MAX_WORKGROUP_SIZE};
 use crate::model::{GptConfig, Shapes};
 use crate::pool::{BufferPoolConfig, SizePolicy, SIZE_ALIGNMENT};
 use crate::reference::AttentionShape;
@@ -313,7 +313,12 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
         .map(|&target| Attention::grid(target, attention_shape(cfg))[0])
         .max()
         .unwrap_or(0);
-    let grids: [(u64, String, &str); 3] = [
+    let crossentropy_groups = targets
+        .iter()
+        .map(|&target| CrossEntropy::workgroups(target, rows, v))
+        .max()
+        .unwrap_or(0);
+    let grids: [(u64, String, &str); 4] = [
         (
             b * nh,
             format!("batch x heads = {b} x {nh}"),
@@ -328,6 +333,11 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
         (
             rows.div_ceil(65535),
             format!("batch x context / 65535 = {rows} / 65535"),
+            "batch or context",
+        ),
+        (
+            crossentropy_groups.div_ceil(65535),
+            format!("the cross-entropy's {crossentropy_groups} workgroups / 65535"),
             "batch or context",
         ),
     ];
@@ -393,6 +403,11 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
                 "layernorm partials",
                 &[LayerNorm::most_scratch_floats(rows, c)],
             )?,
+            "batch or context",
+        ),
+        (
+            "the cross-entropy's partial sums",
+            CrossEntropy::scratch_floats(rows, v),
             "batch or context",
         ),
     ];

@@ -111,8 +111,8 @@ fn assert_err(result: Result<Trainer, Error>, kind: fn(&Error) -> bool, words: &
     }
 }
 
-fn config_err(e: &Error) -> bool {
-    matches!(e, Error::Config(_))
+fn checkpoint_err(e: &Error) -> bool {
+    matches!(e, Error::Checkpoint(_)) && e.kind() == "checkpoint"
 }
 
 fn bits(tensors: &[Vec<f32>]) -> Vec<Vec<u32>> {
@@ -206,21 +206,29 @@ async fn bad_checkpoints() {
 
     // Truncated: anywhere, header or data.
     for keep in [good.len() - 1, good.len() / 2, 100, 7, 0] {
-        assert_err(load(good[..keep].to_vec()).await, config_err, "truncated");
+        assert_err(
+            load(good[..keep].to_vec()).await,
+            checkpoint_err,
+            "truncated",
+        );
     }
     // Not safetensors at all.
     let text = b"ROMEO: what light through yonder window breaks? It is the east.".to_vec();
     assert_err(
         load(text).await,
-        config_err,
+        checkpoint_err,
         "not a complete safetensors file",
     );
     // safetensors, but not ours.
     let foreign = rewrite(&good, |m| m.clear(), |_, s, d| (s, d));
-    assert_err(load(foreign).await, config_err, "not a tidepool checkpoint");
+    assert_err(
+        load(foreign).await,
+        checkpoint_err,
+        "not a tidepool checkpoint",
+    );
     // Another format version.
     let v2 = set_meta(&good, keys::FORMAT, "2".into());
-    assert_err(load(v2).await, config_err, "format version \"2\"");
+    assert_err(load(v2).await, checkpoint_err, "format version \"2\"");
     // A tensor whose shape does not match the config.
     let wpe = rewrite(
         &good,
@@ -234,7 +242,11 @@ async fn bad_checkpoints() {
             }
         },
     );
-    assert_err(load(wpe).await, config_err, "tensor transformer.wpe.weight");
+    assert_err(
+        load(wpe).await,
+        checkpoint_err,
+        "tensor transformer.wpe.weight",
+    );
     // A config that does not match the tensors (one layer more).
     let mut deeper = host_checkpoint();
     deeper.train.layers = 3;
@@ -249,7 +261,7 @@ async fn bad_checkpoints() {
         },
         |_, s, d| (s, d),
     );
-    assert_err(load(deeper).await, config_err, "is missing");
+    assert_err(load(deeper).await, checkpoint_err, "is missing");
     // Another vocabulary than the corpus.
     let other = Corpus::from_text("other.txt", &"the quick brown fox ".repeat(200)).unwrap();
     assert_err(
@@ -296,6 +308,34 @@ async fn bad_checkpoints() {
         |e| matches!(e, Error::TooLarge(_)),
         "MAX_CHECKPOINT_BYTES",
     );
+    // A weight or a moment that is not finite, named with its tensor.
+    for (tensor, value) in [
+        ("transformer.wte.weight", f32::NAN),
+        ("optimizer.m.transformer.wpe.weight", f32::INFINITY),
+        ("optimizer.v.transformer.ln_f.bias", f32::NEG_INFINITY),
+    ] {
+        let poisoned = rewrite(
+            &good,
+            |_| {},
+            |name, shape, mut data| {
+                if name == tensor {
+                    let at = data.len() / 8 * 4;
+                    data[at..at + 4].copy_from_slice(&value.to_le_bytes());
+                }
+                (shape, data)
+            },
+        );
+        assert_err(
+            load(poisoned).await,
+            checkpoint_err,
+            &format!("tensor {tensor} holds"),
+        );
+    }
+    // A step past the counter's limit.
+    for step in [u64::from(u32::MAX) + 1, u64::MAX] {
+        let past = set_meta(&good, keys::STEP, step.to_string());
+        assert_err(load(past).await, checkpoint_err, "step counter stops at");
+    }
 
     // Nothing was lost: same parameters, and the run goes on and saves.
     assert!(bits(&running.parameters().await.unwrap()) == before);
@@ -360,6 +400,34 @@ async fn sample_only() {
         Err(Error::Data(m)) => assert!(m.contains("no training text"), "{m}"),
         other => panic!("training without text gave {other:?}"),
     }
+    // Evaluating has no held-out text either: refused like a step, not a panic.
+    match trainer.evaluate().await {
+        Err(Error::Data(m)) => assert!(m.contains("no training text"), "{m}"),
+        other => panic!("evaluating without text gave {other:?}"),
+    }
+    // A corpus with the vocabulary but shorter than the context: refused too.
+    let vocab: String = trainer.corpus().tokenizer.chars().iter().collect();
+    let mut short = Trainer::resume(
+        &bytes,
+        Some(Corpus::from_text("short.txt", &vocab).unwrap()),
+    )
+    .await
+    .expect("resume with a short corpus");
+    match short.evaluate().await {
+        Err(Error::Data(m)) => assert!(m.contains("too short for a context"), "{m}"),
+        other => panic!("evaluating on a short corpus gave {other:?}"),
+    }
+    assert!(matches!(short.step().await, Err(Error::Data(_))));
+    // Still usable after each refusal.
+    assert_eq!(
+        short
+            .sample("The ", 3, 0.0, 0)
+            .await
+            .unwrap()
+            .chars()
+            .count(),
+        3
+    );
 }
 gpu_test!(sample_only_test, sample_only());
 
@@ -394,9 +462,13 @@ async fn web_api_save_load_sample() {
         Reflect::set(&config, &key.into(), &value.into()).unwrap();
     }
     let corpus_text: JsValue = include_str!("../data/tinyshakespeare.txt").into();
-    let first = JsFuture::from(WebTrainer::create(config.into(), corpus_text.clone(), None))
-        .await
-        .expect("create");
+    let first = JsFuture::from(WebTrainer::create(
+        config.into(),
+        corpus_text.clone(),
+        JsValue::UNDEFINED,
+    ))
+    .await
+    .expect("create");
     call(&first, "step", &[]).await.expect("step");
     let bytes = call(&first, "save", &[]).await.expect("save");
     let bytes: Uint8Array = bytes.dyn_into().expect("save resolves to a Uint8Array");
@@ -406,7 +478,7 @@ async fn web_api_save_load_sample() {
     let loaded = JsFuture::from(WebTrainer::load(
         bytes.buffer().into(),
         JsValue::UNDEFINED,
-        None,
+        JsValue::UNDEFINED,
     ))
     .await
     .expect("load");
@@ -440,9 +512,13 @@ async fn web_api_save_load_sample() {
     assert!(e.contains("no training text"), "{e}");
 
     // With its corpus it trains on.
-    let resumed = JsFuture::from(WebTrainer::load(bytes.clone().into(), corpus_text, None))
-        .await
-        .expect("load with the corpus");
+    let resumed = JsFuture::from(WebTrainer::load(
+        bytes.clone().into(),
+        corpus_text,
+        JsValue::UNDEFINED,
+    ))
+    .await
+    .expect("load with the corpus");
     let stats = call(&resumed, "step", &[]).await.expect("resumed step");
     assert_eq!(
         Reflect::get(&stats, &"step".into()).unwrap().as_f64(),
@@ -451,14 +527,18 @@ async fn web_api_save_load_sample() {
 
     // Bad bytes reject with their message; the first trainer is untouched.
     let truncated = bytes.subarray(0, bytes.length() / 2);
-    let e = JsFuture::from(WebTrainer::load(truncated.into(), JsValue::UNDEFINED, None))
-        .await
-        .expect_err("truncated");
+    let e = JsFuture::from(WebTrainer::load(
+        truncated.into(),
+        JsValue::UNDEFINED,
+        JsValue::UNDEFINED,
+    ))
+    .await
+    .expect_err("truncated");
     assert!(format!("{e:?}").contains("truncated"), "{e:?}");
     let e = JsFuture::from(WebTrainer::load(
         "not bytes".into(),
         JsValue::UNDEFINED,
-        None,
+        JsValue::UNDEFINED,
     ))
     .await
     .expect_err("a string is not a checkpoint");

@@ -645,6 +645,75 @@ fn unusable_files_are_named_with_what_they_are_for() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Devices, named pipes and sockets: a pipe with no writer reads as empty instead
+/// of blocking, a device is read no further than its format's cap (a checkpoint's
+/// header declares its size), and none is ever replaced by a write; a symbolic
+/// link is written through and stays a link.
+#[test]
+fn special_files_are_refused_or_read_within_their_caps() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-special-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (fifo, socket) = (path("pipe"), path("socket"));
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("a socket");
+    let (dangling, missing) = (path("dangling.safetensors"), path("missing.safetensors"));
+    std::os::unix::fs::symlink(&missing, &dangling).unwrap();
+    let not_regular = "it is not a regular file (a device, a named pipe or a socket)";
+    let cannot = |what: &str, file: &str, why: &str| format!("cannot write {what} {file}: {why}");
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        // No writer: empty at once, not a wait for one that never comes.
+        (
+            vec!["train", "--corpus", &fifo],
+            format!("bad corpus: {fifo} is empty"),
+        ),
+        // /dev/zero's header declares 0 bytes: refused after 8 bytes, not 1 GiB.
+        (
+            vec!["sample", "--checkpoint", "/dev/zero"],
+            "/dev/zero: bad checkpoint: not a complete safetensors file".into(),
+        ),
+        (
+            vec!["train", "--steps", "1", "--save", &fifo],
+            cannot("checkpoint", &fifo, not_regular),
+        ),
+        (
+            vec!["train", "--steps", "1", "--trace", &socket],
+            cannot("trace", &socket, not_regular),
+        ),
+        (
+            vec!["train", "--steps", "1", "--save", &dangling],
+            cannot(
+                "checkpoint",
+                &dangling,
+                "it is a symbolic link to a file that does not exist",
+            ),
+        ),
+    ];
+    for (args, expected) in &cases {
+        refused(&[(args, expected)], 1);
+    }
+    let kind = |p: &str| std::fs::symlink_metadata(p).unwrap().file_type();
+    assert!(kind(&fifo).is_fifo(), "the pipe is still a pipe");
+    assert!(kind(&socket).is_socket(), "the socket is still a socket");
+    assert!(kind(&dangling).is_symlink(), "the link is still a link");
+
+    // A link to a file: the file gets the checkpoint, the link stays.
+    let (real, link) = (path("real.safetensors"), path("link.safetensors"));
+    std::fs::write(&real, b"old").unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let out = tidepool(&train_args("1", &["--save", &link]));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(kind(&link).is_symlink(), "the link was replaced");
+    let saved = std::fs::read(&real).unwrap();
+    tidepool::checkpoint::Checkpoint::from_bytes(&saved).expect("the file it names holds the run");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// `train --help` groups its flags by what they set.
 #[test]
 fn train_help_groups_flags_by_what_they_set() {

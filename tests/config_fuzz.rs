@@ -20,15 +20,7 @@ use tidepool::Error;
 #[cfg(target_arch = "wasm32")]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
-pub(crate) const KINDS: [&str; 7] = [
-    "config",
-    "too_large",
-    "corpus",
-    "no_webgpu",
-    "device_lost",
-    "busy",
-    "internal",
-];
+pub(crate) use common::ERROR_KINDS as KINDS;
 
 /// A number a user or a page might send: edges and junk when `hostile`, else
 /// mostly unset or small plausible values.
@@ -187,7 +179,19 @@ async fn fuzz_body() {
                 refused += 1;
             }
             Ok(cfg) => {
-                for limits in [DeviceLimits::webgpu_default(), roomy] {
+                // Vocabularies from one character to past every count a corpus
+                // can have (a checkpoint declares its own).
+                let vocabs = [
+                    vocab,
+                    1,
+                    1025,
+                    70_000,
+                    1 << 21,
+                    u64::from(u32::MAX),
+                    u64::MAX,
+                ];
+                let other = pick(&mut rng, &vocabs);
+                for (limits, vocab) in [(DeviceLimits::webgpu_default(), vocab), (roomy, other)] {
                     match plan::check(&cfg, vocab, &limits) {
                         Err(e) => assert_clear(&e, &what),
                         Ok(plan) => {
@@ -253,6 +257,17 @@ async fn fuzz_body() {
             .await
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(stats.loss.is_finite(), "{what}: loss {}", stats.loss);
+        // What passed the plan cannot panic later: evaluation and sampling too.
+        let val = trainer
+            .evaluate()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(val.is_finite(), "{what}: held-out loss {val}");
+        let text = trainer
+            .sample("", 2, 1.0, 0)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(text.chars().count(), 2, "{what}");
         trained += 1;
     }
     eprintln!("seed {seed}: {accepted} accepted, {refused} refused, {trained} trained a step");
@@ -599,7 +614,11 @@ mod web_api {
         ];
         for (config, want) in cases {
             let what = format!("{:?}", js_sys::JSON::stringify(&config));
-            let got = rejected(web::Trainer::create(config, text.clone(), None), &what).await;
+            let got = rejected(
+                web::Trainer::create(config, text.clone(), JsValue::UNDEFINED),
+                &what,
+            )
+            .await;
             assert_eq!(got, want, "{what}");
         }
         let tiny = object(&[
@@ -611,7 +630,7 @@ mod web_api {
         ]);
         assert_eq!(
             rejected(
-                web::Trainer::create(tiny.clone(), JsValue::UNDEFINED, None),
+                web::Trainer::create(tiny.clone(), JsValue::UNDEFINED, JsValue::UNDEFINED),
                 "no corpus"
             )
             .await,
@@ -619,16 +638,54 @@ mod web_api {
         );
         assert_eq!(
             rejected(
-                web::Trainer::create(tiny.clone(), n(3.0), None),
+                web::Trainer::create(tiny.clone(), n(3.0), JsValue::UNDEFINED),
                 "a number as corpus"
             )
             .await,
             "corpus"
         );
         // After every refusal a valid create works.
-        let trainer = JsFuture::from(web::Trainer::create(tiny.clone(), text.clone(), None))
-            .await
-            .expect("create");
+        let trainer = JsFuture::from(web::Trainer::create(
+            tiny.clone(),
+            text.clone(),
+            JsValue::UNDEFINED,
+        ))
+        .await
+        .expect("create");
+        // A corpus name that is not a string, or too long, rejects with `config`
+        // through the JS glue (the class's static methods), where a non-string once
+        // trapped the module.
+        let class = Reflect::get(&trainer, &"constructor".into()).unwrap();
+        let long_name: JsValue = "x".repeat(web::MAX_NAME_CHARS as usize + 1).into();
+        let hostile_names = [
+            n(5.0),
+            object(&[("length", n(3e9))]),
+            JsValue::TRUE,
+            long_name,
+        ];
+        for name in &hostile_names {
+            let what = format!("name {:?}", js_sys::JSON::stringify(name));
+            let create = call(
+                &class,
+                "create",
+                &[tiny.clone(), text.clone(), name.clone()],
+            );
+            assert_eq!(rejected(create, &what).await, "config", "create, {what}");
+            let load = call(&class, "load", &[n(0.0), text.clone(), name.clone()]);
+            assert_eq!(rejected(load, &what).await, "config", "load, {what}");
+            let replace = call(
+                &trainer,
+                "replace",
+                &[tiny.clone(), text.clone(), name.clone()],
+            );
+            assert_eq!(rejected(replace, &what).await, "config", "replace, {what}");
+        }
+        let named = call(
+            &class,
+            "create",
+            &[tiny.clone(), text.clone(), "a name".into()],
+        );
+        JsFuture::from(named).await.expect("a string name is fine");
         JsFuture::from(call(&trainer, "step", &[]))
             .await
             .expect("step");

@@ -879,7 +879,7 @@ fn the_page_reads_files_through_the_wasm_snapshot() {
     use wasm_bindgen::JsValue;
     let get = |v: &JsValue, key: &str| js_sys::Reflect::get(v, &key.into()).expect(key);
     let kind = |e: JsValue| get(&e, "kind").as_string().expect("a kind");
-    let s = Snapshot::read(&js_sys::Uint8Array::from(SYNTHETIC), None).expect("reads");
+    let s = Snapshot::read(js_sys::Uint8Array::from(SYNTHETIC).into(), None).expect("reads");
     assert_eq!(
         (s.format().as_str(), s.recordings()),
         ("pytorch-snapshot", 1)
@@ -910,12 +910,12 @@ fn the_page_reads_files_through_the_wasm_snapshot() {
     assert_eq!(kind(refused), "trace");
     assert!(Snapshot::check_size(1e6).is_ok());
     assert_eq!(kind(Snapshot::check_size(f64::NAN).unwrap_err()), "config");
-    let text = Snapshot::read(&js_sys::Uint8Array::from(&b"hello"[..]), None);
+    let text = Snapshot::read(js_sys::Uint8Array::from(&b"hello"[..]).into(), None);
     assert_eq!(kind(text.err().expect("refused")), "trace");
 
     // Figures a JS number cannot hold exactly: refused, not rounded.
     let bytes = never_freed(16, 1 << 52);
-    let huge = Snapshot::read(&js_sys::Uint8Array::from(&bytes[..]), None).expect("reads");
+    let huge = Snapshot::read(js_sys::Uint8Array::from(&bytes[..]).into(), None).expect("reads");
     let err = huge.report().unwrap_err();
     assert!(get(&err, "message").as_string().unwrap().contains("2^53"));
     assert_eq!(kind(err), "trace");

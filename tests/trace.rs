@@ -417,8 +417,8 @@ async fn replay_trace_from_js() {
     let (_, step) = trainer.step_traced("first").await.expect("step");
     let mut trace = trainer.context().new_trace();
     trace.steps.push(step);
-    let report =
-        tidepool::web::replay_trace(js_sys::JsString::from(trace.to_json())).expect("replays");
+    let report = tidepool::web::replay_trace(js_sys::JsString::from(trace.to_json()).into())
+        .expect("replays");
     let steps = js_sys::Array::from(&js_sys::Reflect::get(&report, &"steps".into()).unwrap());
     assert_eq!(steps.length(), 1, "one step");
     let replayed = js_sys::Reflect::get(&steps.get(0), &"replay".into()).unwrap();
@@ -428,7 +428,8 @@ async fn replay_trace_from_js() {
         .unwrap();
     let expected = snapshot::report(trace.to_json().as_bytes(), &Default::default()).unwrap();
     assert_eq!(lower as u64, expected.steps[0].replay.lower_bound);
-    let err = tidepool::web::replay_trace(js_sys::JsString::from("{\"format\": 3}")).unwrap_err();
+    let err =
+        tidepool::web::replay_trace(js_sys::JsString::from("{\"format\": 3}").into()).unwrap_err();
     let message = js_sys::Reflect::get(&err, &JsValue::from_str("message")).unwrap();
     assert!(message
         .as_string()

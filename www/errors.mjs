@@ -5,8 +5,9 @@
 /** Kinds the wasm API sets on its errors. */
 // `busy`: a call made before the trainer's previous one resolved (the worker never
 // overlaps them; code that drives the wasm API itself may). `trace`: a recording
-// (a PyTorch memory snapshot, a tidepool trace) that cannot be read.
-export const WASM_KINDS = ['config', 'too_large', 'corpus', 'trace', 'no_webgpu', 'device_lost', 'busy', 'internal'];
+// (a PyTorch memory snapshot, a tidepool trace) that cannot be read. `checkpoint`: a
+// saved run that cannot be loaded (damaged, another format, values not finite).
+export const WASM_KINDS = ['config', 'too_large', 'corpus', 'trace', 'checkpoint', 'no_webgpu', 'device_lost', 'busy', 'internal'];
 
 /**
  * Kinds the page sets: `load` (the worker or the wasm package did not load),
@@ -46,6 +47,7 @@ const SAY = {
   too_large: ['Too large for this GPU'],
   corpus: ['This corpus cannot be used'],
   trace: ['This recording cannot be read'],
+  checkpoint: ['This checkpoint cannot be loaded'],
   no_webgpu: ['No WebGPU here'],
   device_lost: ['The GPU device was lost', 'Restart builds a new device and trains again.', true],
   crashed: ['tidepool crashed', 'Restart starts it afresh.', true],

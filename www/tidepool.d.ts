@@ -111,7 +111,7 @@ export interface TidepoolOptions {
  * answering), `stopped`, `storage` (the browser would not keep a saved run).
  */
 export type TidepoolErrorKind =
-  | 'config' | 'too_large' | 'corpus' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal'
+  | 'config' | 'too_large' | 'corpus' | 'checkpoint' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal'
   | 'load' | 'csp' | 'crashed' | 'stalled' | 'stopped' | 'storage';
 
 /** Detail of `tidepool:created`: a new model was built (at mount, Reset, pool switch, corpus change). */

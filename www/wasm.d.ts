@@ -72,7 +72,7 @@ export interface TrainerConfig {
  * before the trainer's previous one resolved; await each call before the next
  * (`steps(n)` alone may have two in flight).
  */
-export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'trace' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal';
+export type ErrorKind = 'config' | 'too_large' | 'corpus' | 'trace' | 'checkpoint' | 'no_webgpu' | 'device_lost' | 'busy' | 'internal';
 
 /** What `trace()` resolves to; `JSON.stringify` it for `replayTrace` or a file. */
 export interface AllocationTrace {

@@ -192,6 +192,7 @@ export class Session {
       this.wasm = null;
       throw await this.loadError(wasm ?? pkg, messageOf(err), err);
     }
+    this.schedule.bind(this.wasm.Schedule);
   }
 
   // A policy violation's event is a task of its own: it is waited for, and named when it came.

@@ -17,6 +17,14 @@
 // in flight), where nothing is due at its end: the GPU then never waits for the
 // losses to come back and the next call to be recorded (in Chromium a millisecond or
 // more a call).
+//
+// That arithmetic (steps a call, overlap, what is due at a step) is the crate's
+// train::Schedule, through the wasm's `Schedule` class (src/web/schedule.rs), which
+// the CLI follows too; what is the page's own stays here: the settings' clamping in
+// front of it (the class throws on what this clamps), and the time shares of
+// evaluations and samples.
+
+import { kindError } from './errors.mjs';
 
 /** What a page may set through mount()'s `schedule` (TidepoolSchedule in tidepool.d.ts). */
 export const SCHEDULE_DEFAULTS = Object.freeze({
@@ -51,11 +59,19 @@ export class Schedule {
    * @param {object} settings  SCHEDULE_DEFAULTS' keys; the rest are kept and ignored
    * @param {() => number} now  milliseconds (performance.now in the worker; a test's clock)
    */
-  constructor(settings = {}, now = () => performance.now()) {
+  constructor(settings = {}, now = () => performance.now(), WasmSchedule = null) {
     this.settings = { ...SCHEDULE_DEFAULTS };
     this.now = now;
+    this.WasmSchedule = WasmSchedule;
+    this.calls = null;
     this.update(settings);
     this.restart(0);
+  }
+
+  /** The wasm package's `Schedule` class, once it is loaded: nothing is scheduled before. */
+  bind(WasmSchedule) {
+    this.WasmSchedule = WasmSchedule;
+    this.rebuild();
   }
 
   /** Changes settings (a page's, or an autosave switched off) from now on. */
@@ -64,6 +80,37 @@ export class Schedule {
       if (key in SCHEDULE_DEFAULTS && value !== undefined) this.settings[key] = value;
     }
     this.settings.autosaveEvery = whole(this.settings.autosaveEvery, 0, MAX_STEP);
+    this.rebuild();
+  }
+
+  /** The wasm schedule of these settings, each clamped first as the page always has. */
+  rebuild() {
+    if (!this.WasmSchedule || this.maxSteps === undefined) return;
+    const s = this.settings;
+    const batchMs = Number(s.batchMs);
+    // A budget of 0 or less (or not a number) leaves one step a call, as it always did.
+    const callMs = batchMs > 0 ? batchMs : Number.MIN_VALUE;
+    this.calls?.free();
+    this.calls = new this.WasmSchedule({
+      callMs,
+      maxAtOnce: whole(s.maxAtOnce, 1, MAX_CALL),
+      // Fast enough for two steps a call: where a step takes at most half the budget.
+      overlapMs: s.overlap && batchMs > 0 ? callMs / 2 : null,
+      evalEvery: this.evalEvery,
+      saveEvery: this.saveEvery,
+      end: this.maxSteps,
+    });
+  }
+
+  /** The wasm schedule; an error of kind `load` before the package is. */
+  get rust() {
+    if (!this.calls) throw kindError('load', 'the wasm package is not loaded: nothing can be scheduled yet.');
+    return this.calls;
+  }
+
+  /** The last measured ms a step, as the wasm schedule takes it (0: none yet). */
+  get measured() {
+    return this.msPerStep > 0 && Number.isFinite(this.msPerStep) ? this.msPerStep : 0;
   }
 
   /** A new trainer: nothing measured yet; the run ends at maxSteps, else at `modelSteps` (its lr schedule). */
@@ -74,6 +121,7 @@ export class Schedule {
     this.msPerChar = 0; // measured by each sample
     this.msPerStep = 0; // measured by each training call (0: none yet)
     this.maxSteps = whole(this.settings.maxSteps || modelSteps || 0, 0, MAX_STEP);
+    this.rebuild();
   }
 
   /** Steps between evaluations, between autosaves (0: never). */
@@ -86,30 +134,22 @@ export class Schedule {
 
   /** How many steps the next running call takes from `step`; 0 when the counter is full. */
   stepsAtOnce(step) {
-    const s = this.settings;
-    let n = this.msPerStep > 0 ? whole(s.batchMs / this.msPerStep, 1, whole(s.maxAtOnce, 1, MAX_CALL)) : 1;
-    // steps to the next multiple of `every` (itself included)
-    const toNext = (every) => (every > 0 ? every - (step % every) : Infinity);
-    n = Math.min(n, toNext(this.evalEvery), toNext(this.saveEvery), MAX_STEP - step);
-    if (this.maxSteps > step) n = Math.min(n, this.maxSteps - step);
-    return step >= MAX_STEP ? 0 : Math.max(1, n);
+    return this.rust.stepsFrom(Math.min(step, MAX_STEP), this.measured);
   }
 
   /** Steps are fast enough to take several a call: calls then overlap (unless `overlap` is off). */
   overlaps() {
-    return Boolean(this.settings.overlap) && this.msPerStep > 0 && this.settings.batchMs / this.msPerStep >= 2;
+    return this.rust.overlaps(this.measured);
   }
 
   /** Nothing is due after the call ending at `end`, so the next may start before it comes back. */
   plainEnd(end) {
-    const at = (every) => every > 0 && end % every === 0;
-    return !at(this.evalEvery) && !at(this.saveEvery) && !this.finished(end) && !this.sampleDue(end);
+    return this.rust.nothingDueAt(end) && !this.sampleDue(end);
   }
 
   /** An evaluation is due after `step` and fits its share of the time. */
   evalDue(step) {
-    const every = this.evalEvery;
-    return every > 0 && step % every === 0 && this.shareLeft(this.lastEval, this.settings.evalShare);
+    return this.rust.evaluationDueAt(step) && this.shareLeft(this.lastEval, this.settings.evalShare);
   }
 
   /** A sample is due after `step`. */
@@ -122,7 +162,7 @@ export class Schedule {
 
   /** An autosave is due after `step`. */
   saveDue(step) {
-    return this.saveEvery > 0 && step % this.saveEvery === 0;
+    return this.rust.saveDueAt(step);
   }
 
   /** The run ends at `step`. */

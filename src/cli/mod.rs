@@ -110,7 +110,7 @@ fn corpus(path: Option<&Path>) -> Result<Corpus, Error> {
 fn checkpoint(path: &Path) -> Result<Checkpoint, Error> {
     let bytes = tidepool::checkpoint::read_file(path)?;
     Checkpoint::from_bytes(&bytes).map_err(|e| match e {
-        Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
+        Error::Checkpoint(m) => Error::Checkpoint(format!("{}: {m}", path.display())),
         e => e,
     })
 }

@@ -38,7 +38,7 @@ pub use crate::gpu::{source_for, MAX_SUBGROUP_WIDTH};
 pub use crate::tuning::{F16Core, Target};
 pub use arenas::{GradArena, GradDest, ParamArena};
 pub use attention::{attention_subgroups, Attention, AttentionSaved, AttentionShape};
-pub use crossentropy::{CrossEntropy, CrossEntropyShape};
+pub use crossentropy::{CrossEntropy, CrossEntropyShape, CHUNK as CROSSENTROPY_CHUNK};
 pub use embedding::{token_index, Embedding, EmbeddingShape, ExtraGrad, TokenIndex};
 pub use gelu::gelu_forward;
 pub use layernorm::{LayerNorm, LayerNormGrads, LayerNormSaved, LayerNormShape};

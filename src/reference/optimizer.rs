@@ -24,7 +24,9 @@ pub struct AdamW {
 impl AdamW {
     /// `(1 - beta1^step, 1 - beta2^step)`, computed in f64 (both are near 0 early on).
     pub fn bias_corrections(&self) -> (f32, f32) {
-        let step = self.step.max(1) as i32;
+        // Past i32::MAX a cast would turn negative (and beta^-n past 1: NaN
+        // updates); beta^n has long underflowed to 0 there.
+        let step = i32::try_from(self.step.max(1)).unwrap_or(i32::MAX);
         (
             (1.0 - (self.beta1 as f64).powi(step)) as f32,
             (1.0 - (self.beta2 as f64).powi(step)) as f32,

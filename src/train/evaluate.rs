@@ -24,6 +24,8 @@ impl Trainer {
     /// without dropout: the same windows every time ([`EVAL_SEED`]), so evaluations
     /// compare across steps and runs.
     pub async fn evaluate(&mut self) -> Result<f32> {
+        // A trainer loaded without its corpus has a vocabulary and no text.
+        self.corpus.check_context(self.cfg.context)?;
         let mut batcher = Batcher::new(EVAL_SEED);
         let (b, c) = (self.cfg.batch, self.cfg.context);
         let _evaluate = self.ctx.on_path(Path::Evaluate);

@@ -33,6 +33,7 @@ pub use sample::{check_sample_settings, MAX_SAMPLE_CHARS};
 pub use schedule::{Schedule, CLI_OVERLAP_MS};
 pub use stats::StepStats;
 pub use steps::{
-    StepFigures, StepsInFlight, DEFAULT_MAX_AT_ONCE, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT,
+    StepFigures, StepsInFlight, DEFAULT_MAX_AT_ONCE, MAX_STEP, MAX_STEPS_AT_ONCE,
+    MAX_STEPS_IN_FLIGHT,
 };
 pub use trainer::Trainer;

@@ -18,6 +18,21 @@ pub const MAX_STEPS_AT_ONCE: u32 = 1024;
 /// presets a call of 16 takes a few ms on a large GPU.
 pub const DEFAULT_MAX_AT_ONCE: u32 = 16;
 
+/// The last step a run can reach: the step counter is a u32, and a step past it
+/// would wrap to step 0 (learning rate 0, dropout masks of step 0).
+pub const MAX_STEP: u32 = u32::MAX;
+
+/// An error unless `n` more steps after step `done` stay within [`MAX_STEP`].
+fn check_steps_left(done: u32, n: u32) -> Result<()> {
+    if done.checked_add(n).is_none() {
+        return Err(Error::Config(format!(
+            "the run is at step {done} and the step counter stops at {MAX_STEP} \
+             (train::MAX_STEP): {n} more steps do not fit; start a new run"
+        )));
+    }
+    Ok(())
+}
+
 /// Floats of the buffer a call's figures gather in (4 a step: loss, norm, scale and
 /// a pad): sized for [`DEFAULT_MAX_AT_ONCE`] steps, or for a longer call's steps
 /// rounded up to a power of two, so that calls of 1 to 16 steps (a run's short last
@@ -87,6 +102,7 @@ impl Trainer {
     /// The PyTorch fixture tests use it.
     pub async fn step_on(&mut self, inputs: &[u32], targets: &[u32]) -> Result<StepStats> {
         self.check_batch(inputs, targets)?;
+        check_steps_left(self.step, 1)?;
         let start = now_ms();
         // Counted from before the readback is taken: a first step that creates it
         // has the creation among its own.
@@ -141,6 +157,7 @@ impl Trainer {
             )));
         }
         self.corpus.check_context(self.cfg.context)?;
+        check_steps_left(self.step, n)?;
         let (c, b) = (self.cfg.context, self.cfg.batch);
         let start = now_ms();
         let mut created = self.created_before();

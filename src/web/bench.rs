@@ -3,15 +3,14 @@
 
 use wasm_bindgen::prelude::*;
 
-use super::js::{js_error, parse_corpus, to_js, whole};
+use super::js::{js_error, parse_corpus, string, to_js, whole};
 use crate::bench;
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::gpu::ContextOptions;
 
-fn bench_corpus(corpus: Option<String>) -> Result<Corpus, JsValue> {
-    let text = corpus.map(JsValue::from).unwrap_or(JsValue::UNDEFINED);
-    parse_corpus(&text, "benchmark corpus")
+fn bench_corpus(corpus: &JsValue) -> Result<Corpus, JsValue> {
+    parse_corpus(corpus, "benchmark corpus")
 }
 
 /// `benchPool(batches)`: pooled buffer vs `createBuffer` latency rows (see
@@ -31,6 +30,7 @@ pub fn bench_pool(batches: f64) -> js_sys::Promise {
 /// A preset benchmark's arguments from JS, checked: the preset's settings, the
 /// corpus, and the warm-up and timed steps (each at most a million).
 struct PresetRun {
+    preset: String,
     cfg: TrainConfig,
     corpus: Corpus,
     warmup: u32,
@@ -38,16 +38,18 @@ struct PresetRun {
 }
 
 fn preset_run(
-    preset: &str,
+    preset: &JsValue,
     warmup: f64,
     steps: f64,
-    corpus: Option<String>,
+    corpus: &JsValue,
 ) -> Result<PresetRun, JsValue> {
+    let preset = string(preset, "the preset's name", 64)?;
     Ok(PresetRun {
         warmup: whole("warmup", warmup, 1_000_000)? as u32,
         steps: whole("steps", steps, 1_000_000)? as u32,
-        cfg: TrainConfig::preset(preset).map_err(js_error)?,
+        cfg: TrainConfig::preset(&preset).map_err(js_error)?,
         corpus: bench_corpus(corpus)?,
+        preset,
     })
 }
 
@@ -55,16 +57,16 @@ fn preset_run(
 /// uploads, and without the pool.
 #[wasm_bindgen(js_name = benchStep)]
 pub fn bench_step(
-    preset: String,
+    #[wasm_bindgen(unchecked_param_type = "string")] preset: JsValue,
     warmup: f64,
     steps: f64,
-    corpus: Option<String>,
+    #[wasm_bindgen(unchecked_param_type = "string | undefined")] corpus: JsValue,
 ) -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async move {
-        let run = preset_run(&preset, warmup, steps, corpus)?;
+        let run = preset_run(&preset, warmup, steps, &corpus)?;
         let options = ContextOptions::default();
         let (cfg, corpus) = (&run.cfg, &run.corpus);
-        let rows = bench::step_variants(cfg, &options, &preset, corpus, run.warmup, run.steps);
+        let rows = bench::step_variants(cfg, &options, &run.preset, corpus, run.warmup, run.steps);
         to_js(&rows.await.map_err(js_error)?)
     })
 }
@@ -75,16 +77,16 @@ pub fn bench_step(
 /// unless started with `--enable-dawn-features=allow_unsafe_apis`).
 #[wasm_bindgen(js_name = benchKernels)]
 pub fn bench_kernels(
-    preset: String,
+    #[wasm_bindgen(unchecked_param_type = "string")] preset: JsValue,
     warmup: f64,
     steps: f64,
-    corpus: Option<String>,
+    #[wasm_bindgen(unchecked_param_type = "string | undefined")] corpus: JsValue,
 ) -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async move {
-        let run = preset_run(&preset, warmup, steps, corpus)?;
+        let run = preset_run(&preset, warmup, steps, &corpus)?;
         let options = ContextOptions::default();
         let (cfg, corpus) = (&run.cfg, &run.corpus);
-        let rows = bench::kernel_times(cfg, &options, &preset, corpus, run.warmup, run.steps);
+        let rows = bench::kernel_times(cfg, &options, &run.preset, corpus, run.warmup, run.steps);
         to_js(&rows.await.map_err(js_error)?)
     })
 }
@@ -92,16 +94,16 @@ pub fn bench_kernels(
 /// `benchPolicies(preset, warmup, steps, corpus?)`: memory reserved per size policy.
 #[wasm_bindgen(js_name = benchPolicies)]
 pub fn bench_policies(
-    preset: String,
+    #[wasm_bindgen(unchecked_param_type = "string")] preset: JsValue,
     warmup: f64,
     steps: f64,
-    corpus: Option<String>,
+    #[wasm_bindgen(unchecked_param_type = "string | undefined")] corpus: JsValue,
 ) -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async move {
-        let run = preset_run(&preset, warmup, steps, corpus)?;
+        let run = preset_run(&preset, warmup, steps, &corpus)?;
         let options = ContextOptions::default();
         let (cfg, corpus) = (&run.cfg, &run.corpus);
-        let rows = bench::policies(cfg, &options, &preset, corpus, run.warmup, run.steps);
+        let rows = bench::policies(cfg, &options, &run.preset, corpus, run.warmup, run.steps);
         to_js(&rows.await.map_err(js_error)?)
     })
 }

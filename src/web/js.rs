@@ -8,7 +8,7 @@ use crate::data::{self, Corpus};
 use crate::error::Error;
 
 /// A JS `Error` with `message` and `kind` (one of `config`, `too_large`, `corpus`,
-/// `trace`, `no_webgpu`, `device_lost`, `busy`, `internal`): pages branch on the
+/// `trace`, `checkpoint`, `no_webgpu`, `device_lost`, `busy`, `internal`): pages branch on the
 /// kind, not the text.
 pub(super) fn kind_error(kind: &str, message: &str) -> JsValue {
     let error = js_sys::Error::new(message);
@@ -38,6 +38,47 @@ pub(super) fn whole(name: &str, value: f64, max: u32) -> Result<usize, JsValue> 
     Err(js_error(Error::Config(format!(
         "{name} must be a whole number from 0 to {max}, got {value}"
     ))))
+}
+
+/// Characters a corpus name may have (the page's MAX_NAME_CHARS too): it only
+/// labels the corpus in messages.
+pub const MAX_NAME_CHARS: u32 = 1000;
+
+/// A string argument of at most `max` characters (UTF-16 units), `None` for
+/// `undefined` or `null`; anything else is a `config` error naming `what`. Strings
+/// cross as `JsValue`s and are checked here: wasm-bindgen's string glue traps the
+/// module on a non-string (`{length: 3e9}` asks its allocator for 3 GB).
+pub(super) fn optional_string(
+    value: &JsValue,
+    what: &str,
+    max: u32,
+) -> Result<Option<String>, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(None);
+    }
+    let Some(text) = value.dyn_ref::<js_sys::JsString>() else {
+        return Err(js_error(Error::Config(format!("{what} must be a string"))));
+    };
+    if text.length() > max {
+        return Err(js_error(Error::Config(format!(
+            "{what} is {} characters; at most {max}",
+            text.length()
+        ))));
+    }
+    Ok(Some(String::from(text)))
+}
+
+/// [`optional_string`], required.
+pub(super) fn string(value: &JsValue, what: &str, max: u32) -> Result<String, JsValue> {
+    optional_string(value, what, max)?
+        .ok_or_else(|| js_error(Error::Config(format!("{what} must be a string"))))
+}
+
+/// The optional name of a corpus (`call` names the method in errors): at most
+/// [`MAX_NAME_CHARS`], `"your file"` when none is given.
+pub(super) fn corpus_name(name: &JsValue, call: &str) -> Result<String, JsValue> {
+    let what = format!("{call}: the corpus name (MAX_NAME_CHARS)");
+    Ok(optional_string(name, &what, MAX_NAME_CHARS)?.unwrap_or_else(|| "your file".into()))
 }
 
 pub(super) fn parse_config(config: JsValue) -> Result<TrainConfig, JsValue> {

@@ -38,6 +38,8 @@ pub use trainer::Trainer;
 
 use js::{js_error, parse_config, to_js};
 
+pub use js::MAX_NAME_CHARS;
+
 #[wasm_bindgen(start)]
 pub fn start() {
     console_error_panic_hook::set_once();
@@ -52,9 +54,19 @@ pub fn presets() -> Vec<String> {
 /// `presetConfig(name)`: every setting of a preset (throws `kind: "config"` for an
 /// unknown name).
 #[wasm_bindgen(js_name = presetConfig)]
-pub fn preset_config(name: &str) -> Result<JsValue, JsValue> {
-    to_js(&TrainConfig::preset(name).map_err(js_error)?)
+pub fn preset_config(
+    #[wasm_bindgen(unchecked_param_type = "string")] name: JsValue,
+) -> Result<JsValue, JsValue> {
+    let name = js::string(
+        &name,
+        "presetConfig(name): the preset's name",
+        MAX_PRESET_CHARS,
+    )?;
+    to_js(&TrainConfig::preset(&name).map_err(js_error)?)
 }
+
+/// Characters a preset's name may have when given (the names are a word each).
+const MAX_PRESET_CHARS: u32 = 64;
 
 /// The size policies to offer (`pow2`, `pow2/2` .. `pow2/16`, `exact`).
 #[wasm_bindgen]

@@ -39,7 +39,15 @@ fn figures<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> {
 /// replayed through every size policy and plan, against the lower bound and the
 /// pool that ran: the report of `tidepool trace replay --json`.
 #[wasm_bindgen(js_name = replayTrace)]
-pub fn replay_trace(json: js_sys::JsString) -> Result<JsValue, JsValue> {
+pub fn replay_trace(
+    #[wasm_bindgen(unchecked_param_type = "string")] json: JsValue,
+) -> Result<JsValue, JsValue> {
+    // Taken as any value: wasm-bindgen's glue would trap on a non-string.
+    let json = json.dyn_into::<js_sys::JsString>().map_err(|_| {
+        js_error(Error::Trace(
+            "replayTrace(json): the trace must be a string of JSON".into(),
+        ))
+    })?;
     check_length(json.length().into(), "characters")?;
     let text: String = json.into();
     figures(&snapshot::report(text.as_bytes(), &report::Options::default()).map_err(js_error)?)
@@ -58,7 +66,15 @@ impl Snapshot {
     /// `Snapshot.read(bytes, device?)`: a PyTorch memory snapshot (the pickle
     /// `_dump_snapshot` writes) or a tidepool trace (JSON); for a snapshot, its
     /// `device` (default: the one with the most events).
-    pub fn read(bytes: &js_sys::Uint8Array, device: Option<f64>) -> Result<Snapshot, JsValue> {
+    pub fn read(
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: JsValue,
+        device: Option<f64>,
+    ) -> Result<Snapshot, JsValue> {
+        let bytes = bytes.dyn_into::<js_sys::Uint8Array>().map_err(|_| {
+            js_error(Error::Trace(
+                "Snapshot.read(bytes): the file must be a Uint8Array".into(),
+            ))
+        })?;
         check_length(bytes.length().into(), "bytes")?;
         let device = match device {
             Some(d) => Some(whole("device", d, u32::from(u16::MAX))? as u32),

@@ -7,7 +7,9 @@ use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
 
-use super::js::{internal, js_error, kind_error, parse_config, parse_corpus, to_js, whole};
+use super::js::{
+    corpus_name, internal, js_error, kind_error, parse_config, parse_corpus, to_js, whole,
+};
 use crate::error::Error;
 use crate::plan::{self, DeviceLimits};
 use crate::train;
@@ -122,10 +124,14 @@ impl Trainer {
     /// of `resolveConfig`; `corpus` is a string or a `Uint8Array` of UTF-8 text up
     /// to `maxCorpusBytes()` (checked: empty, binary and invalid UTF-8 are errors).
     /// Rejects with an `Error` whose `kind` says why.
-    pub fn create(config: JsValue, corpus: JsValue, name: Option<String>) -> js_sys::Promise {
+    pub fn create(
+        config: JsValue,
+        corpus: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "string | undefined")] name: JsValue,
+    ) -> js_sys::Promise {
         wasm_bindgen_futures::future_to_promise(async move {
             let cfg = parse_config(config)?;
-            let name = name.unwrap_or_else(|| "your file".into());
+            let name = corpus_name(&name, "Trainer.create")?;
             let corpus = parse_corpus(&corpus, &name)?;
             drop(name);
             let trainer = train::Trainer::new(cfg, corpus).await.map_err(js_error)?;
@@ -145,7 +151,7 @@ impl Trainer {
         &self,
         config: JsValue,
         corpus: JsValue,
-        name: Option<String>,
+        #[wasm_bindgen(unchecked_param_type = "string | undefined")] name: JsValue,
     ) -> js_sys::Promise {
         let claim = match Claim::take(&self.inner) {
             Ok(claim) => claim,
@@ -154,7 +160,7 @@ impl Trainer {
         #[allow(clippy::await_holding_refcell_ref)]
         wasm_bindgen_futures::future_to_promise(async move {
             let cfg = parse_config(config)?;
-            let name = name.unwrap_or_else(|| "your file".into());
+            let name = corpus_name(&name, "trainer.replace")?;
             let corpus = parse_corpus(&corpus, &name)?;
             let mut guard = claim.trainer()?;
             let old = guard.as_ref().ok_or_else(freed)?;
@@ -374,8 +380,13 @@ impl Trainer {
     /// `create`) must have the checkpoint's vocabulary; without one the trainer
     /// samples but does not train. A bad file rejects with its `kind` and leaves
     /// every existing trainer as it was.
-    pub fn load(bytes: JsValue, corpus: JsValue, name: Option<String>) -> js_sys::Promise {
+    pub fn load(
+        bytes: JsValue,
+        corpus: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "string | undefined")] name: JsValue,
+    ) -> js_sys::Promise {
         wasm_bindgen_futures::future_to_promise(async move {
+            let name = corpus_name(&name, "Trainer.load")?;
             let bytes = if let Some(buffer) = bytes.dyn_ref::<js_sys::ArrayBuffer>() {
                 js_sys::Uint8Array::new(buffer)
             } else {
@@ -390,10 +401,7 @@ impl Trainer {
             let corpus = if corpus.is_undefined() || corpus.is_null() {
                 None
             } else {
-                Some(parse_corpus(
-                    &corpus,
-                    name.as_deref().unwrap_or("your file"),
-                )?)
+                Some(parse_corpus(&corpus, &name)?)
             };
             let trainer = train::Trainer::resume(&bytes.to_vec(), corpus)
                 .await

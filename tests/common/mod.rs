@@ -24,6 +24,19 @@ macro_rules! gpu_test {
     };
 }
 
+/// Every kind an error may have (`Error::kind`, and `busy` from the wasm API).
+pub const ERROR_KINDS: [&str; 9] = [
+    "config",
+    "too_large",
+    "corpus",
+    "trace",
+    "checkpoint",
+    "no_webgpu",
+    "device_lost",
+    "busy",
+    "internal",
+];
+
 /// The tests' context: the default one, but a request is only served from its own
 /// size class (fit ratio 1). [`poisoned`] leaves NaN buffers in the outputs' classes;
 /// with fitting, one output's request can take another's poisoned buffer (a larger

@@ -1,17 +1,29 @@
 // Unit tests (node:test, no browser) of www/worker-schedule.mjs: how many steps a
 // training call takes, when calls may overlap, and when evaluations, samples and
-// autosaves come due, on a clock the test moves. worker.test.mjs checks the same
-// rules through the page.
+// autosaves come due, on a clock the test moves. The calls' arithmetic is the wasm
+// package's Schedule (make pkg), loaded here in Node as the worker loads it.
+// worker.test.mjs checks the same rules through the page.
 
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
+import { initSync, Schedule as WasmSchedule } from '../../pkg/tidepool.js';
 import { MAX_STEP, SCHEDULE_DEFAULTS, Schedule } from '../../www/worker-schedule.mjs';
+
+initSync({ module: readFileSync(new URL('../../pkg/tidepool_bg.wasm', import.meta.url)) });
 
 function clocked(settings) {
   const clock = { now: 0 };
-  const schedule = new Schedule(settings, () => clock.now);
+  const schedule = new Schedule(settings, () => clock.now, WasmSchedule);
   return { schedule, clock };
 }
+
+test('nothing is scheduled before the wasm package is loaded', () => {
+  const schedule = new Schedule({});
+  assert.throws(() => schedule.stepsAtOnce(0), (err) => err.kind === 'load');
+  schedule.bind(WasmSchedule);
+  assert.equal(schedule.stepsAtOnce(0), 1);
+});
 
 /** The calls a running loop makes from `from` to the run's end: [first, last] steps. */
 function calls(schedule, from) {

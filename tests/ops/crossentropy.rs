@@ -9,13 +9,19 @@ use tidepool::kernels::{self, CrossEntropy, Mean, Target};
 use tidepool::reference::{self as cpu, CrossEntropyShape};
 use tidepool::rng::Rng;
 
-/// (rows, v): rows {1, 7, 130} by v {5, 65, 67}, plus a v wider than a workgroup.
+/// (rows, v): rows {1, 7, 130} by v {5, 65, 67}, plus a v wider than a workgroup,
+/// one just past a chunk (two passes, a last chunk of one column), and vocabularies
+/// past 65,536 characters, where one invocation looping over the whole row came out
+/// wrong on lavapipe.
 fn shapes() -> Vec<(usize, usize)> {
     let mut shapes: Vec<_> = [1, 7, 130]
         .iter()
         .flat_map(|&r| [5, 65, 67].map(|v| (r, v)))
         .collect();
     shapes.push((33, 1000));
+    shapes.push((5, kernels::CROSSENTROPY_CHUNK + 1));
+    shapes.push((3, 70_000));
+    shapes.push((2, 65_537));
     if cfg!(not(target_arch = "wasm32")) {
         shapes.push((16_384, 65));
     }

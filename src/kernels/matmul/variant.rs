@@ -36,6 +36,11 @@ const MIN_SPLIT: usize = 64;
 const CPU_MIN_SPLIT: usize = 256;
 /// The same for the split-K forward and dinp, whose partials are whole outputs.
 pub(super) const MIN_SPLIT_K: usize = 128;
+/// Most steps of a reduction one invocation loops over (a split's chunk): a driver
+/// may cut a longer loop short without an error (lavapipe did, past about 65,000
+/// iterations: a 70,000-character vocabulary's dinp came out wrong), so a longer
+/// reduction is split whatever the variant.
+pub const MAX_SPLIT_STEPS: usize = 16_384;
 /// Columns of dout one workgroup of the dbias pass sums (`colsum_part` in
 /// matmul_reduce.wgsl).
 pub(super) const COLSUM_COLS: usize = 64;
@@ -373,7 +378,10 @@ impl MatmulVariant {
     /// in the split-K variants.
     fn k_splits(self, m: usize, n: usize, k: usize) -> (usize, usize) {
         if !self.is_split() {
-            return (k, 1);
+            return match k <= MAX_SPLIT_STEPS {
+                true => (k, 1),
+                false => split(k, 1, BK, MIN_SPLIT_K),
+            };
         }
         let [gx, gy, _] = self.grid(m, n, 1);
         let want = TARGET_WORKGROUPS.div_ceil((gx * gy) as usize);
@@ -410,10 +418,12 @@ impl MatmulVariant {
 }
 
 /// Splits a reduction of `len` steps over about `want` workgroups, each split at
-/// least `min` steps: (chunk, splits), the chunk a multiple of `align`, every split
-/// non-empty.
+/// least `min` steps and at most [`MAX_SPLIT_STEPS`]: (chunk, splits), the chunk a
+/// multiple of `align`, every split non-empty.
 fn split(len: usize, want: usize, align: usize, min: usize) -> (usize, usize) {
-    let splits = want.clamp(1, len.div_ceil(min).max(1));
+    let splits = want
+        .clamp(1, len.div_ceil(min).max(1))
+        .max(len.div_ceil(MAX_SPLIT_STEPS));
     let chunk = len.div_ceil(splits).div_ceil(align) * align;
     (chunk, len.div_ceil(chunk))
 }

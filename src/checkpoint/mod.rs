@@ -29,6 +29,11 @@ use crate::model::{self, GptConfig, GpuBatch, GpuOps, HeldBatch};
 use crate::rng::Rng;
 use crate::train::{Batcher, StepStats, Trainer};
 
+#[cfg(not(target_arch = "wasm32"))]
+mod file;
+#[cfg(not(target_arch = "wasm32"))]
+pub use file::{read_file, write_file};
+
 /// The version this build writes and reads (`tidepool.format`).
 pub const FORMAT_VERSION: &str = "1";
 
@@ -133,22 +138,8 @@ pub fn check_file_size(bytes: u64) -> Result<()> {
     Ok(())
 }
 
-/// Reads a checkpoint file, refusing one over [`MAX_CHECKPOINT_BYTES`] (before
-/// reading it, where the file system knows its length).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
-    crate::files::read_capped(path, "checkpoint", MAX_CHECKPOINT_BYTES, check_file_size)
-}
-
-/// Writes a checkpoint file whole or not at all (a temporary file beside it,
-/// renamed over it), so an interrupted save never leaves a truncated checkpoint.
-#[cfg(not(target_arch = "wasm32"))]
-pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    crate::files::write_whole(path, "checkpoint", bytes)
-}
-
 fn bad(message: String) -> Error {
-    Error::Config(format!("bad checkpoint: {message}"))
+    Error::Checkpoint(format!("bad checkpoint: {message}"))
 }
 
 fn not_safetensors(e: SafeTensorError) -> Error {
@@ -259,8 +250,16 @@ impl Checkpoint {
             text.parse()
                 .map_err(|_| bad(format!("{key} is {text:?}, not a whole number")))
         };
-        let step = u32::try_from(number(keys::STEP)?)
-            .map_err(|_| bad(format!("{} is over {}", keys::STEP, u32::MAX)))?;
+        // A run at the counter's limit loads (to sample, or to save again); its next
+        // step is refused (train::MAX_STEP) rather than wrapped to step 0.
+        let step = number(keys::STEP)?;
+        let step = u32::try_from(step).map_err(|_| {
+            bad(format!(
+                "{} is {step}; the step counter stops at {} (train::MAX_STEP)",
+                keys::STEP,
+                crate::train::MAX_STEP
+            ))
+        })?;
         let train: TrainConfig = serde_json::from_str(get(keys::TRAIN_CONFIG)?)
             .map_err(|e| bad(format!("{}: {e}", keys::TRAIN_CONFIG)))?;
         let model: GptConfig = serde_json::from_str(get(keys::MODEL_CONFIG)?)
@@ -333,11 +332,20 @@ impl Checkpoint {
                         model.vocab
                     )));
                 }
-                let values = view
+                let values: Vec<f32> = view
                     .data()
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect();
+                // Training keeps every value finite (a non-finite loss stops it), so
+                // one that is not was damaged or edited: it would sample garbage.
+                if let Some(at) = values.iter().position(|x| !x.is_finite()) {
+                    return Err(bad(format!(
+                        "tensor {name} holds {} at element {at}; every weight and moment \
+                         must be finite",
+                        values[at]
+                    )));
+                }
                 out.push(values);
             }
         }
