@@ -138,6 +138,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod plan;
+pub mod planner;
 pub mod pool;
 pub mod reference;
 #[doc(hidden)]

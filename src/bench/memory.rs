@@ -29,6 +29,7 @@ pub fn policy_set() -> Vec<SizePolicy> {
         SizePolicy::Subdivided { subdivisions: 4 },
         SizePolicy::Subdivided { subdivisions: 8 },
         SizePolicy::Exact,
+        SizePolicy::Planned,
     ]
 }
 
@@ -52,6 +53,9 @@ pub async fn policies(
             trainer.step().await?;
         }
         let created = trainer.context().counters().buffers_created;
+        // The steady step's peaks, not the warm-up's (the planned policy's first
+        // step runs on the pool).
+        trainer.context().reset_peaks();
         for _ in 0..steps {
             trainer.step().await?;
         }

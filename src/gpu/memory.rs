@@ -15,6 +15,7 @@ use rustc_hash::FxHashMap;
 use super::bind_groups::BindGroupCache;
 use super::counters::Counters;
 use super::lock;
+use super::planned::{Decision, Foresight, StepPlans, Tag};
 use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
@@ -86,6 +87,18 @@ pub(crate) struct MemoryManager {
     ids: Mutex<FxHashMap<wgpu::Buffer, u64>>,
     next_id: IdCounter,
     pub trace: Recorder,
+    /// The planned policy's plans (`None` under the other policies).
+    plans: Option<StepPlans>,
+}
+
+/// A storage request served: the buffer (an arena for a planned one), the range of
+/// it the tensor holds (its size: the size class, or the planned range's bytes),
+/// and what its drop reports.
+pub(crate) struct Storage {
+    pub buffer: wgpu::Buffer,
+    pub offset: u64,
+    pub class: usize,
+    pub tag: Tag,
 }
 
 impl MemoryManager {
@@ -93,8 +106,17 @@ impl MemoryManager {
         device: wgpu::Device,
         pool: BufferPoolConfig,
         pooling: bool,
-        uniform_align: usize,
+        limits: &wgpu::Limits,
     ) -> Self {
+        let uniform_align = limits.min_uniform_buffer_offset_alignment as usize;
+        let plans = (pooling && pool.policy == crate::pool::SizePolicy::Planned).then(|| {
+            StepPlans::new(crate::planner::Limits {
+                offset_alignment: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
+                max_arena_bytes: limits
+                    .max_storage_buffer_binding_size
+                    .min(limits.max_buffer_size),
+            })
+        });
         let pool = BufferPool::new(pool);
         // Everything the pool lets go comes back here to be destroyed at a safe time.
         pool.hold_destroys(true);
@@ -112,7 +134,13 @@ impl MemoryManager {
             ids: Mutex::default(),
             next_id: IdCounter::new(1),
             trace: Recorder::default(),
+            plans,
         }
+    }
+
+    /// Whether storage requests of training steps take planned ranges.
+    pub fn planned(&self) -> bool {
+        self.plans.is_some()
     }
 
     pub fn pool(&self) -> &BufferPool {
@@ -213,7 +241,59 @@ impl MemoryManager {
     /// class within the pool's `fit_ratio` ([`BufferPool::take`]), else newly created
     /// at the request's class. The caller wraps it in a `PooledBuffer`, which counts
     /// its whole size in use (a fitted buffer counts as the larger size it is).
-    pub fn storage(&self, size: usize) -> (wgpu::Buffer, usize) {
+    pub fn storage(&self, size: usize, plannable: bool) -> Storage {
+        let plans = self.plans.as_ref().filter(|_| plannable);
+        let (decision, foresight) = match plans {
+            Some(plans) => plans.request(size as u64),
+            None => (Decision::Pool(Tag::Pooled), Foresight::Foreseen),
+        };
+        let c = &self.counters;
+        match foresight {
+            Foresight::Foreseen => {}
+            Foresight::Miss => _ = c.plan_misses.fetch_add(1, Relaxed),
+            Foresight::Outside => _ = c.plan_outside.fetch_add(1, Relaxed),
+        }
+        match decision {
+            Decision::Range { arena, range, tag } => {
+                c.planned_bytes_in_use.fetch_add(range.size, Relaxed);
+                let (req, cls) = (size as u64, range.size);
+                self.event(
+                    (EventKind::Hit, Purpose::Storage),
+                    (req, cls),
+                    &arena,
+                    None,
+                    cls,
+                );
+                Storage {
+                    buffer: arena,
+                    offset: range.offset,
+                    class: range.size as usize,
+                    tag,
+                }
+            }
+            Decision::Pool(tag) => {
+                let (buffer, class) = self.pooled_storage(size);
+                Storage {
+                    buffer,
+                    offset: 0,
+                    class,
+                    tag,
+                }
+            }
+        }
+    }
+
+    /// GPU memory taken now: pooled buffers in use and held free, and the arenas.
+    pub fn reserved_now(&self, adding: u64) -> u64 {
+        let c = &self.counters;
+        let pooled_in_use = c.bytes_in_use.load(Relaxed)
+            - c.planned_bytes_in_use
+                .load(Relaxed)
+                .min(c.bytes_in_use.load(Relaxed));
+        pooled_in_use + adding + self.pool.bytes_held() + c.arena_bytes.load(Relaxed)
+    }
+
+    fn pooled_storage(&self, size: usize) -> (wgpu::Buffer, usize) {
         let (reused, class) = if self.pooling {
             match self.pool.take(size) {
                 Ok((buffer, class)) => (Some(buffer), class),
@@ -239,13 +319,70 @@ impl MemoryManager {
         }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
-            let reserved =
-                self.counters.bytes_in_use.load(Relaxed) + class as u64 + self.pool.bytes_held();
+            let reserved = self.reserved_now(class as u64);
             self.counters
                 .peak_bytes_reserved
                 .fetch_max(reserved, Relaxed);
         }
         (buffer, class)
+    }
+
+    // ---- planned steps ---------------------------------------------------------
+
+    /// A training step begins (the planned policy traces or follows its plan).
+    pub fn begin_step(&self) {
+        if let Some(plans) = &self.plans {
+            let retired = plans.begin_step();
+            self.retire_arenas(retired);
+        }
+    }
+
+    /// A training step ended: a traced step's plan gets its arenas. The pool's free
+    /// buffers, which served the traced step, go first, so that the arenas take
+    /// their place instead of coming on top.
+    pub fn end_step(&self) {
+        let Some(plans) = self.plans.as_ref() else {
+            return;
+        };
+        let arenas = plans.end_step();
+        if !arenas.is_empty() {
+            self.clear_pool();
+            let made: Vec<wgpu::Buffer> = arenas
+                .iter()
+                .map(|&bytes| {
+                    self.counters.arena_bytes.fetch_add(bytes, Relaxed);
+                    self.create(bytes, Purpose::Storage)
+                })
+                .collect();
+            self.counters
+                .peak_bytes_reserved
+                .fetch_max(self.reserved_now(0), Relaxed);
+            plans.install(made);
+        }
+    }
+
+    /// The active plan's arenas (none under the other policies).
+    pub fn arenas(&self) -> Vec<wgpu::Buffer> {
+        self.plans
+            .as_ref()
+            .map(StepPlans::arenas)
+            .unwrap_or_default()
+    }
+
+    pub fn plan_refused(&self) -> Option<String> {
+        self.plans.as_ref().and_then(StepPlans::refused)
+    }
+
+    fn retire_arenas(&self, arenas: Vec<wgpu::Buffer>) {
+        for arena in arenas {
+            self.counters.arena_bytes.fetch_sub(arena.size(), Relaxed);
+            self.retire(arena, Purpose::Storage, false);
+        }
+    }
+
+    /// Plans made so far (0 unless the policy is `planned`).
+    pub fn plans_made(&self) -> u32 {
+        self.plans.as_ref().map_or(0, StepPlans::plans_made)
     }
 
     /// A new storage buffer of `bytes.len()` rounded up to 4, holding `bytes`
@@ -262,9 +399,35 @@ impl MemoryManager {
         (buffer, size, written)
     }
 
-    /// A `PooledBuffer` came home: back to the pool, or destroyed.
-    pub fn release(&self, buffer: wgpu::Buffer, class: usize, len: usize, recycle: bool) {
+    /// A `PooledBuffer` came home: its planned range free again, or back to the
+    /// pool, or destroyed.
+    pub fn release(
+        &self,
+        buffer: wgpu::Buffer,
+        (class, len): (usize, usize),
+        recycle: bool,
+        tag: Tag,
+    ) {
         self.note_released(class, len);
+        if let Some(plans) = &self.plans {
+            if let Tag::Planned { .. } = tag {
+                self.counters
+                    .planned_bytes_in_use
+                    .fetch_sub(class as u64, Relaxed);
+                let (req, cls) = (len as u64, class as u64);
+                self.event(
+                    (EventKind::Release, Purpose::Storage),
+                    (req, cls),
+                    &buffer,
+                    None,
+                    0,
+                );
+                let retired = plans.release(tag);
+                self.retire_arenas(retired);
+                return;
+            }
+            plans.release(tag);
+        }
         let (req, cls) = (len as u64, class as u64);
         let purpose = if recycle {
             Purpose::Storage
@@ -433,6 +596,9 @@ impl MemoryManager {
     /// at the next garbage collection (rule 4). Call after the last submit.
     pub fn destroy_all(&self) {
         self.clear_pool();
+        if let Some(plans) = &self.plans {
+            self.retire_arenas(plans.drain());
+        }
         let kept = self
             .belt
             .drain()

@@ -53,6 +53,7 @@ mod dispatch_times;
 mod kernel;
 mod memory;
 mod pipelines;
+mod planned;
 mod pooled;
 mod prelude;
 mod recorder;
@@ -77,7 +78,7 @@ pub(crate) use prelude::{ENABLE_SUBGROUPS, PRELUDE};
 /// How many submits a scope of so many dispatches takes (the tests count them).
 #[doc(hidden)]
 pub use recorder::scope_submits;
-pub use slice::Slice;
+pub use slice::{Bindable, Slice};
 pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
 pub use transfer::{PendingRead, Reading};
 

@@ -122,11 +122,11 @@ impl WgpuContext {
 
     /// Dispatches `kernel` with uniform `params` (binding 0) and `buffers` (bindings
     /// 1..), over `workgroups`.
-    pub fn dispatch<P: bytemuck::Pod>(
+    pub fn dispatch<P: bytemuck::Pod, B: Bindable>(
         &self,
         kernel: &Kernel,
         params: &P,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[B],
         workgroups: [u32; 3],
     ) {
         self.dispatch_bound(kernel, params, buffers, workgroups)

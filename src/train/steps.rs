@@ -257,7 +257,9 @@ impl Trainer {
         whole: bool,
     ) -> RecordedStep {
         let step = self.step + 1;
-        let record = || {
+        // The step's tensors drop when `step` returns, before `end_step`: the
+        // planned policy plans (or follows) what lived and died inside.
+        let step_tensors = || {
             let batch = batch(&self.ctx);
             let grads = self.gradients(&batch, step, (gathered, at), true);
             self.update(&grads, step, (gathered, at + 1));
@@ -265,6 +267,11 @@ impl Trainer {
                 self.ctx
                     .copy_to_read(gathered, 0, report, 0, gathered.len() as u64);
             }
+        };
+        let record = || {
+            self.ctx.begin_step();
+            step_tensors();
+            self.ctx.end_step();
         };
         if whole {
             self.ctx.scope_in_one_submit(record);
