@@ -75,6 +75,12 @@ async fn bit_identical_body() {
     assert_eq!(ctx.plans_made(), 1, "one plan for one step shape");
     let c = ctx.counters();
     assert_eq!(c.plan_misses, 0, "every request of a step foreseen");
+    assert!(
+        c.plan_hits >= 50 * u64::from(steps - 1),
+        "the planned steps' tensors took their ranges: {} in {} steps",
+        c.plan_hits,
+        steps - 1
+    );
     assert!(c.arena_bytes > 0);
     assert!(ctx.plan_refused().is_none());
 }
@@ -105,6 +111,11 @@ async fn steady_body() {
     }
     let after = trainer.context().counters();
     assert_eq!(after.buffers_created, before.buffers_created);
+    let hits = after.plan_hits - before.plan_hits;
+    assert!(
+        hits > 0 && hits % 4 == 0,
+        "{hits} planned ranges in 4 steps"
+    );
     assert_eq!(after.plan_misses, 0);
     let ratio = after.peak_bytes_reserved as f64 / after.peak_bytes_requested_in_use as f64;
     assert!(

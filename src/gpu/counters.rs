@@ -41,6 +41,8 @@ pub struct ContextCounters {
     pub peak_bytes_reserved: u64,
     /// Bytes of the planned policy's arenas now (0 under the other policies).
     pub arena_bytes: u64,
+    /// Storage requests served at their planned range.
+    pub plan_hits: u64,
     /// Storage requests inside a planned step that the plan did not foresee (a
     /// different size or order); the pool served them and the next step is
     /// planned again.
@@ -69,6 +71,7 @@ pub(crate) struct Counters {
     pub arena_bytes: AtomicU64,
     /// Bytes of live tensors at planned ranges (part of `bytes_in_use`).
     pub planned_bytes_in_use: AtomicU64,
+    pub plan_hits: AtomicU64,
     pub plan_misses: AtomicU64,
     pub plan_outside: AtomicU64,
 }
@@ -91,6 +94,7 @@ impl Counters {
             peak_bytes_requested_in_use: self.peak_bytes_requested_in_use.load(Relaxed),
             peak_bytes_reserved: self.peak_bytes_reserved.load(Relaxed),
             arena_bytes: self.arena_bytes.load(Relaxed),
+            plan_hits: self.plan_hits.load(Relaxed),
             plan_misses: self.plan_misses.load(Relaxed),
             plan_outside: self.plan_outside.load(Relaxed),
         }

@@ -255,6 +255,7 @@ impl MemoryManager {
         }
         match decision {
             Decision::Range { arena, range, tag } => {
+                c.plan_hits.fetch_add(1, Relaxed);
                 c.planned_bytes_in_use.fetch_add(range.size, Relaxed);
                 let (req, cls) = (size as u64, range.size);
                 self.event(
