@@ -310,7 +310,7 @@ suite_memory() {
   torch_run memory torch torch python3 scripts/torch_step.py --preset shakespeare --steps 5 --warmup 3 \
     --modes fp32,fp32_fused,bf16
   for b in "${builds[@]}"; do
-    for policy in ${POLICIES:-pow2/8 pow2 exact}; do
+    for policy in ${POLICIES:-pow2/8 pow2 exact planned}; do
       # the final line holds the peaks: reserved, in use, requested
       run memory "train_${policy//\//_}" "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --policy $policy --corpus \"\$1\" --json | tail -n 1" \
         "$(bin "$b")" "$corpus"

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use super::bind_groups::BindGroupCache;
 use super::counters::Counters;
 use super::lock;
-use super::planned::{Decision, Foresight, StepPlans, Tag};
+use super::planned::{StepPlans, Tag};
 use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
@@ -72,7 +72,7 @@ impl Purpose {
 /// Owns every GPU buffer of a context; see the module docs.
 pub(crate) struct MemoryManager {
     device: wgpu::Device,
-    pool: BufferPool,
+    pub(super) pool: BufferPool,
     pooling: bool,
     pub counters: Counters,
     /// Set while an encoder is open: buffers let go then may still be referenced by
@@ -87,8 +87,11 @@ pub(crate) struct MemoryManager {
     ids: Mutex<FxHashMap<wgpu::Buffer, u64>>,
     next_id: IdCounter,
     pub trace: Recorder,
-    /// The planned policy's plans (`None` under the other policies).
-    plans: Option<StepPlans>,
+    /// What a dispatch binds for a repeated operand under the planned policy (made on
+    /// first use; see `recording.rs`).
+    stand_in: std::sync::OnceLock<wgpu::Buffer>,
+    /// The planned policy's plans (`None` under the other policies; memory_plans.rs).
+    pub(super) plans: Option<StepPlans>,
 }
 
 /// A storage request served: the buffer (an arena for a planned one), the range of
@@ -134,8 +137,16 @@ impl MemoryManager {
             ids: Mutex::default(),
             next_id: IdCounter::new(1),
             trace: Recorder::default(),
+            stand_in: std::sync::OnceLock::new(),
             plans,
         }
+    }
+
+    /// A small storage buffer bound where a dispatch repeats an operand it does not
+    /// read (planned policy only).
+    pub fn stand_in(&self) -> &wgpu::Buffer {
+        self.stand_in
+            .get_or_init(|| self.create(256, Purpose::Storage))
     }
 
     /// Whether storage requests of training steps take planned ranges.
@@ -158,7 +169,7 @@ impl MemoryManager {
     }
 
     /// The one place a GPU buffer is created, and counted.
-    fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
+    pub(super) fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
         self.counters.buffers_created.fetch_add(1, Relaxed);
         self.counters.bytes_created.fetch_add(size, Relaxed);
         let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -181,7 +192,7 @@ impl MemoryManager {
     /// Records a trace event when tracing: `sizes` is the bytes requested and the
     /// size class; `pending` is added to `in_use` (a birth recorded before its
     /// `PooledBuffer` counts itself).
-    fn event(
+    pub(super) fn event(
         &self,
         (kind, purpose): (EventKind, Purpose),
         (requested, class): (u64, u64),
@@ -241,60 +252,7 @@ impl MemoryManager {
     /// class within the pool's `fit_ratio` ([`BufferPool::take`]), else newly created
     /// at the request's class. The caller wraps it in a `PooledBuffer`, which counts
     /// its whole size in use (a fitted buffer counts as the larger size it is).
-    pub fn storage(&self, size: usize, plannable: bool) -> Storage {
-        let plans = self.plans.as_ref().filter(|_| plannable);
-        let (decision, foresight) = match plans {
-            Some(plans) => plans.request(size as u64),
-            None => (Decision::Pool(Tag::Pooled), Foresight::Foreseen),
-        };
-        let c = &self.counters;
-        match foresight {
-            Foresight::Foreseen => {}
-            Foresight::Miss => _ = c.plan_misses.fetch_add(1, Relaxed),
-            Foresight::Outside => _ = c.plan_outside.fetch_add(1, Relaxed),
-        }
-        match decision {
-            Decision::Range { arena, range, tag } => {
-                c.plan_hits.fetch_add(1, Relaxed);
-                c.planned_bytes_in_use.fetch_add(range.size, Relaxed);
-                let (req, cls) = (size as u64, range.size);
-                self.event(
-                    (EventKind::Hit, Purpose::Storage),
-                    (req, cls),
-                    &arena,
-                    None,
-                    cls,
-                );
-                Storage {
-                    buffer: arena,
-                    offset: range.offset,
-                    class: range.size as usize,
-                    tag,
-                }
-            }
-            Decision::Pool(tag) => {
-                let (buffer, class) = self.pooled_storage(size);
-                Storage {
-                    buffer,
-                    offset: 0,
-                    class,
-                    tag,
-                }
-            }
-        }
-    }
-
-    /// GPU memory taken now: pooled buffers in use and held free, and the arenas.
-    pub fn reserved_now(&self, adding: u64) -> u64 {
-        let c = &self.counters;
-        let pooled_in_use = c.bytes_in_use.load(Relaxed)
-            - c.planned_bytes_in_use
-                .load(Relaxed)
-                .min(c.bytes_in_use.load(Relaxed));
-        pooled_in_use + adding + self.pool.bytes_held() + c.arena_bytes.load(Relaxed)
-    }
-
-    fn pooled_storage(&self, size: usize) -> (wgpu::Buffer, usize) {
+    pub(super) fn pooled_storage(&self, size: usize) -> (wgpu::Buffer, usize) {
         let (reused, class) = if self.pooling {
             match self.pool.take(size) {
                 Ok((buffer, class)) => (Some(buffer), class),
@@ -326,64 +284,6 @@ impl MemoryManager {
                 .fetch_max(reserved, Relaxed);
         }
         (buffer, class)
-    }
-
-    // ---- planned steps ---------------------------------------------------------
-
-    /// A training step begins (the planned policy traces or follows its plan).
-    pub fn begin_step(&self) {
-        if let Some(plans) = &self.plans {
-            let retired = plans.begin_step();
-            self.retire_arenas(retired);
-        }
-    }
-
-    /// A training step ended: a traced step's plan gets its arenas. The pool's free
-    /// buffers, which served the traced step, go first, so that the arenas take
-    /// their place instead of coming on top.
-    pub fn end_step(&self) {
-        let Some(plans) = self.plans.as_ref() else {
-            return;
-        };
-        let arenas = plans.end_step();
-        if !arenas.is_empty() {
-            self.clear_pool();
-            let made: Vec<wgpu::Buffer> = arenas
-                .iter()
-                .map(|&bytes| {
-                    self.counters.arena_bytes.fetch_add(bytes, Relaxed);
-                    self.create(bytes, Purpose::Storage)
-                })
-                .collect();
-            self.counters
-                .peak_bytes_reserved
-                .fetch_max(self.reserved_now(0), Relaxed);
-            plans.install(made);
-        }
-    }
-
-    /// The active plan's arenas (none under the other policies).
-    pub fn arenas(&self) -> Vec<wgpu::Buffer> {
-        self.plans
-            .as_ref()
-            .map(StepPlans::arenas)
-            .unwrap_or_default()
-    }
-
-    pub fn plan_refused(&self) -> Option<String> {
-        self.plans.as_ref().and_then(StepPlans::refused)
-    }
-
-    fn retire_arenas(&self, arenas: Vec<wgpu::Buffer>) {
-        for arena in arenas {
-            self.counters.arena_bytes.fetch_sub(arena.size(), Relaxed);
-            self.retire(arena, Purpose::Storage, false);
-        }
-    }
-
-    /// Plans made so far (0 unless the policy is `planned`).
-    pub fn plans_made(&self) -> u32 {
-        self.plans.as_ref().map_or(0, StepPlans::plans_made)
     }
 
     /// A new storage buffer of `bytes.len()` rounded up to 4, holding `bytes`
@@ -599,6 +499,9 @@ impl MemoryManager {
         self.clear_pool();
         if let Some(plans) = &self.plans {
             self.retire_arenas(plans.drain());
+        }
+        if let Some(stand_in) = self.stand_in.get() {
+            self.retire(stand_in.clone(), Purpose::Storage, false);
         }
         let kept = self
             .belt

@@ -39,7 +39,8 @@
 //! (adapter and feature negotiation). `bind_groups` uses `slice`; `pipelines` compiles
 //! kernels through `prelude`; `memory` (the memory manager under every buffer: pool,
 //! staging belt, readback buffers, uniform arena, counters, deferred destroys) uses
-//! the leaves; `pooled` returns buffers to `memory`. `context` (the
+//! the leaves and `planned` (the planned policy's plans; `memory_plans` is the
+//! manager's side of it); `pooled` returns buffers to `memory`. `context` (the
 //! [`WgpuContext`] and its [`ContextOptions`]) builds on all of them; `recording`
 //! (scopes, dispatches, submits), `transfer` (uploads and downloads),
 //! `allocation_trace` and `dispatch_times` add to it.
@@ -52,6 +53,7 @@ mod device;
 mod dispatch_times;
 mod kernel;
 mod memory;
+mod memory_plans;
 mod pipelines;
 mod planned;
 mod pooled;

@@ -153,9 +153,15 @@ impl WgpuContext {
     ) {
         let compiled = self.compiled(kernel);
         let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let bind_group = self
-            .memory
-            .bind_group(kernel.name, &compiled.layout, slot, bound);
+        let bind_group = if self.memory.planned() {
+            let stand_in = self.memory.stand_in();
+            let slices = without_repeats(bound, stand_in);
+            self.memory
+                .bind_group(kernel.name, &compiled.layout, slot, &slices)
+        } else {
+            self.memory
+                .bind_group(kernel.name, &compiled.layout, slot, bound)
+        };
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
             // A specialized kernel (`name#flags`) is traced under its kernel's name.
@@ -254,4 +260,24 @@ impl WgpuContext {
     pub(crate) fn last_submit(&self) -> Option<wgpu::SubmissionIndex> {
         lock(&self.last_submit).clone()
     }
+}
+
+/// `bound` with every range bound a second time replaced by `stand_in`.
+///
+/// Launchers bind an operand again where a kernel has a binding it does not read
+/// (an absent bias, residual or mask needs some buffer). Under the planned policy
+/// every binding is `read_write`, and WebGPU refuses two writable bindings of
+/// overlapping ranges in one dispatch, read or not; so the repeat binds a small
+/// buffer of its own instead. Bit-identical training against the pool
+/// (tests/planned.rs) shows no kernel reads such a binding.
+fn without_repeats<'a, B: Bindable>(bound: &'a [B], stand_in: &'a wgpu::Buffer) -> Vec<Slice<'a>> {
+    let mut slices: Vec<Slice<'a>> = Vec::with_capacity(bound.len());
+    for b in bound {
+        let s = b.slice();
+        let repeat = slices
+            .iter()
+            .any(|t| t.buffer() == s.buffer() && t.offset() == s.offset() && t.size() == s.size());
+        slices.push(if repeat { Slice::whole(stand_in) } else { s });
+    }
+    slices
 }
