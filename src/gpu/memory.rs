@@ -145,8 +145,10 @@ impl MemoryManager {
     /// A small storage buffer bound where a dispatch repeats an operand it does not
     /// read (planned policy only).
     pub fn stand_in(&self) -> &wgpu::Buffer {
-        self.stand_in
-            .get_or_init(|| self.create(256, Purpose::Storage))
+        self.stand_in.get_or_init(|| {
+            let bytes = super::recording::STAND_IN_SLOT * super::recording::STAND_IN_SLOTS;
+            self.create(bytes, Purpose::Storage)
+        })
     }
 
     /// Whether storage requests of training steps take planned ranges.

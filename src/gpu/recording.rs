@@ -262,7 +262,13 @@ impl WgpuContext {
     }
 }
 
-/// `bound` with every range bound a second time replaced by `stand_in`.
+/// Bytes of one stand-in range, and ranges in the stand-in buffer (more than a
+/// kernel has bindings).
+pub(super) const STAND_IN_SLOT: u64 = 256;
+pub(super) const STAND_IN_SLOTS: u64 = 32;
+
+/// `bound` with every range bound a second time replaced by a range of `stand_in`
+/// of its own ([`STAND_IN_SLOT`] bytes each, so that two repeats do not alias either).
 ///
 /// Launchers bind an operand again where a kernel has a binding it does not read
 /// (an absent bias, residual or mask needs some buffer). Under the planned policy
@@ -272,12 +278,21 @@ impl WgpuContext {
 /// (tests/planned.rs) shows no kernel reads such a binding.
 fn without_repeats<'a, B: Bindable>(bound: &'a [B], stand_in: &'a wgpu::Buffer) -> Vec<Slice<'a>> {
     let mut slices: Vec<Slice<'a>> = Vec::with_capacity(bound.len());
+    let mut repeats = 0u64;
     for b in bound {
         let s = b.slice();
         let repeat = slices
             .iter()
             .any(|t| t.buffer() == s.buffer() && t.offset() == s.offset() && t.size() == s.size());
-        slices.push(if repeat { Slice::whole(stand_in) } else { s });
+        slices.push(if repeat {
+            // WebGPU's largest minStorageBufferOffsetAlignment is the slot size.
+            let slot = repeats % STAND_IN_SLOTS;
+            repeats += 1;
+            let size = std::num::NonZeroU64::new(STAND_IN_SLOT).expect("non-zero");
+            Slice::range(stand_in, slot * STAND_IN_SLOT, size)
+        } else {
+            s
+        });
     }
     slices
 }
