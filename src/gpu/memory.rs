@@ -22,6 +22,12 @@ use super::uniforms::{UniformArena, CHUNK_BYTES};
 use crate::pool::{BufferPool, BufferPoolConfig, LetGo, Rejection};
 use crate::trace::{EventKind, Fields, Recorder};
 
+/// Bytes of one stand-in range (WebGPU's largest `minStorageBufferOffsetAlignment`),
+/// and ranges in the stand-in buffer (more than a kernel has bindings): see
+/// [`MemoryManager::stand_in`].
+pub(super) const STAND_IN_SLOT: u64 = 256;
+pub(super) const STAND_IN_SLOTS: u64 = 32;
+
 /// What a buffer is for: its usage flags, and its label in counters and traces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Purpose {
@@ -146,7 +152,7 @@ impl MemoryManager {
     /// read (planned policy only).
     pub fn stand_in(&self) -> &wgpu::Buffer {
         self.stand_in.get_or_init(|| {
-            let bytes = super::recording::STAND_IN_SLOT * super::recording::STAND_IN_SLOTS;
+            let bytes = STAND_IN_SLOT * STAND_IN_SLOTS;
             self.create(bytes, Purpose::Storage)
         })
     }

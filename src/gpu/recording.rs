@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::context::WgpuContext;
 use super::kernel::Kernel;
 use super::lock;
+use super::memory::{STAND_IN_SLOT, STAND_IN_SLOTS};
 use super::recorder::{AfterDispatch, Recorder};
 use super::slice::{Bindable, Slice};
 
@@ -261,11 +262,6 @@ impl WgpuContext {
         lock(&self.last_submit).clone()
     }
 }
-
-/// Bytes of one stand-in range, and ranges in the stand-in buffer (more than a
-/// kernel has bindings).
-pub(super) const STAND_IN_SLOT: u64 = 256;
-pub(super) const STAND_IN_SLOTS: u64 = 32;
 
 /// `bound` with every range bound a second time replaced by a range of `stand_in`
 /// of its own ([`STAND_IN_SLOT`] bytes each, so that two repeats do not alias either).
