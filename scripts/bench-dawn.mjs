@@ -5,7 +5,7 @@
 //                               [--submit-every 0,16,32] [--at-once N] [--in-flight 1|2] [--pool]
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
 //                               [--dawn-backend null]
-//                               [--time-calls] [--kernels] [--windows N] [--readback]
+//                               [--time-calls] [--kernels] [--policies] [--windows N] [--readback]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
 // costs the browser build time against native (Chrome itself keeps its defaults);
 // --dawn-disable: toggles to turn off (`disable-dawn-features=`), e.g.
@@ -30,6 +30,9 @@
 // caller sees it, those objects included).
 // --kernels: instead of steps, GPU time per kernel (the wasm API's benchKernels, each
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
+// --policies: instead of steps, the memory of the steps after warm-up under each size
+// policy, planned included (the wasm API's benchPolicies), one {"bench":"policies"}
+// line a policy: reserved, requested, their ratio and ms a step.
 // --readback: instead of steps, a readback's latency on an idle GPU, `steps` of them
 // after `warmup` (scripts/readback.mjs, which bench-browser.mjs readback runs in a page).
 import { readFileSync } from 'node:fs';
@@ -55,6 +58,7 @@ const { values: opt } = parseArgs({
     'time-calls': { type: 'boolean', default: false },
     windows: { type: 'string' },
     kernels: { type: 'boolean', default: false },
+    policies: { type: 'boolean', default: false },
     readback: { type: 'boolean', default: false },
   },
 });
@@ -116,6 +120,11 @@ const corpus = readFileSync(opt.corpus ?? 'data/tinyshakespeare.txt', 'utf8');
 if (opt.kernels) {
   const rows = await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus);
   for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'kernels', ...row }));
+  process.exit(0);
+}
+if (opt.policies) {
+  const rows = await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus);
+  for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'policies', ...row }));
   process.exit(0);
 }
 // --submit-every 0,16,32: one trainer a value, their steps taken in turns so that a

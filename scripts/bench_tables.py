@@ -256,6 +256,18 @@ def memory(s):
                 note = f"; pow2/8 reserves {1 - ours[0]['peak_bytes_reserved'] / fused['max_reserved']:.0%} less than PyTorch fp32_fused"
         out.append("Peak memory of a training step (PyTorch: max_memory_allocated / max_memory_reserved)" + note + ":\n\n"
                    + table(["what", "in use (tensors)", "requested", "reserved", "reserved / in use"], rows))
+    steady = []
+    for b in s.builds():
+        for run, where in (("steady", "native"), ("dawn_steady", "Dawn")):
+            for r in s.rows(run, b):
+                if "peak_bytes_reserved" not in r:
+                    continue
+                name = f"tidepool {r.get('policy', '')} ({where})" + (" (earlier build)" if b == "against" else "")
+                steady.append([name, r.get("preset", ""), gb(r["peak_bytes_reserved"]), gb(r["peak_bytes_requested"]),
+                               f(r["ratio"]), f(r.get("ms_per_step"), 2)])
+    if steady:
+        out.append("Steady training steps (peaks after warm-up; policy, reserved, requested, ratio, ms a step):\n\n"
+                   + table(["policy", "preset", "reserved", "requested", "reserved / requested", "ms a step"], steady))
     for r in s.rows("replay"):
         for step in r.get("data", []):
             if isinstance(step, dict) and step.get("label") != "first":

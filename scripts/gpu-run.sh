@@ -14,7 +14,9 @@
 #                      in calls of 16 steps, one in flight and two; shakespeare one a call
 #                      (a Chromium page too, when earlier calls left Chromium in /tmp/chr-parts)
 #   memory             peak bytes reserved / in use / requested per size policy beside
-#                      PyTorch's max_memory_reserved / allocated; the trace's replay
+#                      PyTorch's max_memory_reserved / allocated; the steady steps'
+#                      peaks and ms under pow2/8 and planned, natively and through
+#                      Dawn; the trace's replay
 #   pool               taking a buffer from the pool against creating one, natively and
 #                      through Dawn
 #   curves             the held-out loss every 250 steps beside the PyTorch twin
@@ -346,11 +348,19 @@ suite_memory() {
   torch_run memory torch torch python3 scripts/torch_step.py --preset shakespeare --steps 5 --warmup 3 \
     --modes fp32,fp32_fused,bf16
   for b in "${builds[@]}"; do
-    for policy in ${POLICIES:-pow2/8 pow2 exact}; do
+    for policy in ${POLICIES:-pow2/8 pow2 exact planned}; do
       # the final line holds the peaks: reserved, in use, requested
       run memory "train_${policy//\//_}" "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --policy $policy --corpus \"\$1\" --json | tail -n 1" \
         "$(bin "$b")" "$corpus"
     done
+  done
+  # The steps after warm-up (their own peaks): pow2/8 beside planned, natively and
+  # through Dawn (which runs every policy).
+  for b in "${builds[@]}"; do
+    run memory steady "$b" "$(bin "$b")" bench policies --presets "$big" --policies pow2/8,planned \
+      --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+    dawn_for "$b"
+    run memory dawn_steady "$b" "${dawn[@]}" --preset "$big" --warmup "$warmup" --steps "$steps" --policies
   done
   # Every allocation of a steady step, replayed through each size policy and a plan.
   run memory trace this "$tidepool_this" train "${train_big[@]}" --steps 3 --corpus "$corpus" \

@@ -18,6 +18,8 @@
 //! - [`train`]: the GPU [`train::Trainer`], and the [`train::Schedule`] that cuts a
 //!   run into calls.
 //! - [`checkpoint`]: save, resume and export a run (safetensors).
+//! - [`planner`]: the memory plan of a training step (the `planned` policy's
+//!   ranges of arenas, greedy by size).
 //! - [`trace`]: the allocation trace of a step; [`replay`]: what other size
 //!   policies and an offline offset plan would have made of it, without the GPU.
 //! - [`snapshot`]: PyTorch memory snapshots and tidepool's traces read into one
@@ -38,10 +40,11 @@
 //!
 //! ```text
 //! error, pool, rng, reference  leaves (reference: every op on the CPU)
-//! arena, tuning                leaves: the arenas' layout; which kernel variants run
+//! arena, tuning, planner       leaves: the arenas' layout; which kernel variants run;
+//!                              a step's memory plan
 //! data, config, trace          corpora; a run's settings; the trace's types
 //! gpu                          device, recorder, pipelines, memory (config, pool, trace,
-//!                              tuning)
+//!                              tuning, planner)
 //! kernels, model               the ops and the GPT on the GPU (gpu, arena, reference)
 //! plan                         does a config fit a device (config, kernels, model)
 //! train                        trainer, steps, evaluation, sampling, schedule
@@ -138,6 +141,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod plan;
+pub mod planner;
 pub mod pool;
 pub mod reference;
 #[doc(hidden)]

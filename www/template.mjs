@@ -80,6 +80,8 @@ export function template(id, o, settings) {
     <div><dt>Buffers created, this step</dt><dd><span data-testid="buffers-created" data-ref="created"></span></dd></div>
     <div><dt>Bytes held by the pool</dt><dd><span data-testid="bytes-held" data-ref="held"></span>
       <span class="tp-muted" data-ref="heldHuman"></span></dd></div>
+    <div data-ref="planRow" hidden><dt>Planned arenas</dt><dd><span data-testid="arena-bytes" data-ref="arenas"></span>
+      <span class="tp-muted" data-testid="plan-fallbacks" data-ref="planFallbacks"></span></dd></div>
     <div><dt>Step time</dt><dd><span data-ref="ms"></span> ms</dd></div>
     <div><dt>Tokens per second</dt><dd><span data-ref="tps"></span></dd></div>
   </dl>

@@ -537,6 +537,11 @@ export class TidepoolWidget {
     el.created.textContent = s ? s.buffers_created_step : '';
     el.held.textContent = s ? s.bytes_held : '';
     el.heldHuman.textContent = s ? `B (${fmtBytes(s.bytes_held)})` : '';
+    // The planned policy's arenas, and the requests its plan did not serve.
+    const c = s?.context;
+    el.planRow.hidden = !(c?.arena_bytes > 0);
+    el.arenas.textContent = c ? fmtBytes(c.arena_bytes) : '';
+    el.planFallbacks.textContent = c ? `${c.plan_misses} unforeseen, ${c.plan_outside} outside steps` : '';
     el.ms.textContent = s ? fixed(s.ms, 1) : '';
     el.tps.textContent = s ? Math.round(s.tokens_per_s).toLocaleString('en') : '';
     if (!this.running && s && !this.creating) this.setStatus(this.stateText(s.step));

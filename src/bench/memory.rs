@@ -19,6 +19,8 @@ pub struct PolicyRow {
     pub ratio: f64,
     pub hit_rate: f64,
     pub buffers_created_after_warmup: u64,
+    /// Mean wall-clock ms of a measured step (each step awaits its loss).
+    pub ms_per_step: f64,
 }
 
 /// The policies compared by [`policies`].
@@ -29,20 +31,22 @@ pub fn policy_set() -> Vec<SizePolicy> {
         SizePolicy::Subdivided { subdivisions: 4 },
         SizePolicy::Subdivided { subdivisions: 8 },
         SizePolicy::Exact,
+        SizePolicy::Planned,
     ]
 }
 
-/// Trains `warmup + steps` steps under each policy and reports its memory.
+/// Trains `warmup + steps` steps under each of `policies` and reports the memory of
+/// the steps after warm-up.
 pub async fn policies(
     cfg: &TrainConfig,
     options: &ContextOptions,
-    preset: &str,
-    corpus: &Corpus,
+    (preset, corpus): (&str, &Corpus),
     warmup: u32,
     steps: u32,
+    policies: &[SizePolicy],
 ) -> Result<Vec<PolicyRow>> {
     let mut rows = Vec::new();
-    for policy in policy_set() {
+    for &policy in policies {
         let cfg = TrainConfig {
             policy,
             ..cfg.clone()
@@ -52,9 +56,14 @@ pub async fn policies(
             trainer.step().await?;
         }
         let created = trainer.context().counters().buffers_created;
+        // The steady step's peaks, not the warm-up's (the planned policy's first
+        // step runs on the pool).
+        trainer.context().reset_peaks();
+        let start = now_ms();
         for _ in 0..steps {
             trainer.step().await?;
         }
+        let ms_per_step = (now_ms() - start) / f64::from(steps.max(1));
         // Sampling-free, eval-free: training steps only.
         let counters = trainer.context().counters();
         let pool = trainer.context().pool_stats();
@@ -67,6 +76,7 @@ pub async fn policies(
                 / counters.peak_bytes_requested_in_use.max(1) as f64,
             hit_rate: pool.hit_rate(),
             buffers_created_after_warmup: counters.buffers_created - created,
+            ms_per_step,
         });
     }
     Ok(rows)

@@ -7,6 +7,7 @@ use tidepool::bench;
 use tidepool::config::PRESETS;
 use tidepool::config::{Overrides, Precision};
 use tidepool::data::Corpus;
+use tidepool::pool::SizePolicy;
 use tidepool::train::{TrainConfig, MAX_STEPS_AT_ONCE, MAX_STEPS_IN_FLIGHT};
 use tidepool::{fmt_bytes, ContextOptions, WgpuContext};
 
@@ -80,6 +81,10 @@ pub struct KernelsArgs {
 pub struct PoliciesArgs {
     #[command(flatten)]
     runs: Runs,
+    /// Size policies to compare, comma-separated (default: pow2, pow2/2, pow2/4,
+    /// pow2/8, exact, planned).
+    #[arg(long, value_delimiter = ',', value_parser = SizePolicy::parse)]
+    policies: Vec<SizePolicy>,
     #[command(flatten)]
     out: Json,
 }
@@ -346,7 +351,13 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
     let options = &args.runs.device.options();
     for preset in &args.runs.presets {
         let cfg = TrainConfig::preset(preset)?;
-        let rows = bench::policies(&cfg, options, preset, corpus, warmup, steps).await?;
+        let policies = if args.policies.is_empty() {
+            bench::policy_set()
+        } else {
+            args.policies.clone()
+        };
+        let rows =
+            bench::policies(&cfg, options, (preset, corpus), warmup, steps, &policies).await?;
         let header = [
             "preset",
             "policy",
@@ -355,6 +366,7 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
             "ratio",
             "hit rate",
             "created after warm-up",
+            "ms a step",
         ];
         output::rows(&rows, args.out.json, &header, |r| {
             vec![
@@ -365,6 +377,7 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
                 format!("{:.3}", r.ratio),
                 format!("{:.4}", r.hit_rate),
                 r.buffers_created_after_warmup.to_string(),
+                format!("{:.2}", r.ms_per_step),
             ]
         });
     }

@@ -281,5 +281,6 @@ pub fn policy_names() -> Vec<String> {
         format!("pow2/{n}")
     }));
     names.push("exact".into());
+    names.push("planned".into());
     names
 }

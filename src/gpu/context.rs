@@ -179,7 +179,7 @@ impl WgpuContext {
             device.clone(),
             pool_config,
             options.pooling,
-            limits.min_uniform_buffer_offset_alignment as usize,
+            &limits,
         ));
         let timer = options
             .time_dispatches
@@ -329,19 +329,74 @@ impl WgpuContext {
 
     /// A storage buffer of at least `size` bytes: from the pool when its bucket has
     /// one, else newly created. Its contents are whatever the last user left (rule 2).
+    ///
+    /// Under the planned policy, inside a training step ([`WgpuContext::begin_step`])
+    /// it may be a planned range of an arena instead ([`PooledBuffer::slice`]).
     pub fn create_pooled(&self, size: usize) -> PooledBuffer {
+        self.storage(size, true)
+    }
+
+    /// A pooled storage buffer, or a planned range where `plannable`.
+    pub(crate) fn storage(&self, size: usize, plannable: bool) -> PooledBuffer {
         let size = size.max(1);
-        let (buffer, class) = self.memory.storage(size);
-        PooledBuffer::new(buffer, class, size, true, self.memory.clone())
+        let storage = self.memory.storage(size, plannable);
+        PooledBuffer::new(storage, size, true, self.memory.clone())
     }
 
     /// A storage buffer of at least `size` bytes, all zero when the commands recorded
     /// after this call run: the clear is recorded in the encoder, so it is ordered and
-    /// the buffer may come from and return to the pool.
+    /// the buffer may come from and return to the pool. Never a planned range: a
+    /// plan places what every kernel writes whole (rule 2).
     pub fn create_zeroed(&self, size: usize) -> PooledBuffer {
-        let buffer = self.create_pooled(size);
-        self.record(|encoder| encoder.clear_buffer(&buffer, 0, None));
+        let buffer = self.storage(size, false);
+        let s = buffer.slice();
+        self.record(|encoder| encoder.clear_buffer(s.buffer(), s.offset(), Some(s.size())));
         buffer
+    }
+
+    /// A training step begins: under the planned policy, its storage requests are
+    /// traced (the first step, or one after the step changed) or take their planned
+    /// ranges. Nothing under the other policies.
+    pub fn begin_step(&self) {
+        self.memory.begin_step();
+    }
+
+    /// The training step begun by [`WgpuContext::begin_step`] ended (every tensor it
+    /// made and did not keep dropped). A traced step is planned here and its arenas
+    /// made; when the device cannot hold the plan the pool serves every later step
+    /// and [`WgpuContext::plan_refused`] says why ([`crate::plan`] refuses such a
+    /// config before any GPU work).
+    pub fn end_step(&self) {
+        self.memory.end_step();
+    }
+
+    /// Fills the planned policy's arenas with NaN (every byte 0xFF) at the start of
+    /// the next submit, so that a test shows no tensor reads a byte it did not
+    /// write (rule 2). Call between steps, with nothing recorded.
+    #[doc(hidden)]
+    pub fn poison_arenas(&self) {
+        for arena in self.memory.arenas() {
+            let bytes = vec![0xFFu8; arena.size() as usize];
+            self.queue.write_buffer(&arena, 0, &bytes);
+        }
+    }
+
+    /// Why the planned policy fell back to the pool for good, if it did.
+    pub fn plan_refused(&self) -> Option<String> {
+        self.memory.plan_refused()
+    }
+
+    /// Plans the planned policy made so far (0 under the other policies).
+    pub fn plans_made(&self) -> u32 {
+        self.memory.plans_made()
+    }
+
+    /// Starts the peak figures of [`WgpuContext::counters`] over from now, so that
+    /// they measure what follows (a steady step) and not the warm-up before it.
+    pub fn reset_peaks(&self) {
+        self.memory
+            .counters
+            .reset_peaks(self.memory.reserved_now(0));
     }
 
     /// The plain upload: a new buffer holding `data`, never recycled (rule 3). Data
@@ -352,7 +407,13 @@ impl WgpuContext {
         if let Err(e) = written {
             self.report(e);
         }
-        PooledBuffer::new(buffer, size, bytes.len(), false, self.memory.clone())
+        let storage = super::memory::Storage {
+            buffer,
+            offset: 0,
+            class: size,
+            tag: super::planned::Tag::Pooled,
+        };
+        PooledBuffer::new(storage, bytes.len(), false, self.memory.clone())
     }
 
     /// Keeps an error for the next [`WgpuContext::take_error`].
@@ -369,10 +430,11 @@ impl WgpuContext {
     pub(super) fn compiled(&self, kernel: &Kernel) -> Arc<Compiled> {
         let counters = &self.memory.counters;
         let before = counters.pipelines_created.load(Relaxed);
+        let read_write = self.memory.planned();
         let compiled = (self.pipelines).get(
             &self.device,
             kernel,
-            self.subgroups,
+            (self.subgroups, read_write),
             &counters.pipelines_created,
         );
         if counters.pipelines_created.load(Relaxed) != before {

@@ -184,6 +184,17 @@ pub struct ContextCounters {
     pub created_by_path: CreatedByPath,
     /// Buffers created, by what they are for.
     pub buffers_by_purpose: BuffersByPurpose,
+    /// Bytes of the planned policy's arenas now (0 under the other policies).
+    pub arena_bytes: u64,
+    /// Storage requests served at their planned range.
+    pub plan_hits: u64,
+    /// Storage requests inside a planned step that the plan did not foresee (a
+    /// different size or order); the pool served them and the next step is
+    /// planned again.
+    pub plan_misses: u64,
+    /// Storage requests outside any training step (evaluation, sampling, a step's
+    /// readback) while a plan is active: the pool serves them.
+    pub plan_outside: u64,
 }
 
 #[derive(Default)]
@@ -203,6 +214,12 @@ pub(crate) struct Counters {
     pub bytes_requested_in_use: AtomicU64,
     pub peak_bytes_requested_in_use: AtomicU64,
     pub peak_bytes_reserved: AtomicU64,
+    pub arena_bytes: AtomicU64,
+    /// Bytes of live tensors at planned ranges (part of `bytes_in_use`).
+    pub planned_bytes_in_use: AtomicU64,
+    pub plan_hits: AtomicU64,
+    pub plan_misses: AtomicU64,
+    pub plan_outside: AtomicU64,
     /// The [`Path`] now, as its index.
     path: AtomicU8,
     /// Per path: buffers, bind groups, pipelines.
@@ -284,6 +301,22 @@ impl Counters {
             peak_bytes_reserved: self.peak_bytes_reserved.load(Relaxed),
             created_by_path: self.created_by_path(),
             buffers_by_purpose: self.buffers_by_purpose(),
+            arena_bytes: self.arena_bytes.load(Relaxed),
+            plan_hits: self.plan_hits.load(Relaxed),
+            plan_misses: self.plan_misses.load(Relaxed),
+            plan_outside: self.plan_outside.load(Relaxed),
         }
+    }
+
+    /// Starts the peaks over from the values now, so that they measure what follows
+    /// (a steady step after warm-up) and not the run so far.
+    pub fn reset_peaks(&self, reserved_now: u64) {
+        let at = |peak: &AtomicU64, now: &AtomicU64| peak.store(now.load(Relaxed), Relaxed);
+        at(&self.peak_bytes_in_use, &self.bytes_in_use);
+        at(
+            &self.peak_bytes_requested_in_use,
+            &self.bytes_requested_in_use,
+        );
+        self.peak_bytes_reserved.store(reserved_now, Relaxed);
     }
 }

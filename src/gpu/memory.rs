@@ -15,11 +15,18 @@ use rustc_hash::FxHashMap;
 use super::bind_groups::BindGroupCache;
 use super::counters::{Counters, Object};
 use super::lock;
+use super::planned::{StepPlans, Tag};
 use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
 use crate::pool::{BufferPool, BufferPoolConfig, LetGo, Rejection};
 use crate::trace::{EventKind, Fields, Recorder};
+
+/// Bytes of one stand-in range (WebGPU's largest `minStorageBufferOffsetAlignment`),
+/// and ranges in the stand-in buffer (more than a kernel has bindings): see
+/// [`MemoryManager::stand_in`].
+pub(super) const STAND_IN_SLOT: u64 = 256;
+pub(super) const STAND_IN_SLOTS: u64 = 32;
 
 /// What a buffer is for: its usage flags, and its label in counters and traces
 /// (in the order of [`super::counters::BuffersByPurpose`]).
@@ -72,7 +79,7 @@ impl Purpose {
 /// Owns every GPU buffer of a context; see the module docs.
 pub(crate) struct MemoryManager {
     device: wgpu::Device,
-    pool: BufferPool,
+    pub(super) pool: BufferPool,
     pooling: bool,
     pub counters: Counters,
     /// Set while an encoder is open: buffers let go then may still be referenced by
@@ -87,6 +94,21 @@ pub(crate) struct MemoryManager {
     ids: Mutex<FxHashMap<wgpu::Buffer, u64>>,
     next_id: IdCounter,
     pub trace: Recorder,
+    /// What a dispatch binds for a repeated operand under the planned policy (made on
+    /// first use; see `recording.rs`).
+    stand_in: std::sync::OnceLock<wgpu::Buffer>,
+    /// The planned policy's plans (`None` under the other policies; memory_plans.rs).
+    pub(super) plans: Option<StepPlans>,
+}
+
+/// A storage request served: the buffer (an arena for a planned one), the range of
+/// it the tensor holds (its size: the size class, or the planned range's bytes),
+/// and what its drop reports.
+pub(crate) struct Storage {
+    pub buffer: wgpu::Buffer,
+    pub offset: u64,
+    pub class: usize,
+    pub tag: Tag,
 }
 
 impl MemoryManager {
@@ -94,8 +116,17 @@ impl MemoryManager {
         device: wgpu::Device,
         pool: BufferPoolConfig,
         pooling: bool,
-        uniform_align: usize,
+        limits: &wgpu::Limits,
     ) -> Self {
+        let uniform_align = limits.min_uniform_buffer_offset_alignment as usize;
+        let plans = (pooling && pool.policy == crate::pool::SizePolicy::Planned).then(|| {
+            StepPlans::new(crate::planner::Limits {
+                offset_alignment: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
+                max_arena_bytes: limits
+                    .max_storage_buffer_binding_size
+                    .min(limits.max_buffer_size),
+            })
+        });
         let pool = BufferPool::new(pool);
         // Everything the pool lets go comes back here to be destroyed at a safe time.
         pool.hold_destroys(true);
@@ -113,7 +144,23 @@ impl MemoryManager {
             ids: Mutex::default(),
             next_id: IdCounter::new(1),
             trace: Recorder::default(),
+            stand_in: std::sync::OnceLock::new(),
+            plans,
         }
+    }
+
+    /// A small storage buffer bound where a dispatch repeats an operand it does not
+    /// read (planned policy only).
+    pub fn stand_in(&self) -> &wgpu::Buffer {
+        self.stand_in.get_or_init(|| {
+            let bytes = STAND_IN_SLOT * STAND_IN_SLOTS;
+            self.create(bytes, Purpose::Storage)
+        })
+    }
+
+    /// Whether storage requests of training steps take planned ranges.
+    pub fn planned(&self) -> bool {
+        self.plans.is_some()
     }
 
     pub fn pool(&self) -> &BufferPool {
@@ -131,7 +178,7 @@ impl MemoryManager {
     }
 
     /// The one place a GPU buffer is created, and counted.
-    fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
+    pub(super) fn create(&self, size: u64, purpose: Purpose) -> wgpu::Buffer {
         self.counters.buffers_created.fetch_add(1, Relaxed);
         (self.counters).created(Object::Buffer, Some(purpose as usize));
         self.counters.bytes_created.fetch_add(size, Relaxed);
@@ -155,7 +202,7 @@ impl MemoryManager {
     /// Records a trace event when tracing: `sizes` is the bytes requested and the
     /// size class; `pending` is added to `in_use` (a birth recorded before its
     /// `PooledBuffer` counts itself).
-    fn event(
+    pub(super) fn event(
         &self,
         (kind, purpose): (EventKind, Purpose),
         (requested, class): (u64, u64),
@@ -218,7 +265,7 @@ impl MemoryManager {
     /// class within the pool's `fit_ratio` ([`BufferPool::take`]), else newly created
     /// at the request's class. The caller wraps it in a `PooledBuffer`, which counts
     /// its whole size in use (a fitted buffer counts as the larger size it is).
-    pub fn storage(&self, size: usize) -> (wgpu::Buffer, usize) {
+    pub(super) fn pooled_storage(&self, size: usize) -> (wgpu::Buffer, usize) {
         let (reused, class) = if self.pooling {
             // By creation order (see `take_ranked`): the bind groups a step caches
             // name the buffers it is handed.
@@ -248,8 +295,7 @@ impl MemoryManager {
         }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
-            let reserved =
-                self.counters.bytes_in_use.load(Relaxed) + class as u64 + self.pool.bytes_held();
+            let reserved = self.reserved_now(class as u64);
             self.counters
                 .peak_bytes_reserved
                 .fetch_max(reserved, Relaxed);
@@ -271,9 +317,35 @@ impl MemoryManager {
         (buffer, size, written)
     }
 
-    /// A `PooledBuffer` came home: back to the pool, or destroyed.
-    pub fn release(&self, buffer: wgpu::Buffer, class: usize, len: usize, recycle: bool) {
+    /// A `PooledBuffer` came home: its planned range free again, or back to the
+    /// pool, or destroyed.
+    pub fn release(
+        &self,
+        buffer: wgpu::Buffer,
+        (class, len): (usize, usize),
+        recycle: bool,
+        tag: Tag,
+    ) {
         self.note_released(class, len);
+        if let Some(plans) = &self.plans {
+            if let Tag::Planned { .. } = tag {
+                self.counters
+                    .planned_bytes_in_use
+                    .fetch_sub(class as u64, Relaxed);
+                let (req, cls) = (len as u64, class as u64);
+                self.event(
+                    (EventKind::Release, Purpose::Storage),
+                    (req, cls),
+                    &buffer,
+                    None,
+                    0,
+                );
+                let retired = plans.release(tag);
+                self.retire_arenas(retired);
+                return;
+            }
+            plans.release(tag);
+        }
         let (req, cls) = (len as u64, class as u64);
         let purpose = if recycle {
             Purpose::Storage
@@ -454,6 +526,12 @@ impl MemoryManager {
     /// at the next garbage collection (rule 4). Call after the last submit.
     pub fn destroy_all(&self) {
         self.clear_pool();
+        if let Some(plans) = &self.plans {
+            self.retire_arenas(plans.drain());
+        }
+        if let Some(stand_in) = self.stand_in.get() {
+            self.retire(stand_in.clone(), Purpose::Storage, false);
+        }
         let kept = self
             .belt
             .drain()

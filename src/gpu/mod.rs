@@ -39,7 +39,8 @@
 //! (adapter and feature negotiation). `bind_groups` uses `slice`; `pipelines` compiles
 //! kernels through `prelude`; `memory` (the memory manager under every buffer: pool,
 //! staging belt, readback buffers, uniform arena, counters, deferred destroys) uses
-//! the leaves; `pooled` returns buffers to `memory`. `context` (the
+//! the leaves and `planned` (the planned policy's plans; `memory_plans` is the
+//! manager's side of it); `pooled` returns buffers to `memory`. `context` (the
 //! [`WgpuContext`] and its [`ContextOptions`]) builds on all of them; `recording`
 //! (scopes, dispatches, submits), `transfer` (uploads and downloads),
 //! `allocation_trace` and `dispatch_times` add to it.
@@ -52,7 +53,9 @@ mod device;
 mod dispatch_times;
 mod kernel;
 mod memory;
+mod memory_plans;
 mod pipelines;
+mod planned;
 mod pooled;
 mod prelude;
 mod recorder;
@@ -77,7 +80,7 @@ pub(crate) use prelude::{ENABLE_SUBGROUPS, PRELUDE};
 /// How many submits a scope of so many dispatches takes (the tests count them).
 #[doc(hidden)]
 pub use recorder::scope_submits;
-pub use slice::Slice;
+pub use slice::{Bindable, Slice};
 pub use timing::{DispatchTimes, CAPACITY as TIMED_DISPATCHES};
 pub use transfer::{PendingRead, Reading};
 

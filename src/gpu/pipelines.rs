@@ -1,6 +1,7 @@
 //! The pipeline cache: each kernel compiled once a context, by name, for the
 //! context's reductions ([`source_for`]).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -26,12 +27,13 @@ pub(super) struct Pipelines {
 
 impl Pipelines {
     /// The pipeline of `kernel` and its bind group layout, built on `device` on first
-    /// use (counted in `created`), with the subgroup reductions where `subgroups`.
+    /// use (counted in `created`), with the subgroup reductions where `subgroups`,
+    /// and every storage binding `read_write` where `read_write` ([`all_read_write`]).
     pub fn get(
         &self,
         device: &wgpu::Device,
         kernel: &Kernel,
-        subgroups: bool,
+        (subgroups, read_write): (bool, bool),
         created: &AtomicU64,
     ) -> Arc<Compiled> {
         let mut cache = lock(&self.cache);
@@ -41,7 +43,10 @@ impl Pipelines {
                 created.fetch_add(1, Relaxed);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
-                    source: wgpu::ShaderSource::Wgsl(source_for(kernel, subgroups)),
+                    source: wgpu::ShaderSource::Wgsl(all_read_write(
+                        source_for(kernel, subgroups),
+                        read_write,
+                    )),
                 };
                 let module = if kernel.unchecked {
                     // SAFETY: `unchecked` kernels guard every index themselves and
@@ -68,5 +73,20 @@ impl Pipelines {
                 Arc::new(Compiled { pipeline, layout })
             })
             .clone()
+    }
+}
+
+/// `source` with its read-only storage bindings made `read_write` (where `on`).
+///
+/// The planned policy places a step's tensors in one arena, and WebGPU (and wgpu
+/// natively) refuses a buffer bound both read-only and writable in one dispatch,
+/// even on disjoint ranges. Bindings that are all `read_write` form one usage, which
+/// is allowed; live tensors' ranges never overlap, so no two bindings alias.
+pub(super) fn all_read_write(source: Cow<'static, str>, on: bool) -> Cow<'static, str> {
+    const READ: &str = "var<storage, read>";
+    if on && source.contains(READ) {
+        Cow::Owned(source.replace(READ, "var<storage, read_write>"))
+    } else {
+        source
     }
 }

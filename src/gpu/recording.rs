@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::context::WgpuContext;
 use super::kernel::Kernel;
 use super::lock;
+use super::memory::{STAND_IN_SLOT, STAND_IN_SLOTS};
 use super::recorder::{AfterDispatch, Recorder};
 use super::slice::{Bindable, Slice};
 
@@ -122,11 +123,11 @@ impl WgpuContext {
 
     /// Dispatches `kernel` with uniform `params` (binding 0) and `buffers` (bindings
     /// 1..), over `workgroups`.
-    pub fn dispatch<P: bytemuck::Pod>(
+    pub fn dispatch<P: bytemuck::Pod, B: Bindable>(
         &self,
         kernel: &Kernel,
         params: &P,
-        buffers: &[&wgpu::Buffer],
+        buffers: &[B],
         workgroups: [u32; 3],
     ) {
         self.dispatch_bound(kernel, params, buffers, workgroups)
@@ -153,9 +154,15 @@ impl WgpuContext {
     ) {
         let compiled = self.compiled(kernel);
         let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let bind_group = self
-            .memory
-            .bind_group(kernel.name, &compiled.layout, slot, bound);
+        let bind_group = if self.memory.planned() {
+            let stand_in = self.memory.stand_in();
+            let slices = without_repeats(bound, stand_in);
+            self.memory
+                .bind_group(kernel.name, &compiled.layout, slot, &slices)
+        } else {
+            self.memory
+                .bind_group(kernel.name, &compiled.layout, slot, bound)
+        };
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
             // A specialized kernel (`name#flags`) is traced under its kernel's name.
@@ -254,4 +261,34 @@ impl WgpuContext {
     pub(crate) fn last_submit(&self) -> Option<wgpu::SubmissionIndex> {
         lock(&self.last_submit).clone()
     }
+}
+
+/// `bound` with every range bound a second time replaced by a range of `stand_in`
+/// of its own ([`STAND_IN_SLOT`] bytes each, so that two repeats do not alias either).
+///
+/// Launchers bind an operand again where a kernel has a binding it does not read
+/// (an absent bias, residual or mask needs some buffer). Under the planned policy
+/// every binding is `read_write`, and WebGPU refuses two writable bindings of
+/// overlapping ranges in one dispatch, read or not; so the repeat binds a small
+/// buffer of its own instead. Bit-identical training against the pool
+/// (tests/planned.rs) shows no kernel reads such a binding.
+fn without_repeats<'a, B: Bindable>(bound: &'a [B], stand_in: &'a wgpu::Buffer) -> Vec<Slice<'a>> {
+    let mut slices: Vec<Slice<'a>> = Vec::with_capacity(bound.len());
+    let mut repeats = 0u64;
+    for b in bound {
+        let s = b.slice();
+        let repeat = slices
+            .iter()
+            .any(|t| t.buffer() == s.buffer() && t.offset() == s.offset() && t.size() == s.size());
+        slices.push(if repeat {
+            // WebGPU's largest minStorageBufferOffsetAlignment is the slot size.
+            let slot = repeats % STAND_IN_SLOTS;
+            repeats += 1;
+            let size = std::num::NonZeroU64::new(STAND_IN_SLOT).expect("non-zero");
+            Slice::range(stand_in, slot * STAND_IN_SLOT, size)
+        } else {
+            s
+        });
+    }
+    slices
 }

@@ -71,8 +71,9 @@ impl<'a> From<&'a wgpu::Buffer> for Slice<'a> {
     }
 }
 
-/// What [`super::WgpuContext::dispatch`] binds: whole buffers or slices of them.
-pub(crate) trait Bindable {
+/// What [`super::WgpuContext::dispatch`] binds: whole buffers, slices of them, or
+/// pooled buffers (a planned one as its range).
+pub trait Bindable {
     fn slice(&self) -> Slice<'_>;
 }
 

@@ -8,6 +8,7 @@ use super::context::take_error;
 use super::context::WgpuContext;
 use super::memory::{write_mapped, MemoryManager, Purpose};
 use super::pooled::PooledBuffer;
+use super::slice::Slice;
 use super::staging::staging_class;
 use crate::error::{Error, Result};
 
@@ -32,7 +33,9 @@ impl WgpuContext {
             .map(|a| a.len().max(4).div_ceil(4) * 4)
             .collect();
         let total: usize = lens.iter().sum();
-        let dsts: Vec<PooledBuffer> = lens.iter().map(|&len| self.create_pooled(len)).collect();
+        // Never planned ranges: the batch's arrays of a call's later steps are uploaded
+        // ahead with the first one, so they outlive a step.
+        let dsts: Vec<PooledBuffer> = lens.iter().map(|&len| self.storage(len, false)).collect();
         let chunk = self.memory.staging_chunk(staging_class(total as u64));
         let mut bytes = Vec::with_capacity(total);
         for (array, &len) in arrays.iter().zip(&lens) {
@@ -49,7 +52,14 @@ impl WgpuContext {
         self.record(|encoder| {
             let mut at = 0;
             for (dst, &len) in dsts.iter().zip(&lens) {
-                encoder.copy_buffer_to_buffer(&chunk, at as u64, dst, 0, len as u64);
+                let d = dst.slice();
+                encoder.copy_buffer_to_buffer(
+                    &chunk,
+                    at as u64,
+                    d.buffer(),
+                    d.offset(),
+                    len as u64,
+                );
                 at += len;
             }
         });
@@ -83,25 +93,27 @@ impl WgpuContext {
         });
     }
 
-    /// Reads the first `count` elements of `buffer` back to the host. Submits what is
+    /// Reads the first `count` elements of `buffer` (a buffer, a [`PooledBuffer`]:
+    /// its own range, or a [`super::Slice`]) back to the host. Submits what is
     /// recorded (even inside a scope), then awaits the map: natively by polling the
     /// device, on the web without blocking. Also reports any GPU error since the last
     /// check.
-    pub async fn download<T: bytemuck::Pod>(
+    pub async fn download<'b, T: bytemuck::Pod>(
         &self,
-        buffer: &wgpu::Buffer,
+        buffer: impl Into<Slice<'b>>,
         count: usize,
     ) -> Result<Vec<T>> {
         self.download_at(buffer, 0, count).await
     }
 
     /// Like [`WgpuContext::download`], for `count` elements starting at element `first`.
-    pub async fn download_at<T: bytemuck::Pod>(
+    pub async fn download_at<'b, T: bytemuck::Pod>(
         &self,
-        buffer: &wgpu::Buffer,
+        buffer: impl Into<Slice<'b>>,
         first: usize,
         count: usize,
     ) -> Result<Vec<T>> {
+        let slice: Slice = buffer.into();
         let size = std::mem::size_of::<T>();
         let bytes = count * size;
         if bytes == 0 {
@@ -109,15 +121,15 @@ impl WgpuContext {
         }
         let offset = (first * size) as u64;
         let padded = (bytes.div_ceil(4) * 4) as u64;
-        if !offset.is_multiple_of(4) || offset + padded > buffer.size() {
+        if !offset.is_multiple_of(4) || offset + padded > slice.size() {
             return Err(Error::Map(format!(
                 "asked for bytes {offset}..{} of a {}-byte buffer",
                 offset + padded,
-                buffer.size()
+                slice.size()
             )));
         }
         let pending = self.pending_read(padded);
-        self.copy_to_read(buffer, offset, &pending, 0, padded);
+        self.copy_to_read(slice, offset, &pending, 0, padded);
         self.read::<T>(pending, count).await
     }
 
@@ -140,17 +152,20 @@ impl WgpuContext {
             .reserve_readbacks(staging_class(bytes.max(4)), count);
     }
 
-    /// Records a copy of `bytes` bytes of `src` from `src_offset` into `dst` at
+    /// Records a copy of `bytes` bytes of `src` (a buffer, a [`PooledBuffer`]'s
+    /// range or a [`super::Slice`]) from `src_offset` within it into `dst` at
     /// `dst_offset` (all multiples of 4).
-    pub fn copy_to_read(
+    pub fn copy_to_read<'b>(
         &self,
-        src: &wgpu::Buffer,
+        src: impl Into<Slice<'b>>,
         src_offset: u64,
         dst: &PendingRead,
         dst_offset: u64,
         bytes: u64,
     ) {
-        self.copy_buffer(src, src_offset, dst.buffer(), dst_offset, bytes);
+        let src: Slice = src.into();
+        let at = src.offset() + src_offset;
+        self.copy_buffer(src.buffer(), at, dst.buffer(), dst_offset, bytes);
     }
 
     /// The first `count` elements copied into `pending`: submits what is recorded

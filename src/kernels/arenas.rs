@@ -69,7 +69,7 @@ impl ParamArena {
     pub fn tensor(&self, i: usize) -> Slice<'_> {
         let s = self.layout.slots[i];
         let size = NonZeroU64::new(s.len.max(1) as u64 * 4).expect("at least one float");
-        Slice::range(&self.chunks[s.chunk], s.offset as u64 * 4, size)
+        self.chunks[s.chunk].range(s.offset as u64 * 4, size)
     }
 
     /// Every tensor, in order.
@@ -169,7 +169,11 @@ impl GradArena {
         );
         GradArena {
             splits: (0..layout.len()).map(|_| std::cell::Cell::new(1)).collect(),
-            params: params.chunks.iter().map(|c| (**c).clone()).collect(),
+            params: params
+                .chunks
+                .iter()
+                .map(|c| c.slice().buffer().clone())
+                .collect(),
             param_offsets: params
                 .layout
                 .slots
@@ -198,7 +202,7 @@ impl GradArena {
         let (s, room) = self.layout.slots[i];
         let size = NonZeroU64::new((room * s.len).max(1) as u64 * 4).expect("non-zero");
         GradDest {
-            range: Slice::range(&self.chunks[s.chunk], s.offset as u64 * 4, size),
+            range: self.chunks[s.chunk].range(s.offset as u64 * 4, size),
             len: s.len,
             room,
         }

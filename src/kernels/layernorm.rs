@@ -288,7 +288,7 @@ impl LayerNorm<'_> {
         let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
         if let Some(resid) = resid {
             assert!(
-                resid.size() >= (rows * c * 4) as u64,
+                resid.size_class() >= rows * c * 4,
                 "layernorm_backward resid"
             );
             params.flags |= RESID;

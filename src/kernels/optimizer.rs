@@ -18,7 +18,7 @@ use super::multi_tensor::{tensors_kernel, Pass, TensorsParams, TensorsPerDispatc
 use super::reduce::{Params, CPU_ONE_PASS_MAX, GLOBAL_NORM, GLOBAL_NORM_REPORT, MAX_PARTS};
 use crate::arena::ArenaLayout;
 use crate::error::Result;
-use crate::gpu::{grid_1d, PooledBuffer, WgpuContext};
+use crate::gpu::{grid_1d, PooledBuffer, Slice, WgpuContext};
 use crate::reference::AdamW;
 use crate::tuning::Target;
 
@@ -235,7 +235,7 @@ impl OptimizerStep<'_> {
                 part_offset += parts;
                 (u(parts), [u(lens[i]), u(offset), u(span)])
             });
-            let bound: [&wgpu::Buffer; 2] = [grads.chunk(chunk), &partials];
+            let bound: [Slice; 2] = [grads.chunk(chunk).into(), (&partials).into()];
             let kernel = tensors_kernel(Pass::Sumsq, MAX_K);
             ctx.dispatch(&kernel, &params, &bound, grid_1d(params.groups, 1));
         }
@@ -256,7 +256,7 @@ impl OptimizerStep<'_> {
                         report.len()
                     );
                     params.slot = u(slot);
-                    let bound: [&wgpu::Buffer; 3] = [&partials, chunk, report];
+                    let bound: [Slice; 3] = [(&partials).into(), chunk.into(), report.into()];
                     ctx.dispatch(&GLOBAL_NORM_REPORT, &params, &bound, [1, 1, 1]);
                 }
                 None => ctx.dispatch(&GLOBAL_NORM, &params, &[&partials, chunk], [1, 1, 1]),
@@ -284,8 +284,11 @@ impl OptimizerStep<'_> {
             (params.lr, params.beta1, params.beta2, params.eps) =
                 (hp.lr, hp.beta1, hp.beta2, hp.eps);
             (params.weight_decay, params.bc1, params.bc2) = (hp.weight_decay, bc1, bc2);
-            let bound: [&wgpu::Buffer; 3] =
-                [grads.chunk(chunk), weights.chunk(chunk), &moments.mv[chunk]];
+            let bound: [Slice; 3] = [
+                grads.chunk(chunk).into(),
+                weights.chunk(chunk).into(),
+                (&moments.mv[chunk]).into(),
+            ];
             let kernel = tensors_kernel(Pass::Adamw, MAX_K);
             ctx.dispatch(&kernel, &params, &bound, grid_1d(params.groups, 1));
         }

@@ -265,7 +265,7 @@ impl GpuBatch {
 
     fn array(&self, i: usize) -> Slice<'_> {
         match &self.store {
-            BatchStore::Packed(buffer, ranges) => Slice::range(buffer, ranges[i].0, ranges[i].1),
+            BatchStore::Packed(buffer, ranges) => buffer.range(ranges[i].0, ranges[i].1),
             BatchStore::Separate(buffers) => (&buffers[i]).into(),
         }
     }

@@ -28,6 +28,10 @@ pub enum SizePolicy {
     /// The size itself, rounded to [`SIZE_ALIGNMENT`]: no waste, but a buffer is only
     /// reused by a request of exactly its size (fine for static-shape training).
     Exact,
+    /// A training step's tensors at the ranges of a plan made from one traced step
+    /// ([`crate::planner`]); what the plan did not foresee (the traced step itself,
+    /// evaluation, sampling) is pooled at [`SizePolicy::Exact`] classes.
+    Planned,
 }
 
 /// Most subdivisions of an octave [`SizePolicy::parse`] accepts: finer steps than
@@ -55,7 +59,7 @@ impl SizePolicy {
                 let step = octave / divs;
                 min_size.div_ceil(step).checked_mul(step)
             }
-            SizePolicy::Exact => min_size.div_ceil(align).checked_mul(align),
+            SizePolicy::Exact | SizePolicy::Planned => min_size.div_ceil(align).checked_mul(align),
         }
     }
 
@@ -74,21 +78,24 @@ impl SizePolicy {
             SizePolicy::PowerOfTwo => "pow2".into(),
             SizePolicy::Subdivided { subdivisions } => format!("pow2/{subdivisions}"),
             SizePolicy::Exact => "exact".into(),
+            SizePolicy::Planned => "planned".into(),
         }
     }
 
-    /// Parses the labels [`SizePolicy::label`] writes (`pow2`, `pow2/4`, `exact`).
+    /// Parses the labels [`SizePolicy::label`] writes (`pow2`, `pow2/4`, `exact`,
+    /// `planned`).
     pub fn parse(text: &str) -> Result<Self, String> {
         match text {
             "pow2" => Ok(SizePolicy::PowerOfTwo),
             "exact" => Ok(SizePolicy::Exact),
+            "planned" => Ok(SizePolicy::Planned),
             _ => match text.strip_prefix("pow2/").map(str::parse::<u32>) {
                 Some(Ok(n)) if (1..=MAX_SUBDIVISIONS).contains(&n) && n.is_power_of_two() => {
                     Ok(SizePolicy::Subdivided { subdivisions: n })
                 }
                 _ => Err(format!(
                     "unknown size policy {text:?}: expected pow2, pow2/N (N a power of two \
-                     from 1 to {MAX_SUBDIVISIONS}) or exact"
+                     from 1 to {MAX_SUBDIVISIONS}), exact or planned"
                 )),
             },
         }

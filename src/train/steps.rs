@@ -287,7 +287,9 @@ impl Trainer {
         } else {
             Some(GpuBatch::upload(&self.ctx, inputs, targets, vocab, false))
         };
-        let record = || {
+        // The step's tensors drop when `step_tensors` returns, before `end_step`:
+        // the planned policy plans (or follows) what lived and died inside.
+        let step_tensors = || {
             let batch = uploaded
                 .as_ref()
                 .or(self.held_batch.get())
@@ -298,6 +300,11 @@ impl Trainer {
                 self.ctx
                     .copy_to_read(gathered, 0, report, 0, gathered.len() as u64);
             }
+        };
+        let record = || {
+            self.ctx.begin_step();
+            step_tensors();
+            self.ctx.end_step();
         };
         if whole {
             self.ctx.scope_in_one_submit(record);

@@ -103,7 +103,15 @@ pub fn bench_policies(
         let run = preset_run(&preset, warmup, steps, &corpus)?;
         let options = ContextOptions::default();
         let (cfg, corpus) = (&run.cfg, &run.corpus);
-        let rows = bench::policies(cfg, &options, &run.preset, corpus, run.warmup, run.steps);
+        let set = bench::policy_set();
+        let rows = bench::policies(
+            cfg,
+            &options,
+            (&run.preset, corpus),
+            run.warmup,
+            run.steps,
+            &set,
+        );
         to_js(&rows.await.map_err(js_error)?)
     })
 }

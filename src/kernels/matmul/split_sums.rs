@@ -66,7 +66,8 @@ impl WeightGrad {
 pub struct SplitSums {
     pending: Vec<PendingSum>,
     /// For the optimizer: the partials handed out as gradients, and their splits.
-    left: Option<Vec<(wgpu::Buffer, usize)>>,
+    /// A gradient is its buffer and offset: planned ranges share an arena.
+    left: Option<Vec<((wgpu::Buffer, u64), usize)>>,
     bytes: u64,
 }
 
@@ -113,11 +114,12 @@ impl SplitSums {
     /// How many partials `grad` holds (`[splits, len]`, to be added); 1 for a
     /// gradient that holds its value. Asked of the gradients this handed out, while
     /// they live (a buffer let go may come back from the pool as anything).
-    pub fn splits_of(&self, grad: &wgpu::Buffer) -> usize {
+    pub fn splits_of<'g>(&self, grad: impl Into<Slice<'g>>) -> usize {
+        let grad: Slice = grad.into();
         self.left
             .iter()
             .flatten()
-            .find(|(buffer, _)| buffer == grad)
+            .find(|((buffer, at), _)| buffer == grad.buffer() && *at == grad.offset())
             .map_or(1, |&(_, splits)| splits)
     }
 
@@ -151,7 +153,7 @@ impl SplitSums {
         };
         for (grad, splits) in [Some(&dweight), dbias.as_ref()].into_iter().flatten() {
             if let WeightGrad::Buffer(buffer) = grad {
-                sums.handed_out(buffer, *splits);
+                sums.handed_out(buffer.slice(), *splits);
             }
         }
         (dweight.0, dbias.map(|(b, _)| b))
@@ -159,11 +161,12 @@ impl SplitSums {
 
     /// Notes what `grad` holds for [`SplitSums::splits_of`]. A buffer can come back
     /// from the pool as a later gradient: what was noted of it before goes.
-    fn handed_out(&mut self, grad: &wgpu::Buffer, splits: usize) {
+    fn handed_out(&mut self, grad: Slice, splits: usize) {
         if let Some(left) = &mut self.left {
-            left.retain(|(buffer, _)| buffer != grad);
+            let key = (grad.buffer(), grad.offset());
+            left.retain(|((buffer, at), _)| (buffer, *at) != key);
             if splits > 1 {
-                left.push((grad.clone(), splits));
+                left.push(((grad.buffer().clone(), grad.offset()), splits));
             }
         }
     }
@@ -344,8 +347,8 @@ impl<'d> Partials<'d> {
                 let out = ctx.create_pooled(len * 4);
                 let sum = PendingSum {
                     part,
-                    out: (*out).clone(),
-                    at: 0,
+                    out: out.slice().buffer().clone(),
+                    at: out.offset(),
                     len,
                     splits,
                 };

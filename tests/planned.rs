@@ -1,0 +1,179 @@
+//! The planned policy end to end: after one traced step, a step's tensors take their
+//! planned ranges of a few arenas; training is bit-identical to the pool's, a
+//! steady step creates nothing, and the arenas hold what the step asks for and
+//! hardly more. GPU bodies run natively and in headless Chromium.
+
+mod common;
+
+use tidepool::pool::SizePolicy;
+use tidepool::train::{TrainConfig, Trainer};
+
+#[cfg(target_arch = "wasm32")]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
+/// Odd sizes on purpose; several layers so that lifetimes interleave.
+fn config(policy: SizePolicy) -> TrainConfig {
+    TrainConfig {
+        layers: 2,
+        heads: 2,
+        width: 24,
+        context: 19,
+        batch: 3,
+        lr: 1e-2,
+        warmup: 2,
+        steps: 100,
+        dropout: 0.1,
+        policy,
+        ..TrainConfig::preset("tiny").unwrap()
+    }
+}
+
+/// Losses (as bits) of `steps` steps and the parameters after them.
+async fn run(cfg: TrainConfig, steps: u32, poison: bool) -> (Vec<u32>, Vec<Vec<f32>>, Trainer) {
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    let mut losses = Vec::new();
+    for i in 0..steps {
+        if poison && i == 1 {
+            // After the traced step: its plan's arenas exist, unused.
+            trainer.context().poison_arenas();
+        }
+        losses.push(trainer.step().await.expect("step").loss.to_bits());
+    }
+    let params = trainer.parameters().await.expect("parameters");
+    (losses, params, trainer)
+}
+
+fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
+        })
+}
+
+gpu_test!(
+    planned_training_is_bit_identical_to_the_pool,
+    bit_identical_body()
+);
+/// 100 steps under `planned` and under `pow2/8`: the same losses and parameters,
+/// bit for bit; the arenas poisoned with NaN before the first planned step change
+/// nothing (every kernel writes all of its output before anything reads it).
+async fn bit_identical_body() {
+    let steps = 100;
+    let (pool_losses, pool_params, _) = run(
+        config(SizePolicy::Subdivided { subdivisions: 8 }),
+        steps,
+        false,
+    )
+    .await;
+    let (losses, params, trainer) = run(config(SizePolicy::Planned), steps, true).await;
+    assert_eq!(losses, pool_losses, "losses differ");
+    assert!(
+        same_bits(&params, &pool_params),
+        "parameters differ after {steps} steps"
+    );
+    let ctx = trainer.context();
+    assert_eq!(ctx.plans_made(), 1, "one plan for one step shape");
+    let c = ctx.counters();
+    assert_eq!(c.plan_misses, 0, "every request of a step foreseen");
+    assert!(
+        c.plan_hits >= 50 * u64::from(steps - 1),
+        "the planned steps' tensors took their ranges: {} in {} steps",
+        c.plan_hits,
+        steps - 1
+    );
+    assert!(c.arena_bytes > 0);
+    assert!(ctx.plan_refused().is_none());
+}
+
+gpu_test!(a_steady_planned_step_creates_nothing, steady_body());
+/// After the traced step and the first planned one, a step creates no buffer and no
+/// bind group (fixed ranges hit the bind-group cache), and the memory it reserves is
+/// within 1% of the most its tensors asked for at once.
+async fn steady_body() {
+    let cfg = TrainConfig {
+        steps: 10,
+        ..config(SizePolicy::Planned)
+    };
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    for _ in 0..2 {
+        trainer.step().await.expect("warm-up step");
+    }
+    trainer.context().reset_peaks();
+    let before = trainer.context().counters();
+    for _ in 0..4 {
+        let s = trainer.step().await.expect("step");
+        assert_eq!(s.buffers_created_step, 0, "step {} created buffers", s.step);
+        assert_eq!(
+            s.bind_groups_created_step, 0,
+            "step {} made bind groups",
+            s.step
+        );
+    }
+    let after = trainer.context().counters();
+    assert_eq!(after.buffers_created, before.buffers_created);
+    let hits = after.plan_hits - before.plan_hits;
+    assert!(
+        hits > 0 && hits % 4 == 0,
+        "{hits} planned ranges in 4 steps"
+    );
+    assert_eq!(after.plan_misses, 0);
+    let ratio = after.peak_bytes_reserved as f64 / after.peak_bytes_requested_in_use as f64;
+    assert!(
+        ratio <= 1.01,
+        "reserved {} for {} requested: {ratio:.4}",
+        after.peak_bytes_reserved,
+        after.peak_bytes_requested_in_use
+    );
+}
+
+gpu_test!(
+    evaluation_and_sampling_fall_back_to_the_pool,
+    outside_body()
+);
+/// Evaluation and sampling are no training step: the pool serves them, they are
+/// counted, and the plan stays (no new one, no misses).
+async fn outside_body() {
+    let cfg = TrainConfig {
+        steps: 10,
+        eval_every: 2,
+        ..config(SizePolicy::Planned)
+    };
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    for _ in 0..4 {
+        trainer.step().await.expect("step");
+    }
+    trainer.sample("\n", 3, 1.0, 1).await.expect("sample");
+    let s = trainer.step().await.expect("step after sampling");
+    assert!(s.loss.is_finite());
+    let c = trainer.context().counters();
+    assert!(c.plan_outside > 0, "evaluation and sampling counted");
+    assert_eq!(c.plan_misses, 0);
+    assert_eq!(trainer.context().plans_made(), 1);
+}
+
+gpu_test!(steps_at_once_follow_the_plan, steps_at_once_body());
+/// `steps(n)` uploads a call's batches with its first step: uploads are never
+/// planned, so every step of the call follows the one plan.
+async fn steps_at_once_body() {
+    let cfg = config(SizePolicy::Planned);
+    let (one_by_one, _, _) = run(cfg.clone(), 6, false).await;
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    let mut losses: Vec<u32> = trainer
+        .steps(1)
+        .await
+        .expect("steps")
+        .iter()
+        .map(|s| s.loss.to_bits())
+        .collect();
+    losses.extend(
+        trainer
+            .steps(5)
+            .await
+            .expect("steps")
+            .iter()
+            .map(|s| s.loss.to_bits()),
+    );
+    assert_eq!(losses, one_by_one);
+    assert_eq!(trainer.context().plans_made(), 1);
+    assert_eq!(trainer.context().counters().plan_misses, 0);
+}
