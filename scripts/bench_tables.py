@@ -297,6 +297,25 @@ def pool(s):
     return out
 
 
+def soak(s):
+    """The Dawn soak's rows (every `every` steps) and the native run's steps that created something."""
+    out = []
+    for r in s.rows("dawn"):
+        if "rows" not in r:
+            continue
+        mib = lambda n: f(n / 2**20, 2)
+        rows = [[x["step"], mib(x["bytes_held"]), x["buffers_created"], x["bind_groups_created"], x["pipelines_created"],
+                 mib(x["wasm_memory"]), mib(x["js_heap"]) if x.get("js_heap") is not None else "", f(x["loss"])]
+                for x in r["rows"]]
+        verdict = "flat after warm-up" if r.get("flat") else f"NOT flat ({len(r.get('failures', []))} figures moved: `failures` in results.jsonl)"
+        out.append(f"{r['runtime']}, {r['options']['preset']}, {r['options']['steps']} steps: {verdict}\n\n"
+                   + table(["step", "MiB held", "buffers", "bind groups", "pipelines", "wasm MiB", "JS heap MiB", "loss"], rows))
+    created = [r for r in s.rows("native") if "created" in r]
+    out.append("Native steps after step 2 that created something: "
+               + (", ".join(f"{r['step']} ({', '.join(k for k, v in r['created'].items() if any(v.values()))})" for r in created) or "none"))
+    return out
+
+
 def ratio(x):
     return f"{x:,.0f}x" if x >= 100 else f"{x:.1f}x"
 
@@ -437,6 +456,7 @@ SECTIONS = {
     "pool": ("Pool latency", pool),
     "curves": ("The learning curve against PyTorch", curves),
     "host-profile": ("Where a step's host time goes", host_profile),
+    "soak": ("A long run through Dawn", soak),
 }
 
 

@@ -73,12 +73,16 @@ export async function soak(opt) {
 }
 
 /**
- * Whether the rows are flat after the first (warm-up): the same buffers, bind groups
- * and pipelines created, bytes held and wasm memory; the JS heap within `heapSlack`
- * bytes of the first row's. Returns the failures, named.
+ * Whether the rows are flat after warm-up: from the first row at or past `warmUp`
+ * (the step by which every path, evaluation and sampling included, has run once: a
+ * path makes its objects at its first use), the same buffers, bind groups and
+ * pipelines created, bytes held and wasm memory; the JS heap within `heapSlack`
+ * bytes of that row's. Returns the failures, named.
  */
-export function flatAfterWarmUp(rows, heapSlack = 4 << 20) {
-  const [first, ...rest] = rows;
+export function flatAfterWarmUp(rows, warmUp = 0, heapSlack = 4 << 20) {
+  const from = Math.max(0, rows.findIndex((r) => r.step >= warmUp));
+  const [first, ...rest] = rows.slice(from);
+  if (!first) return [`no row at or past step ${warmUp}: run more steps than the warm-up`];
   const failures = [];
   for (const key of ['buffers_created', 'bind_groups_created', 'pipelines_created', 'bytes_held', 'wasm_memory']) {
     const moved = rest.filter((r) => r[key] !== first[key]);

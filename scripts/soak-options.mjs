@@ -57,7 +57,9 @@ export function soakArgs(defaults, extra = {}) {
 
 /** Prints (and with --out writes) the soak's report; exits 1 when it is not flat. */
 export function report(runtime, result, { values, opt }) {
-  const failures = flatAfterWarmUp(result.rows);
+  // Warm-up ends once every path has run: the first evaluation and the first sample.
+  const firstUses = [opt.evalEvery, opt.sampleEvery].filter((n) => n > 0);
+  const failures = flatAfterWarmUp(result.rows, Math.max(0, ...firstUses));
   const out = {
     bench: 'soak',
     runtime,
