@@ -15,7 +15,7 @@
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
 //! `--variant NAMES` only those matmul variants, in that order, comma-separated, repeats
-//! allowed (tiled, splitk, narrow, cpu16, cpu32, warp, warp-splitk, deep, deep-splitk,
+//! allowed (tiled, splitk, narrow, cpu16, cpu32,
 //! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the
 //! GPT shapes; `--budget-ms` the time a batch of launches aims at (default 500, quick
 //! 300). The f16 variants run on a second context made with precision f16 (the `auto`

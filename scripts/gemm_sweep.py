@@ -17,7 +17,7 @@ import json
 import sys
 from collections import defaultdict
 
-F32 = ["tiled", "splitk", "narrow", "warp", "warp-splitk", "deep", "deep-splitk"]
+F32 = ["tiled", "splitk", "narrow"]
 F16 = ["f16", "f16-splitk", "coop", "coop-splitk", "coop2", "coop2-splitk"]
 
 

@@ -5,7 +5,7 @@
 #   parity             every kernel against its CPU reference, the GPU tests, on this GPU
 #   step-vs-torch      the shakespeare step (f32, f16), tiny and small, beside PyTorch's modes
 #   gemm-vs-cublas     every GEMM shape of the shakespeare step beside cuBLAS on that shape
-#   gemm-sweep         every GEMM variant, candidates too, on every shape of the shakespeare
+#   gemm-sweep         every GEMM variant on every shape of the shakespeare
 #                      step beside cuBLAS fp32 / fp16; attention beside PyTorch's fused
 #                      attention; the step f32 and f16 with today's choices beside PyTorch
 #                      fp32; sweep.md (scripts/gemm_sweep.py): the tables and each shape
@@ -146,7 +146,7 @@ if [ "$local_run" = 1 ]; then
   page=(tiny) big=tiny warmup=1 steps=2 calls=3 at_once=4 repeats=1 kernel_steps=1
   quick=(--quick) pool_batches=(--batches 20)
   # one variant of each core that runs here (every one takes minutes on lavapipe)
-  sweep_variants=tiled,warp,deep-splitk
+  sweep_variants=tiled,narrow
   train_big=(--preset shakespeare --batch 2 --context 32 --layers 2 --width 48 --heads 6)
   curve=(--preset tiny --steps 40 --eval-every 20 --eval-batches 2) curve_stop=20
   soak=(--preset tiny --batch 2 --context 8 --steps "${SOAK_STEPS:-300}" --every 100 --eval-every 50 --sample-every 100)
@@ -154,7 +154,7 @@ if [ "$local_run" = 1 ]; then
 else
   page=(tiny small) big=shakespeare warmup=3 steps=20 calls=30 at_once=16 repeats=${REPEATS:-3} kernel_steps=5
   quick=() pool_batches=()
-  sweep_variants=tiled,splitk,narrow,warp,warp-splitk,deep,deep-splitk,coop2,coop2-splitk,coop,coop-splitk
+  sweep_variants=tiled,splitk,narrow,coop2,coop2-splitk,coop,coop-splitk
   train_big=(--preset shakespeare)
   curve=(--preset shakespeare --eval-every 250 --eval-batches 200) curve_stop=${CURVE_STOP:-}
   soak=(--preset small --steps "${SOAK_STEPS:-20000}" --every 500)

@@ -44,8 +44,8 @@ const MM_SHAPES: &[(usize, usize, usize)] = &[
     (129, 9, 257),
     (64, 96, 160),
     (33, 300, 65),
-    // A whole 128x128 tile and whole steps inside every product, all multiples of
-    // 4: the unguarded loads of `Deep`.
+    // A whole 128x128 tile and whole 8-deep steps inside every product, all
+    // multiples of 4.
     (132, 136, 136),
     (9, 70_001, 17),
 ];
@@ -135,7 +135,7 @@ async fn backward_body() {
                     "dweight {what} rerun"
                 );
             }
-            // With the bias: the wide f32 cores sum dbias in dweight's own pass.
+            // With the bias: Tiled and SplitK sum dbias in dweight's own pass.
             let (dw, db) = poisoned(&ctx, &[n, n * k], || {
                 let x = linear(&g_inp, &g_w, Some(&g_b));
                 let (dw, db) = op.weight_grads(&ctx, &g_dout, x, shape);

@@ -30,13 +30,17 @@ pub enum ShapeClass {
     SomeTiles,
 }
 
-/// The f32 variant of each class on GPUs (a class missing here takes `Tiled`). The
-/// choices measured on the H200 (BENCHMARKS.md's GEMM tables): split-K where few
-/// tiles would leave the GPU idle or the reduction is long against the output,
-/// `Narrow`'s smaller tiles where the reduction is too short to split.
+/// The f32 variant of each class on GPUs (a class missing here takes `Tiled`): each
+/// class's winner, summed over its shapes, in the H200 sweep of 2026-12-03
+/// (`scripts/gpu-run.sh gemm-sweep`, bench-results/gemm-sweep/2026-12-03/sweep.md).
+/// `Narrow`'s 64-row tiles where few tiles would leave the GPU idle (the weight
+/// gradients, whose rows every variant splits) and where the reduction is too short
+/// to split; `Tiled` elsewhere, long reductions included. Where the winner was
+/// within noise of the variant already chosen (many-tiles: `SplitK` 1.791 ms
+/// against 1.809; short-k: `SplitK` 0.057 against 0.060), the choice stays.
 pub const GPU_CHOICE: &[(ShapeClass, MatmulVariant)] = &[
-    (ShapeClass::FewTiles, MatmulVariant::SplitK),
-    (ShapeClass::LongK, MatmulVariant::SplitK),
+    (ShapeClass::FewTiles, MatmulVariant::Narrow),
+    (ShapeClass::LongK, MatmulVariant::Tiled),
     (ShapeClass::ShortK, MatmulVariant::Narrow),
     (ShapeClass::ThinOutput, MatmulVariant::Tiled),
     (ShapeClass::ManyTiles, MatmulVariant::Tiled),

@@ -254,7 +254,7 @@ pub(super) fn weight_partials<'d>(
     let fused_bias = dests.bias.filter(|_| variant.sums_bias());
     let params = GemmParams::new(n, k, rows, chunk, prologue);
     let kernel = if fused_bias.is_some() {
-        dweight_bias(variant)
+        dweight_bias()
     } else {
         kernel(variant, Layout::Dweight)
     };

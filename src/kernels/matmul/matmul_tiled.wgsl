@@ -1,64 +1,50 @@
 // Tiled GEMM cores: c[z][m, n] = sum over k in split z of A(m, k) * B(k, n), after a
 // layout prelude (matmul_nt / _nn / _tn.wgsl: Params, the bindings, how tiles of A
 // and B are read and along which axis, how C is written; src/kernels/README.md).
-// One template, several cores (source.rs names each one's tags):
-//   F32 WIDE SQUARE BK8 SUMS  `Tiled`: 128x128 tiles of C, 8x8 a thread, f32 in
-//                  workgroup memory; with A_SUMS (matmul_tn_sums.wgsl) the first
-//                  column of tiles also sums A, giving dbias beside dweight.
-//   F16 WIDE SQUARE BK8  `F16`: the same tiling with the operands rounded to f16 as
-//                  they enter workgroup memory (A scaled by A_SCALE first, undone on
-//                  the way out), every product and sum in f32: an f16 x f16 product
-//                  is exact in f32, so this gives what a tensor core gives.
-//   F32 NARROW SQUARE BK8  `Narrow`: 64x128 tiles, 4x8 a thread: twice the
-//                  workgroups and half the registers, for reductions too short to
-//                  split, where a workgroup's set-up and stores weigh more than its
-//                  products.
-//   F32 WIDE WARP BK8 FAST SUMS  `Warp`: `Tiled` with its threads laid out by warp
-//                  (below) and unguarded loads inside the output (FAST).
-//   F32 WIDE WARP BK16 FAST SUMS  `Deep`: `Warp` with 16-deep steps (half the
-//                  barriers, twice the loads in flight; 32 KiB of workgroup memory).
+// One template, three cores (source.rs names each one's tags):
+//   F32 WIDE SUMS  `Tiled`: 128x128 tiles of C, 8x8 a thread, f32 in workgroup
+//                  memory; with A_SUMS (matmul_tn_sums.wgsl) the first column of
+//                  tiles also sums A, giving dbias beside dweight.
+//   F16 WIDE       `F16`: the same tiling with the operands rounded to f16 as they
+//                  enter workgroup memory (A scaled by A_SCALE first, undone on the
+//                  way out), every product and sum in f32: an f16 x f16 product is
+//                  exact in f32, so this gives what a tensor core gives.
+//   F32 NARROW     `Narrow`: 64x128 tiles, 4x8 a thread: twice the workgroups and
+//                  half the registers, for reductions too short to split, where a
+//                  workgroup's set-up and stores weigh more than its products.
 //
-// 256 threads walk k in steps of BK (8 or 16) through two shared buffers (load the
-// next step while computing this one: one barrier a step). Each thread keeps 8 (wide)
-// or 4 (narrow) rows by 8 columns of C in vec4 registers: rows ia0*4..+4 (wide: and
-// ia1*4..+4) by columns ib0*4..+4 and ib1*4..+4, so its shared reads are a few vec4s
-// a k (16 FMAs each). SQUARE lays the threads out as a 16x16 square (a half-warp reads
-// 64 contiguous floats of B); WARP gives each warp a 64x32 block of C with its lanes
-// 8 x 4, so a warp reads 8 vec4s of A and 4 of B a k (fewer shared-memory wavefronts).
-// The prelude's load_a fills a 128x8 slice over 256 threads (BK16: two slices a
-// step); narrow, threads 0..127 load its 64 rows through the prelude thread index
+// 256 threads walk k in steps of BK = 8 through two shared buffers (load the next
+// step while computing this one: one barrier a step). Thread (tx, ty) keeps rows
+// ty*4..+4 (wide: and 64+ty*4..+4) by columns tx*4..+4 and 64+tx*4..+4 of C in vec4
+// registers, so its shared reads are a few vec4s a k (16 FMAs each) and a half-warp
+// reads 64 contiguous floats. The prelude's load_a fills a 128-row tile over 256
+// threads; narrow, threads 0..127 load its 64 rows through the prelude thread index
 // that holds them (`a_thread`).
-// Shared: [slot][k][BM / 4] vec4s of A and [slot][k][128 / 4] of B, a slot 8 steps
-// of k, BK / 8 slots a buffer: 16 KiB wide in f32 (WebGPU's default limit), 8 KiB in
-// f16, 12 KiB narrow, 32 KiB with BK16.
+// Shared: [buffer][k][BM / 4] vec4s of A and [buffer][k][128 / 4] of B: 16 KiB wide
+// in f32 (WebGPU's default limit), 8 KiB in f16, 12 KiB narrow.
 
 const BM: u32 = {WIDE:128u}{NARROW:64u};
 #WIDE const BN: u32 = 128u;
-#BK8 const BK: u32 = 8u;
-#BK16 const BK: u32 = 16u;
-// Slots (8 steps of k each) a buffer.
-const SLOTS: u32 = BK / 8u;
+const BK: u32 = 8u;
 
-// Row m (or column n) of step k of slot s is As[(s * 8 + k) * (BM / 4) + m / 4][m % 4].
-#BK8 var<workgroup> As: array<vec4<{F32:f32}{F16:f16}>, {WIDE:512}{NARROW:256}>;
-#BK8 var<workgroup> Bs: array<vec4<{F32:f32}{F16:f16}>, 512>;
-#BK16 var<workgroup> As: array<vec4<f32>, 1024>;
-#BK16 var<workgroup> Bs: array<vec4<f32>, 1024>;
+// Row m (or column n) of step k is As[(buf * BK + k) * (BM / 4) + m / 4][m % 4].
+var<workgroup> As: array<vec4<{F32:f32}{F16:f16}>, {WIDE:512}{NARROW:256}>;
+var<workgroup> Bs: array<vec4<{F32:f32}{F16:f16}>, 512>;
 
 // A tile read along k (rows of the tile x k): thread t holds row t / 2, k offsets
 // (t % 2) * 4 .. + 4, and stores them transposed.
-fn put_rows_a(slot: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
+fn put_rows_a(buf: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
     let r = t / 2u;
-    let base = (slot * 8u + (t % 2u) * 4u) * {WIDE:32u}{NARROW:16u} + r / 4u;
+    let base = (buf * BK + (t % 2u) * 4u) * {WIDE:32u}{NARROW:16u} + r / 4u;
     As[base][r % 4u] = v.x;
     As[base + {WIDE:32u}{NARROW:16u}][r % 4u] = v.y;
     As[base + {WIDE:64u}{NARROW:32u}][r % 4u] = v.z;
     As[base + {WIDE:96u}{NARROW:48u}][r % 4u] = v.w;
 }
 
-fn put_rows_b(slot: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
+fn put_rows_b(buf: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
     let r = t / 2u;
-    let base = (slot * 8u + (t % 2u) * 4u) * 32u + r / 4u;
+    let base = (buf * BK + (t % 2u) * 4u) * 32u + r / 4u;
     Bs[base][r % 4u] = v.x;
     Bs[base + 32u][r % 4u] = v.y;
     Bs[base + 64u][r % 4u] = v.z;
@@ -67,38 +53,25 @@ fn put_rows_b(slot: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
 
 // A tile read along m / n (k-major: k rows of the tile): thread t holds step
 // t / (BM / 4), columns (t % (BM / 4)) * 4 .. + 4, stored as they are.
-fn put_cols_a(slot: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
-    As[(slot * 8u + t / {WIDE:32u}{NARROW:16u}) * {WIDE:32u}{NARROW:16u} + t % {WIDE:32u}{NARROW:16u}] = v;
+fn put_cols_a(buf: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
+    As[(buf * BK + t / {WIDE:32u}{NARROW:16u}) * {WIDE:32u}{NARROW:16u} + t % {WIDE:32u}{NARROW:16u}] = v;
 }
 
-fn put_cols_b(slot: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
-    Bs[(slot * 8u + t / 32u) * 32u + t % 32u] = v;
+fn put_cols_b(buf: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
+    Bs[(buf * BK + t / 32u) * 32u + t % 32u] = v;
 }
 
 // Where a prelude's loads go: its layout constants pick the store (constant-folded).
 // In f16, A is scaled by A_SCALE (a power of two) before the rounding, B not.
-fn put_a(slot: u32, t: u32, v: vec4<f32>) {
+fn put_a(buf: u32, t: u32, v: vec4<f32>) {
 #F16     let h = vec4<f16>(v * A_SCALE);
-    if (A_ALONG_K) { put_rows_a(slot, t, {F32:v}{F16:h}); } else { put_cols_a(slot, t, {F32:v}{F16:h}); }
+    if (A_ALONG_K) { put_rows_a(buf, t, {F32:v}{F16:h}); } else { put_cols_a(buf, t, {F32:v}{F16:h}); }
 }
 
-fn put_b(slot: u32, t: u32, v: vec4<f32>) {
+fn put_b(buf: u32, t: u32, v: vec4<f32>) {
 #F16     let h = vec4<f16>(v);
-    if (B_ALONG_K) { put_rows_b(slot, t, {F32:v}{F16:h}); } else { put_cols_b(slot, t, {F32:v}{F16:h}); }
+    if (B_ALONG_K) { put_rows_b(buf, t, {F32:v}{F16:h}); } else { put_cols_b(buf, t, {F32:v}{F16:h}); }
 }
-
-// An 8-deep slice of A or B at k offset k0: without the bounds checks (the
-// preludes' load_*_fast) where the slice lies inside the output and the split
-// (`inside`: the tile inside m and n, which with k are multiples of 4; FAST only).
-#WIDE fn fetch_a(m0: u32, k0: u32, k_end: u32, t: u32, inside: bool) -> vec4<f32> {
-#FAST     if (inside && k0 + 8u <= k_end) { return load_a_fast(m0, k0, t); }
-#WIDE     return load_a(m0, k0, k_end, t);
-#WIDE }
-
-#WIDE fn fetch_b(n0: u32, k0: u32, k_end: u32, t: u32, inside: bool) -> vec4<f32> {
-#FAST     if (inside && k0 + 8u <= k_end) { return load_b_fast(n0, k0, t); }
-#WIDE     return load_b(n0, k0, k_end, t);
-#WIDE }
 
 // The prelude thread index whose 4 floats of A are the ones thread u (< 128) of a
 // 64-row tile stores: along k, thread t holds row t / 2 (rows 0..63 for t < 128);
@@ -117,19 +90,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let k_begin = z * p.k_chunk;
     let k_end = min(k_begin + p.k_chunk, p.k);
     let steps = (k_end - k_begin + BK - 1u) / BK;
-    // The vec4s of a step's rows of A (ia0, ia1) and columns of B (ib0, ib1) this
-    // thread multiplies. SQUARE: a 16x16 square, rows ty*4 and 64 + ty*4, columns
-    // tx*4 and 64 + tx*4. WARP: warp w takes rows (w / 4) * 64.. and columns
-    // (w % 4) * 32..; lane l rows (l % 8) * 4 and 32 + (l % 8) * 4 of them, columns
-    // (l / 8) * 4 and 16 + (l / 8) * 4.
-#SQUARE     let ia0 = t / 16u;
-#SQUARE     let ib0 = t % 16u;
-#WARP     let ia0 = (t / 128u) * 16u + t % 8u;
-#WARP     let ib0 = ((t / 32u) % 4u) * 8u + (t % 32u) / 8u;
-#WIDE     let ia1 = ia0 + {SQUARE:16u}{WARP:8u};
-    let ib1 = ib0 + {SQUARE:16u}{WARP:4u};
-#WIDE     var inside = false;
-#FAST     inside = m0 + BM <= p.m && n0 + BN <= p.n && (p.m | p.n | p.k) % 4u == 0u;
+    let tx = t % 16u;
+    let ty = t / 16u;
     // Warps 0..3 load A (a uniform branch for warps of 32 or more).
 #NARROW     let loads_a = t < 128u;
 #NARROW     let ta = a_thread(t % 128u);
@@ -147,15 +109,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     // 4 columns of A's rows t / 32, t / 32 + 8, ...; a uniform branch).
 #SUMS     let a_sums = A_SUMS && wg.x == 0u;
 #SUMS     var asum = vec4<f32>(0.0);
-#WIDE     var ra = fetch_a(m0, k_begin, k_end, t, inside);
-#WIDE     var rb = fetch_b(n0, k_begin, k_end, t, inside);
-#BK16     var ra1 = fetch_a(m0, k_begin + 8u, k_end, t, inside);
-#BK16     var rb1 = fetch_b(n0, k_begin + 8u, k_end, t, inside);
-#SUMS     if (a_sums) { asum += ra{BK16: + ra1}; }
+#WIDE     var ra = load_a(m0, k_begin, k_end, t);
+#SUMS     if (a_sums) { asum += ra; }
+#WIDE     var rb = load_b(n0, k_begin, k_end, t);
 #WIDE     put_a(0u, t, ra);
 #WIDE     put_b(0u, t, rb);
-#BK16     put_a(1u, t, ra1);
-#BK16     put_b(1u, t, rb1);
 #NARROW     var ra = vec4<f32>(0.0);
 #NARROW     if (loads_a) {
 #NARROW         ra = load_a(m0, k_begin, k_end, ta);
@@ -170,22 +128,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let more = s + 1u < steps;
         if (more) {
             // Issue the next step's global loads before this step's math.
-            let k_next = k_begin + (s + 1u) * BK;
-#WIDE             ra = fetch_a(m0, k_next, k_end, t, inside);
-#NARROW             if (loads_a) { ra = load_a(m0, k_next, k_end, ta); }
-#WIDE             rb = fetch_b(n0, k_next, k_end, t, inside);
-#NARROW             rb = load_b(n0, k_next, k_end, t);
-#BK16             ra1 = fetch_a(m0, k_next + 8u, k_end, t, inside);
-#BK16             rb1 = fetch_b(n0, k_next + 8u, k_end, t, inside);
-#SUMS             if (a_sums) { asum += ra{BK16: + ra1}; }
+#WIDE             ra = load_a(m0, k_begin + (s + 1u) * BK, k_end, t);
+#NARROW             if (loads_a) { ra = load_a(m0, k_begin + (s + 1u) * BK, k_end, ta); }
+            rb = load_b(n0, k_begin + (s + 1u) * BK, k_end, t);
+#SUMS             if (a_sums) { asum += ra; }
         }
         for (var kk = 0u; kk < BK; kk++) {
-#NARROW             let a0 = As[(cur * BK + kk) * 16u + ia0];
+#NARROW             let a0 = As[(cur * BK + kk) * 16u + ty];
             let base = (cur * BK + kk) * 32u;
-#WIDE             let a0 = {F16:vec4<f32>(}As[base + ia0]{F16:)};
-#WIDE             let a1 = {F16:vec4<f32>(}As[base + ia1]{F16:)};
-            let b0 = {F16:vec4<f32>(}Bs[base + ib0]{F16:)};
-            let b1 = {F16:vec4<f32>(}Bs[base + ib1]{F16:)};
+#WIDE             let a0 = {F16:vec4<f32>(}As[base + ty]{F16:)};
+#WIDE             let a1 = {F16:vec4<f32>(}As[base + ty + 16u]{F16:)};
+            let b0 = {F16:vec4<f32>(}Bs[base + tx]{F16:)};
+            let b1 = {F16:vec4<f32>(}Bs[base + tx + 16u]{F16:)};
             c00 += a0.x * b0; c01 += a0.x * b1;
             c10 += a0.y * b0; c11 += a0.y * b1;
             c20 += a0.z * b0; c21 += a0.z * b1;
@@ -197,12 +151,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         }
         if (more) {
             // The other buffer was last read in step s - 1, before the barrier.
-            let next = (1u - cur) * SLOTS;
-#WIDE             put_a(next, t, ra);
-#NARROW             if (loads_a) { put_a(next, t, ra); }
-            put_b(next, t, rb);
-#BK16             put_a(next + 1u, t, ra1);
-#BK16             put_b(next + 1u, t, rb1);
+#WIDE             put_a(1u - cur, t, ra);
+#NARROW             if (loads_a) { put_a(1u - cur, t, ra); }
+            put_b(1u - cur, t, rb);
         }
         workgroupBarrier();
     }
@@ -220,10 +171,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #SUMS     }
 
 #F16     let u = 1.0 / A_SCALE;
-    let r0 = m0 + ia0 * 4u;
-#WIDE     let r1 = m0 + ia1 * 4u;
-    let col0 = n0 + ib0 * 4u;
-    let col1 = n0 + ib1 * 4u;
+    let r0 = m0 + ty * 4u;
+#WIDE     let r1 = m0 + 64u + ty * 4u;
+    let col0 = n0 + tx * 4u;
+    let col1 = n0 + 64u + tx * 4u;
     write4(z, r0, col0, c00{F16: * u}); write4(z, r0, col1, c01{F16: * u});
     write4(z, r0 + 1u, col0, c10{F16: * u}); write4(z, r0 + 1u, col1, c11{F16: * u});
     write4(z, r0 + 2u, col0, c20{F16: * u}); write4(z, r0 + 2u, col1, c21{F16: * u});

@@ -8,7 +8,7 @@
 //! - `source`: the WGSL of each variant's kernels: a core after one prelude per
 //!   operand layout ([`Layout`]: `matmul_nt` / `_nn` / `_tn.wgsl`), specialised to
 //!   a launch's fusions. The cores come from three templates: `matmul_tiled.wgsl`
-//!   (`Tiled`, `F16`, `Narrow`, `Warp`, `Deep`), `matmul_coop.wgsl` (`Coop`, `Coop2`) and
+//!   (`Tiled`, `F16`, `Narrow`), `matmul_coop.wgsl` (`Coop`, `Coop2`) and
 //!   `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 //! - `launch`: the dispatches, and for split reductions the fixed-order sums
 //!   (`matmul_reduce.wgsl`).

@@ -1,7 +1,7 @@
 //! The WGSL of each GEMM kernel: a layout prelude (`matmul_nt` / `_nn` /
 //! `_tn.wgsl`, with the fusions' helpers in front) joined with a variant's core, and
 //! a launch's fusion flags fixed in the source ([`specialized`]). The cores come
-//! from three templates: `matmul_tiled.wgsl` (`Tiled`, `Narrow`, `F16`, `Warp`, `Deep`),
+//! from three templates: `matmul_tiled.wgsl` (`Tiled`, `Narrow`, `F16`),
 //! `matmul_coop.wgsl` (`Coop`, `Coop2`) and `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 
 use std::sync::OnceLock;
@@ -35,14 +35,10 @@ pub const GRAD_SCALE: f32 = 4096.0;
 
 /// The templates of the cores ([`select`]'s tags name each core's lines).
 const TILED: &str = include_str!("matmul_tiled.wgsl");
-const TILED_TAGS: &[&str] = &[
-    "F32", "F16", "WIDE", "NARROW", "SUMS", "SQUARE", "WARP", "BK8", "BK16", "FAST",
-];
-/// The tiled cores that also sum A's columns beside dweight (`A_SUMS`,
-/// `MatmulVariant::sums_bias`), by their tags.
-const TILED_F32: [&str; 5] = ["F32", "WIDE", "SQUARE", "BK8", "SUMS"];
-const WARP_F32: [&str; 6] = ["F32", "WIDE", "WARP", "BK8", "FAST", "SUMS"];
-const DEEP_F32: [&str; 6] = ["F32", "WIDE", "WARP", "BK16", "FAST", "SUMS"];
+const TILED_TAGS: &[&str] = &["F32", "F16", "WIDE", "NARROW", "SUMS"];
+/// `Tiled`'s core, which also sums A's columns beside dweight (`A_SUMS`,
+/// `MatmulVariant::sums_bias`), by its tags.
+const TILED_F32: [&str; 3] = ["F32", "WIDE", "SUMS"];
 const COOP: &str = include_str!("matmul_coop.wgsl");
 const COOP_TAGS: &[&str] = &["C1", "C2"];
 /// The CPU adapters' core, its rows written out by [`unroll`].
@@ -64,21 +60,21 @@ struct Core {
 const F16_ENABLE: &str = "enable f16;\n";
 const COOP_ENABLE: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 
-/// A tiled core of `tags` that can sum A (`SUMS`), for `layout`'s kernel: only
+/// `Tiled`'s core, which can sum A (`SUMS`), for `layout`'s kernel: only
 /// matmul_tn_sums.wgsl's kernel sums A, the other preludes say so and the dweight
 /// one says no here.
-fn summing_core(layout: Layout, tags: &[&str]) -> String {
+fn summing_core(layout: Layout) -> String {
     let no_sums = match layout {
         Layout::Dweight => {
             "const A_SUMS: bool = false;\nfn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}\n"
         }
         _ => "",
     };
-    format!("{no_sums}{}", select(TILED, TILED_TAGS, tags))
+    format!("{no_sums}{}", select(TILED, TILED_TAGS, &TILED_F32))
 }
 
 /// The cores, in [`core_index`]'s order.
-const CORES: [Core; 9] = [
+const CORES: [Core; 7] = [
     Core {
         names: [
             "matmul_forward",
@@ -87,7 +83,7 @@ const CORES: [Core; 9] = [
         ],
         enable: "",
         f16: false,
-        own: |layout| summing_core(layout, &TILED_F32),
+        own: summing_core,
     },
     Core {
         names: [
@@ -97,7 +93,7 @@ const CORES: [Core; 9] = [
         ],
         enable: "",
         f16: false,
-        own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW", "SQUARE", "BK8"]),
+        own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW"]),
     },
     Core {
         names: [
@@ -127,7 +123,7 @@ const CORES: [Core; 9] = [
         ],
         enable: F16_ENABLE,
         f16: true,
-        own: |_| select(TILED, TILED_TAGS, &["F16", "WIDE", "SQUARE", "BK8"]),
+        own: |_| select(TILED, TILED_TAGS, &["F16", "WIDE"]),
     },
     Core {
         names: [
@@ -149,26 +145,6 @@ const CORES: [Core; 9] = [
         f16: true,
         own: |_| select(COOP, COOP_TAGS, &["C2"]),
     },
-    Core {
-        names: [
-            "matmul_forward_warp",
-            "matmul_dinp_warp",
-            "matmul_dweight_warp",
-        ],
-        enable: "",
-        f16: false,
-        own: |layout| summing_core(layout, &WARP_F32),
-    },
-    Core {
-        names: [
-            "matmul_forward_deep",
-            "matmul_dinp_deep",
-            "matmul_dweight_deep",
-        ],
-        enable: "",
-        f16: false,
-        own: |layout| summing_core(layout, &DEEP_F32),
-    },
 ];
 
 /// Where `variant`'s core is in [`CORES`] (split variants launch their unsplit
@@ -182,8 +158,6 @@ fn core_index(variant: MatmulVariant) -> usize {
         MatmulVariant::F16 { .. } => 4,
         MatmulVariant::Coop { .. } => 5,
         MatmulVariant::Coop2 { .. } => 6,
-        MatmulVariant::Warp | MatmulVariant::WarpSplitK => 7,
-        MatmulVariant::Deep | MatmulVariant::DeepSplitK => 8,
     }
 }
 
@@ -237,28 +211,15 @@ pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel 
     })
 }
 
-/// The dweight of a variant that also sums dbias's partials
-/// (`MatmulVariant::sums_bias`): matmul_tn_sums.wgsl between the prelude and the
-/// variant's core.
-pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
-    static KERNELS: [OnceLock<Kernel>; 3] = [const { OnceLock::new() }; 3];
-    let (slot, name, tags): (usize, &'static str, &[&str]) = match variant {
-        MatmulVariant::Tiled | MatmulVariant::SplitK => {
-            (0, "matmul_backward_dweight_bias", &TILED_F32)
-        }
-        MatmulVariant::Warp | MatmulVariant::WarpSplitK => {
-            (1, "matmul_dweight_bias_warp", &WARP_F32)
-        }
-        MatmulVariant::Deep | MatmulVariant::DeepSplitK => {
-            (2, "matmul_dweight_bias_deep", &DEEP_F32)
-        }
-        other => panic!("{other:?}'s core does not sum dbias"),
-    };
-    KERNELS[slot].get_or_init(|| {
-        let core = select(TILED, TILED_TAGS, tags);
+/// `Tiled`'s dweight that also sums dbias's partials (`MatmulVariant::sums_bias`):
+/// matmul_tn_sums.wgsl between the prelude and the core.
+pub(super) fn dweight_bias() -> &'static Kernel {
+    static KERNEL: OnceLock<Kernel> = OnceLock::new();
+    KERNEL.get_or_init(|| {
+        let core = select(TILED, TILED_TAGS, &TILED_F32);
         let sums = include_str!("matmul_tn_sums.wgsl");
         Kernel {
-            name,
+            name: "matmul_backward_dweight_bias",
             source: leak(format!("{}{sums}{core}", prelude(Layout::Dweight))),
             entry: "main",
             unchecked: UNCHECKED,
@@ -340,7 +301,7 @@ pub(super) fn catalog() -> Vec<Kernel> {
     };
     // Split variants launch their unsplit twin's kernels.
     let every = MatmulVariant::ALL.iter().chain(&MatmulVariant::F16_ALL);
-    let unsplit = every.clone().filter(|v| !v.is_split());
+    let unsplit = every.filter(|v| !v.is_split());
     for &variant in unsplit {
         with_flags(
             kernel(variant, Layout::Forward),
@@ -349,9 +310,7 @@ pub(super) fn catalog() -> Vec<Kernel> {
         with_flags(kernel(variant, Layout::Dinp), &subsets(&[GELU_GRAD]));
         with_flags(kernel(variant, Layout::Dweight), &subsets(&[GELU_INP]));
     }
-    for &variant in every.filter(|v| !v.is_split() && v.sums_bias()) {
-        with_flags(dweight_bias(variant), &subsets(&[GELU_INP]));
-    }
+    with_flags(dweight_bias(), &subsets(&[GELU_INP]));
     let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);
     reduce.push(GELU_GRAD);
     with_flags(&SUM_SPLITS_FUSED, &reduce);

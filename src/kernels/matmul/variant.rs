@@ -81,33 +81,16 @@ pub enum MatmulVariant {
     Coop2 { split: bool },
     /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
     F16 { split: bool },
-    /// `Tiled` with each warp on a 64x32 block of the output, its lanes 8 x 4 (a
-    /// warp's shared-memory reads of a step touch 8 vec4s of A and 4 of B instead of
-    /// 2 and 16, fewer wavefronts for the same FMAs), and unguarded loads where a
-    /// step's slice lies inside the output (m, n and k multiples of 4).
-    Warp,
-    /// `Warp` split like `SplitK`.
-    WarpSplitK,
-    /// `Warp` with 16-deep steps: half the barriers, twice the global loads in
-    /// flight, 32 KiB of workgroup memory and more registers (against `Warp`, the
-    /// sweep shows which weighs more).
-    Deep,
-    /// `Deep` split like `SplitK`.
-    DeepSplitK,
 }
 
 impl MatmulVariant {
     /// The f32 variants.
-    pub const ALL: [MatmulVariant; 9] = [
+    pub const ALL: [MatmulVariant; 5] = [
         MatmulVariant::Tiled,
         MatmulVariant::SplitK,
         MatmulVariant::Narrow,
         MatmulVariant::Cpu16,
         MatmulVariant::Cpu32,
-        MatmulVariant::Warp,
-        MatmulVariant::WarpSplitK,
-        MatmulVariant::Deep,
-        MatmulVariant::DeepSplitK,
     ];
     /// The f16 variants (tests/matmul_f16.rs).
     pub const F16_ALL: [MatmulVariant; 6] = [
@@ -154,8 +137,6 @@ impl MatmulVariant {
         matches!(
             self,
             MatmulVariant::SplitK
-                | MatmulVariant::WarpSplitK
-                | MatmulVariant::DeepSplitK
                 | MatmulVariant::Coop { split: true }
                 | MatmulVariant::Coop2 { split: true }
                 | MatmulVariant::F16 { split: true }
@@ -175,10 +156,6 @@ impl MatmulVariant {
             MatmulVariant::Coop2 { split: true } => "coop2-splitk",
             MatmulVariant::F16 { split: false } => "f16",
             MatmulVariant::F16 { split: true } => "f16-splitk",
-            MatmulVariant::Warp => "warp",
-            MatmulVariant::WarpSplitK => "warp-splitk",
-            MatmulVariant::Deep => "deep",
-            MatmulVariant::DeepSplitK => "deep-splitk",
         }
     }
 
@@ -219,12 +196,8 @@ impl MatmulVariant {
 
     /// The variant for an `m x n` output reduced over `k` on adapters of `target`,
     /// f16 products on the fallback core (the tensor-core cores tile, split and
-    /// fill their grids alike): on GPUs, split-K when the output has very few
-    /// 128x128 tiles (the weight gradients: a long reduction over every row), or few
-    /// tiles and a reduction long both absolutely and against the output's width.
-    /// Shorter reductions lose more to the extra reduce pass than they gain (the
-    /// H200 table in BENCHMARKS.md). Reductions too short to split over a wave of
-    /// tiles or more take `Narrow`. Under f16, the same split.
+    /// fill their grids alike): on GPUs, the variant of the shape's class
+    /// ([`super::choice::GPU_CHOICE`]). Under f16, the same split.
     pub fn choose_for(
         target: Target,
         precision: Precision,
@@ -285,14 +258,7 @@ impl MatmulVariant {
     pub fn workgroup_bytes(self) -> u64 {
         match self {
             // Two buffers of 8 steps of a 128-wide tile of A and of B, in vec4s.
-            MatmulVariant::Tiled
-            | MatmulVariant::SplitK
-            | MatmulVariant::Warp
-            | MatmulVariant::WarpSplitK => 2 * 2 * (BK * TILE / 4) as u64 * 16,
-            // Twice as deep.
-            MatmulVariant::Deep | MatmulVariant::DeepSplitK => {
-                2 * 2 * (2 * BK * TILE / 4) as u64 * 16
-            }
+            MatmulVariant::Tiled | MatmulVariant::SplitK => 2 * 2 * (BK * TILE / 4) as u64 * 16,
             // A's tiles half as tall.
             MatmulVariant::Narrow => 2 * (BK * (TILE + NARROW_ROWS) / 4) as u64 * 16,
             MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => 0,
@@ -314,17 +280,9 @@ impl MatmulVariant {
     }
 
     /// Whether this variant's dweight core also sums dout's columns, giving dbias
-    /// (`source::dweight_bias`, matmul_tn_sums.wgsl): the f32 wide tiled cores'.
+    /// (`source::dweight_bias`, matmul_tn_sums.wgsl): `Tiled`'s (and `SplitK`'s).
     pub(super) fn sums_bias(self) -> bool {
-        matches!(
-            self,
-            MatmulVariant::Tiled
-                | MatmulVariant::SplitK
-                | MatmulVariant::Warp
-                | MatmulVariant::WarpSplitK
-                | MatmulVariant::Deep
-                | MatmulVariant::DeepSplitK
-        )
+        matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
     }
 
     /// Whether this is one of the CPU adapters' cores.
@@ -484,32 +442,71 @@ mod tests {
     use super::MatmulVariant;
 
     /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
-    /// symbols) as (output rows, output columns, reduction): Narrow takes the head's
-    /// dinp alone, the one where it beat Tiled on the H200; the others keep the
-    /// choices measured before it.
+    /// symbols) as (output rows, output columns, reduction) take the H200 sweep's
+    /// choices (`super::super::choice::GPU_CHOICE`): Narrow every weight gradient
+    /// and the head's dinp, Tiled the rest, the long reductions (the MLP
+    /// projection's forward, c_fc's dinp) included; none splits its k.
     #[test]
-    fn narrow_takes_only_the_heads_dinp_of_the_shakespeare_step() {
+    fn the_shakespeare_step_takes_the_sweeps_choices() {
+        use crate::config::Precision;
+        use crate::tuning::Target;
         let rows = 16384;
         let layers = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
         for (k, n) in layers {
             let forward = MatmulVariant::choose_gpu(rows, n, k);
             let dinp = MatmulVariant::choose_gpu(rows, k, n);
             let dweight = MatmulVariant::choose_gpu(n, k, rows);
-            let long_k = k == 1536;
-            let want_forward = if long_k {
-                MatmulVariant::SplitK
-            } else {
-                MatmulVariant::Tiled
-            };
             let want_dinp = match n {
                 65 => MatmulVariant::Narrow,
-                1536 => MatmulVariant::SplitK,
                 _ => MatmulVariant::Tiled,
             };
-            assert_eq!(forward, want_forward, "forward k {k} n {n}");
+            assert_eq!(forward, MatmulVariant::Tiled, "forward k {k} n {n}");
             assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
-            assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
+            assert_eq!(dweight, MatmulVariant::Narrow, "dweight k {k} n {n}");
+            // f16 follows: the same shapes unsplit.
+            for (m, n, k) in [(rows, n, k), (rows, k, n), (n, k, rows)] {
+                let f16 = MatmulVariant::choose_for(Target::Gpu, Precision::F16, m, n, k);
+                assert_eq!(f16, MatmulVariant::F16 { split: false }, "{m}x{n} over {k}");
+            }
         }
+    }
+
+    /// A few-tiles shape has fewer than 64 tiles of 128x128, so `Narrow`'s grid
+    /// (64-row tiles, and the slices it splits the reduction into) stays under
+    /// WebGPU's 65535 a dimension at any reduction length: a weight
+    /// gradient's reduction is the batch's rows, and a large batch must not make the
+    /// launcher panic ([`MatmulVariant::launch_grid`]).
+    #[test]
+    fn few_tiles_grids_fit_at_any_batch() {
+        use super::super::choice::ShapeClass;
+        use super::super::operands::Layout;
+        let mut seen = 0;
+        for m in (1..=8192).step_by(61) {
+            for n in (1..=8192).step_by(67) {
+                for k in [256, 65_536, 1 << 21, 1 << 26] {
+                    if ShapeClass::of(m, n, k) != ShapeClass::FewTiles {
+                        continue;
+                    }
+                    seen += 1;
+                    let variant = MatmulVariant::choose_gpu(m, n, k);
+                    assert_eq!(variant, MatmulVariant::Narrow, "{m}x{n} over {k}");
+                    // As a weight gradient (output [n, k] of a Linear over k rows)
+                    // and as a forward (output [rows, n] over k inputs).
+                    let splits = [
+                        variant.split_of(Layout::Dweight, k, n, m).1,
+                        variant.split_of(Layout::Forward, m, k, n).1,
+                    ];
+                    for splits in splits {
+                        let grid = variant.grid(m, n, splits);
+                        assert!(
+                            grid.iter().all(|&g| g <= 65535),
+                            "{m}x{n} over {k}: {grid:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(seen > 1000, "{seen} few-tiles shapes");
     }
 
     /// The workgroup memory each core declares, counted from its WGSL.
@@ -518,8 +515,6 @@ mod tests {
         let cases = [
             (MatmulVariant::Tiled, 2 * 512 * 16),
             (MatmulVariant::Narrow, 256 * 16 + 512 * 16),
-            (MatmulVariant::Warp, 2 * 512 * 16),
-            (MatmulVariant::DeepSplitK, 2 * 1024 * 16),
             (MatmulVariant::Cpu32, 0),
             (MatmulVariant::F16 { split: false }, 2 * 512 * 8),
             (
