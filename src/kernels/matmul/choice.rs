@@ -1,9 +1,11 @@
 //! Which f32 variant a GPU runs a GEMM in, by the class of its shape: a table, so
 //! that a sweep's winners (`scripts/gpu-run.sh gemm-sweep`, whose table has a class
-//! column) go in as a line each. CPU adapters and the f16 cores choose elsewhere
-//! (`MatmulVariant::choose_for`).
+//! column) go in as a line each; [`MatmulVariant::choose_for`], here, picks for CPU
+//! adapters and the f16 products too.
 
 use super::variant::{MatmulVariant, MIN_SPLIT_K, TARGET_WORKGROUPS, TILE};
+use crate::config::Precision;
+use crate::tuning::Target;
 
 /// The GEMM shapes that want different tilings, told apart by the output's 128x128
 /// tiles and the reduction's length. The shakespeare step's 15 products (64 x 256
@@ -96,9 +98,108 @@ impl ShapeClass {
     }
 }
 
+impl MatmulVariant {
+    /// The variant for an `m x n` output reduced over `k` on adapters of `target`,
+    /// f16 products on the fallback core (the tensor-core cores tile, split and
+    /// fill their grids alike): on GPUs, the variant of the shape's class
+    /// ([`GPU_CHOICE`]). Under f16, the same split.
+    pub fn choose_for(
+        target: Target,
+        precision: Precision,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> MatmulVariant {
+        let f32_variant = match target {
+            // CPU adapters in a browser: SwiftShader in Chromium.
+            Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::Cpu16,
+            Target::Cpu => MatmulVariant::Cpu32,
+            Target::Gpu => Self::choose_gpu(m, n, k),
+        };
+        match precision {
+            Precision::F32 => f32_variant,
+            Precision::F16 => MatmulVariant::F16 {
+                split: f32_variant.is_split(),
+            },
+        }
+    }
+
+    /// [`MatmulVariant::choose_for`]'s f32 choice on GPUs: the one of the shape's
+    /// class in [`GPU_CHOICE`].
+    pub(super) fn choose_gpu(m: usize, n: usize, k: usize) -> MatmulVariant {
+        ShapeClass::of(m, n, k).gpu_choice()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ShapeClass;
+    use super::{MatmulVariant, Precision, Target};
+
+    /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
+    /// symbols) as (output rows, output columns, reduction) take the H200 sweep's
+    /// choices (`super::GPU_CHOICE`): Narrow every weight gradient
+    /// and the head's dinp, Tiled the rest, the long reductions (the MLP
+    /// projection's forward, c_fc's dinp) included; none splits its k.
+    #[test]
+    fn the_shakespeare_step_takes_the_sweeps_choices() {
+        let rows = 16384;
+        let layers = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
+        for (k, n) in layers {
+            let forward = MatmulVariant::choose_gpu(rows, n, k);
+            let dinp = MatmulVariant::choose_gpu(rows, k, n);
+            let dweight = MatmulVariant::choose_gpu(n, k, rows);
+            let want_dinp = match n {
+                65 => MatmulVariant::Narrow,
+                _ => MatmulVariant::Tiled,
+            };
+            assert_eq!(forward, MatmulVariant::Tiled, "forward k {k} n {n}");
+            assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
+            assert_eq!(dweight, MatmulVariant::Narrow, "dweight k {k} n {n}");
+            // f16 follows: the same shapes unsplit.
+            for (m, n, k) in [(rows, n, k), (rows, k, n), (n, k, rows)] {
+                let f16 = MatmulVariant::choose_for(Target::Gpu, Precision::F16, m, n, k);
+                assert_eq!(f16, MatmulVariant::F16 { split: false }, "{m}x{n} over {k}");
+            }
+        }
+    }
+
+    /// A few-tiles shape has fewer than 64 tiles of 128x128, so `Narrow`'s grid
+    /// (64-row tiles, and the slices it splits the reduction into) stays under
+    /// WebGPU's 65535 a dimension at any reduction length: a weight
+    /// gradient's reduction is the batch's rows, and a large batch must not make the
+    /// launcher panic ([`MatmulVariant::launch_grid`]).
+    #[test]
+    fn few_tiles_grids_fit_at_any_batch() {
+        use super::super::operands::Layout;
+        let mut seen = 0;
+        for m in (1..=8192).step_by(61) {
+            for n in (1..=8192).step_by(67) {
+                for k in [256, 65_536, 1 << 21, 1 << 26] {
+                    if ShapeClass::of(m, n, k) != ShapeClass::FewTiles {
+                        continue;
+                    }
+                    seen += 1;
+                    let variant = MatmulVariant::choose_gpu(m, n, k);
+                    assert_eq!(variant, MatmulVariant::Narrow, "{m}x{n} over {k}");
+                    // As a weight gradient (output [n, k] of a Linear over k rows)
+                    // and as a forward (output [rows, n] over k inputs).
+                    let splits = [
+                        variant.split_of(Layout::Dweight, k, n, m).1,
+                        variant.split_of(Layout::Forward, m, k, n).1,
+                    ];
+                    for splits in splits {
+                        let grid = variant.grid(m, n, splits);
+                        assert!(
+                            grid.iter().all(|&g| g <= 65535),
+                            "{m}x{n} over {k}: {grid:?}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(seen > 1000, "{seen} few-tiles shapes");
+    }
 
     /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
     /// symbols) as (output rows, output columns, reduction) and their classes.
