@@ -1,4 +1,4 @@
-// The memory timeline and the what-if replay table (issue 12) in headless Chromium
+// The memory timeline and the what-if replay table in headless Chromium
 // on SwiftShader: Trace runs one traced step; what the panel shows is checked against
 // that step's trace JSON (computed here, not by the page's code) and the replay table
 // against the wasm's replayTrace run here on the same JSON. Saves target/timeline.png
