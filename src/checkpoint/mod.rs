@@ -297,8 +297,13 @@ impl Checkpoint {
         model.validate().map_err(|e| bad(e.to_string()))?;
         if model != train.model(vocab.len()) {
             return Err(bad(format!(
-                "the model config {model:?} does not match the training config and the \
-                 vocabulary of {} characters",
+                "the model config ({} layers, {} heads, width {}, context {}, vocab {}) does \
+                 not match the training config and the vocabulary of {} characters",
+                model.layers,
+                model.heads,
+                model.width,
+                model.context,
+                model.vocab,
                 vocab.len()
             )));
         }
@@ -322,8 +327,8 @@ impl Checkpoint {
                 let want = shape(&model, &spec.name);
                 if view.dtype() != Dtype::F32 || view.shape() != want.as_slice() {
                     return Err(bad(format!(
-                        "tensor {name} is {:?} {:?}; the config ({} layers, width {}, \
-                         context {}, vocab {}) needs F32 {want:?}",
+                        "tensor {name} is {:?} of shape {:?}; the config ({} layers, width {}, \
+                         context {}, vocab {}) needs F32 of shape {want:?}",
                         view.dtype(),
                         view.shape(),
                         model.layers,

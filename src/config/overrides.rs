@@ -207,8 +207,8 @@ impl Overrides {
             let key = key.as_ref();
             if !Self::FIELDS.contains(&key) {
                 return Err(Error::Config(format!(
-                    "unknown setting {key:?}; the settings are {:?}",
-                    Self::FIELDS
+                    "unknown setting {key:?}; the settings are {}",
+                    Self::FIELDS.join(", ")
                 )));
             }
         }
@@ -254,16 +254,16 @@ impl Overrides {
         if let Some(precision) = &self.precision {
             cfg.precision = Precision::parse(precision).ok_or_else(|| {
                 Error::Config(format!(
-                    "precision must be one of {:?}, got {precision:?}",
-                    Precision::ALL.map(Precision::name)
+                    "precision must be one of {}, got {precision:?}",
+                    Precision::ALL.map(Precision::name).join(", ")
                 ))
             })?;
         }
         if let Some(placement) = &self.dropout_placement {
             cfg.dropout_placement = DropoutPlacement::parse(placement).ok_or_else(|| {
                 Error::Config(format!(
-                    "dropout_placement must be one of {:?}, got {placement:?}",
-                    DropoutPlacement::ALL.map(DropoutPlacement::name)
+                    "dropout_placement must be one of {}, got {placement:?}",
+                    DropoutPlacement::ALL.map(DropoutPlacement::name).join(", ")
                 ))
             })?;
         }

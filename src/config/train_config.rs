@@ -206,7 +206,8 @@ impl TrainConfig {
             },
             other => {
                 return Err(Error::Config(format!(
-                    "unknown preset {other:?}; choose one of {PRESETS:?}"
+                    "unknown preset {other:?}; choose one of {}",
+                    PRESETS.join(", ")
                 )))
             }
         })

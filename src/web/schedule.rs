@@ -81,7 +81,8 @@ impl Schedule {
                 let key = key.as_string().unwrap_or_default();
                 if !FIELDS.contains(&key.as_str()) {
                     return Err(config_error(format!(
-                        "unknown schedule option {key:?}; the options are {FIELDS:?}"
+                        "unknown schedule option {key:?}; the options are {}",
+                        FIELDS.join(", ")
                     )));
                 }
             }
