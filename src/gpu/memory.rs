@@ -16,6 +16,7 @@ use super::bind_groups::BindGroupCache;
 use super::counters::{Counters, Object};
 use super::lock;
 use super::planned::{StepPlans, Tag};
+pub(crate) use super::purpose::Purpose;
 use super::slice::Bindable;
 use super::staging::{Readback, StagingBelt};
 use super::uniforms::{UniformArena, CHUNK_BYTES};
@@ -27,54 +28,6 @@ use crate::trace::{EventKind, Fields, Recorder};
 /// [`MemoryManager::stand_in`].
 pub(super) const STAND_IN_SLOT: u64 = 256;
 pub(super) const STAND_IN_SLOTS: u64 = 32;
-
-/// What a buffer is for: its usage flags, and its label in counters and traces
-/// (in the order of [`super::counters::BuffersByPurpose`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Purpose {
-    /// Pooled storage (tensors): bound as storage, copied in and out, cleared.
-    Storage,
-    /// Storage filled at creation by [`WgpuContext::upload`](super::WgpuContext::upload);
-    /// never pooled (rule 3).
-    Upload,
-    /// Upload staging chunk (MAP_WRITE | COPY_SRC).
-    Staging,
-    /// Readback buffer (MAP_READ | COPY_DST).
-    Readback,
-    /// A chunk of the uniform-parameter arena.
-    Uniform,
-    /// Where timestamp queries are resolved (`time_dispatches`).
-    Timestamps,
-}
-
-impl Purpose {
-    fn usage(self) -> wgpu::BufferUsages {
-        use wgpu::BufferUsages as U;
-        match self {
-            Purpose::Storage | Purpose::Upload => U::STORAGE | U::COPY_SRC | U::COPY_DST,
-            Purpose::Staging => U::MAP_WRITE | U::COPY_SRC,
-            Purpose::Readback => U::MAP_READ | U::COPY_DST,
-            Purpose::Uniform => U::UNIFORM | U::COPY_DST,
-            Purpose::Timestamps => U::QUERY_RESOLVE | U::COPY_SRC,
-        }
-    }
-
-    /// Mapped at creation: written by the host before any command runs.
-    fn mapped(self) -> bool {
-        matches!(self, Purpose::Upload | Purpose::Staging)
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Purpose::Storage => "storage",
-            Purpose::Upload => "upload",
-            Purpose::Staging => "staging",
-            Purpose::Readback => "readback",
-            Purpose::Uniform => "uniform",
-            Purpose::Timestamps => "timestamps",
-        }
-    }
-}
 
 /// Owns every GPU buffer of a context; see the module docs.
 pub(crate) struct MemoryManager {

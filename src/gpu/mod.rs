@@ -58,6 +58,7 @@ mod pipelines;
 mod planned;
 mod pooled;
 mod prelude;
+mod purpose;
 mod recorder;
 mod recording;
 mod slice;
