@@ -15,16 +15,16 @@ pub enum ShapeClass {
     /// Fewer tiles than a wave of a large GPU over a long reduction: the weight
     /// gradients (a 384 x 1152 output over 16k rows).
     FewTiles,
-    /// Under half of [`TARGET_WORKGROUPS`] tiles, reduced over 1024 or more and at
+    /// Under half of `TARGET_WORKGROUPS` tiles, reduced over 1024 or more and at
     /// least 4 times the output's width: the MLP's projection and its input
     /// gradient (16k x 384 over 1536).
     LongK,
-    /// A reduction shorter than a split's least ([`MIN_SPLIT_K`]) over a wave of
+    /// A reduction shorter than a split's least (`MIN_SPLIT_K`) over a wave of
     /// tiles or more: the head's input gradient (16k x 384 over 65).
     ShortK,
     /// Outputs narrower than one tile: the head's logits (16k x 65 over 384).
     ThinOutput,
-    /// [`TARGET_WORKGROUPS`] tiles or more: the wide forwards and input gradients
+    /// `TARGET_WORKGROUPS` tiles or more: the wide forwards and input gradients
     /// (16k x 1152 and 16k x 1536 over 384).
     ManyTiles,
     /// The rest: a few waves of tiles over a middling reduction (16k x 384 over
