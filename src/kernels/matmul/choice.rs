@@ -35,13 +35,16 @@ pub enum ShapeClass {
 /// The f32 variant of each class on GPUs (a class missing here takes `Tiled`): each
 /// class's winner, summed over its shapes, in the H200 sweep of 2026-12-03
 /// (`scripts/gpu-run.sh gemm-sweep`, bench-results/gemm-sweep/2026-12-03/sweep.md).
-/// `Narrow`'s 64-row tiles where few tiles would leave the GPU idle (the weight
-/// gradients, whose rows every variant splits) and where the reduction is too short
-/// to split; `Tiled` elsewhere, long reductions included. Where the winner was
-/// within noise of the variant already chosen (many-tiles: `SplitK` 1.791 ms
-/// against 1.809; short-k: `SplitK` 0.057 against 0.060), the choice stays.
+/// Split-K where few tiles would leave the GPU idle, `Narrow`'s 64-row tiles where
+/// the reduction is too short to split, `Tiled` elsewhere, long reductions included.
+/// Few-tiles stays split-K although `Narrow` won its five shakespeare shapes (2.022
+/// ms against 2.102): those are weight gradients, and with `Narrow` the page's
+/// `small` step (whose few-tiles products include forwards and input gradients,
+/// which `Narrow` does not split) measured 9% slower natively (BENCHMARKS.md). Where the winner was within noise of the variant already chosen
+/// (many-tiles: `SplitK` 1.791 ms against 1.809; short-k: `SplitK` 0.057 against
+/// 0.060), the choice stays.
 pub const GPU_CHOICE: &[(ShapeClass, MatmulVariant)] = &[
-    (ShapeClass::FewTiles, MatmulVariant::Narrow),
+    (ShapeClass::FewTiles, MatmulVariant::SplitK),
     (ShapeClass::LongK, MatmulVariant::Tiled),
     (ShapeClass::ShortK, MatmulVariant::Narrow),
     (ShapeClass::ThinOutput, MatmulVariant::Tiled),
@@ -138,9 +141,9 @@ mod tests {
 
     /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
     /// symbols) as (output rows, output columns, reduction) take the H200 sweep's
-    /// choices (`super::GPU_CHOICE`): Narrow every weight gradient
-    /// and the head's dinp, Tiled the rest, the long reductions (the MLP
-    /// projection's forward, c_fc's dinp) included; none splits its k.
+    /// choices (`super::GPU_CHOICE`): split-K every weight gradient, Narrow the
+    /// head's dinp, Tiled the rest, the long reductions (the MLP projection's
+    /// forward, c_fc's dinp) included; f16 splits where f32 does.
     #[test]
     fn the_shakespeare_step_takes_the_sweeps_choices() {
         let rows = 16384;
@@ -155,17 +158,17 @@ mod tests {
             };
             assert_eq!(forward, MatmulVariant::Tiled, "forward k {k} n {n}");
             assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
-            assert_eq!(dweight, MatmulVariant::Narrow, "dweight k {k} n {n}");
-            // f16 follows: the same shapes unsplit.
-            for (m, n, k) in [(rows, n, k), (rows, k, n), (n, k, rows)] {
+            assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
+            // f16 follows: the weight gradients split, the rest not.
+            for (m, n, k, split) in [(rows, n, k, false), (rows, k, n, false), (n, k, rows, true)] {
                 let f16 = MatmulVariant::choose_for(Target::Gpu, Precision::F16, m, n, k);
-                assert_eq!(f16, MatmulVariant::F16 { split: false }, "{m}x{n} over {k}");
+                assert_eq!(f16, MatmulVariant::F16 { split }, "{m}x{n} over {k}");
             }
         }
     }
 
-    /// A few-tiles shape has fewer than 64 tiles of 128x128, so `Narrow`'s grid
-    /// (64-row tiles, and the slices it splits the reduction into) stays under
+    /// A few-tiles shape has fewer than 64 tiles of 128x128, so split-K's grid
+    /// (128-row tiles, and the slices it splits the reduction into) stays under
     /// WebGPU's 65535 a dimension at any reduction length: a weight
     /// gradient's reduction is the batch's rows, and a large batch must not make the
     /// launcher panic ([`MatmulVariant::launch_grid`]).
@@ -181,7 +184,7 @@ mod tests {
                     }
                     seen += 1;
                     let variant = MatmulVariant::choose_gpu(m, n, k);
-                    assert_eq!(variant, MatmulVariant::Narrow, "{m}x{n} over {k}");
+                    assert_eq!(variant, MatmulVariant::SplitK, "{m}x{n} over {k}");
                     // As a weight gradient (output [n, k] of a Linear over k rows)
                     // and as a forward (output [rows, n] over k inputs).
                     let splits = [
