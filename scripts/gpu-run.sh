@@ -27,8 +27,10 @@
 #                      calls of 16, two in flight, evaluating and sampling: every 500
 #                      steps the bytes held, buffers and bind groups created, wasm
 #                      memory and JS heap (flat after warm-up; SOAK_STEPS changes the
-#                      length); natively, the same preset's run must create nothing
-#                      after step 2 but a path's first run
+#                      length); the same loop in a Chromium page where earlier calls
+#                      left Chromium's parts (gpu-pack.sh --chromium); natively, the
+#                      same preset's run must create nothing after step 2 but a path's
+#                      first run
 #
 #   scripts/gpu-run.sh [--local] [--against DIR] SUITE...
 #
@@ -157,7 +159,9 @@ else
   sweep_variants=tiled,splitk,narrow,coop2,coop2-splitk,coop,coop-splitk
   train_big=(--preset shakespeare)
   curve=(--preset shakespeare --eval-every 250 --eval-batches 200) curve_stop=${CURVE_STOP:-}
-  soak=(--preset small --steps "${SOAK_STEPS:-20000}" --every 500)
+  # soak-dawn.mjs's own defaults, spelled out so that the Chromium page soak runs the same
+  soak=(--preset small --steps "${SOAK_STEPS:-20000}" --every 500 --eval-every 250 --eval-batches 20
+    --sample-every 1000 --sample-length 200)
   soak_native=(--preset small --steps 2000 --eval-every 250 --eval-batches 20)
 fi
 # the page's presets and the big one, each once
@@ -375,6 +379,13 @@ suite_memory() {
 suite_soak() {
   RUN_SECONDS=${SOAK_SECONDS:-590} run soak dawn this "${dawn_env[@]}" "$node_bin" --expose-gc \
     "$(dirname "$dawn_this")/soak-dawn.mjs" --pkg "$pkg_this" --corpus "$corpus" "${soak[@]}" --json
+  # The same loop in a real Chromium's page, where earlier calls left Chromium's parts.
+  if chromium_on_gpu; then
+    RUN_SECONDS=${SOAK_SECONDS:-590} run soak chromium this "$node_bin" scripts/soak-browser.mjs \
+      "${soak[@]}" --json
+  else
+    printf '{"suite":"soak","run":"chromium","build":"this","skipped":"no Chromium reached the GPU (gpu-pack.sh --chromium, its parts carried by earlier calls)"}\n' >> "$results"
+  fi
   run soak native this bash -c "\"\$0\" train ${soak_native[*]} --corpus \"\$1\" --json | python3 -c '
 import json, sys
 for line in sys.stdin:
