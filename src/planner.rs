@@ -173,25 +173,27 @@ pub fn plan(tensors: &[Lifetime], limits: Limits) -> Result<MemoryPlan, String> 
     })
 }
 
-/// The aligned offset of the tightest gap of at least `size` bytes between
-/// `neighbours` (ranges sorted by start) or above them, ending at most at `cap`.
+/// Where a tensor of `size` bytes goes among `neighbours` (ranges sorted by start):
+/// the aligned start of the tightest gap between them that holds it, else on top
+/// of them if that ends at most at `cap`.
+///
+/// The room above the top is no gap: taking it grows the arena. Were it a
+/// candidate beside the gaps, then where the cap sits just above the step's peak
+/// (2 GiB against a 2.07 GB step on an H200) it would often be the tightest one,
+/// and tensors that fit a gap below would pile on top instead.
 fn tightest_gap(neighbours: &[(u64, u64)], size: u64, align: u64, cap: u64) -> Option<u64> {
     let mut best: Option<(u64, u64)> = None;
     let mut top = 0u64;
-    let mut consider = |from: u64, to: u64| {
-        let start = from.next_multiple_of(align);
-        if start <= to && to - start >= size && best.is_none_or(|(gap, _)| to - start < gap) {
-            best = Some((to - start, start));
-        }
-    };
     for &(start, end) in neighbours {
-        if start > top {
-            consider(top, start);
+        let from = top.next_multiple_of(align);
+        if from < start && start - from >= size && best.is_none_or(|(gap, _)| start - from < gap) {
+            best = Some((start - from, from));
         }
         top = top.max(end);
     }
-    consider(top, cap);
+    let on_top = top.next_multiple_of(align);
     best.map(|(_, offset)| offset)
+        .or_else(|| (on_top <= cap && cap - on_top >= size).then_some(on_top))
 }
 
 #[cfg(test)]
@@ -214,6 +216,20 @@ mod tests {
         assert!(!plan.ranges[2].overlaps(&plan.ranges[0]));
         assert_eq!(plan.ranges[2].offset % 256, 0);
         assert_eq!(plan.arenas, [1024 + 500]);
+    }
+
+    #[test]
+    fn a_gap_below_is_taken_before_the_room_on_top() {
+        // `d` fits the gap `b` leaves (800 bytes) and the room under the cap above
+        // `c` (600): the gap keeps the arena at the step's peak.
+        let limits = Limits {
+            offset_alignment: 4,
+            max_arena_bytes: 3200,
+        };
+        let (a, b, c, d) = (t(1000, 0, 10), t(800, 0, 2), t(800, 0, 10), t(500, 5, 10));
+        let plan = plan(&[a, b, c, d], limits).unwrap();
+        assert_eq!(plan.ranges[3].offset, 1000);
+        assert_eq!(plan.arenas, [2600]);
     }
 
     #[test]
