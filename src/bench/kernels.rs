@@ -11,6 +11,10 @@ use crate::train::Trainer;
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct KernelRow {
     pub preset: String,
+    /// The size policy the steps ran under.
+    pub policy: String,
+    /// How storage operands were bound ([`super::bindings`]).
+    pub bindings: &'static str,
     /// The kernel (a launcher's pipeline), or `all` for the step's dispatches together.
     pub kernel: String,
     pub launches_per_step: f64,
@@ -37,6 +41,7 @@ pub async fn kernel_times(
         time_dispatches: true,
         ..options.clone()
     };
+    let bindings = super::bindings(cfg, &options);
     let mut trainer = Trainer::with_options(cfg.clone(), corpus.clone(), options).await?;
     for _ in 0..warmup {
         trainer.step().await?;
@@ -62,6 +67,8 @@ pub async fn kernel_times(
     let step_ms = median_p99(&mut wall).0;
     let row = |kernel: &str, launches: u64, ms: f64| KernelRow {
         preset: preset.into(),
+        policy: cfg.policy.label(),
+        bindings,
         kernel: kernel.into(),
         launches_per_step: launches as f64 / per,
         ms_per_step: ms / per,

@@ -12,6 +12,8 @@ use crate::train::{now_ms, Trainer};
 pub struct PolicyRow {
     pub preset: String,
     pub policy: String,
+    /// How storage operands were bound ([`super::bindings`]).
+    pub bindings: &'static str,
     /// Most memory the pooled buffers took at once (in use + held free).
     pub peak_bytes_reserved: u64,
     /// Most bytes live tensors asked for at once.
@@ -51,6 +53,7 @@ pub async fn policies(
             policy,
             ..cfg.clone()
         };
+        let bindings = super::bindings(&cfg, options);
         let mut trainer = Trainer::with_options(cfg, corpus.clone(), options.clone()).await?;
         for _ in 0..warmup {
             trainer.step().await?;
@@ -70,6 +73,7 @@ pub async fn policies(
         rows.push(PolicyRow {
             preset: preset.into(),
             policy: policy.label(),
+            bindings,
             peak_bytes_reserved: counters.peak_bytes_reserved,
             peak_bytes_requested: counters.peak_bytes_requested_in_use,
             ratio: counters.peak_bytes_reserved as f64

@@ -19,7 +19,19 @@ pub use memory::{host_rss_bytes, policies, policy_set, soak, PolicyRow, SoakRow}
 pub use pool::{pool_latency, PoolLatencyRow};
 pub use step::{at_once_variants, step_variants, submit_variants, StepRow, STEP_VARIANTS};
 
-use crate::train::now_ms;
+use crate::gpu::ContextOptions;
+use crate::pool::SizePolicy;
+use crate::train::{now_ms, TrainConfig};
+
+/// How a run bound its storage operands: `read_write` under the planned policy or
+/// where forced ([`ContextOptions::read_write_bindings`]), else `declared`.
+fn bindings(cfg: &TrainConfig, options: &ContextOptions) -> &'static str {
+    if options.read_write_bindings || (cfg.pool && cfg.policy == SizePolicy::Planned) {
+        "read_write"
+    } else {
+        "declared"
+    }
+}
 
 /// Median and 99th percentile of `samples`.
 fn median_p99(samples: &mut [f64]) -> (f64, f64) {

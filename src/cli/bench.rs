@@ -73,6 +73,9 @@ pub struct KernelsArgs {
     /// Matmul precisions to measure, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "f32", value_parser = Precision::ALL.map(Precision::name))]
     precision: Vec<String>,
+    /// The size policy the steps run under (default: the preset's).
+    #[arg(long, value_parser = SizePolicy::parse)]
+    policy: Option<SizePolicy>,
     #[command(flatten)]
     out: Json,
 }
@@ -116,12 +119,25 @@ struct Device {
     /// what the subgroup ones save.
     #[arg(long)]
     no_subgroups: bool,
+    /// How storage operands are bound: `declared` (read-only where a kernel only
+    /// reads), or `read-write` (every one `read_write`, a repeated operand bound to a
+    /// stand-in, as the planned policy binds): what that rule costs apart from the
+    /// planned policy's arenas. The planned policy always binds `read-write`.
+    #[arg(long, value_enum, default_value_t = Bindings::Declared)]
+    bindings: Bindings,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Bindings {
+    Declared,
+    ReadWrite,
 }
 
 impl Device {
     fn options(&self) -> ContextOptions {
         ContextOptions {
             subgroups: !self.no_subgroups,
+            read_write_bindings: self.bindings == Bindings::ReadWrite,
             ..ContextOptions::default()
         }
     }
@@ -323,9 +339,15 @@ async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
     for (cfg, label) in preset_runs(&args.runs.presets, &args.precision)? {
+        let cfg = TrainConfig {
+            policy: args.policy.unwrap_or(cfg.policy),
+            ..cfg
+        };
         let rows = bench::kernel_times(&cfg, options, &label, corpus, warmup, steps).await?;
         let header = [
             "preset",
+            "policy",
+            "bindings",
             "kernel",
             "launches/step",
             "GPU ms/step",
@@ -335,6 +357,8 @@ async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
         output::rows(&rows, args.out.json, &header, |r| {
             vec![
                 r.preset.clone(),
+                r.policy.clone(),
+                r.bindings.into(),
                 r.kernel.clone(),
                 format!("{:.0}", r.launches_per_step),
                 format!("{:.3}", r.ms_per_step),
@@ -361,6 +385,7 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
         let header = [
             "preset",
             "policy",
+            "bindings",
             "peak reserved",
             "peak requested",
             "ratio",
@@ -372,6 +397,7 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
             vec![
                 r.preset.clone(),
                 r.policy.clone(),
+                r.bindings.into(),
                 fmt_bytes(r.peak_bytes_reserved),
                 fmt_bytes(r.peak_bytes_requested),
                 format!("{:.3}", r.ratio),

@@ -53,6 +53,11 @@ pub struct ContextOptions {
     /// device runs it. A tensor-core core named here where the device cannot run it
     /// makes the f16 matmuls panic: a test run there must not pass on the fallback.
     pub f16_core: Option<F16Core>,
+    /// Every storage binding `read_write`, and an operand bound twice in a dispatch
+    /// bound to a stand-in the second time, as the planned policy binds, whatever
+    /// the policy: benchmarks only, to time that binding rule apart from the arenas
+    /// (`tidepool bench policies --bindings read-write`).
+    pub read_write_bindings: bool,
 }
 
 impl Default for ContextOptions {
@@ -66,6 +71,7 @@ impl Default for ContextOptions {
             subgroups: true,
             kernels: None,
             f16_core: None,
+            read_write_bindings: false,
         }
     }
 }
@@ -87,6 +93,9 @@ pub struct WgpuContext {
     pub(super) timer: Option<Mutex<DispatchTimer>>,
     /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
     subgroups: bool,
+    /// Every storage binding `read_write`, repeats bound to stand-ins: under the
+    /// planned policy, or forced ([`ContextOptions::read_write_bindings`]).
+    pub(super) read_write_bindings: bool,
     /// The device has subgroups (natively `Features::SUBGROUP`; in the browser the
     /// `subgroups` feature, which wgpu 30 does not report: see web_subgroups.rs).
     device_subgroups: bool,
@@ -194,6 +203,7 @@ impl WgpuContext {
             .unwrap_or_else(|| Target::for_adapter(&info));
         // What the device got (the adapter's, asked for in full above).
         let limits = device.limits();
+        let read_write_bindings = options.read_write_bindings || memory.planned();
         Ok(WgpuContext {
             device,
             queue,
@@ -205,6 +215,7 @@ impl WgpuContext {
             submit_every: options.submit_every,
             timer,
             subgroups,
+            read_write_bindings,
             device_subgroups,
             adapter_features,
             cooperative_matrices,
@@ -430,11 +441,10 @@ impl WgpuContext {
     pub(super) fn compiled(&self, kernel: &Kernel) -> Arc<Compiled> {
         let counters = &self.memory.counters;
         let before = counters.pipelines_created.load(Relaxed);
-        let read_write = self.memory.planned();
         let compiled = (self.pipelines).get(
             &self.device,
             kernel,
-            (self.subgroups, read_write),
+            (self.subgroups, self.read_write_bindings),
             &counters.pipelines_created,
         );
         if counters.pipelines_created.load(Relaxed) != before {

@@ -154,7 +154,7 @@ impl WgpuContext {
     ) {
         let compiled = self.compiled(kernel);
         let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let bind_group = if self.memory.planned() {
+        let bind_group = if self.read_write_bindings {
             let stand_in = self.memory.stand_in();
             let slices = without_repeats(bound, stand_in);
             self.memory
