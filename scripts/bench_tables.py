@@ -258,22 +258,52 @@ def memory(s):
                    + table(["what", "in use (tensors)", "requested", "reserved", "reserved / in use"], rows))
     steady = []
     for b in s.builds():
-        for run, where in (("steady", "native"), ("dawn_steady", "Dawn")):
+        for run, where in (("steady", "native"), ("steady_read_write", "native"), ("dawn_steady", "Dawn")):
             for r in s.rows(run, b):
                 if "peak_bytes_reserved" not in r:
                     continue
-                name = f"tidepool {r.get('policy', '')} ({where})" + (" (earlier build)" if b == "against" else "")
+                bound = ", read_write" if r.get("bindings") == "read_write" and r.get("policy") != "planned" else ""
+                name = f"tidepool {r.get('policy', '')}{bound} ({where})" + (" (earlier build)" if b == "against" else "")
                 steady.append([name, r.get("preset", ""), gb(r["peak_bytes_reserved"]), gb(r["peak_bytes_requested"]),
                                f(r["ratio"]), f(r.get("ms_per_step"), 2)])
     if steady:
         out.append("Steady training steps (peaks after warm-up; policy, reserved, requested, ratio, ms a step):\n\n"
                    + table(["policy", "preset", "reserved", "requested", "reserved / requested", "ms a step"], steady))
+    out += kernels_by_binding(s)
     for r in s.rows("replay"):
         for step in r.get("data", []):
             if isinstance(step, dict) and step.get("label") != "first":
                 rows = [[x["allocator"], f"{x['peak_bytes']:,}", f(x["ratio"])] for x in step.get("rows", [])]
                 out.append(f"The steady step's trace replayed ({step.get('tensors')} tensors), peak bytes:\n\n"
                            + table(["allocator", "peak bytes", "x lower bound"], rows))
+    return out
+
+
+def kernels_by_binding(s):
+    """GPU ms a step per kernel under pow2/8 as declared, pow2/8 bound read_write and
+    planned: the first difference is the binding rule's cost, the second the arenas'."""
+    out = []
+    runs = (("kernels_pow2_8_declared", "pow2/8"), ("kernels_pow2_8_read_write", "pow2/8, read_write"),
+            ("kernels_planned_read_write", "planned"))
+    for b in s.builds():
+        ms = {label: {r["kernel"]: r for r in s.rows(run, b) if "kernel" in r} for run, label in runs}
+        base = ms["pow2/8"]
+        if not base:
+            continue
+        kernels = sorted(base, key=lambda k: (k != "all", -base[k]["ms_per_step"]))
+        rows = []
+        for k in kernels:
+            got = [ms[label].get(k, {}).get("ms_per_step") for _, label in runs]
+            d_rw = got[1] - got[0] if None not in got[:2] else None
+            d_plan = got[2] - got[1] if None not in got[1:] else None
+            rows.append([k, f(base[k]["launches_per_step"], 0)] + [f(x) for x in got] + [f(d_rw), f(d_plan)])
+        steps = [f(next(iter(ms[label].values()), {}).get("step_ms"), 2) for _, label in runs]
+        out.append("GPU ms a step per kernel, every dispatch timed in a pass of its own (step ms, timed: "
+                   + ", ".join(f"{label} {st}" for (_, label), st in zip(runs, steps))
+                   + (")" if b == "this" else ", earlier build)") + "; read_write - declared is what the binding "
+                   "rule costs a kernel, planned - read_write what the arenas' ranges cost:\n\n"
+                   + table(["kernel", "launches", "pow2/8", "pow2/8, read_write", "planned",
+                            "read_write - declared", "planned - read_write"], rows))
     return out
 
 

@@ -16,7 +16,9 @@
 #   memory             peak bytes reserved / in use / requested per size policy beside
 #                      PyTorch's max_memory_reserved / allocated; the steady steps'
 #                      peaks and ms under pow2/8 and planned, natively and through
-#                      Dawn; the trace's replay
+#                      Dawn; natively pow2/8 bound read_write as planned binds, and
+#                      GPU ms per kernel under pow2/8, pow2/8 read_write and planned
+#                      (which kernels pay, and for which cause); the trace's replay
 #   pool               taking a buffer from the pool against creating one, natively and
 #                      through Dawn
 #   curves             the held-out loss every 250 steps beside the PyTorch twin
@@ -365,6 +367,23 @@ suite_memory() {
       --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
     dawn_for "$b"
     run memory dawn_steady "$b" "${dawn[@]}" --preset "$big" --warmup "$warmup" --steps "$steps" --policies
+  done
+  # Why planned is slower, cause by cause: pow2/8 bound as planned binds (every storage
+  # binding read_write, a repeated operand on a stand-in) but without arenas; then
+  # every dispatch timed, kernel by kernel, under pow2/8 as declared, pow2/8 read_write
+  # and planned, so that the table says which kernels pay and for which cause.
+  local bindings
+  for b in "${builds[@]}"; do
+    run memory steady_read_write "$b" "$(bin "$b")" bench policies --presets "$big" --policies pow2/8 \
+      --bindings read-write --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+    for policy in pow2/8 planned; do
+      for bindings in declared read-write; do
+        [ "$policy/$bindings" = planned/declared ] && continue # planned binds read_write
+        run memory "kernels_${policy//\//_}_${bindings//-/_}" "$b" "$(bin "$b")" bench kernels \
+          --presets "$big" --policy "$policy" --bindings "$bindings" --warmup "$warmup" \
+          --steps "$kernel_steps" --corpus "$corpus" --json
+      done
+    done
   done
   # Every allocation of a steady step, replayed through each size policy and a plan.
   run memory trace this "$tidepool_this" train "${train_big[@]}" --steps 3 --corpus "$corpus" \
