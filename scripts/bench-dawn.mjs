@@ -6,6 +6,7 @@
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
 //                               [--dawn-backend null]
 //                               [--time-calls] [--kernels] [--policies] [--windows N] [--readback]
+//                               [--policy P] [--bindings declared|read-write]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
 // costs the browser build time against native (Chrome itself keeps its defaults);
 // --dawn-disable: toggles to turn off (`disable-dawn-features=`), e.g.
@@ -33,6 +34,10 @@
 // --policies: instead of steps, the memory of the steps after warm-up under each size
 // policy, planned included (the wasm API's benchPolicies), one {"bench":"policies"}
 // line a policy: reserved, requested, their ratio and ms a step.
+// --policy P: the size policy --kernels runs under (default: the preset's).
+// --bindings read-write: --kernels and --policies bind every storage operand
+// read_write, a repeated one on a stand-in, as the planned policy binds: that rule's
+// cost apart from the planned policy's arenas (default: declared).
 // --readback: instead of steps, a readback's latency on an idle GPU, `steps` of them
 // after `warmup` (scripts/readback.mjs, which bench-browser.mjs readback runs in a page).
 import { readFileSync } from 'node:fs';
@@ -59,6 +64,8 @@ const { values: opt } = parseArgs({
     windows: { type: 'string' },
     kernels: { type: 'boolean', default: false },
     policies: { type: 'boolean', default: false },
+    policy: { type: 'string' },
+    bindings: { type: 'string' },
     readback: { type: 'boolean', default: false },
   },
 });
@@ -118,12 +125,12 @@ const m = modules[0];
 // The wasm does not embed the default corpus (data/tinyshakespeare.txt): read it.
 const corpus = readFileSync(opt.corpus ?? 'data/tinyshakespeare.txt', 'utf8');
 if (opt.kernels) {
-  const rows = await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus);
+  const rows = await m.benchKernels(opt.preset, Number(opt.warmup), Number(opt.steps), corpus, opt.policy, opt.bindings);
   for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'kernels', ...row }));
   process.exit(0);
 }
 if (opt.policies) {
-  const rows = await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus);
+  const rows = await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus, opt.bindings);
   for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'policies', ...row }));
   process.exit(0);
 }
