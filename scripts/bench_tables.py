@@ -258,10 +258,13 @@ def memory(s):
                    + table(["what", "in use (tensors)", "requested", "reserved", "reserved / in use"], rows))
     steady = []
     for b in s.builds():
-        for run, where in (("steady", "native"), ("steady_read_write", "native"), ("dawn_steady", "Dawn")):
+        for run, where in (("steady", "native"), ("steady_read_write", "native"), ("dawn_steady", "Dawn"),
+                           ("dawn_steady_read_write", "Dawn")):
             for r in s.rows(run, b):
                 if "peak_bytes_reserved" not in r:
                     continue
+                if run.endswith("read_write") and r.get("policy") == "planned":
+                    continue  # planned binds read_write in every run: measured above
                 bound = ", read_write" if r.get("bindings") == "read_write" and r.get("policy") != "planned" else ""
                 name = f"tidepool {r.get('policy', '')}{bound} ({where})" + (" (earlier build)" if b == "against" else "")
                 steady.append([name, r.get("preset", ""), gb(r["peak_bytes_reserved"]), gb(r["peak_bytes_requested"]),
@@ -285,8 +288,8 @@ def kernels_by_binding(s):
     out = []
     runs = (("kernels_pow2_8_declared", "pow2/8"), ("kernels_pow2_8_read_write", "pow2/8, read_write"),
             ("kernels_planned_read_write", "planned"))
-    for b in s.builds():
-        ms = {label: {r["kernel"]: r for r in s.rows(run, b) if "kernel" in r} for run, label in runs}
+    for b, (prefix, where) in ((b, w) for b in s.builds() for w in (("", "native"), ("dawn_", "Dawn"))):
+        ms = {label: {r["kernel"]: r for r in s.rows(prefix + run, b) if "kernel" in r} for run, label in runs}
         base = ms["pow2/8"]
         if not base:
             continue
@@ -298,7 +301,7 @@ def kernels_by_binding(s):
             d_plan = got[2] - got[1] if None not in got[1:] else None
             rows.append([k, f(base[k]["launches_per_step"], 0)] + [f(x) for x in got] + [f(d_rw), f(d_plan)])
         steps = [f(next(iter(ms[label].values()), {}).get("step_ms"), 2) for _, label in runs]
-        out.append("GPU ms a step per kernel, every dispatch timed in a pass of its own (step ms, timed: "
+        out.append(f"{where}: GPU ms a step per kernel, every dispatch timed in a pass of its own (step ms, timed: "
                    + ", ".join(f"{label} {st}" for (_, label), st in zip(runs, steps))
                    + (")" if b == "this" else ", earlier build)") + "; read_write - declared is what the binding "
                    "rule costs a kernel, planned - read_write what the arenas' ranges cost:\n\n"

@@ -16,9 +16,10 @@
 #   memory             peak bytes reserved / in use / requested per size policy beside
 #                      PyTorch's max_memory_reserved / allocated; the steady steps'
 #                      peaks and ms under pow2/8 and planned, natively and through
-#                      Dawn; natively pow2/8 bound read_write as planned binds, and
-#                      GPU ms per kernel under pow2/8, pow2/8 read_write and planned
-#                      (which kernels pay, and for which cause); the trace's replay
+#                      Dawn; pow2/8 bound read_write as planned binds, and GPU ms
+#                      per kernel under pow2/8, pow2/8 read_write and planned (which
+#                      kernels pay, and for which cause), natively and through Dawn;
+#                      the trace's replay
 #   pool               taking a buffer from the pool against creating one, natively and
 #                      through Dawn
 #   curves             the held-out loss every 250 steps beside the PyTorch twin
@@ -382,6 +383,18 @@ suite_memory() {
         run memory "kernels_${policy//\//_}_${bindings//-/_}" "$b" "$(bin "$b")" bench kernels \
           --presets "$big" --policy "$policy" --bindings "$bindings" --warmup "$warmup" \
           --steps "$kernel_steps" --corpus "$corpus" --json
+      done
+    done
+    # The same through Dawn, its timestamps unrounded.
+    dawn_for "$b"
+    run memory dawn_steady_read_write "$b" "${dawn[@]}" --preset "$big" --warmup "$warmup" \
+      --steps "$steps" --policies --bindings read-write
+    for policy in pow2/8 planned; do
+      for bindings in declared read-write; do
+        [ "$policy/$bindings" = planned/declared ] && continue
+        run memory "dawn_kernels_${policy//\//_}_${bindings//-/_}" "$b" "${dawn[@]}" --preset "$big" \
+          --warmup "$warmup" --steps "$kernel_steps" --kernels --policy "$policy" --bindings "$bindings" \
+          --dawn-disable timestamp_quantization
       done
     done
   done
