@@ -489,6 +489,14 @@ fn bench_subcommands_refuse_bad_and_foreign_flags() {
             ),
             (&["bench", "kernels", "--at-once", "4"], "unexpected argument '--at-once'"),
             (
+                &["bench", "kernels", "--policy", "pow3"],
+                "invalid value 'pow3' for '--policy <POLICY>'",
+            ),
+            (
+                &["bench", "policies", "--bindings", "write"],
+                "invalid value 'write' for '--bindings <BINDINGS>'",
+            ),
+            (
                 &["bench", "policies", "--precision", "f16"],
                 "unexpected argument '--precision'",
             ),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use tidepool::gpu::ContextOptions;
 use tidepool::planner::{self, Lifetime, Limits};
 use tidepool::pool::SizePolicy;
 use tidepool::trace::StepTrace;
@@ -233,4 +234,39 @@ async fn close_limit_body() {
             plan.arenas
         );
     }
+}
+
+gpu_test!(
+    the_planned_binding_rule_alone_changes_no_result,
+    read_write_body()
+);
+/// `pow2/8` bound as the planned policy binds (every storage binding `read_write`,
+/// repeats on stand-ins; the benchmarks' `--bindings read-write`) trains to the same
+/// bits as `pow2/8` bound as declared: the switch times the rule, nothing else.
+async fn read_write_body() {
+    let steps = 6;
+    let cfg = config(SizePolicy::Subdivided { subdivisions: 8 });
+    let (losses, params, declared) = run(cfg.clone(), steps, false).await;
+    let options = ContextOptions {
+        read_write_bindings: true,
+        ..ContextOptions::default()
+    };
+    let mut trainer = Trainer::with_options(cfg, common::corpus(), options)
+        .await
+        .expect("trainer");
+    let mut rw_losses = Vec::new();
+    for _ in 0..steps {
+        rw_losses.push(trainer.step().await.expect("step").loss.to_bits());
+    }
+    assert_eq!(rw_losses, losses, "losses differ");
+    let rw_params = trainer.parameters().await.expect("parameters");
+    assert!(same_bits(&rw_params, &params), "parameters differ");
+    trainer.context().take_error().expect("no wgpu error");
+    // The rule was in force: its stand-in for repeated operands exists.
+    let made = |t: &Trainer| t.context().counters().buffers_created;
+    assert_eq!(
+        made(&trainer),
+        made(&declared) + 1,
+        "one stand-in buffer more"
+    );
 }
