@@ -242,6 +242,7 @@ both!(
                 requested,
                 class: requested,
                 buffer,
+                offset: None,
                 cause: None,
                 in_use,
                 held,
@@ -289,6 +290,72 @@ both!(
         };
         assert_eq!(frames[0].name, "matmul_forward");
         assert_eq!(frames[0].filename, "layer 1");
+    }
+);
+
+both!(
+    /// A planned run's tensors share their arena's buffer id: each is told apart by
+    /// its offset there, however births and deaths interleave. The step's recorded
+    /// peak reserved is the "planned (live)" row, after the recorded allocator's;
+    /// a pool's trace has no such row.
+    planned_ranges_are_tensors_of_their_own,
+    {
+        use std::borrow::Cow;
+        use tidepool::trace::{EventKind::*, StepTrace, Trace, TraceEvent};
+        let event = |seq: u32, kind, offset: u64, requested: u64| TraceEvent {
+            seq,
+            kind,
+            op: Cow::Borrowed("layernorm_forward"),
+            layer: None,
+            purpose: Cow::Borrowed("storage"),
+            requested,
+            class: requested,
+            buffer: 7,
+            offset: Some(offset),
+            cause: None,
+            in_use: 0,
+            held: 0,
+        };
+        // A at 0, then B at 1024 while A lives, then C at 0 once A died, B dying after.
+        let events = vec![
+            event(0, Hit, 0, 1024),
+            event(1, Hit, 1024, 2048),
+            event(2, Release, 0, 1024),
+            event(3, Hit, 0, 512),
+            event(4, Release, 1024, 2048),
+            event(5, Release, 0, 512),
+        ];
+        let mut trace = Trace::new("test", "planned", 1 << 30);
+        trace.steps.push(StepTrace {
+            step: 2,
+            label: "steady".into(),
+            events,
+            peak_reserved: Some(4096),
+            ..Default::default()
+        });
+        let s = &report(trace.to_json().as_bytes()).steps[0];
+        let mut rows = s.replay.rows.clone();
+        let recorded = rows.remove(1);
+        assert_eq!(recorded.allocator, "tidepool planned (recorded)");
+        let live = rows.remove(1);
+        assert_eq!(live.allocator, "planned (live)");
+        assert_eq!((live.peak_bytes, live.buffers_created), (4096, 0));
+        assert_eq!(live.ratio, 4096.0 / 3072.0);
+        let tensors = [(1024, 1, 3), (2048, 2, 5), (512, 4, 6)].map(|(size, start, end)| {
+            tidepool::replay::Tensor {
+                size,
+                start,
+                end,
+                poolable: true,
+            }
+        });
+        assert_eq!(rows, tidepool::replay::rows(&tensors, 1 << 30));
+        assert_eq!(s.peaks.live, 1024 + 2048);
+
+        trace.policy = "pow2".into();
+        let pool = report(trace.to_json().as_bytes());
+        let names: Vec<&str> = pool.steps[0].replay.rows.iter().map(|r| r.allocator.as_str()).collect();
+        assert!(!names.contains(&"planned (live)"), "{names:?}");
     }
 );
 
