@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { FAST, ROOT, open, setup, tid, waitNumber, waitReady } from './helpers.mjs';
 
 const BIRTHS = ['hit', 'miss', 'oversize', 'unpooled'];
+const DEATHS = ['release', 'reject', 'discard'];
 
 describe('the arena view', { timeout: 600_000 }, () => {
   let env;
@@ -49,9 +50,23 @@ describe('the arena view', { timeout: 600_000 }, () => {
   });
 
   test('a planned step draws each arena and each tensor at the plan\'s offset', { timeout: 200_000 }, async () => {
-    const { trace, replay, plan, arenas } = await traceOnce(2);
+    const { trace, replay, plan, arenas, top } = await traceOnce(2);
     const step = trace.steps[0];
     assert.equal(step.label, 'steady');
+    // the live view tells apart the tensors sharing an arena: its stack stands as high
+    // as the trace's in_use after every event
+    assert.deepEqual(top, [step.in_use_at_start, ...step.events.map((e) => e.in_use)], 'the stack height at every event');
+    let tensors = 0;
+    const born = new Set();
+    for (const e of step.events) {
+      const key = `${e.buffer}@${e.offset}`;
+      if (BIRTHS.includes(e.kind)) {
+        tensors++;
+        born.add(key);
+      } else if (DEATHS.includes(e.kind) && !born.delete(key)) tensors++;
+    }
+    const bands = Number(await page.locator(tid('timeline')).getAttribute('data-bands'));
+    assert.equal(bands, tensors, 'a band per tensor: a birth to the death at the same buffer and offset');
 
     // The trace on its own: each birth at an arena range, in order, is the plan's range.
     const arenaOf = new Map(plan.arenas.map((a, i) => [a.buffer, i]));
