@@ -12,6 +12,7 @@ import { HEIGHT, fitCanvas, plotFrame } from './timeline-draw.mjs';
 
 const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
 const DEATHS = new Set(['release', 'reject', 'discard']);
+const MIN_LABELLED_BAND = 12; // CSS pixels a band needs for its name
 
 /**
  * The step's tensors at planned ranges, by arena: null when there is no plan or no
@@ -98,10 +99,13 @@ export function drawArenas(canvas, view, theme, colors) {
     g.globalAlpha = 1;
     g.strokeStyle = theme.grid;
     g.strokeRect(f.left + 0.5, top + 0.5, f.w - 1, h - 1);
-    g.fillStyle = theme.fg;
-    g.textAlign = 'right';
-    g.textBaseline = 'middle';
-    g.fillText(`#${i} ${fmtBytesShort(a.bytes)}`, f.left - 4, top + h / 2);
+    // many arenas (a device with a small binding limit) leave bands too thin to name
+    if (h >= MIN_LABELLED_BAND) {
+      g.fillStyle = theme.fg;
+      g.textAlign = 'right';
+      g.textBaseline = 'middle';
+      g.fillText(`#${i} ${fmtBytesShort(a.bytes)}`, f.left - 4, top + h / 2);
+    }
   });
   g.globalAlpha = 0.9;
   const rects = view.tensors.map((t) => {

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { arenaView } from '../../www/timeline-arenas.mjs';
 import { FAST, ROOT, open, setup, tid, waitNumber, waitReady } from './helpers.mjs';
 
 const BIRTHS = ['hit', 'miss', 'oversize', 'unpooled'];
@@ -152,4 +153,42 @@ describe('the arena view', { timeout: 600_000 }, () => {
     await page.locator(tid('timeline-arenas-figure')).screenshot({ path: join(ROOT, 'target', 'timeline-arenas.png') });
     assert.deepEqual(errors, [], 'no console errors');
   });
+});
+
+// Without a browser: two arenas, a tensor live when the step began, births and deaths
+// interleaved at one offset, and a whole pooled buffer that is no arena's.
+test('arenaView places each tensor by arena buffer and offset, and finds each arena\'s peak', () => {
+  const plan = { arenas: [{ buffer: 7, bytes: 4096 }, { buffer: 9, bytes: 1024 }], ranges: [], reserved: 5120, plans_made: 1 };
+  const e = (kind, buffer, offset, size, op = 'k') => ({ kind, buffer, offset, class: size, requested: size, op });
+  const step = {
+    events: [
+      e('release', 7, 3072, 1024), // live when the step began: columns 0..1
+      e('hit', 7, 0, 2048), // 2..4
+      e('hit', 9, 0, 1024), // 3..6
+      e('release', 7, 0, 2048),
+      e('hit', 7, 0, 512), // 5..7 (the end)
+      e('release', 9, 0, 1024),
+      { kind: 'hit', buffer: 3, class: 256, requested: 256, op: 'k' }, // a pooled buffer
+    ],
+  };
+  const view = arenaView(step, plan);
+  assert.deepEqual(
+    view.tensors.map(({ arena, offset, size, start, end }) => [arena, offset, size, start, end]),
+    [
+      [0, 3072, 1024, 0, 1],
+      [0, 0, 2048, 2, 4],
+      [1, 0, 1024, 3, 6],
+      [0, 0, 512, 5, 8],
+    ],
+  );
+  assert.deepEqual(
+    view.arenas.map(({ base, bytes, peak }) => [base, bytes, peak]),
+    [
+      [0, 4096, 2048],
+      [4096, 1024, 1024],
+    ],
+  );
+  assert.equal(view.total, 5120);
+  assert.equal(arenaView(step, null), null, 'no plan, no view');
+  assert.equal(arenaView({ events: [step.events[6]] }, plan), null, 'a step with nothing in the arenas');
 });
