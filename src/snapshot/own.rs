@@ -3,8 +3,8 @@
 //!
 //! A tensor is a birth (`hit`, `miss`, `oversize`, `unpooled`) to the death of the
 //! same buffer (`release`, `reject`, `discard`), or of the same range of an arena
-//! (the planned policy's events carry their `offset`); a death with no birth in the step
-//! was live when it began, a birth with no death is live at its end. The pool's
+//! (the planned policy's events carry their `offset`); a death with no birth in the
+//! step was live when it began, a birth with no death is live at its end. The pool's
 //! reserved bytes after each event are its `in_use` plus `held`, and its segments
 //! the GPU buffers from `create` to `destroy` or `evict` (those made before the step
 //! are in its reserved bytes only). The tensors live across the whole step (weights,
