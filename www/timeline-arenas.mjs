@@ -8,10 +8,8 @@
 // the same buffer ids.
 
 import { fmtBytes, fmtBytesShort } from './format.mjs';
-import { HEIGHT, fitCanvas, plotFrame } from './timeline-draw.mjs';
+import { BIRTHS, DEATHS, HEIGHT, fitCanvas, plotFrame, tensorKey } from './timeline-draw.mjs';
 
-const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
-const DEATHS = new Set(['release', 'reject', 'discard']);
 const MIN_LABELLED_BAND = 12; // CSS pixels a band needs for its name
 
 /**
@@ -27,11 +25,11 @@ export function arenaView(step, plan) {
   const events = step.events;
   const columns = events.length + 1;
   const tensors = [];
-  const open = new Map(); // "arena:offset" -> tensor index
+  const open = new Map(); // tensor key -> tensor index
   events.forEach((e, i) => {
     const arena = e.offset === undefined || e.offset === null ? undefined : index.get(e.buffer);
     if (arena === undefined) return;
-    const key = `${arena}:${e.offset}`;
+    const key = tensorKey(e);
     if (BIRTHS.has(e.kind)) {
       open.set(key, tensors.length);
       tensors.push({ arena, offset: e.offset, size: e.class, start: i + 1, end: columns, op: e.op, birth: e, death: null });

@@ -18,10 +18,8 @@ import { fmtBytes, fmtBytesShort } from './format.mjs';
 import { readTheme } from './plot.mjs';
 import { arenaSummary, arenaView, drawArenas } from './timeline-arenas.mjs';
 import { FileView } from './timeline-file.mjs';
-import { PALETTE, REPLAY_HEAD, drawAxes, escapeHtml, fitCanvas, markPeak, plotFrame, replayRowsHtml } from './timeline-draw.mjs';
+import { BIRTHS, DEATHS, PALETTE, REPLAY_HEAD, drawAxes, escapeHtml, fitCanvas, markPeak, plotFrame, replayRowsHtml, tensorKey } from './timeline-draw.mjs';
 
-const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
-const DEATHS = new Set(['release', 'reject', 'discard']);
 const MAX_EVERY = 1_000_000; // steps between automatic traces, at most
 
 /**
@@ -104,9 +102,6 @@ export function analyse(step) {
   const heldPeak = held.reduce((m, v) => Math.max(m, v), 0); // no spread: a long step has many events
   return { tensors, base, top, peak, peakAt, classes, free, held, heldPeak, columns };
 }
-
-/** A tensor's buffer, and its offset there when it lies at a planned range of an arena. */
-const tensorKey = (e) => (e.offset === undefined || e.offset === null ? `${e.buffer}` : `${e.buffer}@${e.offset}`);
 
 function opColors(tensors) {
   const colors = new Map();
