@@ -3,10 +3,11 @@
 // tensor at its offset. What is drawn is checked against the plan the wasm hands out
 // (Trainer.memoryPlan(), through the worker) and against the trace JSON, which names
 // each planned tensor's arena buffer and offset on its own; the replay table's
-// "planned (live)" row is the step's measured peak. Saves target/timeline-arenas.png.
+// "planned (live)" row is the step's measured peak. Saves target/timeline-arenas.png
+// (and docs/timeline-arenas.png with UPDATE_DOCS_SCREENSHOT=1).
 
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { arenaView } from '../../www/timeline-arenas.mjs';
@@ -150,7 +151,9 @@ describe('the arena view', { timeout: 600_000 }, () => {
     const t = arenas.tensors[big];
     assert.match(await tip.innerText(), new RegExp(`arena ${t.arena} · offset ${t.offset} `));
     mkdirSync(join(ROOT, 'target'), { recursive: true });
-    await page.locator(tid('timeline-arenas-figure')).screenshot({ path: join(ROOT, 'target', 'timeline-arenas.png') });
+    const shot = join(ROOT, 'target', 'timeline-arenas.png');
+    await page.locator(tid('timeline-arenas-figure')).screenshot({ path: shot });
+    if (process.env.UPDATE_DOCS_SCREENSHOT) copyFileSync(shot, join(ROOT, 'docs', 'timeline-arenas.png'));
     assert.deepEqual(errors, [], 'no console errors');
   });
 });
