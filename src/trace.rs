@@ -90,6 +90,11 @@ pub struct TraceEvent {
     pub class: u64,
     /// Stable id of the GPU buffer within the context, from 1 in creation order.
     pub buffer: u64,
+    /// Where the tensor starts in `buffer`, for a tensor at a planned range of an
+    /// arena (the planned policy's births and deaths): many tensors share an arena,
+    /// and `(buffer, offset)` tells them apart. Absent for whole buffers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
     /// Why a `reject` was turned away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Rejection>,
@@ -112,6 +117,11 @@ pub struct StepTrace {
     pub held_at_start: u64,
     pub free_at_start: Vec<BucketStats>,
     pub events: Vec<TraceEvent>,
+    /// The most bytes reserved at once during the step, as the run's
+    /// `peak_bytes_reserved` counts them (pooled buffers in use and held free, and
+    /// the planned policy's arenas). Absent in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_reserved: Option<u64>,
 }
 
 /// A trace file: the run's setting and some traced steps.
@@ -206,6 +216,7 @@ pub(crate) struct Fields {
     pub requested: u64,
     pub class: u64,
     pub buffer: u64,
+    pub offset: Option<u64>,
     pub cause: Option<Rejection>,
     pub in_use: u64,
     pub held: u64,
@@ -258,6 +269,7 @@ impl Recorder {
             requested: f.requested,
             class: f.class,
             buffer: f.buffer,
+            offset: f.offset,
             cause: f.cause,
             in_use: f.in_use,
             held: f.held,

@@ -1049,5 +1049,90 @@ fn trace_replay_reads_tidepool_traces() {
     for row in ROWS {
         assert!(rows.iter().any(|(n, _)| n == row), "no row {row}");
     }
+    assert!(
+        rows.iter().all(|(n, _)| n != "planned (live)"),
+        "a pool's run has no planned row: {}",
+        out.stdout
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The rows of one step of `trace replay --json`: allocator -> peak bytes.
+fn json_rows(step: &serde_json::Value) -> Vec<(String, u64)> {
+    step["replay"]["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            let name = r["allocator"].as_str().unwrap().to_string();
+            (name, r["peak_bytes"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// A run under the planned policy: its trace's replay has a "planned (live)" row
+/// beside the recorded one, and on the steady step it is exactly the peak the run
+/// measured (its `--json` final line); the other rows are all there. A trace
+/// written before the figure was recorded still replays, without that row.
+#[test]
+fn trace_replay_of_a_planned_run_shows_what_it_reserved() {
+    let dir = std::env::temp_dir().join(format!("tidepool-cli-planned-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let t = trace.to_str().unwrap();
+    let flags = ["--policy", "planned", "--trace", t, "--json"];
+    let out = tidepool(&train_args("4", &flags));
+    assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+    let last = out.stdout.lines().last().expect("a final line");
+    let last: serde_json::Value = serde_json::from_str(last).expect("JSON");
+    assert_eq!(last["final"], true, "{last}");
+    assert_eq!(last["policy"], "planned");
+    let measured = last["peak_bytes_reserved"].as_u64().expect("a peak");
+
+    let json = tidepool(&["trace", "replay", t, "--json"]);
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let steady = &report["steps"][1];
+    assert_eq!(steady["recording"], "step 3 (steady)");
+    let rows = json_rows(steady);
+    assert_eq!(rows[1].0, "tidepool planned fit2 (recorded)");
+    assert_eq!(rows[2], ("planned (live)".into(), measured), "{rows:?}");
+    assert!(
+        measured >= rows[0].1,
+        "no run holds less than the lower bound"
+    );
+    for row in ROWS {
+        assert!(rows.iter().any(|(n, _)| n == row), "no row {row}");
+    }
+    let table = tidepool(&["trace", "replay", t]);
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    let steady_table = table
+        .stdout
+        .split("step 3 (steady)")
+        .nth(1)
+        .expect("step 3");
+    assert_eq!(
+        table_rows(steady_table),
+        rows,
+        "the table and the JSON agree"
+    );
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for step in old["steps"].as_array_mut().unwrap() {
+        step.as_object_mut()
+            .unwrap()
+            .remove("peak_reserved")
+            .expect("recorded");
+    }
+    let older = dir.join("older.json");
+    std::fs::write(&older, old.to_string()).unwrap();
+    let json = tidepool(&["trace", "replay", older.to_str().unwrap(), "--json"]);
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    let report: serde_json::Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let older_rows = json_rows(&report["steps"][1]);
+    let mut without = rows.clone();
+    without.remove(2);
+    assert_eq!(older_rows, without, "the same rows but the live one");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -40,6 +40,33 @@ fn report(bytes: &[u8]) -> Report {
     snapshot::report(bytes, &Options::default()).expect("reads")
 }
 
+/// A trace file of one step, `policy`'s, holding `events`.
+fn one_step_trace(
+    policy: &str,
+    events: Vec<tidepool::trace::TraceEvent>,
+    peak_reserved: Option<u64>,
+) -> tidepool::trace::Trace {
+    let mut trace = tidepool::trace::Trace::new("test", policy, 1 << 30);
+    trace.steps.push(tidepool::trace::StepTrace {
+        step: 3,
+        label: "steady".into(),
+        events,
+        peak_reserved,
+        ..Default::default()
+    });
+    trace
+}
+
+/// Poolable replay tensors of (size, start, end).
+fn tensors<const N: usize>(list: [(u64, u32, u32); N]) -> [tidepool::replay::Tensor; N] {
+    list.map(|(size, start, end)| tidepool::replay::Tensor {
+        size,
+        start,
+        end,
+        poolable: true,
+    })
+}
+
 fn trace_error(bytes: &[u8]) -> String {
     match snapshot::report(bytes, &Options::default()) {
         Err(e @ Error::Trace(_)) => {
@@ -217,7 +244,7 @@ both!(
     tidepool_traces_read_through_the_same_path,
     {
         use std::borrow::Cow;
-        use tidepool::trace::{EventKind::*, StepTrace, Trace, TraceEvent};
+        use tidepool::trace::{EventKind::*, TraceEvent};
         let mut held = 0;
         let mut in_use = 0;
         let mut event = |seq: u32, kind, buffer: u64, requested: u64| {
@@ -242,6 +269,7 @@ both!(
                 requested,
                 class: requested,
                 buffer,
+                offset: None,
                 cause: None,
                 in_use,
                 held,
@@ -255,14 +283,7 @@ both!(
             event(4, Release, 2, 4096),
             event(5, Release, 1, 1024),
         ];
-        let mut trace = Trace::new("test", "pow2", 1 << 30);
-        trace.steps.push(StepTrace {
-            step: 3,
-            label: "steady".into(),
-            events,
-            ..Default::default()
-        });
-        let json = trace.to_json();
+        let json = one_step_trace("pow2", events, None).to_json();
         let r = report(json.as_bytes());
         assert_eq!(r.format, "tidepool-trace");
         let s = &r.steps[0];
@@ -273,14 +294,7 @@ both!(
         let recorded = rows.remove(1);
         assert_eq!(recorded.peak_bytes, 1024 + 4096);
         // Births to deaths of the same buffer, positions from 1 after the first event.
-        let tensors = [(1024, 1, 3), (4096, 2, 5), (1024, 4, 6)].map(|(size, start, end)| {
-            tidepool::replay::Tensor {
-                size,
-                start,
-                end,
-                poolable: true,
-            }
-        });
+        let tensors = tensors([(1024, 1, 3), (4096, 2, 5), (1024, 4, 6)]);
         assert_eq!(rows, tidepool::replay::rows(&tensors, 1 << 30));
         assert_eq!(s.peaks.live, 5120);
         let frames: Vec<_> = {
@@ -289,6 +303,58 @@ both!(
         };
         assert_eq!(frames[0].name, "matmul_forward");
         assert_eq!(frames[0].filename, "layer 1");
+    }
+);
+
+both!(
+    /// A planned run's tensors share their arena's buffer id: each is told apart by
+    /// its offset there, however births and deaths interleave. The step's recorded
+    /// peak reserved is the "planned (live)" row, after the recorded allocator's;
+    /// a pool's trace has no such row.
+    planned_ranges_are_tensors_of_their_own,
+    {
+        use std::borrow::Cow;
+        use tidepool::trace::{EventKind::*, TraceEvent};
+        let event = |seq: u32, kind, offset: u64, requested: u64| TraceEvent {
+            seq,
+            kind,
+            op: Cow::Borrowed("layernorm_forward"),
+            layer: None,
+            purpose: Cow::Borrowed("storage"),
+            requested,
+            class: requested,
+            buffer: 7,
+            offset: Some(offset),
+            cause: None,
+            in_use: 0,
+            held: 0,
+        };
+        // A at 0, then B at 1024 while A lives, then C at 0 once A died, B dying after.
+        let events = vec![
+            event(0, Hit, 0, 1024),
+            event(1, Hit, 1024, 2048),
+            event(2, Release, 0, 1024),
+            event(3, Hit, 0, 512),
+            event(4, Release, 1024, 2048),
+            event(5, Release, 0, 512),
+        ];
+        let mut trace = one_step_trace("planned", events, Some(4096));
+        let s = &report(trace.to_json().as_bytes()).steps[0];
+        let mut rows = s.replay.rows.clone();
+        let recorded = rows.remove(1);
+        assert_eq!(recorded.allocator, "tidepool planned (recorded)");
+        let live = rows.remove(1);
+        assert_eq!(live.allocator, "planned (live)");
+        assert_eq!((live.peak_bytes, live.buffers_created), (4096, 0));
+        assert_eq!(live.ratio, 4096.0 / 3072.0);
+        let tensors = tensors([(1024, 1, 3), (2048, 2, 5), (512, 4, 6)]);
+        assert_eq!(rows, tidepool::replay::rows(&tensors, 1 << 30));
+        assert_eq!(s.peaks.live, 1024 + 2048);
+
+        trace.policy = "pow2".into();
+        let pool = report(trace.to_json().as_bytes());
+        let names: Vec<&str> = pool.steps[0].replay.rows.iter().map(|r| r.allocator.as_str()).collect();
+        assert!(!names.contains(&"planned (live)"), "{names:?}");
     }
 );
 

@@ -95,6 +95,10 @@ async fn traced_step_body() {
         "a steady step only hits and releases"
     );
 
+    // The step's own peak of reserved bytes: at least what it ends with.
+    let peak = step4.peak_reserved.expect("recorded");
+    assert!(peak >= counters.bytes_in_use + held, "{peak}");
+
     // The file round-trips, and its replay respects the lower bound.
     let mut trace = trainer.context().new_trace();
     trace.steps = vec![step1, step4];
@@ -109,6 +113,65 @@ async fn traced_step_body() {
             assert!(row.peak_bytes >= r.lower_bound, "{}: {row:?}", r.label);
         }
     }
+}
+
+gpu_test!(
+    a_planned_step_is_traced_at_its_planned_ranges,
+    planned_step_body()
+);
+/// Under the planned policy a steady step's births at arena ranges come in the
+/// plan's order: each at the range `WgpuContext::memory_plan` gives, in the arena
+/// it names, and dies at the same offset. The step's peak reserved is the run's.
+async fn planned_step_body() {
+    let cfg = TrainConfig {
+        policy: SizePolicy::Planned,
+        ..small_config()
+    };
+    let mut trainer = Trainer::new(cfg, common::corpus()).await.expect("trainer");
+    assert_eq!(
+        trainer.context().memory_plan(),
+        None,
+        "no plan before a step"
+    );
+    trainer.step().await.expect("step");
+    let (_, step) = trainer.step_traced("steady").await.expect("step");
+    let plan = trainer
+        .context()
+        .memory_plan()
+        .expect("a plan after a step");
+    assert!(!plan.arenas.is_empty() && plan.arenas.iter().all(|a| a.buffer > 0));
+    assert_eq!(
+        plan.reserved,
+        plan.arenas.iter().map(|a| a.bytes).sum::<u64>()
+    );
+    let counters = trainer.context().counters();
+    assert_eq!(plan.reserved, counters.arena_bytes);
+    let arena_of = |buffer: u64| plan.arenas.iter().position(|a| a.buffer == buffer);
+    let births: Vec<_> = step
+        .events
+        .iter()
+        .filter(|e| e.kind.is_birth() && e.offset.is_some())
+        .collect();
+    assert_eq!(
+        births.len(),
+        plan.ranges.len(),
+        "every planned tensor, once"
+    );
+    for (e, r) in births.iter().zip(&plan.ranges) {
+        assert_eq!(arena_of(e.buffer), Some(r.arena as usize), "{e:?}");
+        assert_eq!((e.offset, e.class), (Some(r.offset), r.size), "{e:?}");
+        assert!(r.offset + r.size <= plan.arenas[r.arena as usize].bytes);
+    }
+    let deaths = step
+        .events
+        .iter()
+        .filter(|e| e.kind.is_death() && e.offset.is_some());
+    let mut born: Vec<_> = births.iter().map(|e| (e.buffer, e.offset)).collect();
+    let mut died: Vec<_> = deaths.map(|e| (e.buffer, e.offset)).collect();
+    born.sort_unstable();
+    died.sort_unstable();
+    assert_eq!(born, died, "each range dies where it was born");
+    assert_eq!(step.peak_reserved, Some(counters.peak_bytes_reserved));
 }
 
 /// A step's tensors, as every replay reads them (`tidepool::snapshot::own`).
@@ -129,6 +192,7 @@ fn event(seq: u32, kind: EventKind, buffer: u64, requested: u64) -> TraceEvent {
         requested,
         class: requested,
         buffer,
+        offset: None,
         cause: None,
         in_use: 0,
         held: 0,

@@ -81,11 +81,17 @@ export function controller(w) {
     },
     /** traces one step and shows it in the memory timeline; resolves once shown */
     traceStep: () => w.timeline.trace(),
-    /** the last trace shown ({trace, replay, top, held}, docs/trace.md), or null */
+    /** the last trace shown ({trace, replay, plan, top, held, arenas}, docs/trace.md), or null */
     get lastTrace() {
       const c = w.timeline.current;
-      // top and held: the drawn stack's height and the free bytes, per column (0: the step's start)
-      return c && { trace: c.trace, replay: c.replay, top: c.view.top, held: c.view.held };
+      // top and held: the drawn stack's height and the free bytes, per column (0: the step's start);
+      // arenas: the arena view's bands and tensors, and each tensor's rectangle as drawn (CSS px)
+      const arenas = c?.arenas && {
+        arenas: c.arenas.arenas,
+        tensors: c.arenas.tensors.map(({ arena, offset, size, start, end }) => ({ arena, offset, size, start, end })),
+        rects: w.timeline.arenaRects,
+      };
+      return c && { trace: c.trace, replay: c.replay, plan: c.plan, top: c.view.top, held: c.view.held, arenas: arenas ?? null };
     },
     element: w.host,
   };

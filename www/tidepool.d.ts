@@ -239,7 +239,20 @@ export interface TidepoolController {
    * i + 1: after event i) the height of the stack drawn (`top`, bytes in use) and the
    * pool's free bytes (`held`).
    */
-  readonly lastTrace: { trace: Record<string, unknown>; replay: Record<string, unknown>; top: number[]; held: number[] } | null;
+  readonly lastTrace: {
+    trace: Record<string, unknown>;
+    replay: Record<string, unknown>;
+    /** The planned policy's memoryPlan() after the step; null under the other policies. */
+    plan: Record<string, unknown> | null;
+    top: number[];
+    held: number[];
+    /** The arena view (planned policy): each band, each tensor at its range, and its rectangle as drawn (CSS px). */
+    arenas: {
+      arenas: { buffer: number; bytes: number; base: number; peak: number }[];
+      tensors: { arena: number; offset: number; size: number; start: number; end: number }[];
+      rects: { x: number; y: number; w: number; h: number }[] | null;
+    } | null;
+  } | null;
   readonly element: HTMLElement;
 }
 

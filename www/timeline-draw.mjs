@@ -1,9 +1,17 @@
-// What the memory timeline's two views share: canvases sized to their box, the plot
-// frame and its byte axis, the colours, and the replay table's rows.
+// What the memory timeline's views share: the trace's event families and how a
+// tensor is known, canvases sized to their box, the plot frame and its byte axis, the
+// colours, and the replay table's rows.
 
 import { fmtBytes, fmtBytesShort } from './format.mjs';
 
 export const HEIGHT = 220; // CSS pixels of each canvas
+
+/** Trace events (docs/trace.md) that begin a tensor's life, and that end it. */
+export const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
+export const DEATHS = new Set(['release', 'reject', 'discard']);
+
+/** A tensor's buffer, and its offset there when it lies at a planned range of an arena. */
+export const tensorKey = (e) => (e.offset === undefined || e.offset === null ? `${e.buffer}` : `${e.buffer}@${e.offset}`);
 
 // Colours handed out in order of first appearance: a step has a few dozen kernels
 // (a snapshot a few dozen lines that allocate), and neighbours in time get hues far

@@ -5,6 +5,9 @@
 // the same sequence; below, the step replayed through every size policy and an offset
 // plan against the lower bound (the wasm's replayTrace).
 //
+// Under the planned policy a third view shows the plan's arenas, each tensor at its
+// offset inside its arena (timeline-arenas.mjs).
+//
 // Nothing is traced unless asked: the Trace button, or every N steps while the panel
 // is open (an option, off by default). A traced step is a real training step.
 //
@@ -13,11 +16,10 @@
 
 import { fmtBytes, fmtBytesShort } from './format.mjs';
 import { readTheme } from './plot.mjs';
+import { arenaSummary, arenaView, drawArenas } from './timeline-arenas.mjs';
 import { FileView } from './timeline-file.mjs';
-import { PALETTE, REPLAY_HEAD, drawAxes, escapeHtml, fitCanvas, markPeak, plotFrame, replayRowsHtml } from './timeline-draw.mjs';
+import { BIRTHS, DEATHS, PALETTE, REPLAY_HEAD, drawAxes, escapeHtml, fitCanvas, markPeak, plotFrame, replayRowsHtml, tensorKey } from './timeline-draw.mjs';
 
-const BIRTHS = new Set(['hit', 'miss', 'oversize', 'unpooled']);
-const DEATHS = new Set(['release', 'reject', 'discard']);
 const MAX_EVERY = 1_000_000; // steps between automatic traces, at most
 
 /**
@@ -29,26 +31,28 @@ export function analyse(step) {
   const events = step.events;
   const columns = events.length + 1;
   const tensors = [];
-  const open = new Map(); // buffer id -> tensor index
+  const open = new Map(); // tensor key -> tensor index
   // Tensors born before the step that die in it: live from column 0, lowest in the stack.
   const seen = new Set();
   for (const e of events) {
-    if (BIRTHS.has(e.kind)) seen.add(e.buffer);
-    else if (DEATHS.has(e.kind) && !seen.has(e.buffer)) {
-      seen.add(e.buffer);
-      open.set(e.buffer, tensors.length);
+    const key = tensorKey(e);
+    if (BIRTHS.has(e.kind)) seen.add(key);
+    else if (DEATHS.has(e.kind) && !seen.has(key)) {
+      seen.add(key);
+      open.set(key, tensors.length);
       tensors.push({ buffer: e.buffer, size: e.class, start: 0, end: columns, birth: null, death: null, op: e.op, before: true });
     }
   }
   events.forEach((e, i) => {
+    const key = tensorKey(e);
     if (BIRTHS.has(e.kind)) {
-      open.set(e.buffer, tensors.length);
+      open.set(key, tensors.length);
       tensors.push({ buffer: e.buffer, size: e.class, start: i + 1, end: columns, birth: e, death: null, op: e.op, before: false });
-    } else if (DEATHS.has(e.kind) && open.has(e.buffer)) {
-      const t = tensors[open.get(e.buffer)];
+    } else if (DEATHS.has(e.kind) && open.has(key)) {
+      const t = tensors[open.get(key)];
       t.end = i + 1;
       t.death = e;
-      open.delete(e.buffer);
+      open.delete(key);
     }
   });
   const before = tensors.reduce((s, t) => s + (t.before ? t.size : 0), 0);
@@ -109,15 +113,16 @@ const classColor = (i, n) => `hsl(${200 + (i * 140) / Math.max(1, n - 1)} 55% 55
 export class TimelinePanel {
   /**
    * @param {HTMLDetailsElement} root an empty <details> to fill
-   * @param {{trace: () => Promise<{trace, replay}>, files: import('./snapshot-client.mjs').SnapshotClient}} hooks
-   *   trace: one traced training step; files: where opened recordings are read
+   * @param {{trace: () => Promise<{trace, replay, plan}>, files: import('./snapshot-client.mjs').SnapshotClient}} hooks
+   *   trace: one traced training step (plan: the planned policy's memoryPlan(), or
+   *   null); files: where opened recordings are read
    */
   constructor(root, { trace, files }) {
     this.root = root;
     this.requestTrace = trace;
     this.inFlight = false;
     this.lastTraced = 0;
-    this.current = null; // {trace, replay, step, view}
+    this.current = null; // {trace, replay, plan, step, view, arenas}
     this.traces = 0; // shown since the page loaded
     root.classList.add('tp-timeline');
     root.dataset.testid = 'timeline';
@@ -143,6 +148,13 @@ export class TimelinePanel {
             aria-label="Free bytes per size class over the traced step"></canvas></div>
           <p class="tp-timeline-legend" data-tl="freeLegend"></p>
         </figure>
+        <figure class="tp-timeline-fig" data-tl="arenasFig" data-testid="timeline-arenas-figure" hidden>
+          <figcaption>Arenas of the memory plan, each tensor at its offset <span class="tp-muted" data-tl="arenasNote" data-testid="timeline-arenas-note"></span></figcaption>
+          <div class="tp-timeline-box"><canvas data-tl="arenas" data-testid="timeline-arenas" role="img"
+            aria-label="Each planned tensor at its offset in its arena over the traced step"></canvas>
+            <div class="tp-timeline-tip" data-tl="arenaTip" data-testid="timeline-arenas-tooltip" hidden></div></div>
+          <p class="tp-timeline-legend" data-tl="arenasLegend" data-testid="timeline-arenas-legend"></p>
+        </figure>
       </div>
       <div data-tl="replay" data-testid="replay" hidden>
         <h4>What-if replay <span class="tp-muted" data-tl="replayNote"></span></h4>
@@ -154,6 +166,8 @@ export class TimelinePanel {
     this.el.trace.addEventListener('click', () => this.trace());
     this.el.live.addEventListener('mousemove', (e) => this.hover(e));
     this.el.live.addEventListener('mouseleave', () => (this.el.tip.hidden = true));
+    this.el.arenas.addEventListener('mousemove', (e) => this.hoverArena(e));
+    this.el.arenas.addEventListener('mouseleave', () => (this.el.arenaTip.hidden = true));
     this.file = new FileView(this.el.file, { root, files });
     root.addEventListener('toggle', () => {
       if (!root.open) return;
@@ -181,8 +195,8 @@ export class TimelinePanel {
     this.el.trace.disabled = true;
     this.el.note.textContent = 'Tracing a step…';
     try {
-      const { trace, replay } = await this.requestTrace();
-      this.show(trace, replay);
+      const { trace, replay, plan } = await this.requestTrace();
+      this.show(trace, replay, plan);
     } catch (err) {
       this.el.note.textContent = `The trace failed: ${err?.message ?? err}`;
     } finally {
@@ -204,13 +218,15 @@ export class TimelinePanel {
     this.lastTraced = 0;
     this.el.plots.hidden = true;
     this.el.replay.hidden = true;
+    this.el.arenasFig.hidden = true;
     this.el.note.textContent = 'Trace runs one training step with every buffer event recorded.';
   }
 
-  show(trace, replay) {
+  show(trace, replay, plan = null) {
     const step = trace.steps.at(-1);
     const view = analyse(step);
-    this.current = { trace, replay, step, view };
+    const arenas = arenaView(step, plan);
+    this.current = { trace, replay, plan, step, view, arenas };
     this.lastTraced = step.step;
     this.traces++;
     const buffers = new Set(view.tensors.map((t) => t.buffer)).size;
@@ -222,8 +238,10 @@ export class TimelinePanel {
       peak: view.peak,
       heldPeak: view.heldPeak,
       traces: this.traces,
+      arenas: arenas ? arenas.arenas.length : 0,
     });
-    this.el.note.textContent = `Step ${step.step} (${step.label}): ${step.events.length} events, ${view.tensors.length} tensors in ${buffers} buffers, policy ${trace.policy}.`;
+    const planNote = plan && !arenas ? ' The step ran on the pool and was traced for the plan: trace a later step to see the arenas.' : '';
+    this.el.note.textContent = `Step ${step.step} (${step.label}): ${step.events.length} events, ${view.tensors.length} tensors in ${buffers} buffers, policy ${trace.policy}.${planNote}`;
     this.el.peak.textContent = `peak ${fmtBytes(view.peak)} (${view.peak} B) at event ${Math.max(0, view.peakAt - 1)}; the axis starts near the ${fmtBytes(view.base)} live across the whole step (grey)`;
     this.el.peak.dataset.bytes = view.peak;
     this.el.heldPeak.textContent = `at most ${fmtBytes(view.heldPeak)} free`;
@@ -315,6 +333,23 @@ export class TimelinePanel {
     this.el.freeLegend.innerHTML = view.classes
       .map((cls, i) => `<span><i style="background:${classColor(i, view.classes.length)}"></i>${fmtBytesShort(cls)}</span>`)
       .join('');
+    this.drawArenas(theme, colors);
+  }
+
+  /** The plan's arenas, under the planned policy (hidden otherwise). */
+  drawArenas(theme, colors) {
+    const { arenas } = this.current;
+    this.el.arenasFig.hidden = !arenas;
+    this.arenaRects = null;
+    if (!arenas) return;
+    this.arenaRects = drawArenas(this.el.arenas, arenas, theme, colors).rects;
+    const live = arenas.arenas.reduce((s, a) => s + a.peak, 0);
+    const n = arenas.arenas.length;
+    this.el.arenasNote.textContent = `${arenas.tensors.length} tensors in ${n} arena${n === 1 ? '' : 's'} of ${fmtBytes(arenas.reserved)} (${arenas.reserved} B); at most ${fmtBytes(live)} live in them`;
+    this.el.arenasNote.dataset.bytes = arenas.reserved;
+    this.el.arenasLegend.innerHTML = arenaSummary(arenas)
+      .map((a) => `<span data-arena="${a.arena}" data-bytes="${a.bytes}" data-peak="${a.peak}">${escapeHtml(a.text)}</span>`)
+      .join('');
   }
 
   hover(e) {
@@ -350,6 +385,32 @@ export class TimelinePanel {
     tip.hidden = false;
     const box = this.el.live.parentElement.clientWidth;
     tip.style.left = `${Math.min(px + 12, box - 240)}px`;
+    tip.style.top = `${Math.max(0, py - 10)}px`;
+  }
+
+  /** The tensor under the pointer in the arena view: its op, arena, offset, size and lifetime. */
+  hoverArena(e) {
+    const rects = this.arenaRects;
+    const view = this.current?.arenas;
+    const tip = this.el.arenaTip;
+    if (!rects || !view) return;
+    const box = this.el.arenas.getBoundingClientRect();
+    const [px, py] = [e.clientX - box.left, e.clientY - box.top];
+    const k = rects.findIndex((r) => px >= r.x && px < r.x + r.w && py >= r.y && py < r.y + r.h);
+    if (k < 0) {
+      tip.hidden = true;
+      return;
+    }
+    const t = view.tensors[k];
+    const layer = (t.birth ?? t.death)?.layer;
+    tip.innerHTML =
+      `<b data-testid="arena-tooltip-op">${escapeHtml(t.op)}</b>${layer === undefined || layer === null ? '' : ` · layer ${layer}`}<br>` +
+      `arena ${t.arena} · offset ${t.offset} (${fmtBytes(t.offset)})<br>${fmtBytes(t.size)} (${t.size} B)` +
+      `${t.birth ? ` · requested ${fmtBytes(t.birth.requested)}` : ''}<br>` +
+      `events ${t.start ? t.start - 1 : 'start'}–${t.death ? t.end - 1 : 'end'}`;
+    tip.hidden = false;
+    const width = this.el.arenas.parentElement.clientWidth;
+    tip.style.left = `${Math.min(px + 12, width - 240)}px`;
     tip.style.top = `${Math.max(0, py - 10)}px`;
   }
 

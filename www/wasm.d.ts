@@ -80,9 +80,33 @@ export interface AllocationTrace {
   [field: string]: unknown;
 }
 
+/** One arena of a memory plan: its buffer id in the allocation trace (`buffer` of its events) and size. */
+export interface PlanArena {
+  buffer: number;
+  bytes: number;
+}
+
+/** Where one planned tensor lies: its arena (an index into `arenas`), offset and bytes bound. */
+export interface PlanRange {
+  arena: number;
+  offset: number;
+  size: number;
+}
+
+/** What `memoryPlan()` returns: the plan the planned policy's steps follow. */
+export interface MemoryPlan {
+  arenas: PlanArena[];
+  /** Each planned tensor in the order a step asks for them (its births at arena ranges come in this order). */
+  ranges: PlanRange[];
+  /** Bytes the arenas take together. */
+  reserved: number;
+  /** Plans made so far (a new one when the step changed). */
+  plans_made: number;
+}
+
 /** One row of a replay: an allocator's peak against the lower bound. */
 export interface ReplayRow {
-  /** `lower bound`, `<the allocator that ran> (recorded)`, `pow2/8 fit2`, `offset plan`, ... */
+  /** `lower bound`, `<the allocator that ran> (recorded)`, `planned (live)`, `pow2/8 fit2`, `offset plan`, ... */
   allocator: string;
   peak_bytes: number;
   /** `peak_bytes` over the lower bound. */
@@ -375,6 +399,8 @@ export declare class Trainer {
   stats(): StepStats;
   /** The context's and the pool's counters now (with what ran since the latest step). */
   counters(): { context: ContextCounters; pool: PoolStats };
+  /** The planned policy's active plan; `null` under the other policies and before the first step. */
+  memoryPlan(): MemoryPlan | null;
   /** One training step. */
   step(): Promise<StepStats>;
   /**

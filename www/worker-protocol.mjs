@@ -13,7 +13,8 @@
 //   {type:'autosave', every}  save every this many steps while running (0: never)
 //   {type:'evaluate', id}                                                   -> 'eval' {step, loss}
 //   {type:'trace', id}        one training step with the allocation trace on (its 'step' is
-//                             posted too)                      -> 'trace' {trace, replay} (docs/trace.md)
+//                             posted too)                      -> 'trace' {trace, replay, plan} (docs/trace.md;
+//                             plan: the planned policy's memoryPlan(), or null)
 //   {type:'snapshot', id, file} / {type:'replay', id, ...}   a recording opened for the memory
 //                             timeline, in a worker that trains nothing (worker-snapshot.mjs)
 //   {type:'run'} / {type:'pause'}   train continuously / stop after the steps in flight (at most
@@ -265,7 +266,8 @@ export class Session {
         this.needTrainer('trace');
         const trace = plain(await this.trainer.trace());
         this.post({ type: 'step', stats: plain(this.trainer.stats()) });
-        return { type: 'trace', trace, replay: plain(this.wasm.replayTrace(JSON.stringify(trace))) };
+        const plan = plain(this.trainer.memoryPlan());
+        return { type: 'trace', trace, replay: plain(this.wasm.replayTrace(JSON.stringify(trace))), plan };
       }
       case 'snapshot': {
         if (!this.wasm) throw kindError('load', 'the wasm package is not loaded.');

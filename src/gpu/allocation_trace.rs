@@ -15,7 +15,9 @@ impl WgpuContext {
             free_at_start: pool.buckets,
             ..Default::default()
         };
-        self.memory.trace.start();
+        let memory = &self.memory;
+        memory.counters.start_traced_peak(memory.reserved_now(0));
+        memory.trace.start();
         start
     }
 
@@ -26,6 +28,7 @@ impl WgpuContext {
             step,
             label: label.into(),
             events: self.memory.trace.stop(),
+            peak_reserved: Some(self.memory.counters.traced_peak_reserved()),
             ..start
         }
     }

@@ -214,6 +214,9 @@ pub(crate) struct Counters {
     pub bytes_requested_in_use: AtomicU64,
     pub peak_bytes_requested_in_use: AtomicU64,
     pub peak_bytes_reserved: AtomicU64,
+    /// The most bytes reserved since [`Counters::start_traced_peak`]: a traced step's
+    /// own peak, which [`Counters::reset_peaks`] does not start over.
+    traced_peak_reserved: AtomicU64,
     pub arena_bytes: AtomicU64,
     /// Bytes of live tensors at planned ranges (part of `bytes_in_use`).
     pub planned_bytes_in_use: AtomicU64,
@@ -318,5 +321,23 @@ impl Counters {
             &self.bytes_requested_in_use,
         );
         self.peak_bytes_reserved.store(reserved_now, Relaxed);
+        self.traced_peak_reserved.fetch_max(reserved_now, Relaxed);
+    }
+
+    /// Bytes reserved (in use and held free, arenas included) reached `reserved`:
+    /// the peaks follow.
+    pub fn note_reserved(&self, reserved: u64) {
+        self.peak_bytes_reserved.fetch_max(reserved, Relaxed);
+        self.traced_peak_reserved.fetch_max(reserved, Relaxed);
+    }
+
+    /// A traced step begins with `reserved_now` bytes reserved.
+    pub fn start_traced_peak(&self, reserved_now: u64) {
+        self.traced_peak_reserved.store(reserved_now, Relaxed);
+    }
+
+    /// The most bytes reserved since [`Counters::start_traced_peak`].
+    pub fn traced_peak_reserved(&self) -> u64 {
+        self.traced_peak_reserved.load(Relaxed)
     }
 }

@@ -148,7 +148,7 @@ impl MemoryManager {
     }
 
     /// The buffer's stable id (0 for one this manager did not make).
-    fn id(&self, buffer: &wgpu::Buffer) -> u64 {
+    pub(super) fn id(&self, buffer: &wgpu::Buffer) -> u64 {
         lock(&self.ids).get(buffer).copied().unwrap_or(0)
     }
 
@@ -163,6 +163,36 @@ impl MemoryManager {
         cause: Option<Rejection>,
         pending: u64,
     ) {
+        self.record_event(
+            (kind, purpose),
+            (requested, class),
+            (buffer, None),
+            cause,
+            pending,
+        );
+    }
+
+    /// [`MemoryManager::event`] of a tensor at a planned range: `offset` bytes into
+    /// the arena `buffer`.
+    pub(super) fn event_in_arena(
+        &self,
+        kind: EventKind,
+        sizes: (u64, u64),
+        (arena, offset): (&wgpu::Buffer, u64),
+        pending: u64,
+    ) {
+        let kind = (kind, Purpose::Storage);
+        self.record_event(kind, sizes, (arena, Some(offset)), None, pending);
+    }
+
+    fn record_event(
+        &self,
+        (kind, purpose): (EventKind, Purpose),
+        (requested, class): (u64, u64),
+        (buffer, offset): (&wgpu::Buffer, Option<u64>),
+        cause: Option<Rejection>,
+        pending: u64,
+    ) {
         if !self.trace.on() {
             return;
         }
@@ -172,6 +202,7 @@ impl MemoryManager {
             requested,
             class,
             buffer: self.id(buffer),
+            offset,
             cause,
             in_use: self.counters.bytes_in_use.load(Relaxed) + pending,
             held: self.pool.bytes_held(),
@@ -248,10 +279,7 @@ impl MemoryManager {
         }
         if created {
             // Memory reserved (in use + held free) only grows when a buffer is made.
-            let reserved = self.reserved_now(class as u64);
-            self.counters
-                .peak_bytes_reserved
-                .fetch_max(reserved, Relaxed);
+            self.counters.note_reserved(self.reserved_now(class as u64));
         }
         (buffer, class)
     }
@@ -274,7 +302,7 @@ impl MemoryManager {
     /// pool, or destroyed.
     pub fn release(
         &self,
-        buffer: wgpu::Buffer,
+        (buffer, offset): (wgpu::Buffer, u64),
         (class, len): (usize, usize),
         recycle: bool,
         tag: Tag,
@@ -286,13 +314,7 @@ impl MemoryManager {
                     .planned_bytes_in_use
                     .fetch_sub(class as u64, Relaxed);
                 let (req, cls) = (len as u64, class as u64);
-                self.event(
-                    (EventKind::Release, Purpose::Storage),
-                    (req, cls),
-                    &buffer,
-                    None,
-                    0,
-                );
+                self.event_in_arena(EventKind::Release, (req, cls), (&buffer, offset), 0);
                 let retired = plans.release(tag);
                 self.retire_arenas(retired);
                 return;

@@ -30,13 +30,7 @@ impl MemoryManager {
                 c.plan_hits.fetch_add(1, Relaxed);
                 c.planned_bytes_in_use.fetch_add(range.size, Relaxed);
                 let (req, cls) = (size as u64, range.size);
-                self.event(
-                    (EventKind::Hit, Purpose::Storage),
-                    (req, cls),
-                    &arena,
-                    None,
-                    cls,
-                );
+                self.event_in_arena(EventKind::Hit, (req, cls), (&arena, range.offset), cls);
                 Storage {
                     buffer: arena,
                     offset: range.offset,

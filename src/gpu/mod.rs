@@ -43,7 +43,8 @@
 //! manager's side of it); `pooled` returns buffers to `memory`. `context` (the
 //! [`WgpuContext`] and its [`ContextOptions`]) builds on all of them; `recording`
 //! (scopes, dispatches, submits), `transfer` (uploads and downloads),
-//! `allocation_trace` and `dispatch_times` add to it.
+//! `allocation_trace`, `plan_layout` (the active plan as the trace names it) and
+//! `dispatch_times` add to it.
 
 mod allocation_trace;
 mod bind_groups;
@@ -55,6 +56,7 @@ mod kernel;
 mod memory;
 mod memory_plans;
 mod pipelines;
+mod plan_layout;
 mod planned;
 mod pooled;
 mod prelude;
@@ -72,6 +74,7 @@ mod web_subgroups;
 pub use context::{ContextOptions, PathGuard, WgpuContext};
 pub use counters::{BuffersByPurpose, ContextCounters, Created, CreatedByPath, Path};
 pub use kernel::{grid_1d, Kernel};
+pub use plan_layout::{ArenaLayout, PlanLayout, RangeLayout};
 pub use pooled::PooledBuffer;
 /// The WGSL compiled for a kernel (the shader tests compile each variant).
 #[doc(hidden)]

@@ -288,6 +288,14 @@ impl StepPlans {
         self.state().refused.clone()
     }
 
+    /// The active plan (a copy; `None` before the first plan, or after a refusal)
+    /// and its arena buffers (empty until installed).
+    pub fn plan(&self) -> Option<(MemoryPlan, Vec<wgpu::Buffer>)> {
+        let s = self.state();
+        let a = s.active.as_ref()?;
+        Some((a.plan.clone(), a.arenas.clone()))
+    }
+
     /// The active plan's arenas.
     pub fn arenas(&self) -> Vec<wgpu::Buffer> {
         self.state()

@@ -165,7 +165,7 @@ impl Drop for PooledBuffer {
         let Some(buffer) = self.buffer.take() else {
             return;
         };
-        self.home
-            .release(buffer, (self.class, self.len), self.recycle, self.tag);
+        let at = (buffer, self.offset);
+        (self.home).release(at, (self.class, self.len), self.recycle, self.tag);
     }
 }

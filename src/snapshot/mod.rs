@@ -45,6 +45,11 @@ pub struct Recording {
     /// The largest size class a replayed tidepool pool keeps (the recorded pool's
     /// for tidepool's traces, the default pool's for others).
     pub max_buffer_size: u64,
+    /// A step of a run under tidepool's planned policy: the most bytes the run
+    /// reserved during it (pooled buffers and arenas), as its `peak_bytes_reserved`
+    /// counts them. The events' in-use and held bytes leave out the arenas' free
+    /// bytes, so the recorded allocator's row cannot show it.
+    pub planned_peak: Option<u64>,
     /// What the reader had to assume or skip, for the report.
     pub notes: Vec<String>,
 }

@@ -2,8 +2,9 @@
 //! [`Recording`]s: one a traced step.
 //!
 //! A tensor is a birth (`hit`, `miss`, `oversize`, `unpooled`) to the death of the
-//! same buffer (`release`, `reject`, `discard`); a death with no birth in the step
-//! was live when it began, a birth with no death is live at its end. The pool's
+//! same buffer (`release`, `reject`, `discard`), or of the same range of an arena
+//! (the planned policy's events carry their `offset`); a death with no birth in the
+//! step was live when it began, a birth with no death is live at its end. The pool's
 //! reserved bytes after each event are its `in_use` plus `held`, and its segments
 //! the GPU buffers from `create` to `destroy` or `evict` (those made before the step
 //! are in its reserved bytes only). The tensors live across the whole step (weights,
@@ -13,6 +14,7 @@
 use rustc_hash::FxHashMap;
 
 use super::{Allocation, Frame, Recording, Reserved, Segment, Stacks};
+use crate::pool::SizePolicy;
 use crate::trace::EventKind;
 use crate::trace::{StepTrace, Trace};
 use crate::Error;
@@ -31,12 +33,10 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Recording>, Error> {
 
 /// One traced step of `trace` as a recording.
 pub fn recording(step: &StepTrace, trace: &Trace) -> Result<Recording, Error> {
+    let policy = SizePolicy::parse(&trace.policy).unwrap_or_default();
     let allocator = format!(
         "tidepool {}",
-        crate::replay::pool_label(
-            crate::pool::SizePolicy::parse(&trace.policy).unwrap_or_default(),
-            trace.fit_ratio
-        )
+        crate::replay::pool_label(policy, trace.fit_ratio)
     );
     let n = u32::try_from(step.events.len())
         .ok()
@@ -48,12 +48,14 @@ pub fn recording(step: &StepTrace, trace: &Trace) -> Result<Recording, Error> {
         allocator,
         events: n,
         max_buffer_size: trace.max_buffer_size,
+        planned_peak: step.peak_reserved.filter(|_| policy == SizePolicy::Planned),
         ..Recording::default()
     };
     // One frame an (op, layer), one stack a frame.
     let mut stacks = Stacks::default();
     let mut stack_of: FxHashMap<(&str, Option<u32>), u32> = FxHashMap::default();
-    let mut open: FxHashMap<u64, usize> = FxHashMap::default();
+    // A tensor by its buffer and, at a planned range, its offset in the arena.
+    let mut open: FxHashMap<(u64, Option<u64>), usize> = FxHashMap::default();
     // Buffer id -> its segment, while it exists.
     let mut buffers: FxHashMap<u64, usize> = FxHashMap::default();
     let mut carried_in = 0u64;
@@ -108,7 +110,7 @@ pub fn recording(step: &StepTrace, trace: &Trace) -> Result<Recording, Error> {
         let poolable = e.purpose == "storage";
         let allocations = &mut out.allocations;
         if e.kind.is_birth() {
-            open.insert(e.buffer, allocations.len());
+            open.insert((e.buffer, e.offset), allocations.len());
             allocations.push(Allocation {
                 size: e.requested,
                 block: e.class,
@@ -121,7 +123,7 @@ pub fn recording(step: &StepTrace, trace: &Trace) -> Result<Recording, Error> {
                 poolable: poolable && !matches!(e.kind, EventKind::Unpooled | EventKind::Oversize),
             });
         } else {
-            match open.remove(&e.buffer) {
+            match open.remove(&(e.buffer, e.offset)) {
                 Some(j) => {
                     allocations[j].end = at;
                     allocations[j].released = at;

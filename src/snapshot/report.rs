@@ -73,7 +73,8 @@ pub struct StepReport {
     pub period: Option<Period>,
     /// Peaks over the step.
     pub step_peaks: Peaks,
-    /// The step replayed: the lower bound, the recorded allocator, every tidepool
+    /// The step replayed: the lower bound, the recorded allocator (and, for a
+    /// planned run, what it really reserved: [`PLANNED_LIVE`]), every tidepool
     /// policy and both plans.
     pub replay: StepReplay,
 }
@@ -221,6 +222,9 @@ pub fn step_report(
         recorded.note = Some("the recording holds no reserved bytes".into());
     }
     rows.insert(1, recorded);
+    if let Some(row) = planned_live_row(recording, window) {
+        rows.insert(2, row);
+    }
     replay::set_ratios(&mut rows, lower);
     Ok(StepReport {
         recording: recording.label.clone(),
@@ -242,6 +246,32 @@ pub fn step_report(
         },
     })
 }
+
+/// The row of what a planned run really reserved over the step, when the recording
+/// is one (its buffers created: those made inside `window`).
+fn planned_live_row(recording: &Recording, window: Window) -> Option<ReplayRow> {
+    let peak = recording.planned_peak?;
+    let made = (recording.segments.iter())
+        .filter(|s| (window.first..=window.last).contains(&s.start))
+        .count();
+    let whole = window == Window::all(recording);
+    Some(ReplayRow {
+        allocator: PLANNED_LIVE.into(),
+        peak_bytes: peak,
+        ratio: 0.0,
+        buffers_created: made as u64,
+        hits: 0,
+        note: (!whole).then(|| {
+            format!(
+                "the live run's peak over all of {}, not only the events replayed",
+                recording.label
+            )
+        }),
+    })
+}
+
+/// The row of a planned run's own reserved bytes.
+pub const PLANNED_LIVE: &str = "planned (live)";
 
 /// The report as plain text: each recording's peaks, its step, and the replay table.
 pub fn table(report: &Report) -> String {

@@ -228,6 +228,15 @@ impl Trainer {
         })
     }
 
+    /// The planned policy's active plan (`{arenas, ranges, reserved, plans_made}`:
+    /// each arena's trace buffer id and bytes, each planned tensor's arena, offset
+    /// and size in the order the step asks for them), or `null` under the other
+    /// policies and before the first planned step.
+    #[wasm_bindgen(js_name = memoryPlan)]
+    pub fn memory_plan(&self) -> Result<JsValue, JsValue> {
+        self.try_read(|t| t.context().memory_plan().map(safe_plan).transpose())
+    }
+
     /// One training step; resolves to its figures.
     pub fn step(&self) -> js_sys::Promise {
         with_trainer(&self.inner, |t| Box::pin(t.step()))
@@ -417,11 +426,38 @@ impl Trainer {
         &self,
         f: impl FnOnce(&train::Trainer) -> serde_json::Value,
     ) -> Result<JsValue, JsValue> {
+        self.try_read(|t| Ok(f(t)))
+    }
+
+    /// What `f` reads of the trainer, when no call holds it.
+    fn try_read<T: serde::Serialize>(
+        &self,
+        f: impl FnOnce(&train::Trainer) -> Result<T, JsValue>,
+    ) -> Result<JsValue, JsValue> {
         if self.inner.flight.get().alone {
             return Err(busy());
         }
         let inner = self.inner.trainer.try_borrow().map_err(|_| busy())?;
         let trainer = inner.as_ref().ok_or_else(freed)?;
-        to_js(&f(trainer))
+        to_js(&f(trainer)?)
     }
+}
+
+/// The largest whole number a JS number holds exactly (`Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// `plan` if each of its figures is a whole JS number: every range lies inside an
+/// arena and every arena inside `reserved`, so `reserved` and the buffer ids are
+/// all there is to check; else a `too_large` error.
+fn safe_plan(plan: crate::gpu::PlanLayout) -> Result<crate::gpu::PlanLayout, JsValue> {
+    let largest_id = plan.arenas.iter().map(|a| a.buffer).max().unwrap_or(0);
+    if plan.reserved > MAX_SAFE_INTEGER || largest_id > MAX_SAFE_INTEGER {
+        return Err(js_error(Error::TooLarge(format!(
+            "the memory plan (arenas of {} bytes, buffer ids up to {largest_id}) passes \
+             what a JS number holds exactly (Number.MAX_SAFE_INTEGER, 2^53 - 1): lower \
+             batch, context or width",
+            plan.reserved
+        ))));
+    }
+    Ok(plan)
 }

@@ -44,8 +44,11 @@ async function train(): Promise<number> {
   let stats: StepStats = trainer.stats();
   for (let i = 0; i < 3; i++) stats = await trainer.step();
   const held: number = await trainer.evaluate();
+  // null under the pool's policies; a planned run's arenas and each tensor's range
+  const plan = trainer.memoryPlan();
+  const offsets: number[] = plan ? plan.ranges.map((r) => plan.arenas[r.arena].bytes - r.offset) : [];
   const text: string = await trainer.sample('ab', 20, 0.8, 0);
-  console.log(names, model.params, trainer.adapter().backend, trainer.corpus().tokens, held, text, bad, half, bf16, typo, odd, fine, dispose, overlap, misnamed);
+  console.log(names, model.params, trainer.adapter().backend, trainer.corpus().tokens, held, offsets, text, bad, half, bf16, typo, odd, fine, dispose, overlap, misnamed);
   trainer.free();
   return stats.loss;
 }

@@ -60,6 +60,8 @@ const running: boolean = trainer.running;
 const lastLoss: number | undefined = trainer.history.loss.at(-1);
 const previous = trainer.previous?.label;
 const latest: StepStats | null = trainer.latest;
+// the arena view of the last traced step, under the planned policy
+const arenaOffsets: number[] = trainer.lastTrace?.arenas?.tensors.map((t) => t.offset) ?? [];
 const same: boolean = trainer === host.tidepool && trainer.element === host;
 
 // Events bubble from the mount point; their details are typed.
@@ -101,4 +103,4 @@ const found: TidepoolTrainer | null = document.querySelector('tidepool-trainer')
 found?.addEventListener('tidepool:state', (e) => console.log(e.detail.running));
 customElements.whenDefined('tidepool-trainer').then(() => trainer.destroy());
 
-export { building, rebuilt, running, lastLoss, previous, latest, same, wrong, badPolicy, badPreset, moved, isElement };
+export { building, rebuilt, running, lastLoss, previous, latest, arenaOffsets, same, wrong, badPolicy, badPreset, moved, isElement };
