@@ -12,6 +12,8 @@ use crate::train::{now_ms, Trainer};
 pub struct PolicyRow {
     pub preset: String,
     pub policy: String,
+    /// Layernorm outputs made again in the backward ([`TrainConfig::recompute`]).
+    pub recompute: bool,
     /// Most memory the pooled buffers took at once (in use + held free).
     pub peak_bytes_reserved: u64,
     /// Most bytes live tensors asked for at once.
@@ -70,6 +72,7 @@ pub async fn policies(
         rows.push(PolicyRow {
             preset: preset.into(),
             policy: policy.label(),
+            recompute: trainer.config().recompute,
             peak_bytes_reserved: counters.peak_bytes_reserved,
             peak_bytes_requested: counters.peak_bytes_requested_in_use,
             ratio: counters.peak_bytes_reserved as f64
