@@ -91,16 +91,19 @@ pub fn bench_kernels(
     })
 }
 
-/// `benchPolicies(preset, warmup, steps, corpus?)`: memory reserved per size policy.
+/// `benchPolicies(preset, warmup, steps, corpus?, recompute?)`: memory reserved per
+/// size policy; with `recompute`, the layernorm outputs recomputed in the backward.
 #[wasm_bindgen(js_name = benchPolicies)]
 pub fn bench_policies(
     #[wasm_bindgen(unchecked_param_type = "string")] preset: JsValue,
     warmup: f64,
     steps: f64,
     #[wasm_bindgen(unchecked_param_type = "string | undefined")] corpus: JsValue,
+    recompute: Option<bool>,
 ) -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async move {
-        let run = preset_run(&preset, warmup, steps, &corpus)?;
+        let mut run = preset_run(&preset, warmup, steps, &corpus)?;
+        run.cfg.recompute = recompute.unwrap_or(false);
         let options = ContextOptions::default();
         let (cfg, corpus) = (&run.cfg, &run.corpus);
         let set = bench::policy_set();
