@@ -5,7 +5,7 @@
 //                               [--submit-every 0,16,32] [--at-once N] [--in-flight 1|2] [--pool]
 //                               [--dawn-toggles disable_robustness,...] [--dawn-disable T,...]
 //                               [--dawn-backend null]
-//                               [--time-calls] [--kernels] [--policies] [--windows N] [--readback]
+//                               [--time-calls] [--kernels] [--policies [--recompute]] [--windows N] [--readback]
 //                               [--policy P] [--bindings declared|read-write]
 // --dawn-toggles: Dawn toggles to turn on (`enable-dawn-features=`), to find out what
 // costs the browser build time against native (Chrome itself keeps its defaults);
@@ -33,7 +33,8 @@
 // dispatch timed in a pass of its own), one {"bench":"kernels"} line a kernel.
 // --policies: instead of steps, the memory of the steps after warm-up under each size
 // policy, planned included (the wasm API's benchPolicies), one {"bench":"policies"}
-// line a policy: reserved, requested, their ratio and ms a step.
+// line a policy: reserved, requested, their ratio and ms a step; with --recompute, each
+// policy again with the layernorm outputs recomputed in the backward.
 // --policy P: the size policy --kernels runs under (default: the preset's).
 // --bindings read-write: --kernels and --policies bind every storage operand
 // read_write, a repeated one on a stand-in, as the planned policy binds: that rule's
@@ -66,6 +67,7 @@ const { values: opt } = parseArgs({
     policies: { type: 'boolean', default: false },
     policy: { type: 'string' },
     bindings: { type: 'string' },
+    recompute: { type: 'boolean', default: false },
     readback: { type: 'boolean', default: false },
   },
 });
@@ -130,8 +132,10 @@ if (opt.kernels) {
   process.exit(0);
 }
 if (opt.policies) {
-  const rows = await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus, opt.bindings);
-  for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'policies', ...row }));
+  for (const recompute of opt.recompute ? [false, true] : [false]) {
+    const rows = await m.benchPolicies(opt.preset, Number(opt.warmup), Number(opt.steps), corpus, opt.bindings, recompute);
+    for (const row of rows) console.log(JSON.stringify({ runner: 'dawn', bench: 'policies', ...row }));
+  }
   process.exit(0);
 }
 // --submit-every 0,16,32: one trainer a value, their steps taken in turns so that a

@@ -303,6 +303,80 @@ fn a_redirected_run_prints_progress_evaluation_and_final_lines() {
     assert!(lines[n - 1].contains("(2 held-out batches)"), "{text}");
 }
 
+/// `--recompute` (alone: on) trains the same losses, says so in the final JSON line
+/// and the summary, and `bench policies --recompute` puts a row with it beside each
+/// policy's.
+#[test]
+fn recompute_is_stated_and_trains_the_same_losses() {
+    let json_lines = |extra: &[&str]| {
+        let out = tidepool(&train_args(
+            "3",
+            &[extra, &["--json", "--eval-batches", "1"]].concat(),
+        ));
+        assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+        out.stdout
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON lines"))
+            .collect::<Vec<_>>()
+    };
+    let losses = |lines: &[serde_json::Value]| -> Vec<String> {
+        lines.iter().map(|l| l["loss"].to_string()).collect()
+    };
+    let kept = json_lines(&[]);
+    let recomputed = json_lines(&["--recompute"]);
+    assert_eq!(kept.last().unwrap()["recompute"], false);
+    assert_eq!(recomputed.last().unwrap()["recompute"], true);
+    assert_eq!(
+        json_lines(&["--recompute", "false"]).last().unwrap()["recompute"],
+        false
+    );
+    assert_eq!(losses(&recomputed), losses(&kept));
+
+    let lines = train_plain("2", &["--recompute", "--eval-batches", "1"]);
+    assert!(
+        lines[0].contains("layernorms recomputed in the backward"),
+        "{lines:?}"
+    );
+    let done = lines.last().unwrap();
+    assert!(
+        done.contains("peak reserved ") && done.ends_with(" with layernorms recomputed"),
+        "{done}"
+    );
+
+    let out = tidepool(&[
+        "bench",
+        "policies",
+        "--policies",
+        "pow2/8",
+        "--warmup",
+        "1",
+        "--steps",
+        "1",
+        "--recompute",
+        "--json",
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let rows: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| !r["policy"].is_null())
+        .collect();
+    let settings: Vec<_> = rows
+        .iter()
+        .map(|r| (r["policy"].clone(), r["recompute"].clone()))
+        .collect();
+    assert_eq!(
+        settings,
+        [
+            ("pow2/8".into(), false.into()),
+            ("pow2/8".into(), true.into())
+        ]
+    );
+    let requested = |r: &serde_json::Value| r["peak_bytes_requested"].as_u64().unwrap();
+    assert!(requested(&rows[1]) < requested(&rows[0]), "{rows:?}");
+}
+
 /// `--log-every N` sets the plain lines (the last step always has one; 0: none).
 /// A run that ends on an evaluation step reports that evaluation as its final one
 /// instead of evaluating the same weights again.
@@ -763,7 +837,7 @@ fn train_help_groups_flags_by_what_they_set() {
         ),
         (
             "Training",
-            &["batch", "lr", "steps", "eval-every", "corpus"],
+            &["batch", "lr", "steps", "eval-every", "corpus", "recompute"],
         ),
         ("Pool", &["pool", "policy", "no-pool"]),
         (

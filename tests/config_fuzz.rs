@@ -102,6 +102,7 @@ fn random_overrides(rng: &mut Rng) -> Overrides {
         eval_every: number(rng),
         eval_batches: number(rng),
         pool: pick(rng, &[None, Some(true), Some(false)]),
+        recompute: pick(rng, &[None, Some(true), Some(false)]),
         precision: text(rng, 2, &["f32", "f16", "bf16", "F16", "", "fp8"]),
         submit_every: if hostile {
             pick(

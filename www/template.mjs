@@ -56,6 +56,8 @@ export function template(id, o, settings) {
         <option value="f32"${settings.precision === 'f16' ? '' : ' selected'}>f32</option>
         <option value="f16"${settings.precision === 'f16' ? ' selected' : ''}>f16 matmuls</option>
       </select></label>
+      <label><input type="checkbox" data-ref="recompute" data-testid="recompute" ${settings.recompute === true ? 'checked' : ''}>
+        Recompute layernorms <span class="tp-muted">(less memory, slower)</span></label>
     </div>
     <p class="tp-hint" data-ref="precisionHint" data-testid="precision-hint"></p>
     <p class="tp-hint" data-ref="settingsHint">Empty fields take the preset's value. Changes apply on Reset.</p>

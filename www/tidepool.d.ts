@@ -55,6 +55,8 @@ export interface TidepoolOptions {
   pool?: boolean;
   /** Size classes of the pool; unset: the trainer's default. */
   policy?: SizePolicyName;
+  /** Recompute the layernorm outputs in the backward: less memory, a little slower (default false). */
+  recompute?: boolean;
   /** Learning rate; unset: the preset's. */
   lr?: number;
   /** Sequences a step; unset: the preset's. */

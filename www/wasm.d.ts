@@ -65,6 +65,12 @@ export interface TrainerConfig {
    * submit a step; default 32; at most 2^20).
    */
   submit_every?: number;
+  /**
+   * Make each block's layernorm outputs again in the backward instead of keeping them
+   * from the forward: less memory at the step's peak, one more layernorm pass each
+   * (default false).
+   */
+  recompute?: boolean;
 }
 
 /**
@@ -230,6 +236,7 @@ export interface ModelInfo {
   dropout: number;
   precision: 'f32' | 'f16';
   submit_every: number;
+  recompute: boolean;
 }
 
 export interface BucketStats {

@@ -145,6 +145,7 @@ export class TidepoolWidget {
       context: n(this.el.context),
       policy: this.el.policy.value || undefined,
       precision: this.el.precision.value,
+      recompute: this.el.recompute.checked,
       pool: this.el.pool.checked,
     };
     for (const k of Object.keys(config)) if (config[k] === undefined) delete config[k];
@@ -344,7 +345,8 @@ export class TidepoolWidget {
     this.el.model.textContent =
       `${cfg.layers} layers · ${cfg.heads} heads · width ${cfg.width} · context ${cfg.context} · vocab ${cfg.vocab} · ` +
       `batch ${cfg.batch} · ${fmtCount(cfg.params)} parameters · lr ${lr} · ${cfg.pool ? `pool on (${cfg.policy})` : 'pool off'}` +
-      (cfg.precision === 'f16' ? ' · f16 matmuls' : '');
+      (cfg.precision === 'f16' ? ' · f16 matmuls' : '') +
+      (cfg.recompute ? ' · layernorms recomputed' : '');
     this.offerPrecision(m.adapter);
     // the placeholders show what an empty field means now
     this.el.lr.placeholder = lr;
@@ -407,7 +409,7 @@ export class TidepoolWidget {
       if (file) this.useFile(file);
     });
     el.defaultCorpus.addEventListener('click', () => this.create({ run: this.running, corpus: null }));
-    for (const input of [el.preset, el.lr, el.batch, el.context, el.policy, el.precision]) {
+    for (const input of [el.preset, el.lr, el.batch, el.context, el.policy, el.precision, el.recompute]) {
       input.addEventListener('change', () => {
         el.settingsHint.textContent = 'Changed: press Reset to train with these settings.';
         el.settingsHint.classList.add('tp-changed');

@@ -14,6 +14,8 @@ pub struct PolicyRow {
     pub policy: String,
     /// How storage operands were bound ([`super::bindings`]).
     pub bindings: &'static str,
+    /// Layernorm outputs made again in the backward ([`TrainConfig::recompute`]).
+    pub recompute: bool,
     /// Most memory the pooled buffers took at once (in use + held free).
     pub peak_bytes_reserved: u64,
     /// Most bytes live tensors asked for at once.
@@ -74,6 +76,7 @@ pub async fn policies(
             preset: preset.into(),
             policy: policy.label(),
             bindings,
+            recompute: trainer.config().recompute,
             peak_bytes_reserved: counters.peak_bytes_reserved,
             peak_bytes_requested: counters.peak_bytes_requested_in_use,
             ratio: counters.peak_bytes_reserved as f64

@@ -88,6 +88,10 @@ pub struct PoliciesArgs {
     /// pow2/8, exact, planned).
     #[arg(long, value_delimiter = ',', value_parser = SizePolicy::parse)]
     policies: Vec<SizePolicy>,
+    /// Also train each policy with the layernorm outputs recomputed in the
+    /// backward, in the row after it: what it saves at peak and what it costs a step.
+    #[arg(long)]
+    recompute: bool,
     #[command(flatten)]
     out: Json,
 }
@@ -380,12 +384,30 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
         } else {
             args.policies.clone()
         };
-        let rows =
-            bench::policies(&cfg, options, (preset, corpus), warmup, steps, &policies).await?;
+        let settings: &[bool] = if args.recompute {
+            &[false, true]
+        } else {
+            &[false]
+        };
+        let mut rows = Vec::new();
+        for &recompute in settings {
+            let cfg = TrainConfig {
+                recompute,
+                ..cfg.clone()
+            };
+            let run = (preset.as_str(), corpus);
+            rows.extend(bench::policies(&cfg, options, run, warmup, steps, &policies).await?);
+        }
+        // Each policy's row with recompute beside the one without.
+        rows.sort_by_key(|r| {
+            let at = policies.iter().position(|p| p.label() == r.policy);
+            (at, r.recompute)
+        });
         let header = [
             "preset",
             "policy",
             "bindings",
+            "recompute",
             "peak reserved",
             "peak requested",
             "ratio",
@@ -398,6 +420,7 @@ async fn policies(args: PoliciesArgs, corpus: &Corpus) -> Outcome {
                 r.preset.clone(),
                 r.policy.clone(),
                 r.bindings.into(),
+                if r.recompute { "on" } else { "off" }.into(),
                 fmt_bytes(r.peak_bytes_reserved),
                 fmt_bytes(r.peak_bytes_requested),
                 format!("{:.3}", r.ratio),

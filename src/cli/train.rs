@@ -58,8 +58,8 @@ struct CheckpointArgs {
     save_every: u32,
     /// Continue the run in this checkpoint where it stopped: its model, settings,
     /// schedule and batches. The corpus must have its vocabulary; --steps sets the
-    /// schedule's length; --policy, --pool, --eval-every, --eval-batches and
-    /// --precision apply.
+    /// schedule's length; --policy, --pool, --eval-every, --eval-batches,
+    /// --precision and --recompute apply.
     #[arg(
         long,
         value_name = "FILE",
@@ -187,19 +187,29 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
             "pool": c.pool,
             "policy": c.policy.label(),
             "precision": c.precision.name(),
+            // Layernorm outputs made again in the backward: peak bytes lower,
+            // step time higher (`tidepool bench policies --recompute` sets the
+            // two side by side).
+            "recompute": c.recompute,
         });
         say!("{final_line}");
     } else {
         say!(
             "done: {steps} steps in {seconds:.1} s ({:.0} tokens/s); train loss {:.4}, val loss \
              {val_loss:.4} ({} held-out batches); pool hit rate {:.2}%, {} buffers created, \
-             peak held {}",
+             peak held {}, peak reserved {}{}",
             tokens / seconds,
             s.loss,
             c.eval_batches,
             s.hit_rate * 100.0,
             s.buffers_created,
-            fmt_bytes(s.peak_bytes_held)
+            fmt_bytes(s.peak_bytes_held),
+            fmt_bytes(s.context.peak_bytes_reserved),
+            if c.recompute {
+                " with layernorms recomputed"
+            } else {
+                ""
+            }
         );
     }
     if args.sample > 0 {
@@ -241,6 +251,9 @@ async fn resume(
         if given.submit_every.is_some() {
             saved.submit_every = cfg.submit_every;
         }
+        if given.recompute.is_some() {
+            saved.recompute = cfg.recompute;
+        }
     })
     .await
 }
@@ -254,7 +267,7 @@ fn header(args: &TrainArgs, trainer: &Trainer) -> String {
     };
     format!(
         "{what} on {} ({}): {} layers, {} heads, width {}, context {}, batch {}, {} \
-         parameters; corpus {} ({} tokens, vocab {}); pool {} ({})",
+         parameters; corpus {} ({} tokens, vocab {}); pool {} ({}){}",
         trainer.context().adapter_name(),
         trainer.context().backend(),
         m.layers,
@@ -268,6 +281,11 @@ fn header(args: &TrainArgs, trainer: &Trainer) -> String {
         m.vocab,
         if c.pool { "on" } else { "off" },
         c.policy.label(),
+        if c.recompute {
+            "; layernorms recomputed in the backward"
+        } else {
+            ""
+        },
     )
 }
 

@@ -126,6 +126,14 @@ pub struct Overrides {
         arg(long, allow_negative_numbers = true, help_heading = "Training")
     )]
     pub submit_every: Option<f64>,
+    /// Recompute each block's layernorm outputs in the backward instead of keeping
+    /// them from the forward: less memory at peak, one more layernorm pass each
+    /// (`--recompute` alone: on).
+    #[cfg_attr(
+        all(feature = "cli", not(target_arch = "wasm32")),
+        arg(long, num_args = 0..=1, default_missing_value = "true", help_heading = "Training")
+    )]
+    pub recompute: Option<bool>,
 }
 
 /// A whole number in `[0, max]` from a JS/CLI number, or an error naming `name`.
@@ -176,7 +184,7 @@ fn set_f32(slot: &mut f32, name: &str, value: Option<f64>) -> Result<()> {
 
 impl Overrides {
     /// Every setting's name, as the wasm API's config object spells it.
-    pub const FIELDS: [&'static str; 20] = [
+    pub const FIELDS: [&'static str; 21] = [
         "preset",
         "layers",
         "heads",
@@ -197,6 +205,7 @@ impl Overrides {
         "policy",
         "precision",
         "submit_every",
+        "recompute",
     ];
 
     /// An error naming the first of `keys` that is not a setting. serde's
@@ -247,6 +256,9 @@ impl Overrides {
         }
         if let Some(pool) = self.pool {
             cfg.pool = pool;
+        }
+        if let Some(recompute) = self.recompute {
+            cfg.recompute = recompute;
         }
         if let Some(policy) = &self.policy {
             cfg.policy = SizePolicy::parse(policy).map_err(Error::Config)?;

@@ -57,6 +57,11 @@ pub struct TrainConfig {
     /// the host records the rest (0: one submit a step). See
     /// [`ContextOptions::submit_every`](crate::gpu::ContextOptions::submit_every).
     pub submit_every: u32,
+    /// Drop each block's layernorm outputs after the forward uses them and make them
+    /// again in the backward, from the layernorm's input that the backward keeps
+    /// anyway: less memory live across the step for one more layernorm pass each
+    /// (see [`crate::model::backward`]). A setting of the run, not of the model.
+    pub recompute: bool,
 }
 
 impl Default for TrainConfig {
@@ -174,6 +179,7 @@ impl TrainConfig {
             belt: true,
             precision: Precision::F32,
             submit_every: DEFAULT_SUBMIT_EVERY,
+            recompute: false,
         };
         Ok(match name {
             "tiny" => base,

@@ -29,7 +29,7 @@ pub use dropout::Dropout;
 pub use gpu::{grad_rooms, GpuBatch, GpuOps, HeldBatch};
 pub use ops::Ops;
 pub use params::{BlockParams, GptParams};
-pub use pass::{backward, forward, mean_loss, Activations, Shapes};
+pub use pass::{backward, forward, forward_with, mean_loss, Activations, Shapes};
 
 /// Where dropout applies: a setting of the run, defined with the others.
 pub use crate::config::DropoutPlacement;

@@ -48,20 +48,31 @@ impl Shapes {
     }
 }
 
+/// A layernorm's output and the mean and rstd its backward reads.
+struct Normed<T> {
+    out: T,
+    mean: T,
+    rstd: T,
+}
+
+impl<T> Normed<T> {
+    fn new((out, mean, rstd): (T, T, T)) -> Self {
+        Normed { out, mean, rstd }
+    }
+}
+
 /// What one block keeps from forward for backward.
 struct BlockActs<T> {
-    ln1: T,
-    ln1_mean: T,
-    ln1_rstd: T,
+    /// `None` when recomputed: the backward makes it again from the block's input.
+    ln1: Option<Normed<T>>,
     qkv: T,
     atty: T,
     att_saved: T,
     /// Residual stream after attention (the attention branch's output and its dropped
     /// copy are never written: see [`Ops::residual_branch_forward`]).
     x_mid: T,
-    ln2: T,
-    ln2_mean: T,
-    ln2_rstd: T,
+    /// `None` when recomputed: the backward makes it again from `x_mid`.
+    ln2: Option<Normed<T>>,
     /// The MLP's hidden layer before GELU (its output is recomputed where read).
     fch: T,
     /// Residual stream after the MLP: the next block's input.
@@ -93,7 +104,7 @@ pub fn mean_loss<O: Ops>(ops: &O, acts: &Activations<O::T>) -> O::T {
 }
 
 /// Runs the GPT on `b` sequences of `t` tokens (`t <= context`), with dropout when
-/// training.
+/// training, keeping everything [`backward`] reads.
 pub fn forward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
@@ -103,6 +114,25 @@ pub fn forward<O: Ops>(
     t: usize,
     dropout: Option<&Dropout>,
 ) -> Activations<O::T> {
+    forward_with(ops, cfg, params, batch, (b, t), dropout, false)
+}
+
+/// [`forward`], and with `recompute` each block's layernorm outputs (and their
+/// mean and rstd) are dropped as soon as their `Linear` has read them; [`backward`]
+/// makes them again. Each is as large as the residual stream (`b * t * width`
+/// floats), while its input, the residual stream itself, is kept for the backward
+/// anyway: `2 * layers * b * t * width * 4` bytes fewer live across the step for
+/// `2 * layers` more layernorm passes, with the same bits (the same kernel on the
+/// same input).
+pub fn forward_with<O: Ops>(
+    ops: &O,
+    cfg: &GptConfig,
+    params: &GptParams<O::W>,
+    batch: &O::Batch,
+    (b, t): (usize, usize),
+    dropout: Option<&Dropout>,
+    recompute: bool,
+) -> Activations<O::T> {
     let shapes = Shapes::new(cfg, b, t);
     let embeddings = (&params.wte, &params.wpe);
     let x0 = ops.encoder_forward(batch, embeddings, shapes.embedding, site_mask(dropout, 0));
@@ -111,32 +141,30 @@ pub fn forward<O: Ops>(
         ops.set_layer(Some(l));
         let x = blocks.last().map_or(&x0, |blk| &blk.x_out);
         let ln_1 = (&p.ln_1_weight, &p.ln_1_bias);
-        let (ln1, ln1_mean, ln1_rstd) = ops.layernorm_forward(x, ln_1, shapes.norm);
+        let ln1 = Normed::new(ops.layernorm_forward(x, ln_1, shapes.norm));
         let c_attn = shapes.c_attn;
-        let qkv = ops.matmul_forward(&ln1, &p.c_attn_weight, Some(&p.c_attn_bias), c_attn);
+        let qkv = ops.matmul_forward(&ln1.out, &p.c_attn_weight, Some(&p.c_attn_bias), c_attn);
+        let ln1 = (!recompute).then_some(ln1);
         let att_drop = dropout.and_then(|d| d.attention(l));
         let (atty, att_saved) = ops.attention_forward(&qkv, shapes.attention, att_drop);
         let attn_proj = (&p.attn_proj_weight, &p.attn_proj_bias);
         let mask = site_mask(dropout, attn_site(l));
         let x_mid = ops.residual_branch_forward(x, &atty, attn_proj, shapes.attn_proj, false, mask);
         let ln_2 = (&p.ln_2_weight, &p.ln_2_bias);
-        let (ln2, ln2_mean, ln2_rstd) = ops.layernorm_forward(&x_mid, ln_2, shapes.norm);
-        let fch = ops.matmul_forward(&ln2, &p.c_fc_weight, Some(&p.c_fc_bias), shapes.c_fc);
+        let ln2 = Normed::new(ops.layernorm_forward(&x_mid, ln_2, shapes.norm));
+        let fch = ops.matmul_forward(&ln2.out, &p.c_fc_weight, Some(&p.c_fc_bias), shapes.c_fc);
+        let ln2 = (!recompute).then_some(ln2);
         let mlp_proj = (&p.mlp_proj_weight, &p.mlp_proj_bias);
         let mask = site_mask(dropout, mlp_site(l));
         let x_out =
             ops.residual_branch_forward(&x_mid, &fch, mlp_proj, shapes.mlp_proj, true, mask);
         blocks.push(BlockActs {
             ln1,
-            ln1_mean,
-            ln1_rstd,
             qkv,
             atty,
             att_saved,
             x_mid,
             ln2,
-            ln2_mean,
-            ln2_rstd,
             fch,
             x_out,
         });
@@ -163,9 +191,22 @@ pub fn forward<O: Ops>(
     }
 }
 
+/// A layernorm's output made again in the backward, from its input: the forward
+/// kernel on the same input and weights, so the same bits as the forward's.
+fn remake<O: Ops>(
+    ops: &O,
+    x: &O::T,
+    weights: (&O::W, &O::W),
+    shape: LayerNormShape,
+) -> Normed<O::T> {
+    Normed::new(ops.layernorm_forward(x, weights, shape))
+}
+
 /// Gradients of the mean loss for every parameter.
-/// Consumes the activations, releasing each block's as soon as it is done with them
-/// (with the pool, the next block's backward reuses those buffers).
+/// Consumes the activations, releasing each as soon as its last reader is recorded
+/// (with the pool, the rest of the backward reuses those buffers); makes again
+/// each layernorm output that [`forward_with`] dropped, just before the `Linear`
+/// backward that reads it.
 pub fn backward<O: Ops>(
     ops: &O,
     cfg: &GptConfig,
@@ -211,7 +252,19 @@ pub fn backward<O: Ops>(
     let mut dblocks = Vec::with_capacity(cfg.layers);
     for (l, p) in params.blocks.iter().enumerate().rev() {
         ops.set_layer(Some(l));
-        let a = blocks.pop().expect("one per layer");
+        let BlockActs {
+            ln1,
+            qkv,
+            atty,
+            att_saved,
+            x_mid,
+            ln2,
+            fch,
+            x_out,
+        } = blocks.pop().expect("one per layer");
+        // Each activation goes back to the pool right after its last read. This
+        // block's output has had its: the backward of the layernorm above it.
+        drop(x_out);
         let x_in = blocks.last().map_or(&x0, |blk| &blk.x_out);
 
         // x_out = x_mid + drop(fcproj(gelu(fc(ln2(x_mid))))): dx flows to both terms,
@@ -219,52 +272,56 @@ pub fn backward<O: Ops>(
         // that fcproj applied as it read fch).
         let (dfch, mlp_proj_weight, mlp_proj_bias) = ops.matmul_backward(
             dbranch.as_ref().unwrap_or(&dx),
-            &a.fch,
+            &fch,
             (&p.mlp_proj_weight, &p.mlp_proj_bias),
             shapes.mlp_proj,
             true,
         );
-        drop(dbranch);
+        drop((dbranch, fch));
+        let ln_2 = (&p.ln_2_weight, &p.ln_2_bias);
+        let ln2 = ln2.unwrap_or_else(|| remake(ops, &x_mid, ln_2, shapes.norm));
         let c_fc = (&p.c_fc_weight, &p.c_fc_bias);
         let (dln2, c_fc_weight, c_fc_bias) =
-            ops.matmul_backward(&dfch, &a.ln2, c_fc, shapes.c_fc, false);
-        drop(dfch);
+            ops.matmul_backward(&dfch, &ln2.out, c_fc, shapes.c_fc, false);
+        drop((dfch, ln2.out));
         let (dx_mid, dattproj, ln_2_weight, ln_2_bias) = ops.layernorm_backward(
             &dln2,
-            (&a.x_mid, &a.ln2_mean, &a.ln2_rstd),
-            (&p.ln_2_weight, &p.ln_2_bias),
+            (&x_mid, &ln2.mean, &ln2.rstd),
+            ln_2,
             shapes.norm,
             Some(&dx),
             site_mask(dropout, attn_site(l)),
         );
-        drop((dln2, dx));
+        drop((dln2, dx, x_mid, ln2.mean, ln2.rstd));
 
         // x_mid = x_in + drop(attproj(attention(qkv(ln1(x_in))))).
         let (datty, attn_proj_weight, attn_proj_bias) = ops.matmul_backward(
             dattproj.as_ref().unwrap_or(&dx_mid),
-            &a.atty,
+            &atty,
             (&p.attn_proj_weight, &p.attn_proj_bias),
             shapes.attn_proj,
             false,
         );
         drop(dattproj);
         let att_drop = dropout.and_then(|d| d.attention(l));
-        let saved = (&a.qkv, &a.atty, &a.att_saved);
+        let saved = (&qkv, &atty, &att_saved);
         let dqkv = ops.attention_backward(&datty, saved, shapes.attention, att_drop);
-        drop(datty);
+        drop((datty, qkv, atty, att_saved));
+        let ln_1 = (&p.ln_1_weight, &p.ln_1_bias);
+        let ln1 = ln1.unwrap_or_else(|| remake(ops, x_in, ln_1, shapes.norm));
         let c_attn = (&p.c_attn_weight, &p.c_attn_bias);
         let (dln1, c_attn_weight, c_attn_bias) =
-            ops.matmul_backward(&dqkv, &a.ln1, c_attn, shapes.c_attn, false);
-        drop(dqkv);
+            ops.matmul_backward(&dqkv, &ln1.out, c_attn, shapes.c_attn, false);
+        drop((dqkv, ln1.out));
         let (dx_in, dbelow, ln_1_weight, ln_1_bias) = ops.layernorm_backward(
             &dln1,
-            (x_in, &a.ln1_mean, &a.ln1_rstd),
-            (&p.ln_1_weight, &p.ln_1_bias),
+            (x_in, &ln1.mean, &ln1.rstd),
+            ln_1,
             shapes.norm,
             Some(&dx_mid),
             site_mask(dropout, below(l)),
         );
-        drop((dln1, dx_mid));
+        drop((dln1, dx_mid, ln1.mean, ln1.rstd));
         (dx, dbranch) = (dx_in, dbelow);
         dblocks.push(BlockParams {
             ln_1_weight,
@@ -280,7 +337,6 @@ pub fn backward<O: Ops>(
             mlp_proj_weight,
             mlp_proj_bias,
         });
-        // `a` (this block's activations) drops here, back to the pool.
     }
     dblocks.reverse();
     ops.set_layer(None);

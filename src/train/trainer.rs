@@ -159,7 +159,16 @@ impl Trainer {
         let weights = self.weights();
         let forward = GpuOps::new(&self.ctx);
         let masks = dropout.as_ref();
-        let acts = model::forward(&forward, &self.model, &weights, batch, b, t, masks);
+        let recompute = self.cfg.recompute;
+        let acts = model::forward_with(
+            &forward,
+            &self.model,
+            &weights,
+            batch,
+            (b, t),
+            masks,
+            recompute,
+        );
         let rows = b * t;
         Mean::default().write(&self.ctx, &acts.losses, rows, loss_to, slot);
         // Drawn for the backward, which writes every gradient into it.

@@ -119,8 +119,9 @@ pub fn bench_kernels(
     })
 }
 
-/// `benchPolicies(preset, warmup, steps, corpus?, bindings?)`: memory reserved and
-/// ms a step per size policy, with `bindings` ([`bench_options`]).
+/// `benchPolicies(preset, warmup, steps, corpus?, bindings?, recompute?)`: memory
+/// reserved and ms a step per size policy, with `bindings` ([`bench_options`]); with
+/// `recompute`, the layernorm outputs recomputed in the backward.
 #[wasm_bindgen(js_name = benchPolicies)]
 pub fn bench_policies(
     #[wasm_bindgen(unchecked_param_type = "string")] preset: JsValue,
@@ -128,9 +129,11 @@ pub fn bench_policies(
     steps: f64,
     #[wasm_bindgen(unchecked_param_type = "string | undefined")] corpus: JsValue,
     #[wasm_bindgen(unchecked_param_type = "string | undefined")] bindings: JsValue,
+    recompute: Option<bool>,
 ) -> js_sys::Promise {
     wasm_bindgen_futures::future_to_promise(async move {
-        let run = preset_run(&preset, warmup, steps, &corpus)?;
+        let mut run = preset_run(&preset, warmup, steps, &corpus)?;
+        run.cfg.recompute = recompute.unwrap_or(false);
         let options = bench_options(&bindings)?;
         let (cfg, corpus) = (&run.cfg, &run.corpus);
         let set = bench::policy_set();

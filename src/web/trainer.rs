@@ -209,6 +209,7 @@ impl Trainer {
                 "pool": c.pool, "steps": c.steps, "eval_every": c.eval_every,
                 "eval_batches": c.eval_batches, "dropout": c.dropout,
                 "precision": c.precision.name(), "submit_every": c.submit_every,
+                "recompute": c.recompute,
             })
         })
     }
