@@ -11,7 +11,9 @@
 #   - with --chromium, Debian's Chromium in parts of 50 MiB (.chr/part-*) for a page on
 #     the GPU (gpu-run.sh browser-vs-native): a call carries at most 64 MiB, so earlier
 #     calls each carry one part and leave it in /tmp/chr-parts on the warm machine
-#     (`mkdir -p /tmp/chr-parts && cp .chr/part-* /tmp/chr-parts/`).
+#     (`mkdir -p /tmp/chr-parts && cp .chr/part-* /tmp/chr-parts/`), each sent at once
+#     after the one before (the machine goes back when idle); the last part fits
+#     beside .gpu. Parts of the same Chromium are kept from one pack to the next.
 #
 #   scripts/gpu-pack.sh [--against COMMIT|DIR] [--chromium]
 #
@@ -118,24 +120,33 @@ if [ -n "$against" ]; then
   fi
 fi
 
-rm -rf .chr "$G/playwright-core.tar.xz" "$G/uplot-dist" "$G/fonts"
+rm -rf "$G/playwright-core.tar.xz" "$G/uplot-dist" "$G/fonts"
 if [ "$chromium" = 1 ]; then
-  # Debian's Chromium with the libraries it links beyond glibc (the GPU machine has
-  # neither), playwright-core, which drives it, and what the whole page needs beyond
-  # the wasm: its chart library, and a font (Chromium aborts laying out text without one).
-  tmp=$(mktemp -d)
-  mkdir -p "$tmp/chrpkg/lib" "$tmp/chrpkg/chromium/locales"
-  (cd /usr/lib/chromium && cp -a chrome_100_percent.pak chrome_crashpad_handler chromium icudtl.dat \
-    libEGL.so libGLESv2.so libvulkan.so.1 resources.pak snapshot_blob.bin v8_context_snapshot.bin \
-    "$tmp/chrpkg/chromium/" && cp locales/en-US.pak "$tmp/chrpkg/chromium/locales/")
-  ldd /usr/lib/chromium/chromium | awk '$3 ~ /^\// {print $3}' \
-    | grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv)\.so|/ld-linux' \
-    | xargs -I{} cp -L {} "$tmp/chrpkg/lib/"
-  # NSS loads these by name at start-up.
-  (cd /usr/lib/x86_64-linux-gnu && cp -L libsoftokn3.so libfreebl3.so libfreeblpriv3.so libnssdbm3.so "$tmp/chrpkg/lib/")
-  mkdir .chr
-  tar cf - -C "$tmp" chrpkg | xz -9 -T2 | split -b 50M - .chr/part-
-  rm -rf "$tmp"
+  # Packing Chromium takes about 20 minutes on two cores: parts packed from the same
+  # Chromium are kept (.chr/VERSION names it).
+  version=$(/usr/lib/chromium/chromium --version)
+  if [ -f .chr/VERSION ] && [ "$(cat .chr/VERSION)" = "$version" ] && [ -f .chr/part-aa ]; then
+    echo "gpu-pack: keeping .chr's parts of $version"
+  else
+    rm -rf .chr
+    # Debian's Chromium with the libraries it links beyond glibc (the GPU machine has
+    # neither), playwright-core, which drives it, and what the whole page needs beyond
+    # the wasm: its chart library, and a font (Chromium aborts laying out text without one).
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/chrpkg/lib" "$tmp/chrpkg/chromium/locales"
+    (cd /usr/lib/chromium && cp -a chrome_100_percent.pak chrome_crashpad_handler chromium icudtl.dat \
+      libEGL.so libGLESv2.so libvulkan.so.1 resources.pak snapshot_blob.bin v8_context_snapshot.bin \
+      "$tmp/chrpkg/chromium/" && cp locales/en-US.pak "$tmp/chrpkg/chromium/locales/")
+    ldd /usr/lib/chromium/chromium | awk '$3 ~ /^\// {print $3}' \
+      | grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv)\.so|/ld-linux' \
+      | xargs -I{} cp -L {} "$tmp/chrpkg/lib/"
+    # NSS loads these by name at start-up.
+    (cd /usr/lib/x86_64-linux-gnu && cp -L libsoftokn3.so libfreebl3.so libfreeblpriv3.so libnssdbm3.so "$tmp/chrpkg/lib/")
+    mkdir .chr
+    tar cf - -C "$tmp" chrpkg | xz -9 -T2 | split -b 50M - .chr/part-
+    echo "$version" > .chr/VERSION
+    rm -rf "$tmp"
+  fi
   tar cJf "$G/playwright-core.tar.xz" node_modules/playwright-core
   cp -r node_modules/uplot/dist "$G/uplot-dist"
   mkdir -p "$G/fonts" && cp "$(fc-match -f '%{file}' sans)" "$G/fonts/"

@@ -17,7 +17,22 @@ export async function soak(opt) {
   const config = { preset: opt.preset, eval_batches: opt.evalBatches };
   if (opt.batch) config.batch = opt.batch;
   if (opt.context) config.context = opt.context;
-  const trainer = await m.Trainer.create(config, opt.corpus);
+  // Headless Chromium on the H200 resolves requestAdapter to null now and then (its
+  // console: "A valid external Instance reference no longer exists"), as
+  // scripts/bench-browser.mjs found: a trainer refused a device so is built again,
+  // up to 10 times, and the report says how many tries it took.
+  let adapterRetries = 0;
+  let trainer;
+  for (;;) {
+    try {
+      trainer = await m.Trainer.create(config, opt.corpus);
+      break;
+    } catch (e) {
+      if (e?.kind !== 'no_webgpu' || adapterRetries >= 9) throw e;
+      adapterRetries += 1;
+      await new Promise((ok) => setTimeout(ok, 500));
+    }
+  }
   const heap = () => {
     globalThis.gc?.();
     if (globalThis.process?.memoryUsage) return globalThis.process.memoryUsage().heapUsed;
@@ -69,7 +84,7 @@ export async function soak(opt) {
   }
   const adapter = trainer.adapter();
   trainer.free();
-  return { adapter, rows };
+  return { adapter: { ...adapter, retries: adapterRetries }, rows };
 }
 
 /**
