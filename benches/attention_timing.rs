@@ -42,7 +42,7 @@ fn main() {
         let shape = AttentionShape { b, t, c, heads: nh };
         let op = Attention {
             target: Some(target),
-            dropout: None,
+            ..Default::default()
         };
         let pair = || async {
             let (out, lse) = op.forward(&ctx, &qkv, shape);

@@ -3,9 +3,10 @@
 //! where the adapter has shader-f16 the f16 cores of `--precision f16`: `coop` on
 //! tensor cores where it has cooperative matrices, `f16` otherwise) on
 //! square sizes and on the GPT layer shapes this crate trains, plus causal attention
-//! forward and backward. The `auto` column marks the variant the launchers pick on
-//! this adapter for that shape, the `class` column its class (`ShapeClass`: the key
-//! of the GPU's choice table, `GPU_CHOICE`).
+//! forward and backward with each set of kernels (the GPU tuning's `paired` and
+//! `tiled`, and on CPU adapters `cpu`). The `auto` column marks the variant the
+//! launchers pick on this adapter for that shape, the `class` column its class
+//! (`ShapeClass`: the key of the GPU's choice table, `GPU_CHOICE`).
 //!
 //! `cargo bench --bench matmul_bench -- [--json] [--quick] [--only OP] [--variant NAME] [--budget-ms MS]`
 //!
@@ -38,8 +39,8 @@ mod bench {
 
     use tidepool::config::Precision;
     use tidepool::kernels::{
-        Attention, AttentionSaved, AttentionShape, Fusion, Linear, Matmul, MatmulShape,
-        MatmulVariant, ShapeClass,
+        Attention, AttentionSaved, AttentionShape, Fusion, GpuAttention, Linear, Matmul,
+        MatmulShape, MatmulVariant, ShapeClass, Target, GPU_ATTENTION,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -126,7 +127,8 @@ mod bench {
 
     struct Row {
         op: &'static str,
-        /// Matmul variant ("" for attention) and whether the launchers pick it here.
+        /// Matmul variant (attention: its kernels) and whether the launchers pick it
+        /// here.
         variant: &'static str,
         auto: bool,
         /// The class of the product's shape ("" for attention).
@@ -280,41 +282,74 @@ mod bench {
         let qkv = ctx.upload(&rng.vec(b * t * 3 * c, -2.0, 2.0));
         let dout = ctx.upload(&rng.vec(b * t * c, -1.0, 1.0));
         let shape = AttentionShape { b, t, c, heads: nh };
-        let attention = Attention::default();
-        let (out, lse) = attention.forward(&ctx, &qkv, shape);
-        let saved = AttentionSaved {
-            qkv: &qkv,
-            out: &out,
-            lse: &lse,
+        let hs = c / nh;
+        // Each set of kernels this adapter runs, and which of them the launchers pick.
+        let gpu_tuning = ctx.kernel_target() == Target::Gpu;
+        let tiled_runs = Attention::tiled_runs(&ctx, hs);
+        let picked = if GPU_ATTENTION == GpuAttention::Tiled && tiled_runs {
+            GpuAttention::Tiled
+        } else {
+            GpuAttention::Paired
         };
+        let gpu_kernels = |kernels| Attention {
+            target: Some(Target::Gpu),
+            gpu_kernels: Some(kernels),
+            ..Default::default()
+        };
+        let mut attentions = vec![(
+            "paired",
+            gpu_kernels(GpuAttention::Paired),
+            gpu_tuning && picked == GpuAttention::Paired,
+        )];
+        if tiled_runs {
+            attentions.push((
+                "tiled",
+                gpu_kernels(GpuAttention::Tiled),
+                gpu_tuning && picked == GpuAttention::Tiled,
+            ));
+        }
+        if !gpu_tuning {
+            let cpu = Attention {
+                target: Some(Target::Cpu),
+                ..Default::default()
+            };
+            attentions.push(("cpu", cpu, true));
+        }
         // Causal: t(t+1)/2 scores a head; forward 2 products of hs each, the backward
         // 5 (recomputed scores, dp, dq, dk, dv).
         let pairs = (b * nh * t * (t + 1) / 2) as f64;
-        let hs = (c / nh) as f64;
-        let fwd = || attention.forward(&ctx, &qkv, shape).0;
-        let bwd = || attention.backward(&ctx, &dout, saved, shape);
-        let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
-            ("attention_forward", &fwd, 4.0 * pairs * hs),
-            ("attention_backward", &bwd, 10.0 * pairs * hs),
-        ];
-        for (op, launch, flops) in cases {
-            if !op.contains(&args.only) {
-                continue;
-            }
-            let secs = time(&ctx, budget, launch).await;
-            // m, k, n: batch x heads, t, head size.
-            let row = Row {
-                op,
-                variant: "",
-                auto: true,
-                class: "",
-                m: b * nh,
-                k: t,
-                n: c / nh,
-                secs,
-                flops,
+        for (name, attention, auto) in attentions {
+            let (out, lse) = attention.forward(&ctx, &qkv, shape);
+            let saved = AttentionSaved {
+                qkv: &qkv,
+                out: &out,
+                lse: &lse,
             };
-            report(&row);
+            let fwd = || attention.forward(&ctx, &qkv, shape).0;
+            let bwd = || attention.backward(&ctx, &dout, saved, shape);
+            let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
+                ("attention_forward", &fwd, 4.0 * pairs * hs as f64),
+                ("attention_backward", &bwd, 10.0 * pairs * hs as f64),
+            ];
+            for (op, launch, flops) in cases {
+                if !op.contains(&args.only) {
+                    continue;
+                }
+                let secs = time(&ctx, budget, launch).await;
+                // m, k, n: batch x heads, t, head size.
+                let row = Row {
+                    op,
+                    variant: name,
+                    auto,
+                    class: "",
+                    m: b * nh,
+                    k: t,
+                    n: hs,
+                    secs,
+                    flops,
+                };
+                report(&row);
+            }
         }
 
         ctx.take_error().expect("no GPU errors");

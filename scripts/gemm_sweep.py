@@ -78,18 +78,26 @@ def main():
             print(f"| {klass} | {count} | {today} | {today_ms} | {winner} | {full[winner]:.3f} | {line} |")
         print()
 
-    ours = {r["op"]: r["ms"] for r in rows if r.get("op", "").startswith("attention") and "ms" in r
-            and r.get("run") == "matmul"}
+    # Ours: one row an op and set of kernels (paired, tiled; `*` the launchers' choice),
+    # from the suite's attention run, else from the end of the GEMM sweep.
+    timed = [r for r in rows if r.get("op", "").startswith("attention") and "ms" in r]
+    ours = [r for r in timed if r.get("run") == "attention"] or \
+        [r for r in timed if r.get("run") == "matmul"]
     theirs = {(r["op"], r["dtype"]): r["ms"] for r in rows if r.get("runner") == "torch_attention"}
     if ours or theirs:
         print("## Attention beside PyTorch's fused attention (F.scaled_dot_product_attention)\n")
-        print("| op | tidepool f32 ms | PyTorch fp32 ms | PyTorch / tidepool | PyTorch fp16 ms |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print("`*`: the kernels the launchers choose (GPU_ATTENTION in src/kernels/attention.rs).\n")
+        print("| op | kernels | tidepool f32 ms | PyTorch fp32 ms | PyTorch / tidepool | PyTorch fp16 ms |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        cell = lambda x: f"{x:.3f}" if x else "-"
         for op in ["attention_forward", "attention_backward"]:
-            a, b, h = ours.get(op), theirs.get((op, "fp32")), theirs.get((op, "fp16"))
-            cell = lambda x: f"{x:.3f}" if x else "-"
-            ratio = f"{b / a:.2f}" if a and b else "-"
-            print(f"| {op} | {cell(a)} | {cell(b)} | {ratio} | {cell(h)} |")
+            b, h = theirs.get((op, "fp32")), theirs.get((op, "fp16"))
+            mine = [r for r in ours if r["op"] == op] or [{}]
+            for r in mine:
+                a = r.get("ms")
+                kernels = (r.get("variant") or "-") + (" *" if r.get("auto") else "")
+                ratio = f"{b / a:.2f}" if a and b else "-"
+                print(f"| {op} | {kernels} | {cell(a)} | {cell(b)} | {ratio} | {cell(h)} |")
         print()
 
 

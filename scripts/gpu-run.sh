@@ -273,6 +273,9 @@ suite_gemm_vs_cublas() {
 suite_gemm_sweep() {
   torch_run gemm-sweep cublas torch python3 scripts/torch_matmul.py --dtypes fp32,fp16
   torch_run gemm-sweep torch_attention torch python3 scripts/torch_attention.py
+  # Attention with each set of kernels (paired, tiled) on its own, ahead of the long
+  # GEMM sweep that a time limit may cut short.
+  run gemm-sweep attention this "$matmul_this" --json --no-squares --only attention "${quick[@]}"
   # about 170 cases: more than RUN_SECONDS' default allows a command
   RUN_SECONDS=${SWEEP_SECONDS:-360} run gemm-sweep matmul this "$matmul_this" --json --no-squares "${quick[@]}" \
     --budget-ms "${SWEEP_BUDGET_MS:-150}" \

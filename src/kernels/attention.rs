@@ -3,6 +3,7 @@
 
 use std::sync::OnceLock;
 
+use super::attention_tiled as tiled;
 use super::bounds::check_len;
 use super::wgsl::{loop_lines, select, unroll, ENABLE_SUBGROUPS};
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
@@ -96,11 +97,29 @@ fn pair_exchange(template: &str, subgroups: bool) -> String {
     select(template, &["SG", "SM"], &[on])
 }
 
-/// The compiled variants: the GPU tuning with either pair exchange
-/// ([`attention_subgroups`]), or the CPU tuning.
+/// The GPU tuning's two sets of kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuAttention {
+    /// `attention.wgsl` / `attention_backward.wgsl`: two threads a row, each half of
+    /// the head, 64 rows a workgroup; heads of up to 128 channels.
+    Paired,
+    /// `attention_tiled*.wgsl` ([`tiled`]): 32 rows a workgroup as small register-
+    /// tiled matrix products; heads of up to 64 channels, where the device has the
+    /// workgroup memory ([`Attention::tiled_runs`]).
+    Tiled,
+}
+
+/// The GPU kernels an [`Attention`] runs where it is not told which: `Tiled` where
+/// they run, else `Paired`. One line to change back (`gpu-run.sh gemm-sweep` times
+/// both on the shakespeare shape).
+pub const GPU_ATTENTION: GpuAttention = GpuAttention::Tiled;
+
+/// The compiled variants: the paired GPU kernels with either pair exchange
+/// ([`attention_subgroups`]), the tiled GPU kernels, or the CPU tuning.
 #[derive(Clone, Copy)]
 enum Variant {
     Gpu { subgroups: bool },
+    Tiled,
     Cpu,
 }
 
@@ -109,19 +128,32 @@ impl Variant {
         match self {
             Variant::Gpu { subgroups } => subgroups as usize,
             Variant::Cpu => 2,
+            Variant::Tiled => 3,
         }
     }
 
-    fn target(self) -> Target {
+    /// The head-size bounds of the variant's kernels, in vec4s.
+    fn hs4s(self) -> &'static [usize] {
         match self {
-            Variant::Gpu { .. } => Target::Gpu,
-            Variant::Cpu => Target::Cpu,
+            Variant::Gpu { .. } => HS4S[Target::Gpu as usize],
+            Variant::Cpu => HS4S[Target::Cpu as usize],
+            Variant::Tiled => &tiled::HS4S,
+        }
+    }
+
+    /// Rows (queries of the forward) of one workgroup.
+    fn block(self, v: usize) -> usize {
+        match self {
+            Variant::Gpu { .. } => BLOCK,
+            Variant::Tiled => tiled::BLOCK,
+            Variant::Cpu => CPU_LANES * CPU_ROWS[v],
         }
     }
 }
 
-/// A variant's kernels: the forward, and the backward in one dispatch (GPUs: dq
-/// blocks then dk/dv blocks) or two (CPUs: dq, which writes D, then dk/dv).
+/// A variant's kernels: the forward, and the backward in one dispatch (paired GPU
+/// kernels: dq blocks then dk/dv blocks), in one after D's pass (tiled), or in two
+/// (CPUs: dq, which writes D, then dk/dv).
 struct Kernels {
     forward: Kernel,
     backward: Backward,
@@ -129,21 +161,22 @@ struct Kernels {
 
 enum Backward {
     Fused(Kernel),
+    Presummed { dsum: Kernel, fused: Kernel },
     Split { dq: Kernel, dkdv: Kernel },
 }
 
-/// The kernels of `variant`, for heads of at most `4 * HS4S[target][v]` channels,
-/// expanded once.
+/// The kernels of `variant`, for heads of at most `4 * variant.hs4s()[v]`
+/// channels, expanded once.
 fn kernels(variant: Variant, v: usize) -> &'static Kernels {
-    static VARIANTS: [[OnceLock<Kernels>; 4]; 3] = [const { [const { OnceLock::new() }; 4] }; 3];
+    static VARIANTS: [[OnceLock<Kernels>; 4]; 4] = [const { [const { OnceLock::new() }; 4] }; 4];
     VARIANTS[variant.index()][v].get_or_init(|| build(variant, v, cfg!(target_arch = "wasm32")))
 }
 
-/// The kernels of `variant` for heads of at most `4 * HS4S[target][v]` channels,
-/// the GPU tuning's head in loops where `compact` (see [`expand`]).
+/// The kernels of `variant` for heads of at most `4 * variant.hs4s()[v]` channels,
+/// the paired GPU kernels' head in loops where `compact` (see [`expand`]).
 fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
     {
-        let hs4 = HS4S[variant.target() as usize][v];
+        let hs4 = variant.hs4s()[v];
         // Names tell the pair exchanges apart: pipelines are cached by name.
         let (fwd, bwd, prefix) = match variant {
             Variant::Gpu { subgroups } => {
@@ -157,6 +190,10 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
                     format!("{enable}{wgsl}")
                 };
                 (gpu(FORWARD_WGSL), gpu(BACKWARD_WGSL), prefix)
+            }
+            Variant::Tiled => {
+                let (fwd, bwd) = tiled::sources(v);
+                (fwd, bwd, "attention_tiled")
             }
             Variant::Cpu => (
                 expand_cpu(FORWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
@@ -175,6 +212,16 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
         };
         let backward = match variant {
             Variant::Gpu { .. } => Backward::Fused(kernel("backward", bwd, "main")),
+            Variant::Tiled => Backward::Presummed {
+                // The same source for every head size: it reads hs from the uniform.
+                dsum: Kernel {
+                    name: "attention_dsum",
+                    source: tiled::DSUM_WGSL,
+                    entry: "main",
+                    unchecked: true,
+                },
+                fused: kernel("backward", bwd, "main"),
+            },
             Variant::Cpu => Backward::Split {
                 dq: kernel("dq", bwd, "dq"),
                 dkdv: kernel("dkdv", bwd, "dkdv"),
@@ -194,13 +241,21 @@ pub(super) fn catalog(compact: bool) -> Vec<Kernel> {
     for variant in [
         Variant::Gpu { subgroups: false },
         Variant::Gpu { subgroups: true },
+        Variant::Tiled,
         Variant::Cpu,
     ] {
-        for v in 0..HS4S[variant.target() as usize].len() {
+        for v in 0..variant.hs4s().len() {
             let k = build(variant, v, compact);
             all.push(k.forward);
             match k.backward {
                 Backward::Fused(b) => all.push(b),
+                Backward::Presummed { dsum, fused } => {
+                    // One D pass serves every head size.
+                    if v == 0 {
+                        all.push(dsum);
+                    }
+                    all.push(fused);
+                }
                 Backward::Split { dq, dkdv } => all.extend([dq, dkdv]),
             }
         }
@@ -243,6 +298,10 @@ pub struct Attention {
     /// masks them (in the numerator only: the softmax's sum and the logsumexp are of
     /// the undropped probabilities).
     pub dropout: Option<AttnDropout>,
+    /// The GPU tuning's kernels (`None`: [`GPU_ATTENTION`] where it runs, else
+    /// `Paired`). `Tiled` where [`Attention::tiled_runs`] says no panics: a test
+    /// must not pass on the other kernels. The CPU tuning has its own.
+    pub gpu_kernels: Option<GpuAttention>,
 }
 
 impl Attention {
@@ -286,6 +345,18 @@ impl Attention {
                 let fused = [2 * x, y, z];
                 ctx.dispatch(kernel, &params, &[dout, qkv, lse, &dqkv, out], fused);
             }
+            Backward::Presummed { dsum, fused } => {
+                let [x, y, z] = groups;
+                let dsum_groups = [t.div_ceil(tiled::DSUM_ROWS) as u32, y, z];
+                let sums = ctx.create_pooled(b * heads * t * 4);
+                ctx.dispatch(dsum, &params, &[dout, out, &sums], dsum_groups);
+                ctx.dispatch(
+                    fused,
+                    &params,
+                    &[dout, qkv, lse, &sums, &dqkv],
+                    [2 * x, y, z],
+                );
+            }
             Backward::Split { dq, dkdv } => {
                 // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
                 let dsum = ctx.create_pooled(b * heads * t * 4);
@@ -296,10 +367,19 @@ impl Attention {
         dqkv
     }
 
-    /// Bytes of workgroup memory the kernels for heads of `hs` channels declare on
-    /// adapters of `target` (the GPU tuning's with the shared-memory exchange of
-    /// half dots, the larger): the forward's staged keys and values and its partial
-    /// dots, the backward's tile, partial dots and row statistics.
+    /// Whether the tiled GPU kernels run heads of `hs` channels on `ctx`: heads of
+    /// up to 64 channels, where the device has their workgroup memory.
+    pub fn tiled_runs(ctx: &WgpuContext, hs: usize) -> bool {
+        tiled::workgroup_bytes(hs)
+            .is_some_and(|need| need <= u64::from(ctx.limits().max_compute_workgroup_storage_size))
+    }
+
+    /// Bytes of workgroup memory attention with heads of `hs` channels needs on
+    /// adapters of `target`: that of the paired GPU kernels with the shared-memory
+    /// exchange of half dots (the larger exchange) on GPUs, whose tiled kernels run
+    /// only where the device has theirs too ([`Attention::tiled_runs`]). The paired
+    /// forward stages keys and values and partial dots, the backward a tile, partial
+    /// dots and row statistics.
     pub fn workgroup_bytes(target: Target, hs: usize) -> u64 {
         if target == Target::Cpu {
             return 0;
@@ -314,12 +394,13 @@ impl Attention {
     }
 
     /// The largest grid of a launch over `shape` on adapters of `target` (the GPU
-    /// backward's: its dq blocks, then its dk/dv blocks).
+    /// backward's: its dq blocks, then its dk/dv blocks, of the tiled kernels, whose
+    /// blocks are the smaller).
     pub fn grid(target: Target, shape: AttentionShape) -> [u64; 3] {
         let AttentionShape { b, t, c, heads } = shape;
         let hs = c / heads.max(1);
         let blocks = match target {
-            Target::Gpu => 2 * t.div_ceil(BLOCK),
+            Target::Gpu => 2 * t.div_ceil(BLOCK.min(tiled::BLOCK)),
             Target::Cpu => {
                 let v = HS4S[1].iter().position(|&h| hs <= 4 * h).unwrap_or(3);
                 t.div_ceil(CPU_LANES * CPU_ROWS[v])
@@ -342,24 +423,35 @@ impl Attention {
             "c = {c} does not split into nh = {nh} heads"
         );
         let hs = c / nh;
-        let v = HS4S[target as usize]
+        let paired = Variant::Gpu {
+            subgroups: attention_subgroups(ctx),
+        };
+        let variant = match (target, self.gpu_kernels) {
+            (Target::Cpu, _) => Variant::Cpu,
+            (Target::Gpu, Some(GpuAttention::Paired)) => paired,
+            (Target::Gpu, Some(GpuAttention::Tiled)) => {
+                assert!(
+                    Self::tiled_runs(ctx, hs),
+                    "the tiled attention kernels do not run heads of {hs} channels here \
+                     (at most 64, and {:?} bytes of workgroup memory)",
+                    tiled::workgroup_bytes(hs)
+                );
+                Variant::Tiled
+            }
+            (Target::Gpu, None) => match GPU_ATTENTION {
+                GpuAttention::Tiled if Self::tiled_runs(ctx, hs) => Variant::Tiled,
+                _ => paired,
+            },
+        };
+        let v = variant
+            .hs4s()
             .iter()
             .position(|&hs4| hs <= 4 * hs4)
             .unwrap_or_else(|| panic!("attention supports head sizes up to 128, not {hs}"));
-        let variant = match target {
-            Target::Gpu => Variant::Gpu {
-                subgroups: attention_subgroups(ctx),
-            },
-            Target::Cpu => Variant::Cpu,
-        };
         let kernels = kernels(variant, v);
         // Workgroups of the forward and of each backward pass (the fused backward
         // takes twice as many: its dq blocks, then its dk/dv blocks).
-        let block = match target {
-            Target::Gpu => BLOCK,
-            Target::Cpu => CPU_LANES * CPU_ROWS[v],
-        };
-        let groups = [t.div_ceil(block) as u32, (b * nh) as u32, 1];
+        let groups = [t.div_ceil(variant.block(v)) as u32, (b * nh) as u32, 1];
         assert!(
             b * nh <= 65535,
             "b * nh = {} exceeds one grid dimension",

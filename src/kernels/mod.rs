@@ -23,6 +23,7 @@ mod wgsl;
 
 mod arenas;
 mod attention;
+mod attention_tiled;
 mod bounds;
 mod crossentropy;
 mod embedding;
@@ -37,7 +38,9 @@ mod residual;
 pub use crate::gpu::{source_for, MAX_SUBGROUP_WIDTH};
 pub use crate::tuning::{F16Core, Target};
 pub use arenas::{GradArena, GradDest, ParamArena};
-pub use attention::{attention_subgroups, Attention, AttentionSaved, AttentionShape};
+pub use attention::{
+    attention_subgroups, Attention, AttentionSaved, AttentionShape, GpuAttention, GPU_ATTENTION,
+};
 pub use crossentropy::{CrossEntropy, CrossEntropyShape, CHUNK as CROSSENTROPY_CHUNK};
 pub use embedding::{token_index, Embedding, EmbeddingShape, ExtraGrad, TokenIndex};
 pub use gelu::gelu_forward;

@@ -1,6 +1,6 @@
-//! Causal self-attention: the GPU kernels (both tunings, both exchanges of half
-//! dots) against the reference, the reference's backward against finite
-//! differences.
+//! Causal self-attention: the GPU kernels (both tunings; the GPU tuning's paired
+//! kernels with both exchanges of half dots, and its tiled kernels) against the
+//! reference, the reference's backward against finite differences.
 //!
 // Tolerances are max |got - want| over max |want| (`common::assert_close`); the
 // references sum in f64, the kernels in f32.
@@ -11,7 +11,7 @@
 use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
-use tidepool::kernels::{attention_subgroups, Attention, AttentionSaved, Target};
+use tidepool::kernels::{attention_subgroups, Attention, AttentionSaved, GpuAttention, Target};
 use tidepool::reference::{self, AttentionShape};
 use tidepool::rng::Rng;
 
@@ -94,11 +94,13 @@ async fn attention_hs128_body(shapes: &[(usize, usize, usize, usize)], dropout: 
 }
 
 /// `dropout`: the drop probability, with a fresh mask seed. Every shape runs through
-/// both kernel tunings ([`Target`]), each on fresh inputs, and the GPU tuning
-/// with each exchange of half dots the device has: by subgroup shuffles on
-/// the context with subgroups (`reduction_contexts`' first, where the device has
-/// them), by shared memory on the one without. The CPU tuning, which has no
-/// exchange, runs on the first context only.
+/// both kernel tunings ([`Target`]), each on fresh inputs, and the GPU tuning's
+/// paired kernels with each exchange of half dots the device has: by subgroup
+/// shuffles on the context with subgroups (`reduction_contexts`' first, where the
+/// device has them), by shared memory on the one without. The CPU tuning, which
+/// has no exchange, and the GPU tuning's tiled kernels (none either; heads of up to
+/// 64 channels where the device has their workgroup memory) run on the first
+/// context only.
 async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option<f32>) {
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
@@ -125,14 +127,25 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
         } else {
             "pairs by shared memory"
         };
-        let targets: &[Target] = if i == 0 { &Target::ALL } else { &[Target::Gpu] };
-        attention_on(ctx, targets, exchange, shapes, dropout, &mut rng, seed).await;
+        let kernels: &[Kernels] = if i == 0 {
+            &[
+                (Target::Gpu, Some(GpuAttention::Paired)),
+                (Target::Gpu, Some(GpuAttention::Tiled)),
+                (Target::Cpu, None),
+            ]
+        } else {
+            &[(Target::Gpu, Some(GpuAttention::Paired))]
+        };
+        attention_on(ctx, kernels, exchange, shapes, dropout, &mut rng, seed).await;
     }
 }
 
+/// A tuning, and the GPU tuning's kernels.
+type Kernels = (Target, Option<GpuAttention>);
+
 async fn attention_on(
     ctx: &tidepool::gpu::WgpuContext,
-    targets: &[Target],
+    kernels: &[Kernels],
     exchange: &str,
     shapes: &[(usize, usize, usize, usize)],
     dropout: Option<f32>,
@@ -141,7 +154,14 @@ async fn attention_on(
 ) {
     for &(b, t, c, nh) in shapes {
         let shape = AttentionShape { b, t, c, heads: nh };
-        for &target in targets {
+        for &(target, gpu_kernels) in kernels {
+            let tiled = gpu_kernels == Some(GpuAttention::Tiled);
+            if tiled && !Attention::tiled_runs(ctx, c / nh) {
+                // Heads past 64 channels (or too little workgroup memory): the
+                // paired kernels run those.
+                assert!(c / nh > 64, "no tiled kernels for heads of {}", c / nh);
+                continue;
+            }
             let dropout = dropout.map(|p| reference::AttnDropout {
                 p,
                 seed: rng.next_u64() as u32,
@@ -149,6 +169,7 @@ async fn attention_on(
             let op = Attention {
                 target: Some(target),
                 dropout,
+                gpu_kernels,
             };
             // Spread like trained activations: scores of a few units, peaked softmaxes.
             let qkv = rng.vec(b * t * 3 * c, -2.0, 2.0);
@@ -158,6 +179,7 @@ async fn attention_on(
                 op.forward(ctx, &g_qkv, shape)
             });
             let (want_out, att) = reference::attention_forward(&qkv, shape, dropout);
+            let exchange = if tiled { "tiled" } else { exchange };
             let what = format!(
                 "{target:?} kernels ({exchange}), b {b} t {t} c {c} nh {nh} dropout {dropout:?}"
             );
@@ -170,10 +192,12 @@ async fn attention_on(
                 seed,
             );
 
-            // The CPU kernels' two passes also draw D's buffer; the GPU's one does not.
-            let outputs: &[usize] = match target {
-                Target::Gpu => &[b * t * 3 * c],
-                Target::Cpu => &[b * nh * t, b * t * 3 * c],
+            // The CPU kernels' two passes and the tiled kernels' D pass also draw D's
+            // buffer; the paired GPU backward does not.
+            let outputs: &[usize] = if target == Target::Cpu || tiled {
+                &[b * nh * t, b * t * 3 * c]
+            } else {
+                &[b * t * 3 * c]
             };
             let saved = AttentionSaved {
                 qkv: &g_qkv,
