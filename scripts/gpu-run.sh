@@ -363,14 +363,18 @@ suite_memory() {
       run memory "train_${policy//\//_}" "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --policy $policy --corpus \"\$1\" --json | tail -n 1" \
         "$(bin "$b")" "$corpus"
     done
+    # planned with the layernorm outputs recomputed in the backward
+    run memory train_planned_recompute "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --policy planned --recompute --corpus \"\$1\" --json | tail -n 1" \
+      "$(bin "$b")" "$corpus"
   done
-  # The steps after warm-up (their own peaks): pow2/8 beside planned, natively and
-  # through Dawn (which runs every policy).
+  # The steps after warm-up (their own peaks): pow2/8 beside planned, each without and
+  # with recompute, natively and through Dawn (which runs every policy).
   for b in "${builds[@]}"; do
     run memory steady "$b" "$(bin "$b")" bench policies --presets "$big" --policies pow2/8,planned \
-      --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+      --recompute --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
     dawn_for "$b"
-    run memory dawn_steady "$b" "${dawn[@]}" --preset "$big" --warmup "$warmup" --steps "$steps" --policies
+    run memory dawn_steady "$b" "${dawn[@]}" --preset "$big" --warmup "$warmup" --steps "$steps" --policies \
+      --recompute
   done
   # Why planned is slower, cause by cause: pow2/8 bound as planned binds (every storage
   # binding read_write, a repeated operand on a stand-in) but without arenas; then
@@ -406,6 +410,11 @@ suite_memory() {
     --trace "$out/trace.json" --json --eval-every 0
   run memory replay this "$tidepool_this" trace replay "$out/trace.json" --json
   rm -f "$out/trace.json"
+  # The same under planned: the replay's "planned (live)" row is what the run reserved.
+  run memory trace_planned this "$tidepool_this" train "${train_big[@]}" --steps 3 --policy planned \
+    --corpus "$corpus" --trace "$out/trace-planned.json" --json --eval-every 0
+  run memory replay_planned this "$tidepool_this" trace replay "$out/trace-planned.json" --json
+  rm -f "$out/trace-planned.json"
 }
 
 # The soak through Dawn (its JSON report, one line; exit 1 when a figure moved after
