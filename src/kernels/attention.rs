@@ -109,10 +109,11 @@ pub enum GpuAttention {
     Tiled,
 }
 
-/// The GPU kernels an [`Attention`] runs where it is not told which: `Tiled` where
-/// they run, else `Paired`. One line to change back (`gpu-run.sh gemm-sweep` times
-/// both on the shakespeare shape).
-pub const GPU_ATTENTION: GpuAttention = GpuAttention::Tiled;
+/// The GPU kernels an [`Attention`] runs where it is not told which (`Tiled` only
+/// where it runs, else `Paired`). `gpu-run.sh gemm-sweep` times both on the
+/// shakespeare shape: on an H200 `Paired` took 0.30 ms forward and 0.90 backward,
+/// `Tiled` 0.67 and 2.49 (BENCHMARKS.md, attention).
+pub const GPU_ATTENTION: GpuAttention = GpuAttention::Paired;
 
 /// The compiled variants: the paired GPU kernels with either pair exchange
 /// ([`attention_subgroups`]), the tiled GPU kernels, or the CPU tuning.
