@@ -103,7 +103,7 @@ pub enum GpuAttention {
     /// `attention.wgsl` / `attention_backward.wgsl`: two threads a row, each half of
     /// the head, 64 rows a workgroup; heads of up to 128 channels.
     Paired,
-    /// `attention_tiled*.wgsl` ([`tiled`]): 32 rows a workgroup as small register-
+    /// `attention_tiled*.wgsl` (`attention_tiled.rs`): 32 rows a workgroup as small register-
     /// tiled matrix products; heads of up to 64 channels, where the device has the
     /// workgroup memory ([`Attention::tiled_runs`]).
     Tiled,
