@@ -10,7 +10,7 @@
 
 mod common;
 
-use tidepool::gpu::{Created, CreatedByPath};
+use tidepool::gpu::{ContextOptions, Created, CreatedByPath};
 use tidepool::rng::Rng;
 use tidepool::train::{StepStats, StepsInFlight, TrainConfig, Trainer};
 
@@ -118,9 +118,14 @@ impl Seen {
 
 /// Runs `shape` and checks its counters.
 async fn run(shape: RunShape) -> Result<(), String> {
+    run_with(shape, ContextOptions::default()).await
+}
+
+/// [`run`] on a context built from `options` (a resumed trainer takes the defaults).
+async fn run_with(shape: RunShape, options: ContextOptions) -> Result<(), String> {
     let err = |e: tidepool::Error| format!("{e}; {shape:?}");
     let corpus = common::corpus();
-    let mut trainer = Trainer::new(config(&shape), corpus.clone())
+    let mut trainer = Trainer::with_options(config(&shape), corpus.clone(), options)
         .await
         .map_err(err)?;
     let mut seen = Seen::default();
@@ -172,8 +177,9 @@ fn start(trainer: &mut Trainer, n: u32, traced: bool) -> tidepool::Result<StepsI
 
 #[cfg(not(target_arch = "wasm32"))]
 mod native {
-    use super::{run, RunShape};
+    use super::{run, run_with, RunShape};
     use proptest::prelude::*;
+    use tidepool::gpu::ContextOptions;
 
     fn shapes() -> impl Strategy<Value = RunShape> {
         (1usize..6)
@@ -247,6 +253,26 @@ mod native {
         for shape in named {
             pollster::block_on(run(shape)).unwrap();
         }
+    }
+
+    /// The kernels a GPU runs (its GEMM variants, its attention), forced on this
+    /// adapter: evaluations and samples between calls, two in flight.
+    #[test]
+    fn the_gpu_kernels_create_nothing_after_warm_up() {
+        let shape = RunShape {
+            calls: vec![1, 2, 16, 16, 16, 7],
+            in_flight: 2,
+            eval_every: 10,
+            eval_batches: 3,
+            sample_after: vec![1, 3],
+            traced: vec![],
+            resume_after: None,
+        };
+        let options = ContextOptions {
+            kernels: Some(tidepool::tuning::Target::Gpu),
+            ..Default::default()
+        };
+        pollster::block_on(run_with(shape, options)).unwrap();
     }
 }
 
