@@ -7,10 +7,16 @@
 //! its already placed contemporaries leave in the first arena with room under the
 //! device's limit, else on top of it, else in a new arena.
 //!
-//! Ranges of tensors alive at the same time never overlap, so under the binding rule
-//! the planned policy uses (every storage operand bound `read_write`, see
-//! docs/memory.md) any dispatch of the step may bind any of them together. Pure
-//! arithmetic: [`crate::gpu`] makes the arenas and hands the ranges out.
+//! Ranges of tensors alive at the same time never overlap, so any dispatch of the
+//! step may bind any of them together as long as every binding of an arena is
+//! writable: WebGPU refuses one buffer bound read-only and writable in one
+//! dispatch, even on disjoint ranges. Read-only bindings are worth keeping (the
+//! GEMMs read their operands faster through them), so the plan keeps each tensor
+//! out of the arenas of its rivals, the tensors a dispatch writes while reading it
+//! or reads while writing it ([`plan_apart`]). A dispatch whose operands still
+//! share an arena with its outputs (the step went another way than the traced
+//! one) binds everything `read_write` (docs/memory.md). Pure arithmetic:
+//! [`crate::gpu`] makes the arenas and hands the ranges out.
 
 /// One tensor of the traced step: `size` bytes asked for, live from event `birth`
 /// until event `death` (exclusive; the step's events are its births and deaths in
@@ -105,6 +111,55 @@ pub fn lower_bound(tensors: &[Lifetime]) -> u64 {
 /// Plans `tensors` for a device with `limits`; an error, before any GPU work, when
 /// a tensor or the step cannot be planned there.
 pub fn plan(tensors: &[Lifetime], limits: Limits) -> Result<MemoryPlan, String> {
+    plan_apart(tensors, &[], limits)
+}
+
+/// The plan of a traced step whose `dispatches` should bind their operands as
+/// declared: no dispatch reads a tensor from an arena it writes one in. Of the
+/// two ways to that, [`plan_apart`] and [`colour`] then [`plan_coloured`], the
+/// one that reserves less: keeping rivals apart tensor by tensor packs big steps
+/// to their peak, colouring does better on small ones (where alignment and many
+/// small tensors weigh).
+pub fn plan_step(
+    tensors: &[Lifetime],
+    dispatches: &[Access],
+    limits: Limits,
+) -> Result<MemoryPlan, String> {
+    let rivals = rivals(tensors.len(), dispatches);
+    let apart = plan_apart(tensors, &rivals, limits)?;
+    let events = tensors
+        .iter()
+        .map(|t| u64::from(t.death))
+        .max()
+        .unwrap_or(0);
+    let work = (tensors.len() as u64).saturating_mul(events);
+    if rivals.iter().all(Vec::is_empty) || work > COLOUR_WORK {
+        return Ok(apart);
+    }
+    let coloured = plan_coloured(tensors, &colour(tensors, &rivals), limits)?;
+    let legal = dispatches_reading_their_arena(&coloured, dispatches) == 0;
+    Ok(if legal && coloured.reserved() < apart.reserved() {
+        coloured
+    } else {
+        apart
+    })
+}
+
+/// [`plan`], keeping each tensor out of the arenas that hold one of its `rivals`
+/// (by tensor; [`rivals`]), so that every dispatch of the step can bind its
+/// operands as declared.
+///
+/// Largest tensor first, each goes where it grows the arenas least: the tightest
+/// gap among its contemporaries in any arena without a rival, else the room on
+/// top of them, else a new arena. Rivals are live together (one dispatch binds
+/// both), so they could never share bytes anyway; what they cannot share is a
+/// buffer. Any arena may hold any tensor that is no rival of its others, so the
+/// arenas fill at the step's peak as one would.
+pub fn plan_apart(
+    tensors: &[Lifetime],
+    rivals: &[Vec<u32>],
+    limits: Limits,
+) -> Result<MemoryPlan, String> {
     let Limits {
         offset_alignment: align,
         max_arena_bytes: cap,
@@ -136,36 +191,54 @@ pub fn plan(tensors: &[Lifetime], limits: Limits) -> Result<MemoryPlan, String> 
     });
     let mut ranges: Vec<Option<Range>> = vec![None; tensors.len()];
     let mut arenas: Vec<u64> = Vec::new();
-    let mut placed: Vec<usize> = Vec::with_capacity(tensors.len());
+    // The tensors placed in each arena.
+    let mut members: Vec<Vec<usize>> = Vec::new();
     let mut neighbours: Vec<(u64, u64)> = Vec::new();
     for i in order {
         let t = &tensors[i];
         let size = t.bound_bytes();
-        let mut at = None;
-        for arena in 0..=arenas.len() {
+        // (growth, slack, arena, offset): least growth, then the tightest fit.
+        let mut best: Option<(u64, u64, usize, u64)> = None;
+        for (arena, placed) in members.iter().enumerate() {
+            let barred = rivals.get(i).is_some_and(|rs| {
+                rs.iter()
+                    .any(|&r| ranges[r as usize].is_some_and(|x| x.arena == arena))
+            });
+            if barred {
+                continue;
+            }
             neighbours.clear();
             neighbours.extend(placed.iter().filter_map(|&j| {
                 let r = ranges[j].expect("placed");
-                (r.arena == arena && tensors[j].overlaps(t)).then_some((r.offset, r.end()))
+                tensors[j].overlaps(t).then_some((r.offset, r.end()))
             }));
             neighbours.sort_unstable();
-            if let Some(offset) = tightest_gap(&neighbours, size, align, cap) {
-                at = Some((arena, offset));
-                break;
+            let Some((offset, slack)) = tightest_gap(&neighbours, size, align, cap) else {
+                continue;
+            };
+            let growth = (offset + size).saturating_sub(arenas[arena]);
+            let slack = slack.unwrap_or_else(|| arenas[arena].saturating_sub(offset + size));
+            let key = (growth, slack, arena, offset);
+            if best.is_none_or(|b| key < b) {
+                best = Some(key);
             }
         }
-        // A tensor fits an empty arena (checked above), so the last one tried takes it.
-        let (arena, offset) = at.expect("an empty arena holds any tensor under the cap");
-        if arena == arenas.len() {
-            arenas.push(0);
-        }
+        let (arena, offset) = match best {
+            Some((_, _, arena, offset)) => (arena, offset),
+            None => {
+                // A tensor fits an empty arena (checked above).
+                arenas.push(0);
+                members.push(Vec::new());
+                (arenas.len() - 1, 0)
+            }
+        };
         arenas[arena] = arenas[arena].max(offset + size);
+        members[arena].push(i);
         ranges[i] = Some(Range {
             arena,
             offset,
             size,
         });
-        placed.push(i);
     }
     Ok(MemoryPlan {
         ranges: ranges.into_iter().map(|r| r.expect("placed")).collect(),
@@ -173,15 +246,198 @@ pub fn plan(tensors: &[Lifetime], limits: Limits) -> Result<MemoryPlan, String> 
     })
 }
 
+/// One dispatch of the traced step: the tensors (indices into the step's
+/// lifetimes) it bound read-only, and those it bound writable.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    pub reads: Vec<u32>,
+    pub writes: Vec<u32>,
+}
+
+/// Each tensor's rivals: the tensors some dispatch binds read-only while it binds
+/// this one writable, or the other way round. Indices past `tensors` (tensors the
+/// plan does not place) are left out.
+pub fn rivals(tensors: usize, dispatches: &[Access]) -> Vec<Vec<u32>> {
+    let mut rivals: Vec<Vec<u32>> = vec![Vec::new(); tensors];
+    let known = |t: &&u32| (**t as usize) < tensors;
+    for d in dispatches {
+        for &r in d.reads.iter().filter(known) {
+            for &w in d.writes.iter().filter(known).filter(|&&w| w != r) {
+                for (a, b) in [(r, w), (w, r)] {
+                    if !rivals[a as usize].contains(&b) {
+                        rivals[a as usize].push(b);
+                    }
+                }
+            }
+        }
+    }
+    rivals
+}
+
+/// Most colours [`colour`] gives: each is a set of arenas of its own.
+pub const MAX_COLOURS: usize = 4;
+
+/// Tensors times events past which [`plan_step`] does not try colouring: each of
+/// its balancing passes weighs every tensor against every event in each colour
+/// (a shakespeare step: about 400 x 800).
+pub const COLOUR_WORK: u64 = 1 << 24;
+
+/// Most passes of [`colour`]'s balancing: a pass that moves nothing ends it.
+pub const COLOUR_PASSES: usize = 8;
+
+/// A colour for each tensor, none shared with a rival wherever [`MAX_COLOURS`]
+/// allow, balanced so that the colours, each planned apart, hold little more
+/// than the step's peak.
+///
+/// First fit in birth order (index order): each tensor takes the lowest colour
+/// none of its coloured rivals holds (else the one fewest hold). Then passes over
+/// the tensors, largest first, move one to another colour without a rival of it
+/// where that lowers the sum of the colours' peaks: colours that peak at
+/// different times (one before the backward pass, one in it) hold more than the
+/// step's peak, since each is planned apart. O(events) a candidate move.
+pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>]) -> Vec<usize> {
+    const UNSET: usize = usize::MAX;
+    let mut colours = vec![UNSET; step.len()];
+    for t in 0..step.len() {
+        let mut held = [0usize; MAX_COLOURS];
+        for &r in &rivals[t] {
+            if let Some(n) = held.get_mut(colours[r as usize]) {
+                *n += 1;
+            }
+        }
+        colours[t] = (0..MAX_COLOURS)
+            .min_by_key(|&c| (held[c], c))
+            .expect("colours");
+    }
+    let events = step.iter().map(|t| t.death as usize).max().unwrap_or(0);
+    // live[c][e]: bytes of colour c live at event e.
+    let mut live = vec![vec![0u64; events]; MAX_COLOURS];
+    for (t, &c) in step.iter().zip(&colours) {
+        for bytes in &mut live[c][t.birth as usize..t.death as usize] {
+            *bytes += t.bound_bytes();
+        }
+    }
+    let peak_with = |profile: &[u64], span: &std::ops::Range<usize>, add: u64, sub: u64| {
+        let mut most = 0;
+        for (e, &b) in profile.iter().enumerate() {
+            most = most.max(if span.contains(&e) { b + add - sub } else { b });
+        }
+        most
+    };
+    let mut order: Vec<usize> = (0..step.len()).collect();
+    order.sort_unstable_by_key(|&i| (std::cmp::Reverse(step[i].bound_bytes()), i));
+    for _ in 0..COLOUR_PASSES {
+        let mut moved = false;
+        for &t in &order {
+            let from = colours[t];
+            let span = step[t].birth as usize..step[t].death as usize;
+            let size = step[t].bound_bytes();
+            let rival_in = |c: usize| rivals[t].iter().any(|&r| colours[r as usize] == c);
+            let conflicts_now = rival_in(from);
+            let from_now = peak_with(&live[from], &span, 0, 0);
+            let from_after = peak_with(&live[from], &span, 0, size);
+            let mut best: Option<(usize, u64)> = None;
+            for to in (0..MAX_COLOURS).filter(|&c| c != from) {
+                if rival_in(to) && !conflicts_now {
+                    continue;
+                }
+                let to_now = peak_with(&live[to], &span, 0, 0);
+                let to_after = peak_with(&live[to], &span, size, 0);
+                let gain = (from_now + to_now).saturating_sub(from_after + to_after);
+                let repairs = conflicts_now && !rival_in(to);
+                if (gain > 0 || repairs) && best.is_none_or(|(_, g)| gain > g) {
+                    best = Some((to, gain));
+                }
+            }
+            if let Some((to, _)) = best {
+                for e in span {
+                    live[from][e] -= size;
+                    live[to][e] += size;
+                }
+                colours[t] = to;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    colours
+}
+
+/// [`plan`] for each colour's tensors apart (`colours[i]` is tensor i's), their
+/// arenas one after another in colour order: no arena holds two colours.
+pub fn plan_coloured(
+    tensors: &[Lifetime],
+    colours: &[usize],
+    limits: Limits,
+) -> Result<MemoryPlan, String> {
+    if colours.len() != tensors.len() || colours.iter().any(|&c| c >= MAX_COLOURS) {
+        return Err(format!(
+            "{} colours (each under {MAX_COLOURS}) for {} tensors",
+            colours.len(),
+            tensors.len()
+        ));
+    }
+    let mut ranges = vec![
+        Range {
+            arena: 0,
+            offset: 0,
+            size: 0
+        };
+        tensors.len()
+    ];
+    let mut arenas = Vec::new();
+    for c in 0..MAX_COLOURS {
+        let members: Vec<usize> = (0..tensors.len()).filter(|&i| colours[i] == c).collect();
+        if members.is_empty() {
+            continue;
+        }
+        let subset: Vec<Lifetime> = members.iter().map(|&i| tensors[i]).collect();
+        let part = plan(&subset, limits)?;
+        for (&i, r) in members.iter().zip(part.ranges) {
+            ranges[i] = Range {
+                arena: r.arena + arenas.len(),
+                ..r
+            };
+        }
+        arenas.extend(part.arenas);
+    }
+    Ok(MemoryPlan { ranges, arenas })
+}
+
+/// How many of `dispatches` read a tensor in an arena they write a tensor in.
+pub fn dispatches_reading_their_arena(plan: &MemoryPlan, dispatches: &[Access]) -> usize {
+    let arena = |t: u32| plan.ranges.get(t as usize).map(|r| r.arena);
+    dispatches
+        .iter()
+        .filter(|d| {
+            d.reads.iter().filter_map(|&r| arena(r)).any(|a| {
+                d.writes
+                    .iter()
+                    .filter(|&&w| !d.reads.contains(&w))
+                    .filter_map(|&w| arena(w))
+                    .any(|b| a == b)
+            })
+        })
+        .count()
+}
+
 /// Where a tensor of `size` bytes goes among `neighbours` (ranges sorted by start):
-/// the aligned start of the tightest gap between them that holds it, else on top
-/// of them if that ends at most at `cap`.
+/// the aligned start of the tightest gap between them that holds it, with the
+/// bytes it leaves free there; else on top of them (no slack: `None`) if that ends
+/// at most at `cap`.
 ///
 /// The room above the top is no gap: taking it grows the arena. Were it a
 /// candidate beside the gaps, then where the cap sits just above the step's peak
 /// (2 GiB against a 2.07 GB step on an H200) it would often be the tightest one,
 /// and tensors that fit a gap below would pile on top instead.
-fn tightest_gap(neighbours: &[(u64, u64)], size: u64, align: u64, cap: u64) -> Option<u64> {
+fn tightest_gap(
+    neighbours: &[(u64, u64)],
+    size: u64,
+    align: u64,
+    cap: u64,
+) -> Option<(u64, Option<u64>)> {
     let mut best: Option<(u64, u64)> = None;
     let mut top = 0u64;
     for &(start, end) in neighbours {
@@ -192,8 +448,8 @@ fn tightest_gap(neighbours: &[(u64, u64)], size: u64, align: u64, cap: u64) -> O
         top = top.max(end);
     }
     let on_top = top.next_multiple_of(align);
-    best.map(|(_, offset)| offset)
-        .or_else(|| (on_top <= cap && cap - on_top >= size).then_some(on_top))
+    best.map(|(gap, offset)| (offset, Some(gap - size)))
+        .or_else(|| (on_top <= cap && cap - on_top >= size).then_some((on_top, None)))
 }
 
 #[cfg(test)]
@@ -248,6 +504,98 @@ mod tests {
             max_arena_bytes: 1024,
         };
         assert!(super::plan(&[], bad).unwrap_err().contains("power of two"));
+    }
+
+    fn d(reads: &[u32], writes: &[u32]) -> Access {
+        Access {
+            reads: reads.to_vec(),
+            writes: writes.to_vec(),
+        }
+    }
+
+    #[test]
+    fn rivals_never_share_an_arena_and_others_do() {
+        // 0 -> 1 -> 2 in a chain, then 3 = 0 + 2, then 0 rewritten from 3 (an
+        // in-place update); 4 lives after all of them and rivals none.
+        let steps = [
+            d(&[0], &[1]),
+            d(&[1], &[2]),
+            d(&[0, 2], &[3]),
+            d(&[3], &[0]),
+        ];
+        let tensors = [
+            t(1000, 0, 6),
+            t(700, 1, 3),
+            t(600, 2, 4),
+            t(500, 3, 6),
+            t(2000, 6, 8),
+        ];
+        let plan = plan_apart(&tensors, &rivals(5, &steps), LIMITS).unwrap();
+        assert_eq!(dispatches_reading_their_arena(&plan, &steps), 0, "{plan:?}");
+        for s in &steps {
+            for r in &s.reads {
+                for w in &s.writes {
+                    let (a, b) = (plan.ranges[*r as usize], plan.ranges[*w as usize]);
+                    assert_ne!(a.arena, b.arena, "{s:?}: {plan:?}");
+                }
+            }
+        }
+        // The step's peak is 4 (2,000 bytes) alone: it takes the room the others
+        // leave, in whichever arena, and nothing grows past the largest set.
+        assert!(plan.reserved() <= 2048 + 1024 + 768, "{plan:?}");
+        // Without rivals one arena does, as `plan` gives it.
+        let one = plan_apart(&tensors, &[], LIMITS).unwrap();
+        assert_eq!(plan_step(&tensors, &[], LIMITS).unwrap(), one);
+        let step = plan_step(&tensors, &steps, LIMITS).unwrap();
+        assert_eq!(dispatches_reading_their_arena(&step, &steps), 0);
+        assert!(step.reserved() <= plan.reserved());
+        assert_eq!(one, super::plan(&tensors, LIMITS).unwrap());
+        assert_eq!(one.arenas.len(), 1);
+        assert_eq!(dispatches_reading_their_arena(&one, &steps), 4);
+    }
+
+    #[test]
+    fn colours_keep_rivals_apart_and_peak_together() {
+        // A chain 0 -> 1 -> 2 -> 3 that first fit colours 0, 1, 0, 1; 4 and 5 are
+        // born after the chain, 4 a rival of 3 and 5 of nothing.
+        let steps = [d(&[0], &[1]), d(&[1], &[2]), d(&[2], &[3]), d(&[3], &[4])];
+        let tensors = [
+            t(400, 0, 6),
+            t(400, 1, 6),
+            t(400, 2, 6),
+            t(400, 3, 6),
+            t(256, 5, 8),
+            t(1024, 6, 8),
+        ];
+        let r = rivals(6, &steps);
+        let colours = colour(&tensors, &r);
+        for (i, rs) in r.iter().enumerate() {
+            for &j in rs {
+                assert_ne!(colours[i], colours[j as usize], "{colours:?}");
+            }
+        }
+        let plan = plan_coloured(&tensors, &colours, LIMITS).unwrap();
+        assert_eq!(dispatches_reading_their_arena(&plan, &steps), 0);
+        // 5 (born when the chain is dead) joins whichever colour it lowers the
+        // peaks of: no colour holds more than its share of the step's peak.
+        let one = super::plan(&tensors, LIMITS).unwrap();
+        assert!(
+            plan.reserved() <= one.reserved() + 256,
+            "{plan:?} against {one:?}"
+        );
+        assert!(plan_coloured(&tensors, &[0; 5], LIMITS).is_err());
+        assert!(plan_coloured(&tensors, &[MAX_COLOURS; 6], LIMITS).is_err());
+    }
+
+    #[test]
+    fn rivals_come_from_reads_against_writes() {
+        let r = rivals(4, &[d(&[0, 1], &[2]), d(&[2], &[2, 3]), d(&[0], &[9])]);
+        assert_eq!(r[0], [2]);
+        assert_eq!(r[1], [2]);
+        assert_eq!(r[2], [0, 1, 3]);
+        assert_eq!(r[3], [2]);
+        // Operands only read together, or only written together, are no rivals.
+        assert!(rivals(3, &[d(&[0, 1, 2], &[])]).iter().all(Vec::is_empty));
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The planner on random steps (proptest): no two tensors live together share a
 //! byte, every range is aligned and inside its arena, no arena passes the device's
-//! limit, and every dispatch's operands are legal under the planned policy's
-//! binding rule (all `read_write`: legal when no two operands overlap).
+//! limit, and every dispatch's operands are legal: under the all-`read_write`
+//! rule when no two operands overlap, and as declared (random dispatches' read
+//! and write sets, [`planner::plan_step`]) when none reads from an arena it
+//! writes.
 //! Native only (proptest).
 #![cfg(not(target_arch = "wasm32"))]
 
 use proptest::prelude::*;
-use tidepool::planner::{self, Lifetime, Limits, MemoryPlan};
+use tidepool::planner::{self, Access, Lifetime, Limits, MemoryPlan};
 
 /// A random step: births and deaths over 64 positions, sizes from 1 byte to 4 KiB.
 fn step() -> impl Strategy<Value = Vec<Lifetime>> {
@@ -70,7 +72,50 @@ fn check(step: &[Lifetime], limits: Limits, plan: &MemoryPlan) -> Result<(), Tes
     Ok(())
 }
 
+/// Random dispatches of `step`: each at a position, reading and writing some of
+/// the tensors live there (an operand is either read or written in one dispatch).
+fn dispatches(step: &[Lifetime], picks: &[(u32, u64)]) -> Vec<Access> {
+    picks
+        .iter()
+        .map(|&(at, mask)| {
+            let live = live_at(step, at);
+            let mut access = Access::default();
+            for (k, &i) in live.iter().enumerate().take(32) {
+                match (mask >> (2 * k)) & 3 {
+                    1 => access.reads.push(i as u32),
+                    2 => access.writes.push(i as u32),
+                    _ => {}
+                }
+            }
+            access
+        })
+        .collect()
+}
+
 proptest! {
+    #[test]
+    fn plans_keeping_rivals_apart_are_legal_as_declared(
+        step in step(),
+        limits in limits(),
+        picks in prop::collection::vec((0u32..64, any::<u64>()), 0..40),
+    ) {
+        let dispatches = dispatches(&step, &picks);
+        let plan = planner::plan_step(&step, &dispatches, limits).expect("plan");
+        check(&step, limits, &plan)?;
+        prop_assert_eq!(planner::dispatches_reading_their_arena(&plan, &dispatches), 0);
+        let rivals = planner::rivals(step.len(), &dispatches);
+        for (i, rs) in rivals.iter().enumerate() {
+            for &j in rs {
+                prop_assert_ne!(plan.ranges[i].arena, plan.ranges[j as usize].arena);
+            }
+        }
+        // With no dispatch to keep apart it is the plain plan.
+        prop_assert_eq!(
+            planner::plan_step(&step, &[], limits).expect("plan"),
+            planner::plan(&step, limits).expect("plan")
+        );
+    }
+
     #[test]
     fn plans_are_legal(step in step(), limits in limits()) {
         let plan = planner::plan(&step, limits).expect("every tensor fits the cap");
