@@ -41,7 +41,7 @@ pub async fn kernel_times(
         time_dispatches: true,
         ..options.clone()
     };
-    let bindings = super::bindings(cfg, &options);
+    let bindings = super::bindings(&options);
     let mut trainer = Trainer::with_options(cfg.clone(), corpus.clone(), options).await?;
     for _ in 0..warmup {
         trainer.step().await?;

@@ -55,7 +55,7 @@ pub async fn policies(
             policy,
             ..cfg.clone()
         };
-        let bindings = super::bindings(&cfg, options);
+        let bindings = super::bindings(options);
         let mut trainer = Trainer::with_options(cfg, corpus.clone(), options.clone()).await?;
         for _ in 0..warmup {
             trainer.step().await?;

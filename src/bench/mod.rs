@@ -20,13 +20,14 @@ pub use pool::{pool_latency, PoolLatencyRow};
 pub use step::{at_once_variants, step_variants, submit_variants, StepRow, STEP_VARIANTS};
 
 use crate::gpu::ContextOptions;
-use crate::pool::SizePolicy;
-use crate::train::{now_ms, TrainConfig};
+use crate::train::now_ms;
 
-/// How a run bound its storage operands: `read_write` under the planned policy or
-/// where forced ([`ContextOptions::read_write_bindings`]), else `declared`.
-fn bindings(cfg: &TrainConfig, options: &ContextOptions) -> &'static str {
-    if options.read_write_bindings || (cfg.pool && cfg.policy == SizePolicy::Planned) {
+/// How a run bound its storage operands: `read_write` where forced
+/// ([`ContextOptions::read_write_bindings`]), else `declared` (under the planned
+/// policy a dispatch that reads from an arena it writes binds `read_write`; the
+/// plan keeps the GEMMs' and attention's operands from doing so).
+fn bindings(options: &ContextOptions) -> &'static str {
+    if options.read_write_bindings {
         "read_write"
     } else {
         "declared"

@@ -26,9 +26,13 @@ use super::slice::Bindable;
 /// all together, each forgotten then).
 pub(crate) type UniformSlot = (usize, u64, u64);
 
+/// A pipeline: its kernel's name (unique per kernel) and whether it binds every
+/// storage operand `read_write` (the pipeline cache's key; the two variants'
+/// layouts differ).
+pub(crate) type PipelineKey = (&'static str, bool);
+
 struct Entry {
-    /// The kernel's name (unique per kernel, like the pipeline cache's key).
-    kernel: &'static str,
+    kernel: PipelineKey,
     uniform: UniformSlot,
     /// The uniform chunk, then the storage buffers at bindings 1...
     buffers: Vec<wgpu::Buffer>,
@@ -38,7 +42,7 @@ struct Entry {
 }
 
 impl Entry {
-    fn binds<B: Bindable>(&self, kernel: &str, uniform: UniformSlot, bound: &[B]) -> bool {
+    fn binds<B: Bindable>(&self, kernel: PipelineKey, uniform: UniformSlot, bound: &[B]) -> bool {
         self.kernel == kernel
             && self.uniform == uniform
             && self.ranges.len() == bound.len()
@@ -66,7 +70,7 @@ pub(crate) struct BindGroupCache {
     by_buffer: FxHashMap<wgpu::Buffer, Vec<u64>>,
 }
 
-fn key_hash<B: Bindable>(kernel: &str, uniform: UniformSlot, bound: &[B]) -> u64 {
+fn key_hash<B: Bindable>(kernel: PipelineKey, uniform: UniformSlot, bound: &[B]) -> u64 {
     let mut h = FxHasher::default();
     kernel.hash(&mut h);
     uniform.hash(&mut h);
@@ -79,12 +83,12 @@ fn key_hash<B: Bindable>(kernel: &str, uniform: UniformSlot, bound: &[B]) -> u64
 }
 
 impl BindGroupCache {
-    /// The bind group of `kernel` with the uniform slot at binding 0 and `bound`
+    /// The bind group of `kernel`'s pipeline with the uniform slot at binding 0 and `bound`
     /// (buffers or ranges of them) at 1... On a miss `create` makes it, given the
     /// slot's chunk from `chunk`. Returns it and whether it was created.
     pub fn get<B: Bindable>(
         &mut self,
-        kernel: &'static str,
+        kernel: PipelineKey,
         uniform: UniformSlot,
         bound: &[B],
         chunk: impl FnOnce() -> wgpu::Buffer,

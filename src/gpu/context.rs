@@ -54,9 +54,11 @@ pub struct ContextOptions {
     /// makes the f16 matmuls panic: a test run there must not pass on the fallback.
     pub f16_core: Option<F16Core>,
     /// Every storage binding `read_write`, and an operand bound twice in a dispatch
-    /// bound to a stand-in the second time, as the planned policy binds, whatever
-    /// the policy: benchmarks only, to time that binding rule apart from the arenas
-    /// (`tidepool bench policies --bindings read-write`).
+    /// bound to a stand-in the second time, in every dispatch, whatever the policy;
+    /// under the planned policy also arenas planned with no regard to which
+    /// tensors a dispatch reads and writes ([`crate::planner::plan_apart`]).
+    /// Benchmarks only, to time that binding
+    /// rule apart from the arenas (`tidepool bench policies --bindings read-write`).
     pub read_write_bindings: bool,
 }
 
@@ -93,8 +95,9 @@ pub struct WgpuContext {
     pub(super) timer: Option<Mutex<DispatchTimer>>,
     /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
     subgroups: bool,
-    /// Every storage binding `read_write`, repeats bound to stand-ins: under the
-    /// planned policy, or forced ([`ContextOptions::read_write_bindings`]).
+    /// Every storage binding `read_write` in every dispatch, repeats bound to
+    /// stand-ins ([`ContextOptions::read_write_bindings`]). Under the planned policy
+    /// without it, only dispatches that read from an arena they write bind so.
     pub(super) read_write_bindings: bool,
     /// The device has subgroups (natively `Features::SUBGROUP`; in the browser the
     /// `subgroups` feature, which wgpu 30 does not report: see web_subgroups.rs).
@@ -189,6 +192,7 @@ impl WgpuContext {
             pool_config,
             options.pooling,
             &limits,
+            !options.read_write_bindings,
         ));
         let timer = options
             .time_dispatches
@@ -203,7 +207,7 @@ impl WgpuContext {
             .unwrap_or_else(|| Target::for_adapter(&info));
         // What the device got (the adapter's, asked for in full above).
         let limits = device.limits();
-        let read_write_bindings = options.read_write_bindings || memory.planned();
+        let read_write_bindings = options.read_write_bindings;
         Ok(WgpuContext {
             device,
             queue,
@@ -434,17 +438,20 @@ impl WgpuContext {
 
     /// The compiled pipeline of `kernel`, built on first use.
     pub fn pipeline(&self, kernel: &Kernel) -> wgpu::ComputePipeline {
-        self.compiled(kernel).pipeline.clone()
+        self.compiled(kernel, self.read_write_bindings)
+            .pipeline
+            .clone()
     }
 
     /// The pipeline of `kernel` and its bind group layout, built on first use.
-    pub(super) fn compiled(&self, kernel: &Kernel) -> Arc<Compiled> {
+    /// `read_write`: the variant binding every storage operand `read_write`.
+    pub(super) fn compiled(&self, kernel: &Kernel, read_write: bool) -> Arc<Compiled> {
         let counters = &self.memory.counters;
         let before = counters.pipelines_created.load(Relaxed);
         let compiled = (self.pipelines).get(
             &self.device,
             kernel,
-            (self.subgroups, self.read_write_bindings),
+            (self.subgroups, read_write),
             &counters.pipelines_created,
         );
         if counters.pipelines_created.load(Relaxed) != before {

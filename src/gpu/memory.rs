@@ -70,15 +70,17 @@ impl MemoryManager {
         pool: BufferPoolConfig,
         pooling: bool,
         limits: &wgpu::Limits,
+        plans_apart: bool,
     ) -> Self {
         let uniform_align = limits.min_uniform_buffer_offset_alignment as usize;
         let plans = (pooling && pool.policy == crate::pool::SizePolicy::Planned).then(|| {
-            StepPlans::new(crate::planner::Limits {
+            let limits = crate::planner::Limits {
                 offset_alignment: u64::from(limits.min_storage_buffer_offset_alignment).max(4),
                 max_arena_bytes: limits
                     .max_storage_buffer_binding_size
                     .min(limits.max_buffer_size),
-            })
+            };
+            StepPlans::new(limits, plans_apart)
         });
         let pool = BufferPool::new(pool);
         // Everything the pool lets go comes back here to be destroyed at a safe time.
@@ -102,8 +104,8 @@ impl MemoryManager {
         }
     }
 
-    /// A small storage buffer bound where a dispatch repeats an operand it does not
-    /// read (planned policy only).
+    /// A small storage buffer bound where a dispatch that binds everything
+    /// `read_write` repeats an operand it does not read.
     pub fn stand_in(&self) -> &wgpu::Buffer {
         self.stand_in.get_or_init(|| {
             let bytes = STAND_IN_SLOT * STAND_IN_SLOTS;
@@ -315,11 +317,11 @@ impl MemoryManager {
                     .fetch_sub(class as u64, Relaxed);
                 let (req, cls) = (len as u64, class as u64);
                 self.event_in_arena(EventKind::Release, (req, cls), (&buffer, offset), 0);
-                let retired = plans.release(tag);
+                let retired = plans.release(tag, &buffer);
                 self.retire_arenas(retired);
                 return;
             }
-            plans.release(tag);
+            plans.release(tag, &buffer);
         }
         let (req, cls) = (len as u64, class as u64);
         let purpose = if recycle {
@@ -413,7 +415,7 @@ impl MemoryManager {
     /// `bind_groups`).
     pub fn bind_group<B: Bindable>(
         &self,
-        kernel: &'static str,
+        (kernel, read_write): (&'static str, bool),
         layout: &wgpu::BindGroupLayout,
         uniform: (usize, u64, std::num::NonZeroU64),
         bound: &[B],
@@ -443,7 +445,7 @@ impl MemoryManager {
         };
         let chunk_buffer = || lock(&self.uniforms).chunk(chunk).clone();
         let (group, created) = lock(&self.bind_groups).get(
-            kernel,
+            (kernel, read_write),
             (chunk, offset, size.get()),
             bound,
             chunk_buffer,

@@ -40,6 +40,9 @@ impl MemoryManager {
             }
             Decision::Pool(tag) => {
                 let (buffer, class) = self.pooled_storage(size);
+                if let Some(plans) = plans {
+                    plans.traced_at(tag, &buffer);
+                }
                 Storage {
                     buffer,
                     offset: 0,
@@ -108,6 +111,14 @@ impl MemoryManager {
         for arena in arenas {
             self.counters.arena_bytes.fetch_sub(arena.size(), Relaxed);
             self.retire(arena, Purpose::Storage, false);
+        }
+    }
+
+    /// A dispatch binds `bound` (buffer, writable): the planned policy's traced
+    /// step records what each dispatch reads and writes.
+    pub fn dispatched<'a>(&self, bound: impl Iterator<Item = (&'a wgpu::Buffer, bool)>) {
+        if let Some(plans) = &self.plans {
+            plans.dispatched(bound);
         }
     }
 

@@ -48,6 +48,7 @@
 
 mod allocation_trace;
 mod bind_groups;
+mod binding_access;
 mod context;
 mod counters;
 mod device;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
+use super::binding_access::read_only_bindings;
 use super::kernel::Kernel;
 use super::lock;
 use super::prelude::source_for;
@@ -16,13 +17,17 @@ use super::prelude::source_for;
 pub(super) struct Compiled {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
+    /// Bit i: the kernel's entry point uses binding i read-only as declared
+    /// ([`read_only_bindings`]), whichever way this pipeline binds it.
+    pub read_only: u64,
 }
 
-/// Pipelines by kernel name, with their bind group layout (asked for once: on the
-/// web each `getBindGroupLayout` call makes a new object).
+/// Pipelines by kernel name and binding rule (every storage binding `read_write`
+/// or not), with their bind group layout (asked for once: on the web each
+/// `getBindGroupLayout` call makes a new object).
 #[derive(Default)]
 pub(super) struct Pipelines {
-    cache: Mutex<FxHashMap<&'static str, Arc<Compiled>>>,
+    cache: Mutex<FxHashMap<(&'static str, bool), Arc<Compiled>>>,
 }
 
 impl Pipelines {
@@ -38,15 +43,14 @@ impl Pipelines {
     ) -> Arc<Compiled> {
         let mut cache = lock(&self.cache);
         cache
-            .entry(kernel.name)
+            .entry((kernel.name, read_write))
             .or_insert_with(|| {
                 created.fetch_add(1, Relaxed);
+                let source = source_for(kernel, subgroups);
+                let read_only = read_only_bindings(&source, kernel.entry);
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(kernel.name),
-                    source: wgpu::ShaderSource::Wgsl(all_read_write(
-                        source_for(kernel, subgroups),
-                        read_write,
-                    )),
+                    source: wgpu::ShaderSource::Wgsl(all_read_write(source, read_write)),
                 };
                 let module = if kernel.unchecked {
                     // SAFETY: `unchecked` kernels guard every index themselves and
@@ -70,7 +74,11 @@ impl Pipelines {
                 });
                 let layout = pipeline.get_bind_group_layout(0);
                 #[allow(clippy::arc_with_non_send_sync)] // wasm32's wgpu types are not Send
-                Arc::new(Compiled { pipeline, layout })
+                Arc::new(Compiled {
+                    pipeline,
+                    layout,
+                    read_only,
+                })
             })
             .clone()
     }
@@ -78,10 +86,11 @@ impl Pipelines {
 
 /// `source` with its read-only storage bindings made `read_write` (where `on`).
 ///
-/// The planned policy places a step's tensors in one arena, and WebGPU (and wgpu
-/// natively) refuses a buffer bound both read-only and writable in one dispatch,
-/// even on disjoint ranges. Bindings that are all `read_write` form one usage, which
-/// is allowed; live tensors' ranges never overlap, so no two bindings alias.
+/// Under the planned policy a dispatch may read a tensor of the arena it writes,
+/// and WebGPU (and wgpu natively) refuses a buffer bound both read-only and
+/// writable in one dispatch, even on disjoint ranges. Bindings that are all
+/// `read_write` form one usage, which is allowed; live tensors' ranges never
+/// overlap, so no two bindings alias.
 pub(super) fn all_read_write(source: Cow<'static, str>, on: bool) -> Cow<'static, str> {
     const READ: &str = "var<storage, read>";
     if on && source.contains(READ) {

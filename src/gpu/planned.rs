@@ -1,6 +1,8 @@
 //! The planned policy's bookkeeping: the first step is traced on the pool, its
-//! storage requests planned ([`crate::planner`]), and each later step's requests
-//! take their planned ranges of a few arenas, in request order.
+//! storage requests and each dispatch's read and written tensors recorded, the
+//! tensors planned with rivals in different arenas ([`crate::planner`]), and each
+//! later step's requests take their planned ranges of a few arenas, in request
+//! order.
 //!
 //! Safety, in the pool's terms (rules 1 and 2 of [`crate::gpu`]): a range is handed
 //! to request `i` only while no live tensor holds a byte of it (checked on every
@@ -11,7 +13,11 @@
 //! A tensor that outlived the traced step is never planned: the next step would
 //! write over it.
 
-use crate::planner::{self, Lifetime, Limits, MemoryPlan, Range};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+use rustc_hash::FxHashMap;
+
+use crate::planner::{self, Access, Lifetime, Limits, MemoryPlan, Range};
 
 /// What became of a storage request, and what its `PooledBuffer` reports on drop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +84,10 @@ struct State {
     cursor: usize,
     /// The step being traced: each request's size, birth and death (event positions).
     trace: Option<Vec<(u64, u32, Option<u32>)>>,
+    /// The traced step's live tensors by buffer (the pool's: one tensor a buffer).
+    traced_buffers: FxHashMap<wgpu::Buffer, u32>,
+    /// The traced step's dispatches: the requests each read and wrote.
+    accesses: Vec<Access>,
     trace_id: u32,
     clock: u32,
     active: Option<Active>,
@@ -92,13 +102,20 @@ struct State {
 /// The planned policy of one context: see the module docs.
 pub(crate) struct StepPlans {
     limits: Limits,
+    /// Keep rivals in different arenas ([`planner::plan_step`]); `false`: plan as
+    /// if none were, for contexts that bind every dispatch `read_write`.
+    apart: bool,
+    /// A step is being traced: dispatches report what they bind.
+    tracing: AtomicBool,
     state: std::sync::Mutex<State>,
 }
 
 impl StepPlans {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: Limits, apart: bool) -> Self {
         StepPlans {
             limits,
+            apart,
+            tracing: AtomicBool::new(false),
             state: Default::default(),
         }
     }
@@ -122,6 +139,9 @@ impl StepPlans {
         }
         s.stale = false;
         s.trace = Some(Vec::new());
+        s.traced_buffers.clear();
+        s.accesses.clear();
+        self.tracing.store(self.apart, Relaxed);
         s.trace_id += 1;
         s.clock = 0;
         let mut retired = Vec::new();
@@ -186,13 +206,52 @@ impl StepPlans {
         (Decision::Pool(Tag::Pooled), Foresight::Miss)
     }
 
-    /// A tensor died; returns arenas that no tensor uses any more.
-    pub fn release(&self, tag: Tag) -> Vec<wgpu::Buffer> {
+    /// The pool gave `buffer` to a request tagged `tag`: a traced one is looked up
+    /// by its buffer when dispatches bind it.
+    pub fn traced_at(&self, tag: Tag, buffer: &wgpu::Buffer) {
+        if let Tag::Traced { trace, index } = tag {
+            let mut s = self.state();
+            if trace == s.trace_id && s.trace.is_some() && self.apart {
+                s.traced_buffers.insert(buffer.clone(), index);
+            }
+        }
+    }
+
+    /// A dispatch of the traced step binds `bound`: each buffer and whether the
+    /// binding is writable. Cheap when no step is traced (one relaxed load).
+    pub fn dispatched<'a>(&self, bound: impl Iterator<Item = (&'a wgpu::Buffer, bool)>) {
+        if !self.tracing.load(Relaxed) {
+            return;
+        }
+        let mut s = self.state();
+        let mut access = Access::default();
+        for (buffer, writable) in bound {
+            if let Some(&index) = s.traced_buffers.get(buffer) {
+                let set = if writable {
+                    &mut access.writes
+                } else {
+                    &mut access.reads
+                };
+                if !set.contains(&index) {
+                    set.push(index);
+                }
+            }
+        }
+        if !access.reads.is_empty() && !access.writes.is_empty() {
+            s.accesses.push(access);
+        }
+    }
+
+    /// A tensor at `buffer` died; returns arenas that no tensor uses any more.
+    pub fn release(&self, tag: Tag, buffer: &wgpu::Buffer) -> Vec<wgpu::Buffer> {
         let mut s = self.state();
         match tag {
             Tag::Pooled => Vec::new(),
             Tag::Traced { trace, index } => {
                 let clock = s.clock;
+                if s.traced_buffers.get(buffer) == Some(&index) {
+                    s.traced_buffers.remove(buffer);
+                }
                 if trace == s.trace_id {
                     if let Some(entry) = s.trace.as_mut().and_then(|t| t.get_mut(index as usize)) {
                         entry.2 = Some(clock);
@@ -236,18 +295,36 @@ impl StepPlans {
         let Some(trace) = s.trace.take() else {
             return Vec::new();
         };
+        self.tracing.store(false, Relaxed);
+        s.traced_buffers.clear();
+        let accesses = std::mem::take(&mut s.accesses);
         let planned: Vec<Lifetime> = trace
             .iter()
             .filter_map(|&(size, birth, death)| death.map(|death| Lifetime { size, birth, death }))
             .collect();
-        match planner::plan(&planned, self.limits) {
+        // Plan index of each traced request (meaningful where it died in the step).
+        let mut slot = Vec::with_capacity(trace.len());
+        let mut next = 0;
+        for &(_, _, death) in &trace {
+            slot.push(next);
+            next += usize::from(death.is_some());
+        }
+        let to_plan = |set: &[u32]| -> Vec<u32> {
+            set.iter()
+                .filter(|&&i| trace.get(i as usize).is_some_and(|t| t.2.is_some()))
+                .map(|&i| slot[i as usize] as u32)
+                .collect()
+        };
+        let accesses: Vec<Access> = accesses
+            .iter()
+            .map(|a| Access {
+                reads: to_plan(&a.reads),
+                writes: to_plan(&a.writes),
+            })
+            .collect();
+        let accesses: &[Access] = if self.apart { &accesses } else { &[] };
+        match planner::plan_step(&planned, accesses, self.limits) {
             Ok(plan) => {
-                let mut slot = Vec::with_capacity(trace.len());
-                let mut next = 0;
-                for &(_, _, death) in &trace {
-                    slot.push(next);
-                    next += usize::from(death.is_some());
-                }
                 s.plans_made += 1;
                 let arenas = plan.arenas.clone();
                 s.active = Some(Active {

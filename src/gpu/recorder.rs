@@ -19,9 +19,10 @@ pub(crate) struct Recorder {
     pub dispatches: u32,
     /// Parts of the open scope submitted so far (`submit_every`).
     pub parts: u32,
-    /// The kernel whose pipeline the open pass has set, if any: a dispatch of the same
-    /// kernel skips `set_pipeline` (a WebGPU call of 1-2 us through Dawn).
-    pub pipeline_set: Option<&'static str>,
+    /// The kernel whose pipeline the open pass has set, if any, and whether that
+    /// pipeline binds everything `read_write`: a dispatch of the same pipeline skips
+    /// `set_pipeline` (a WebGPU call of 1-2 us through Dawn).
+    pub pipeline_set: Option<(&'static str, bool)>,
     /// The open outermost scope goes out in one submit, whatever `submit_every`
     /// ([`super::WgpuContext::scope_in_one_submit`]).
     pub whole: bool,

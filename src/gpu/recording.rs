@@ -152,16 +152,34 @@ impl WgpuContext {
         bound: &[B],
         workgroups: [u32; 3],
     ) {
-        let compiled = self.compiled(kernel);
+        let declared = self.compiled(kernel, self.read_write_bindings);
+        let read_write = self.read_write_bindings
+            || (self.memory.planned() && reads_what_it_writes(declared.read_only, bound));
+        let compiled = if read_write && !self.read_write_bindings {
+            self.compiled(kernel, true)
+        } else {
+            declared
+        };
         let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
-        let bind_group = if self.read_write_bindings {
+        let key = (kernel.name, read_write);
+        let bind_group = if read_write {
+            let counters = &self.memory.counters;
+            counters.read_write_dispatches.fetch_add(1, Relaxed);
+            if kernel.unchecked {
+                counters.read_write_hot_dispatches.fetch_add(1, Relaxed);
+            }
             let stand_in = self.memory.stand_in();
             let slices = without_repeats(bound, stand_in);
-            self.memory
-                .bind_group(kernel.name, &compiled.layout, slot, &slices)
+            self.memory.bind_group(key, &compiled.layout, slot, &slices)
         } else {
-            self.memory
-                .bind_group(kernel.name, &compiled.layout, slot, bound)
+            if kernel.unchecked {
+                self.memory
+                    .dispatched(bound.iter().enumerate().map(|(i, b)| {
+                        let read_only = compiled.read_only & (1u64 << (i + 1).min(63)) != 0;
+                        (b.slice().buffer(), !read_only)
+                    }));
+            }
+            self.memory.bind_group(key, &compiled.layout, slot, bound)
         };
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
         if self.memory.trace.on() {
@@ -193,8 +211,8 @@ impl WgpuContext {
                 rec.pass = Some(pass);
                 rec.pipeline_set = None;
             }
-            let same_pipeline = rec.pipeline_set == Some(kernel.name);
-            rec.pipeline_set = Some(kernel.name);
+            let same_pipeline = rec.pipeline_set == Some(key);
+            rec.pipeline_set = Some(key);
             let pass = rec.pass.as_mut().expect("just opened");
             if !same_pipeline {
                 pass.set_pipeline(&compiled.pipeline);
@@ -261,6 +279,26 @@ impl WgpuContext {
     pub(crate) fn last_submit(&self) -> Option<wgpu::SubmissionIndex> {
         lock(&self.last_submit).clone()
     }
+}
+
+/// Whether a dispatch binding `bound` at bindings 1... (bit i of `read_only`:
+/// binding i is read-only) reads from a buffer it also binds writable, which WebGPU
+/// refuses even on disjoint ranges: then the dispatch binds everything
+/// `read_write`. Under the planned policy only arenas are shared like that; the
+/// plan keeps a dispatch's rivals in different arenas
+/// ([`crate::planner::plan_apart`]), so a step that goes as traced never does.
+fn reads_what_it_writes<B: Bindable>(read_only: u64, bound: &[B]) -> bool {
+    let read = |i: usize| read_only & (1u64 << (i + 1).min(63)) != 0;
+    bound
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| read(i))
+        .any(|(i, r)| {
+            bound
+                .iter()
+                .enumerate()
+                .any(|(j, w)| j != i && !read(j) && w.slice().buffer() == r.slice().buffer())
+        })
 }
 
 /// `bound` with every range bound a second time replaced by a range of `stand_in`
