@@ -263,9 +263,7 @@ def memory(s):
             for r in s.rows(run, b):
                 if "peak_bytes_reserved" not in r:
                     continue
-                if run.endswith("read_write") and r.get("policy") == "planned":
-                    continue  # planned binds read_write in every run: measured above
-                bound = ", read_write" if r.get("bindings") == "read_write" and r.get("policy") != "planned" else ""
+                bound = ", read_write" if r.get("bindings") == "read_write" else ""
                 name = f"tidepool {r.get('policy', '')}{bound} ({where})" + (" (earlier build)" if b == "against" else "")
                 steady.append([name, r.get("preset", ""), gb(r["peak_bytes_reserved"]), gb(r["peak_bytes_requested"]),
                                f(r["ratio"]), f(r.get("ms_per_step"), 2)])
@@ -283,11 +281,13 @@ def memory(s):
 
 
 def kernels_by_binding(s):
-    """GPU ms a step per kernel under pow2/8 as declared, pow2/8 bound read_write and
-    planned: the first difference is the binding rule's cost, the second the arenas'."""
+    """GPU ms a step per kernel under pow2/8 as declared, pow2/8 bound read_write,
+    planned bound read_write (one set of arenas) and planned as declared (rivals
+    apart): the first difference is the binding rule's cost, the second the arenas',
+    the last what keeping the hot kernels' operands apart wins back."""
     out = []
     runs = (("kernels_pow2_8_declared", "pow2/8"), ("kernels_pow2_8_read_write", "pow2/8, read_write"),
-            ("kernels_planned_read_write", "planned"))
+            ("kernels_planned_read_write", "planned, read_write"), ("kernels_planned_declared", "planned"))
     for b, (prefix, where) in ((b, w) for b in s.builds() for w in (("", "native"), ("dawn_", "Dawn"))):
         ms = {label: {r["kernel"]: r for r in s.rows(prefix + run, b) if "kernel" in r} for run, label in runs}
         base = ms["pow2/8"]
@@ -297,16 +297,17 @@ def kernels_by_binding(s):
         rows = []
         for k in kernels:
             got = [ms[label].get(k, {}).get("ms_per_step") for _, label in runs]
-            d_rw = got[1] - got[0] if None not in got[:2] else None
-            d_plan = got[2] - got[1] if None not in got[1:] else None
-            rows.append([k, f(base[k]["launches_per_step"], 0)] + [f(x) for x in got] + [f(d_rw), f(d_plan)])
+            diff = lambda a, b: got[a] - got[b] if None not in (got[a], got[b]) else None
+            rows.append([k, f(base[k]["launches_per_step"], 0)] + [f(x) for x in got]
+                        + [f(diff(1, 0)), f(diff(2, 1)), f(diff(3, 0))])
         steps = [f(next(iter(ms[label].values()), {}).get("step_ms"), 2) for _, label in runs]
         out.append(f"{where}: GPU ms a step per kernel, every dispatch timed in a pass of its own (step ms, timed: "
                    + ", ".join(f"{label} {st}" for (_, label), st in zip(runs, steps))
                    + (")" if b == "this" else ", earlier build)") + "; read_write - declared is what the binding "
-                   "rule costs a kernel, planned - read_write what the arenas' ranges cost:\n\n"
-                   + table(["kernel", "launches", "pow2/8", "pow2/8, read_write", "planned",
-                            "read_write - declared", "planned - read_write"], rows))
+                   "rule costs a kernel, planned rw - pow2/8 rw what the arenas' ranges cost, planned - pow2/8 "
+                   "what the planned policy costs as it runs:\n\n"
+                   + table(["kernel", "launches", "pow2/8", "pow2/8, read_write", "planned, read_write", "planned",
+                            "read_write - declared", "planned rw - pow2/8 rw", "planned - pow2/8"], rows))
     return out
 
 

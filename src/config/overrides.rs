@@ -108,7 +108,8 @@ pub struct Overrides {
         arg(long, help_heading = "Pool")
     )]
     pub pool: Option<bool>,
-    /// Size classes: pow2, pow2/N (N a power of two up to 1024) or exact.
+    /// Size policy: pow2, pow2/N (N a power of two up to 1024), exact, or planned
+    /// (after one traced step, each tensor at a planned range of a few arenas).
     #[cfg_attr(
         all(feature = "cli", not(target_arch = "wasm32")),
         arg(long, help_heading = "Pool")
