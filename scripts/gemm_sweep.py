@@ -18,7 +18,7 @@ import sys
 from collections import defaultdict
 
 F32 = ["tiled", "splitk", "narrow"]
-F16 = ["f16", "f16-splitk", "coop", "coop-splitk", "coop2", "coop2-splitk"]
+F16 = ["f16", "f16-splitk", "coop", "coop-splitk", "coop2", "coop2-splitk", "coop3", "coop3-splitk"]
 
 
 def ident(name):

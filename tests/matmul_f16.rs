@@ -4,7 +4,7 @@
 //! the adapter has no shader-f16; and, natively, the tensor-core shaders compiled to
 //! SPIR-V by naga (no device here runs them).
 //!
-//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` (or `coop2`) in
+//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` (or `coop2`, `coop3`) in
 //! the test's environment makes its f16 context force that tensor-core core
 //! (`ContextOptions::f16_core`): the test then fails unless that core runs.
 
@@ -131,14 +131,16 @@ fn check(what: &str, got: &[f32], want: &[f32], exact: &[f32], tol: f32, seed: u
 // ---- contexts ----
 
 /// The tensor-core core the test's environment asks for: `TIDEPOOL_F16_CORE`
-/// natively (`coop`, `coop2` or `fallback`), none in the browser.
+/// natively (a name of [`F16Core::ALL`]), none in the browser.
 fn forced_core() -> Option<F16Core> {
     #[cfg(not(target_arch = "wasm32"))]
     if let Ok(value) = std::env::var("TIDEPOOL_F16_CORE") {
         let core = F16Core::parse(value.trim());
+        let names: Vec<&str> = F16Core::ALL.iter().map(|c| c.name()).collect();
         assert!(
             core.is_some(),
-            "TIDEPOOL_F16_CORE={value:?} is none of coop, coop2, fallback"
+            "TIDEPOOL_F16_CORE={value:?} is none of {}",
+            names.join(", ")
         );
         return core;
     }
@@ -178,14 +180,9 @@ async fn f16_context() -> Option<WgpuContext> {
 /// The f16 variants `ctx` runs: the tensor-core ones only where it has them, and
 /// then certainly when the context forces one.
 fn variants(ctx: &WgpuContext) -> Vec<MatmulVariant> {
-    for (core, variant) in [
-        (F16Core::Coop, MatmulVariant::Coop { split: false }),
-        (F16Core::Coop2, MatmulVariant::Coop2 { split: false }),
-    ] {
-        if ctx.f16_core() == Some(core) {
-            if let Err(why) = variant.runs_on(ctx) {
-                panic!("the context forces the {} core, but {why}", core.name());
-            }
+    if let Some(core) = ctx.f16_core() {
+        if let Err(why) = MatmulVariant::of_core(core, false).runs_on(ctx) {
+            panic!("the context forces the {} core, but {why}", core.name());
         }
     }
     MatmulVariant::F16_ALL
@@ -500,8 +497,9 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ),
     ];
 
-    /// The same for the C2 core (row- and column-major fragments).
-    const COOP2_RULES: &[(&str, &str)] = &[
+    /// The same for the C2 core and matmul_coop3.wgsl (row- and column-major
+    /// fragments, the same names).
+    const FRAGMENT_RULES: &[(&str, &str)] = &[
         ("-> coop_mat16x16<f16, A>", "-> vec3<u32>"),
         ("-> coop_mat16x16<f16, B>", "-> vec3<u32>"),
         ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
@@ -614,7 +612,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
 
     #[test]
     fn coop2_core_logic_on_emulated_matrices() {
-        pollster::block_on(body("coop2", COOP2_RULES))
+        pollster::block_on(body("coop2", FRAGMENT_RULES))
+    }
+
+    #[test]
+    fn coop3_core_logic_on_emulated_matrices() {
+        pollster::block_on(body("coop3", FRAGMENT_RULES))
     }
 
     async fn body(core: &str, rules: &[(&str, &str)]) {
@@ -630,9 +633,9 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         let mut rng = Rng::new(seed);
         // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
         // multiples of 4 past one tile and one 32-deep step in every product, so that
-        // the C2 core's first tile takes its unguarded interior path for
-        // whole steps (with and without a split) and the other tiles and the last
-        // step the guarded one.
+        // the first tile of the C2 and C3 cores takes its unguarded interior path
+        // for whole steps (with and without a split) and the other tiles and the
+        // last step the guarded one.
         let extra = (1 + rng.below(200), 1 + rng.below(100), 1 + rng.below(200));
         let aligned = (
             132 + 4 * rng.below(40),
