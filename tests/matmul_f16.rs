@@ -497,9 +497,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ),
     ];
 
-    /// The same for the C2 core and matmul_coop3.wgsl (row- and column-major
-    /// fragments, the same names).
-    const FRAGMENT_RULES: &[(&str, &str)] = &[
+    /// The same for the C2 core (row- and column-major fragments).
+    const COOP2_RULES: &[(&str, &str)] = &[
         ("-> coop_mat16x16<f16, A>", "-> vec3<u32>"),
         ("-> coop_mat16x16<f16, B>", "-> vec3<u32>"),
         ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
@@ -514,6 +513,36 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ),
     ];
 
+    /// The same for matmul_coop3.wgsl: C2's fragment loads (the same names), and its
+    /// output staged a 16x64 strip at a time.
+    fn coop3_rules() -> Vec<(&'static str, &'static str)> {
+        let staging = "coopStoreT(acc, &Cs[s * 256u], 16u);";
+        let mut rules: Vec<_> = COOP2_RULES
+            .iter()
+            .copied()
+            .filter(|&(from, _)| from != staging)
+            .collect();
+        rules.extend([
+            (
+                "coopStoreT(acc0, &Cs[at], STRIP_LD);",
+                "emu_store_cs(acc0, at, STRIP_LD, lane);",
+            ),
+            (
+                "coopStoreT(acc1, &Cs[at + 16u], STRIP_LD);",
+                "emu_store_cs(acc1, at + 16u, STRIP_LD, lane);",
+            ),
+            (
+                "coopStoreT(acc2, &Cs[at + 32u], STRIP_LD);",
+                "emu_store_cs(acc2, at + 32u, STRIP_LD, lane);",
+            ),
+            (
+                "coopStoreT(acc3, &Cs[at + 48u], STRIP_LD);",
+                "emu_store_cs(acc3, at + 48u, STRIP_LD, lane);",
+            ),
+        ]);
+        rules
+    }
+
     /// `source` with each cooperative operation replaced by its emulation (`core`:
     /// the core's own rules); panics if a pattern is missing (the core changed:
     /// update the rewrite).
@@ -521,7 +550,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         let common = [
             ("enable wgpu_cooperative_matrix;\n", ""),
             ("coop_mat16x16<f32, C>()", "Emu8()"),
-            ("acc: coop_mat16x16<f32, C>", "acc: Emu8"),
+            // The accumulators' type where the staging takes them.
+            ("coop_mat16x16<f32, C>", "Emu8"),
             ("coopMultiplyAdd(", "emu_mma(lane, "),
             (
                 "    @builtin(subgroup_id) s: u32,\n    @builtin(subgroup_invocation_id) lane: u32,\n    @builtin(subgroup_size) width: u32,\n) {\n",
@@ -612,12 +642,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
 
     #[test]
     fn coop2_core_logic_on_emulated_matrices() {
-        pollster::block_on(body("coop2", FRAGMENT_RULES))
+        pollster::block_on(body("coop2", COOP2_RULES))
     }
 
     #[test]
     fn coop3_core_logic_on_emulated_matrices() {
-        pollster::block_on(body("coop3", FRAGMENT_RULES))
+        pollster::block_on(body("coop3", &coop3_rules()))
     }
 
     async fn body(core: &str, rules: &[(&str, &str)]) {

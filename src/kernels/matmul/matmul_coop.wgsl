@@ -26,8 +26,7 @@
 // accumulators, 2 A and 4 B fragments a 16-deep product. The next step's global
 // loads are issued before this step's math (two shared buffers, one barrier a
 // step). At the end each accumulator goes through workgroup memory, 16x16 floats a
-// subgroup at a time, to the prelude's write4 (bias, epilogues, split slices:
-// matmul_coop_flush.wgsl's `flush`).
+// subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
 //
 // A_SCALE: the A operand is multiplied by it (a power of two) before rounding and
 // the sums by 1 / A_SCALE after: in the backward GEMMs A is a gradient, whose
@@ -142,6 +141,19 @@ fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2     }
 #C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[buf * BUF + kk * LD_MN + col], LD_MN);
 #C2 }
+
+// Through this subgroup's 16x16 staging block to write4: lane l writes rows
+// (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4.
+fn flush(z: u32, s: u32, lane: u32, width: u32, r0: u32, c0: u32, acc: coop_mat16x16<f32, C>) {
+    coopStoreT(acc, &Cs[s * 256u], 16u);
+    workgroupBarrier();
+    for (var i = lane; i < 64u; i += width) {
+        let at = s * 256u + (i / 4u) * 16u + (i % 4u) * 4u;
+        let v = vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]) * (1.0 / A_SCALE);
+        write4(z, r0 + i / 4u, c0 + (i % 4u) * 4u, v);
+    }
+    workgroupBarrier();
+}
 
 @compute @workgroup_size(256)
 fn main(

@@ -13,7 +13,7 @@
 //   - gives each subgroup a 64x64 block: 4 x 4 accumulators, so each A fragment
 //     serves 4 MMAs and each B fragment 4: 8 fragment loads for 16 MMAs (0.5 an MMA);
 //   - runs 4 subgroups (128 threads) on a 128x128 tile, so the grid, the splits and
-//     the edges are C2's, and keeps workgroup memory at 28 KiB and the registers
+//     the edges are C2's, and keeps workgroup memory at 42 KiB and the registers
 //     (a lane holds 128 floats of accumulators, 32 registers of fragments, 32 of
 //     the next step's operands) under 255 a thread: two workgroups share an SM,
 //     and one computes while the other waits at its barrier;
@@ -31,18 +31,20 @@
 // both, the 8 16-byte rows one fragment load reads at a time fall in distinct banks.
 //
 // Subgroup s owns rows (s / 2) * 64 .. + 64 and columns (s % 2) * 64 .. + 64 of the
-// tile. At the end each accumulator goes through the subgroup's 16x16 block of
-// workgroup memory to the prelude's write4 (bias, epilogues, split slices:
-// matmul_coop_flush.wgsl's `flush`). The
-// operand buffers cannot hold that staging: they are f16 and a cooperative store of
-// an f32 accumulator needs an f32 array; nor can fewer subgroups stage at a time:
-// cooperative stores need uniform control flow.
+// tile. At the end each row of 4 accumulators goes through the subgroup's 16x64
+// strip of workgroup memory to the prelude's write4 (bias, epilogues, split
+// slices): 4 barrier pairs, not 16, and each turn of a subgroup's lanes covers two
+// whole 256-byte rows of the output. The operand buffers cannot hold that
+// staging: they are f16 and a cooperative store of an f32 accumulator needs an f32
+// array; nor can fewer subgroups stage at a time: cooperative stores need uniform
+// control flow.
 //
 // A_SCALE: A is multiplied by it before rounding and the sums by 1 / A_SCALE after
 // (matmul_coop.wgsl says why).
 //
-// Shared: A and B 2 x 3072 halves each (12 KiB each), the staging 4 x 256 floats
-// (4 KiB): 28 KiB (`MatmulVariant::workgroup_bytes`).
+// Shared: A and B 2 x 3072 halves each (12 KiB each), the staging 4 x 16 x 72 floats
+// (18 KiB): 42 KiB (`MatmulVariant::workgroup_bytes`), 84 KiB for two workgroups
+// of an SM's 228.
 
 const BM: u32 = 128u;
 const BN: u32 = 128u;
@@ -55,7 +57,13 @@ const BUF: u32 = 3072u;
 
 var<workgroup> As: array<f16, 6144>;
 var<workgroup> Bs: array<f16, 6144>;
-var<workgroup> Cs: array<f32, 1024>;
+// Row stride of the staging strips in floats: the 8-byte stores of half a subgroup
+// (4 rows of a 16x16 accumulator) fall in distinct banks, and rows stay 16-byte
+// aligned for the vec4 reads.
+const STRIP_LD: u32 = 72u;
+// Floats of one subgroup's strip: 16 * STRIP_LD.
+const STRIP: u32 = 1152u;
+var<workgroup> Cs: array<f32, 4608>;
 
 // One step's operands as the hooks return them: calls for thread indices t (0, 1)
 // and t + 128 (2, 3) at k offsets 0 (0, 2) and 8 (1, 3).
@@ -67,11 +75,13 @@ struct Step {
 // Where hook thread index u's 4 halves of k offsets k8 .. k8 + 8 go in a buffer: row
 // u / 2, k offsets (u % 2) * 4 .. + 4 along k, else k offset u / 32, rows or
 // columns (u % 32) * 4 .. + 4.
+// Rounded down to a multiple of 4 (which it already is): the 4 halves are 8-byte
+// aligned.
 fn slot(along_k: bool, buf: u32, k8: u32, u: u32) -> u32 {
     if (along_k) {
-        return buf * BUF + (u / 2u) * LD_K + k8 + (u % 2u) * 4u;
+        return (buf * BUF + (u / 2u) * LD_K + k8 + (u % 2u) * 4u) & ~3u;
     }
-    return buf * BUF + (k8 + u / 32u) * LD_MN + (u % 32u) * 4u;
+    return (buf * BUF + (k8 + u / 32u) * LD_MN + (u % 32u) * 4u) & ~3u;
 }
 
 fn put_a(buf: u32, k8: u32, u: u32, v: vec4<f32>) {
@@ -129,6 +139,26 @@ fn frag_b(buf: u32, col: u32) -> coop_mat16x16<f16, B> {
     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[buf * BUF + col], LD_MN);
 }
 
+// Accumulators acc0 .. acc3 (rows r0 .. + 16, columns c0 .. + 64) through this
+// subgroup's strip to write4: lane l writes row (l + i * width) / 16, columns
+// ((l + i * width) % 16) * 4 .. + 4.
+fn flush_strip(z: u32, s: u32, lane: u32, width: u32, r0: u32, c0: u32,
+    acc0: coop_mat16x16<f32, C>, acc1: coop_mat16x16<f32, C>,
+    acc2: coop_mat16x16<f32, C>, acc3: coop_mat16x16<f32, C>) {
+    let at = s * STRIP;
+    coopStoreT(acc0, &Cs[at], STRIP_LD);
+    coopStoreT(acc1, &Cs[at + 16u], STRIP_LD);
+    coopStoreT(acc2, &Cs[at + 32u], STRIP_LD);
+    coopStoreT(acc3, &Cs[at + 48u], STRIP_LD);
+    workgroupBarrier();
+    for (var i = lane; i < 256u; i += width) {
+        let q = at + (i / 16u) * STRIP_LD + (i % 16u) * 4u;
+        let v = vec4<f32>(Cs[q], Cs[q + 1u], Cs[q + 2u], Cs[q + 3u]) * (1.0 / A_SCALE);
+        write4(z, r0 + i / 16u, c0 + (i % 16u) * 4u, v);
+    }
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(128)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -172,5 +202,5 @@ fn main(
         workgroupBarrier();
     }
 
-    flush(z, s, lane, width, m0 + sm + #Iu * 16u, n0 + sn + #Ju * 16u, c#I#J);
+    flush_strip(z, s, lane, width, m0 + sm + #Iu * 16u, n0 + sn, c#I0, c#I1, c#I2, c#I3);
 }

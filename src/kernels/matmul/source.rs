@@ -45,8 +45,6 @@ const COOP_TAGS: &[&str] = &["C1", "C2"];
 /// `Coop3`'s core, its 4 x 4 accumulators written out by [`unroll`] (`#I` the row of
 /// 16x16 blocks, `#J` the column).
 const COOP3: &str = include_str!("matmul_coop3.wgsl");
-/// The tensor-core cores' output staging (`flush`), joined after each.
-const COOP_FLUSH: &str = include_str!("matmul_coop_flush.wgsl");
 /// The CPU adapters' core, its rows written out by [`unroll`].
 const CPU: &str = include_str!("matmul_cpu.wgsl");
 
@@ -139,7 +137,7 @@ const CORES: [Core; 8] = [
         ],
         enable: COOP_ENABLE,
         f16: true,
-        own: |_| select(COOP, COOP_TAGS, &["C1"]) + COOP_FLUSH,
+        own: |_| select(COOP, COOP_TAGS, &["C1"]),
     },
     Core {
         names: [
@@ -149,7 +147,7 @@ const CORES: [Core; 8] = [
         ],
         enable: COOP_ENABLE,
         f16: true,
-        own: |_| select(COOP, COOP_TAGS, &["C2"]) + COOP_FLUSH,
+        own: |_| select(COOP, COOP_TAGS, &["C2"]),
     },
     Core {
         names: [
@@ -159,7 +157,7 @@ const CORES: [Core; 8] = [
         ],
         enable: COOP_ENABLE,
         f16: true,
-        own: |_| unroll(&unroll(COOP3, "#I", 4), "#J", 4) + COOP_FLUSH,
+        own: |_| unroll(&unroll(COOP3, "#I", 4), "#J", 4),
     },
 ];
 
