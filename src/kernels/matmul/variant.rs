@@ -43,9 +43,10 @@ pub const MAX_SPLIT_STEPS: usize = 16_384;
 /// matmul_reduce.wgsl).
 pub(super) const COLSUM_COLS: usize = 64;
 
-/// Whether the launchers' default tensor-core core is `Coop2` (deeper k steps,
-/// unguarded interior loads) rather than `Coop` (both from matmul_coop.wgsl).
-const DEFAULT_COOP2: bool = true;
+/// The launchers' tensor-core core where the device runs it (else `Coop`, the one
+/// with the fewest needs): `Coop2` (matmul_coop.wgsl's deeper k steps, unguarded
+/// interior loads), chosen on the H200's figures (`scripts/gpu-run.sh gemm-sweep`).
+const DEFAULT_TENSOR_CORE: F16Core = F16Core::Coop2;
 
 /// How a GEMM is computed. Every variant gives the same results up to f32 rounding
 /// (each is checked against the CPU reference by the op-parity tests).
@@ -185,11 +186,19 @@ impl MatmulVariant {
                 }
                 forced
             }
-            None if coop_supported(ctx).is_err() => F16Core::Fallback,
-            None if DEFAULT_COOP2 && coop2_supported(ctx).is_ok() => F16Core::Coop2,
-            None => F16Core::Coop,
+            None => Self::default_core(ctx),
         };
         Self::of_core(core, split)
+    }
+
+    /// The f16 core of `ctx` unless it forces one: [`DEFAULT_TENSOR_CORE`] where the
+    /// device runs it, else `Coop` where it has tensor cores, else the fallback.
+    fn default_core(ctx: &WgpuContext) -> F16Core {
+        let runs = |core| Self::of_core(core, false).runs_on(ctx).is_ok();
+        [DEFAULT_TENSOR_CORE, F16Core::Coop]
+            .into_iter()
+            .find(|&core| runs(core))
+            .unwrap_or(F16Core::Fallback)
     }
 
     /// The f16 variant of `core`, split-K or not.
