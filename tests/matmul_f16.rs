@@ -602,9 +602,11 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         scale: f32,
     }
 
-    /// `FUSE_BIAS` and `FUSE_GELU_INP` in matmul_fuse.wgsl.
+    /// Bits of `flags` in matmul_fuse.wgsl.
     const FUSE_BIAS: u32 = 1;
     const FUSE_GELU_INP: u32 = 2;
+    const FUSE_RESIDUAL: u32 = 4;
+    const FUSE_GELU_GRAD: u32 = 16;
 
     fn params(m: usize, n: usize, k: usize, k_chunk: usize, flags: u32) -> Params {
         let u = |x: usize| x as u32;
@@ -704,6 +706,45 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let want = forward_ref(&inp, &weight, Some(&bias), rows, k, n);
             let err = max_rel_error(&got, &want);
             assert!(err <= FWD_TOL, "forward {what}: {err:e} (seed {seed})");
+
+            // The epilogues, in write4 after the staging: a residual branch's end
+            // (forward) and the gradient through a fused GELU (dinp).
+            let resid = rng.vec(rows * n, -1.0, 1.0);
+            let g_resid = ctx.upload(&resid);
+            let out = poisoned(&ctx, &[rows * n], || {
+                let out = ctx.create_pooled(rows * n * 4);
+                let p = params(rows, n, k, k, FUSE_BIAS | FUSE_RESIDUAL);
+                ctx.dispatch(
+                    &forward,
+                    &p,
+                    &[&g_inp, &g_w, &g_b, &out, &g_resid],
+                    grid(rows, n, 1),
+                );
+                out
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let want: Vec<f32> = want.iter().zip(&resid).map(|(w, r)| w + r).collect();
+            let err = max_rel_error(&got, &want);
+            assert!(
+                err <= FWD_TOL,
+                "forward residual {what}: {err:e} (seed {seed})"
+            );
+            let aux = rng.vec(rows * k, -3.0, 3.0);
+            let g_aux = ctx.upload(&aux);
+            let out = poisoned(&ctx, &[rows * k], || {
+                let out = ctx.create_pooled(rows * k * 4);
+                let p = params(rows, k, n, n, FUSE_GELU_GRAD);
+                ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &out, &g_aux], grid(rows, k, 1));
+                out
+            });
+            let got = read(&ctx, &out, rows * k).await;
+            let want =
+                tidepool::reference::gelu_backward(&aux, &dinp_ref(&dout, &weight, rows, k, n));
+            let err = max_rel_error(&got, &want);
+            assert!(
+                err <= FWD_TOL,
+                "dinp gelu grad {what}: {err:e} (seed {seed})"
+            );
 
             // The GELU prologue on the activation operand (forward and dweight). The
             // shader's GELU and the reference's differ in the last f32 bits, which
