@@ -6,10 +6,12 @@
 // #J out once an index 0 .. 3).
 //
 // Built for throughput where cooperative matrices lower to warp MMAs (NVIDIA:
-// mma.sync fed by ldmatrix from workgroup memory). What bounds C2 there is the work
-// around each MMA, not the MMAs: 0.75 fragment loads an MMA (2 A + 4 B a 16-deep
-// product for 8 MMAs) and one workgroup of 8 warps an SM (48 KiB of workgroup
-// memory), which idles the SM at every barrier. This core:
+// mma.sync fed by ldmatrix from workgroup memory). C2 reaches a small part of what
+// the H200's MMAs allow; the likely bounds are the work around each MMA (0.75
+// fragment loads an MMA: 2 A + 4 B a 16-deep product for 8 MMAs; a barrier pair
+// an accumulator to stage the output) and, at 256 threads of some 140 registers,
+// one workgroup an SM, which then idles at every barrier (`scripts/gpu-run.sh
+// gemm-sweep` times both beside cuBLAS). This core:
 //   - gives each subgroup a 64x64 block: 4 x 4 accumulators, so each A fragment
 //     serves 4 MMAs and each B fragment 4: 8 fragment loads for 16 MMAs (0.5 an MMA);
 //   - runs 4 subgroups (128 threads) on a 128x128 tile, so the grid, the splits and
@@ -33,11 +35,11 @@
 // Subgroup s owns rows (s / 2) * 64 .. + 64 and columns (s % 2) * 64 .. + 64 of the
 // tile. At the end each row of 4 accumulators goes through the subgroup's 16x64
 // strip of workgroup memory to the prelude's write4 (bias, epilogues, split
-// slices): 4 barrier pairs, not 16, and each turn of a subgroup's lanes covers two
-// whole 256-byte rows of the output. The operand buffers cannot hold that
-// staging: they are f16 and a cooperative store of an f32 accumulator needs an f32
-// array; nor can fewer subgroups stage at a time: cooperative stores need uniform
-// control flow.
+// slices): 4 barrier pairs, not one an accumulator, and each turn of a subgroup's
+// lanes covers two whole 256-byte rows of the output. The operand buffers cannot
+// hold that staging: they are f16 and a cooperative store of an f32 accumulator
+// needs an f32 array; nor can fewer subgroups stage at a time: cooperative stores
+// need uniform control flow.
 //
 // A_SCALE: A is multiplied by it before rounding and the sums by 1 / A_SCALE after
 // (matmul_coop.wgsl says why).
