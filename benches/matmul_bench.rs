@@ -16,10 +16,9 @@
 //! adapter (lavapipe) and adds the `tiny` preset's layer shapes; `--json` adds one
 //! JSON object a line; `--only OP` runs the cases whose op name contains OP;
 //! `--variant NAMES` only those matmul variants, in that order, comma-separated, repeats
-//! allowed (tiled, splitk, narrow, cpu16, cpu32,
-//! f16, f16-splitk, coop, coop-splitk, coop2, coop2-splitk); `--no-squares` only the
-//! GPT shapes; `--budget-ms` the time a batch of launches aims at (default 500, quick
-//! 300). The f16 variants run on a second context made with precision f16 (the `auto`
+//! allowed (tiled, splitk, narrow, cpu16, cpu32, f16, f16-splitk, coop, coop-splitk,
+//! coop2, coop2-splitk, coop3, coop3-splitk); `--no-squares` only the GPT shapes;
+//! `--budget-ms` the time a batch of launches aims at (default 500, quick 300). The f16 variants run on a second context made with precision f16 (the `auto`
 //! column then marks that context's choice). A variant the device cannot run (its
 //! workgroup memory) is left out with a line saying why.
 //!

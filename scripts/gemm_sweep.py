@@ -10,7 +10,10 @@ A variant's figure is `ms (x)`: its time and cuBLAS's time over it on that shape
 (1.00: as fast as cuBLAS; the issue's target is 0.80 or more), fp32 cuBLAS for the
 f32 variants and fp16 for the f16 ones. `*` marks the variant the launchers choose
 today. A class's winner is the variant with the least time summed over the class's
-shapes, among the variants measured on all of them.
+shapes, among the variants measured on all of them. For f16 the launchers use one
+tensor-core core for every product, so the f16 tables end with each core's time over
+all the shapes, split where the launchers split, and the line that makes the fastest
+the default.
 """
 
 import json
@@ -18,7 +21,11 @@ import sys
 from collections import defaultdict
 
 F32 = ["tiled", "splitk", "narrow"]
-F16 = ["f16", "f16-splitk", "coop", "coop-splitk", "coop2", "coop2-splitk"]
+F16 = ["f16", "f16-splitk", "coop", "coop-splitk", "coop2", "coop2-splitk", "coop3", "coop3-splitk"]
+# The tensor-core cores, one of which the launchers use for every f16 product
+# (DEFAULT_TENSOR_CORE in src/kernels/matmul/variant.rs), split or not as the f32
+# chooser says.
+CORES = ["coop", "coop2", "coop3"]
 
 
 def ident(name):
@@ -77,6 +84,8 @@ def main():
             line = f"`(ShapeClass::{ident(klass)}, MatmulVariant::{ident(winner)}),`" if family == "f32" else "-"
             print(f"| {klass} | {count} | {today} | {today_ms} | {winner} | {full[winner]:.3f} | {line} |")
         print()
+        if family == "f16":
+            core_totals(gemm, shapes, by)
 
     # Ours: one row an op and set of kernels (paired, tiled; `*` the launchers' choice),
     # from the suite's attention run, else from the end of the GEMM sweep.
@@ -99,6 +108,35 @@ def main():
                 ratio = f"{b / a:.2f}" if a and b else "-"
                 print(f"| {op} | {kernels} | {cell(a)} | {cell(b)} | {ratio} | {cell(h)} |")
         print()
+
+
+def core_totals(gemm, shapes, by):
+    """Each tensor-core core's ms summed over the shapes, each product split where
+    the launchers' choice (`auto`) is split: what the core would cost as the default."""
+    split = {(r["op"], r["m"], r["k"], r["n"]) for r in gemm
+             if r.get("auto") and r["variant"] in F16 and r["variant"].endswith("-splitk")}
+    totals = {}
+    for core in CORES:
+        total = 0.0
+        for shape in shapes:
+            r = by.get(shape + (core + ("-splitk" if shape in split else ""),))
+            if r is None:
+                break
+            total += r["ms"]
+        else:
+            totals[core] = total
+    if not totals:
+        return
+    best = min(totals, key=totals.get)
+    # 2 m k n flops a product; over ms, / 1e9 gives TFLOP/s.
+    flops = sum(2 * m * k * n for _, m, k, n in shapes)
+    print("### f16: each tensor-core core as the default (every shape, split as the launchers split)\n")
+    print("| core | ms over all shapes | TFLOP/s over all shapes | DEFAULT_TENSOR_CORE line |")
+    print("| --- | ---: | ---: | --- |")
+    for core, total in totals.items():
+        line = f"`const DEFAULT_TENSOR_CORE: F16Core = F16Core::{ident(core)};`" if core == best else ""
+        print(f"| {core} | {total:.3f} | {flops / total / 1e9:.1f} | {line} |")
+    print()
 
 
 if __name__ == "__main__":

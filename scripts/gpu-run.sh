@@ -159,7 +159,7 @@ if [ "$local_run" = 1 ]; then
 else
   page=(tiny small) big=shakespeare warmup=3 steps=20 calls=30 at_once=16 repeats=${REPEATS:-3} kernel_steps=5
   quick=() pool_batches=()
-  sweep_variants=tiled,splitk,narrow,coop2,coop2-splitk,coop,coop-splitk
+  sweep_variants=tiled,splitk,narrow,coop2,coop2-splitk,coop3,coop3-splitk,coop,coop-splitk
   train_big=(--preset shakespeare)
   curve=(--preset shakespeare --eval-every 250 --eval-batches 200) curve_stop=${CURVE_STOP:-}
   # soak-dawn.mjs's own defaults, spelled out so that the Chromium page soak runs the same

@@ -55,17 +55,25 @@ pub enum F16Core {
     /// Tensor cores, 32-deep steps and unguarded interior loads (the default where
     /// the device runs it).
     Coop2,
+    /// Tensor cores, 64x64 a subgroup and two workgroups an SM (matmul_coop3.wgsl).
+    Coop3,
     /// f16 workgroup tiles and f32 arithmetic, for any adapter with shader-f16.
     Fallback,
 }
 
 impl F16Core {
-    pub const ALL: [F16Core; 3] = [F16Core::Coop, F16Core::Coop2, F16Core::Fallback];
+    pub const ALL: [F16Core; 4] = [
+        F16Core::Coop,
+        F16Core::Coop2,
+        F16Core::Coop3,
+        F16Core::Fallback,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             F16Core::Coop => "coop",
             F16Core::Coop2 => "coop2",
+            F16Core::Coop3 => "coop3",
             F16Core::Fallback => "fallback",
         }
     }

@@ -4,7 +4,7 @@
 //! the adapter has no shader-f16; and, natively, the tensor-core shaders compiled to
 //! SPIR-V by naga (no device here runs them).
 //!
-//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` (or `coop2`) in
+//! On a GPU with cooperative matrices, `TIDEPOOL_F16_CORE=coop` (or `coop2`, `coop3`) in
 //! the test's environment makes its f16 context force that tensor-core core
 //! (`ContextOptions::f16_core`): the test then fails unless that core runs.
 
@@ -131,14 +131,16 @@ fn check(what: &str, got: &[f32], want: &[f32], exact: &[f32], tol: f32, seed: u
 // ---- contexts ----
 
 /// The tensor-core core the test's environment asks for: `TIDEPOOL_F16_CORE`
-/// natively (`coop`, `coop2` or `fallback`), none in the browser.
+/// natively (a name of [`F16Core::ALL`]), none in the browser.
 fn forced_core() -> Option<F16Core> {
     #[cfg(not(target_arch = "wasm32"))]
     if let Ok(value) = std::env::var("TIDEPOOL_F16_CORE") {
         let core = F16Core::parse(value.trim());
+        let names: Vec<&str> = F16Core::ALL.iter().map(|c| c.name()).collect();
         assert!(
             core.is_some(),
-            "TIDEPOOL_F16_CORE={value:?} is none of coop, coop2, fallback"
+            "TIDEPOOL_F16_CORE={value:?} is none of {}",
+            names.join(", ")
         );
         return core;
     }
@@ -178,14 +180,9 @@ async fn f16_context() -> Option<WgpuContext> {
 /// The f16 variants `ctx` runs: the tensor-core ones only where it has them, and
 /// then certainly when the context forces one.
 fn variants(ctx: &WgpuContext) -> Vec<MatmulVariant> {
-    for (core, variant) in [
-        (F16Core::Coop, MatmulVariant::Coop { split: false }),
-        (F16Core::Coop2, MatmulVariant::Coop2 { split: false }),
-    ] {
-        if ctx.f16_core() == Some(core) {
-            if let Err(why) = variant.runs_on(ctx) {
-                panic!("the context forces the {} core, but {why}", core.name());
-            }
+    if let Some(core) = ctx.f16_core() {
+        if let Err(why) = MatmulVariant::of_core(core, false).runs_on(ctx) {
+            panic!("the context forces the {} core, but {why}", core.name());
         }
     }
     MatmulVariant::F16_ALL
@@ -516,6 +513,36 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ),
     ];
 
+    /// The same for matmul_coop3.wgsl: C2's fragment loads (the same names), and its
+    /// output staged a 16x64 strip at a time.
+    fn coop3_rules() -> Vec<(&'static str, &'static str)> {
+        let staging = "coopStoreT(acc, &Cs[s * 256u], 16u);";
+        let mut rules: Vec<_> = COOP2_RULES
+            .iter()
+            .copied()
+            .filter(|&(from, _)| from != staging)
+            .collect();
+        rules.extend([
+            (
+                "coopStoreT(acc0, &Cs[at], STRIP_LD);",
+                "emu_store_cs(acc0, at, STRIP_LD, lane);",
+            ),
+            (
+                "coopStoreT(acc1, &Cs[at + 16u], STRIP_LD);",
+                "emu_store_cs(acc1, at + 16u, STRIP_LD, lane);",
+            ),
+            (
+                "coopStoreT(acc2, &Cs[at + 32u], STRIP_LD);",
+                "emu_store_cs(acc2, at + 32u, STRIP_LD, lane);",
+            ),
+            (
+                "coopStoreT(acc3, &Cs[at + 48u], STRIP_LD);",
+                "emu_store_cs(acc3, at + 48u, STRIP_LD, lane);",
+            ),
+        ]);
+        rules
+    }
+
     /// `source` with each cooperative operation replaced by its emulation (`core`:
     /// the core's own rules); panics if a pattern is missing (the core changed:
     /// update the rewrite).
@@ -523,7 +550,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         let common = [
             ("enable wgpu_cooperative_matrix;\n", ""),
             ("coop_mat16x16<f32, C>()", "Emu8()"),
-            ("acc: coop_mat16x16<f32, C>", "acc: Emu8"),
+            // The accumulators' type where the staging takes them.
+            ("coop_mat16x16<f32, C>", "Emu8"),
             ("coopMultiplyAdd(", "emu_mma(lane, "),
             (
                 "    @builtin(subgroup_id) s: u32,\n    @builtin(subgroup_invocation_id) lane: u32,\n    @builtin(subgroup_size) width: u32,\n) {\n",
@@ -574,9 +602,11 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         scale: f32,
     }
 
-    /// `FUSE_BIAS` and `FUSE_GELU_INP` in matmul_fuse.wgsl.
+    /// Bits of `flags` in matmul_fuse.wgsl.
     const FUSE_BIAS: u32 = 1;
     const FUSE_GELU_INP: u32 = 2;
+    const FUSE_RESIDUAL: u32 = 4;
+    const FUSE_GELU_GRAD: u32 = 16;
 
     fn params(m: usize, n: usize, k: usize, k_chunk: usize, flags: u32) -> Params {
         let u = |x: usize| x as u32;
@@ -617,6 +647,11 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         pollster::block_on(body("coop2", COOP2_RULES))
     }
 
+    #[test]
+    fn coop3_core_logic_on_emulated_matrices() {
+        pollster::block_on(body("coop3", &coop3_rules()))
+    }
+
     async fn body(core: &str, rules: &[(&str, &str)]) {
         let Some(ctx) = f16_context().await else {
             panic!("natively the CI adapter (lavapipe) has shader-f16");
@@ -630,9 +665,9 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         let mut rng = Rng::new(seed);
         // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
         // multiples of 4 past one tile and one 32-deep step in every product, so that
-        // the C2 core's first tile takes its unguarded interior path for
-        // whole steps (with and without a split) and the other tiles and the last
-        // step the guarded one.
+        // the first tile of the C2 and C3 cores takes its unguarded interior path
+        // for whole steps (with and without a split) and the other tiles and the
+        // last step the guarded one.
         let extra = (1 + rng.below(200), 1 + rng.below(100), 1 + rng.below(200));
         let aligned = (
             132 + 4 * rng.below(40),
@@ -671,6 +706,45 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let want = forward_ref(&inp, &weight, Some(&bias), rows, k, n);
             let err = max_rel_error(&got, &want);
             assert!(err <= FWD_TOL, "forward {what}: {err:e} (seed {seed})");
+
+            // The epilogues, in write4 after the staging: a residual branch's end
+            // (forward) and the gradient through a fused GELU (dinp).
+            let resid = rng.vec(rows * n, -1.0, 1.0);
+            let g_resid = ctx.upload(&resid);
+            let out = poisoned(&ctx, &[rows * n], || {
+                let out = ctx.create_pooled(rows * n * 4);
+                let p = params(rows, n, k, k, FUSE_BIAS | FUSE_RESIDUAL);
+                ctx.dispatch(
+                    &forward,
+                    &p,
+                    &[&g_inp, &g_w, &g_b, &out, &g_resid],
+                    grid(rows, n, 1),
+                );
+                out
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let want: Vec<f32> = want.iter().zip(&resid).map(|(w, r)| w + r).collect();
+            let err = max_rel_error(&got, &want);
+            assert!(
+                err <= FWD_TOL,
+                "forward residual {what}: {err:e} (seed {seed})"
+            );
+            let aux = rng.vec(rows * k, -3.0, 3.0);
+            let g_aux = ctx.upload(&aux);
+            let out = poisoned(&ctx, &[rows * k], || {
+                let out = ctx.create_pooled(rows * k * 4);
+                let p = params(rows, k, n, n, FUSE_GELU_GRAD);
+                ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &out, &g_aux], grid(rows, k, 1));
+                out
+            });
+            let got = read(&ctx, &out, rows * k).await;
+            let want =
+                tidepool::reference::gelu_backward(&aux, &dinp_ref(&dout, &weight, rows, k, n));
+            let err = max_rel_error(&got, &want);
+            assert!(
+                err <= FWD_TOL,
+                "dinp gelu grad {what}: {err:e} (seed {seed})"
+            );
 
             // The GELU prologue on the activation operand (forward and dweight). The
             // shader's GELU and the reference's differ in the last f32 bits, which

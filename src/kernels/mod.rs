@@ -46,8 +46,8 @@ pub use embedding::{token_index, Embedding, EmbeddingShape, ExtraGrad, TokenInde
 pub use gelu::gelu_forward;
 pub use layernorm::{LayerNorm, LayerNormGrads, LayerNormSaved, LayerNormShape};
 pub use matmul::{
-    coop2_supported, coop_supported, is_f16_16x16, Fusion, Layout, Linear, Matmul, MatmulShape,
-    MatmulVariant, ShapeClass, SplitSums, WeightGrad, GPU_CHOICE, GRAD_SCALE,
+    coop2_supported, coop3_supported, coop_supported, is_f16_16x16, Fusion, Layout, Linear, Matmul,
+    MatmulShape, MatmulVariant, ShapeClass, SplitSums, WeightGrad, GPU_CHOICE, GRAD_SCALE,
 };
 pub use multi_tensor::{
     sum_splits_together, SplitSum, TensorsPerDispatch, MAX_TENSORS_PER_DISPATCH,

@@ -27,7 +27,7 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const A_ALONG_K: bool = false;
 
-// load_a / load_b without the bounds checks, for the C2 tensor-core core's interior steps
+// load_a / load_b without the bounds checks, for the tensor-core cores' interior steps
 // (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
 // index rounded down to a multiple of 4 (which it already is) tells the compiler the
 // 4 floats are 16-byte aligned.

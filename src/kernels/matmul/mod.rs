@@ -8,8 +8,8 @@
 //! - `source`: the WGSL of each variant's kernels: a core after one prelude per
 //!   operand layout ([`Layout`]: `matmul_nt` / `_nn` / `_tn.wgsl`), specialised to
 //!   a launch's fusions. The cores come from three templates: `matmul_tiled.wgsl`
-//!   (`Tiled`, `F16`, `Narrow`), `matmul_coop.wgsl` (`Coop`, `Coop2`) and
-//!   `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
+//!   (`Tiled`, `F16`, `Narrow`), `matmul_coop.wgsl` (`Coop`, `Coop2`),
+//!   `matmul_coop3.wgsl` (`Coop3`) and `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 //! - `launch`: the dispatches, and for split reductions the fixed-order sums
 //!   (`matmul_reduce.wgsl`).
 //! - `split_sums`: weight gradients whose split partials are added later,
@@ -33,7 +33,7 @@ pub use choice::{ShapeClass, GPU_CHOICE};
 pub use operands::{Fusion, Layout, Linear};
 pub use source::GRAD_SCALE;
 pub use split_sums::{SplitSums, WeightGrad};
-pub use variant::{coop2_supported, coop_supported, is_f16_16x16, MatmulVariant};
+pub use variant::{coop2_supported, coop3_supported, coop_supported, is_f16_16x16, MatmulVariant};
 
 use crate::config::Precision;
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};

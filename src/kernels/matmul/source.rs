@@ -1,8 +1,9 @@
 //! The WGSL of each GEMM kernel: a layout prelude (`matmul_nt` / `_nn` /
 //! `_tn.wgsl`, with the fusions' helpers in front) joined with a variant's core, and
 //! a launch's fusion flags fixed in the source ([`specialized`]). The cores come
-//! from three templates: `matmul_tiled.wgsl` (`Tiled`, `Narrow`, `F16`),
-//! `matmul_coop.wgsl` (`Coop`, `Coop2`) and `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
+//! from four templates: `matmul_tiled.wgsl` (`Tiled`, `Narrow`, `F16`),
+//! `matmul_coop.wgsl` (`Coop`, `Coop2`), `matmul_coop3.wgsl` (`Coop3`) and
+//! `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 
 use std::sync::OnceLock;
 
@@ -41,6 +42,9 @@ const TILED_TAGS: &[&str] = &["F32", "F16", "WIDE", "NARROW", "SUMS"];
 const TILED_F32: [&str; 3] = ["F32", "WIDE", "SUMS"];
 const COOP: &str = include_str!("matmul_coop.wgsl");
 const COOP_TAGS: &[&str] = &["C1", "C2"];
+/// `Coop3`'s core, its 4 x 4 accumulators written out by [`unroll`] (`#I` the row of
+/// 16x16 blocks, `#J` the column).
+const COOP3: &str = include_str!("matmul_coop3.wgsl");
 /// The CPU adapters' core, its rows written out by [`unroll`].
 const CPU: &str = include_str!("matmul_cpu.wgsl");
 
@@ -74,7 +78,7 @@ fn summing_core(layout: Layout) -> String {
 }
 
 /// The cores, in [`core_index`]'s order.
-const CORES: [Core; 7] = [
+const CORES: [Core; 8] = [
     Core {
         names: [
             "matmul_forward",
@@ -145,6 +149,16 @@ const CORES: [Core; 7] = [
         f16: true,
         own: |_| select(COOP, COOP_TAGS, &["C2"]),
     },
+    Core {
+        names: [
+            "matmul_forward_coop3",
+            "matmul_dinp_coop3",
+            "matmul_dweight_coop3",
+        ],
+        enable: COOP_ENABLE,
+        f16: true,
+        own: |_| unroll(&unroll(COOP3, "#I", 4), "#J", 4),
+    },
 ];
 
 /// Where `variant`'s core is in [`CORES`] (split variants launch their unsplit
@@ -158,6 +172,7 @@ fn core_index(variant: MatmulVariant) -> usize {
         MatmulVariant::F16 { .. } => 4,
         MatmulVariant::Coop { .. } => 5,
         MatmulVariant::Coop2 { .. } => 6,
+        MatmulVariant::Coop3 { .. } => 7,
     }
 }
 

@@ -43,9 +43,10 @@ pub const MAX_SPLIT_STEPS: usize = 16_384;
 /// matmul_reduce.wgsl).
 pub(super) const COLSUM_COLS: usize = 64;
 
-/// Whether the launchers' default tensor-core core is `Coop2` (deeper k steps,
-/// unguarded interior loads) rather than `Coop` (both from matmul_coop.wgsl).
-const DEFAULT_COOP2: bool = true;
+/// The launchers' tensor-core core where the device runs it (else `Coop`, the one
+/// with the fewest needs): `Coop2` (matmul_coop.wgsl's deeper k steps, unguarded
+/// interior loads), chosen on the H200's figures (`scripts/gpu-run.sh gemm-sweep`).
+const DEFAULT_TENSOR_CORE: F16Core = F16Core::Coop2;
 
 /// How a GEMM is computed. Every variant gives the same results up to f32 rounding
 /// (each is checked against the CPU reference by the op-parity tests).
@@ -77,6 +78,8 @@ pub enum MatmulVariant {
     Coop { split: bool },
     /// The same on the C2 core of `matmul_coop.wgsl` (deeper k steps, unguarded interior loads).
     Coop2 { split: bool },
+    /// The same on `matmul_coop3.wgsl` (64x64 a subgroup, two workgroups an SM).
+    Coop3 { split: bool },
     /// `--precision f16` without tensor cores: the same rounding, `Tiled`'s tiling.
     F16 { split: bool },
 }
@@ -91,30 +94,33 @@ impl MatmulVariant {
         MatmulVariant::Cpu32,
     ];
     /// The f16 variants (tests/matmul_f16.rs).
-    pub const F16_ALL: [MatmulVariant; 6] = [
+    pub const F16_ALL: [MatmulVariant; 8] = [
         MatmulVariant::F16 { split: false },
         MatmulVariant::F16 { split: true },
         MatmulVariant::Coop { split: false },
         MatmulVariant::Coop { split: true },
         MatmulVariant::Coop2 { split: false },
         MatmulVariant::Coop2 { split: true },
+        MatmulVariant::Coop3 { split: false },
+        MatmulVariant::Coop3 { split: true },
     ];
 
     /// Whether this variant runs on tensor cores.
     pub fn is_coop(self) -> bool {
         matches!(
             self,
-            MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. }
+            MatmulVariant::Coop { .. } | MatmulVariant::Coop2 { .. } | MatmulVariant::Coop3 { .. }
         )
     }
 
     /// Whether a context made for this variant's precision runs it, or why not: the
-    /// tensor-core variants need what [`coop_supported`] and [`coop2_supported`]
-    /// check, the others their workgroup memory.
+    /// tensor-core variants need what [`coop_supported`], [`coop2_supported`] and
+    /// [`coop3_supported`] check, the others their workgroup memory.
     pub fn runs_on(self, ctx: &WgpuContext) -> Result<(), String> {
         match self {
             MatmulVariant::Coop { .. } => coop_supported(ctx),
             MatmulVariant::Coop2 { .. } => coop2_supported(ctx),
+            MatmulVariant::Coop3 { .. } => coop3_supported(ctx),
             _ => {
                 let have = u64::from(ctx.limits().max_compute_workgroup_storage_size);
                 let need = self.workgroup_bytes();
@@ -137,6 +143,7 @@ impl MatmulVariant {
             MatmulVariant::SplitK
                 | MatmulVariant::Coop { split: true }
                 | MatmulVariant::Coop2 { split: true }
+                | MatmulVariant::Coop3 { split: true }
                 | MatmulVariant::F16 { split: true }
         )
     }
@@ -152,6 +159,8 @@ impl MatmulVariant {
             MatmulVariant::Coop { split: true } => "coop-splitk",
             MatmulVariant::Coop2 { split: false } => "coop2",
             MatmulVariant::Coop2 { split: true } => "coop2-splitk",
+            MatmulVariant::Coop3 { split: false } => "coop3",
+            MatmulVariant::Coop3 { split: true } => "coop3-splitk",
             MatmulVariant::F16 { split: false } => "f16",
             MatmulVariant::F16 { split: true } => "f16-splitk",
         }
@@ -170,24 +179,34 @@ impl MatmulVariant {
             return variant;
         };
         let core = match ctx.f16_core() {
-            Some(forced @ (F16Core::Coop | F16Core::Coop2)) => {
-                let check = match forced {
-                    F16Core::Coop => coop_supported(ctx),
-                    _ => coop2_supported(ctx),
-                };
-                if let Err(why) = check {
+            Some(F16Core::Fallback) => F16Core::Fallback,
+            Some(forced) => {
+                if let Err(why) = Self::of_core(forced, split).runs_on(ctx) {
                     panic!("ContextOptions::f16_core is {}, but {why}", forced.name());
                 }
                 forced
             }
-            Some(F16Core::Fallback) => F16Core::Fallback,
-            None if coop_supported(ctx).is_err() => F16Core::Fallback,
-            None if DEFAULT_COOP2 && coop2_supported(ctx).is_ok() => F16Core::Coop2,
-            None => F16Core::Coop,
+            None => Self::default_core(ctx),
         };
+        Self::of_core(core, split)
+    }
+
+    /// The f16 core of `ctx` unless it forces one: [`DEFAULT_TENSOR_CORE`] where the
+    /// device runs it, else `Coop` where it has tensor cores, else the fallback.
+    fn default_core(ctx: &WgpuContext) -> F16Core {
+        let runs = |core| Self::of_core(core, false).runs_on(ctx).is_ok();
+        [DEFAULT_TENSOR_CORE, F16Core::Coop]
+            .into_iter()
+            .find(|&core| runs(core))
+            .unwrap_or(F16Core::Fallback)
+    }
+
+    /// The f16 variant of `core`, split-K or not.
+    pub fn of_core(core: F16Core, split: bool) -> MatmulVariant {
         match core {
             F16Core::Coop => MatmulVariant::Coop { split },
             F16Core::Coop2 => MatmulVariant::Coop2 { split },
+            F16Core::Coop3 => MatmulVariant::Coop3 { split },
             F16Core::Fallback => MatmulVariant::F16 { split },
         }
     }
@@ -235,6 +254,7 @@ impl MatmulVariant {
             // 256 floats.
             MatmulVariant::Coop { .. } => (2 * 128 * 24 + 2 * 16 * 136) * 2 + 8 * 256 * 4,
             MatmulVariant::Coop2 { .. } => COOP2_WORKGROUP_BYTES as u64,
+            MatmulVariant::Coop3 { .. } => COOP3_WORKGROUP_BYTES as u64,
         }
     }
 
@@ -375,7 +395,7 @@ pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     let info = ctx.adapter_info();
     if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
         return Err(format!(
-            "matmul_coop.wgsl is written for 8 subgroups of 32; this adapter's subgroups are {} to {} wide",
+            "the tensor-core cores are written for subgroups of 32; this adapter's subgroups are {} to {} wide",
             info.subgroup_min_size, info.subgroup_max_size
         ));
     }
@@ -388,11 +408,25 @@ const COOP2_WORKGROUP_BYTES: u32 = 49152;
 /// Whether the C2 core of matmul_coop.wgsl runs on `ctx` (as the C1 core, with 48 KiB of
 /// workgroup memory), or why not.
 pub fn coop2_supported(ctx: &WgpuContext) -> Result<(), String> {
+    coop_with_bytes(ctx, "coop2", COOP2_WORKGROUP_BYTES)
+}
+
+/// Bytes of workgroup memory matmul_coop3.wgsl declares.
+const COOP3_WORKGROUP_BYTES: u32 = 43008;
+
+/// Whether matmul_coop3.wgsl runs on `ctx` (as the C1 core, with 42 KiB of workgroup
+/// memory), or why not.
+pub fn coop3_supported(ctx: &WgpuContext) -> Result<(), String> {
+    coop_with_bytes(ctx, "coop3", COOP3_WORKGROUP_BYTES)
+}
+
+/// [`coop_supported`], and `bytes` of workgroup memory for the core `name`.
+fn coop_with_bytes(ctx: &WgpuContext, name: &str, bytes: u32) -> Result<(), String> {
     coop_supported(ctx)?;
     let have = ctx.limits().max_compute_workgroup_storage_size;
-    if have < COOP2_WORKGROUP_BYTES {
+    if have < bytes {
         return Err(format!(
-            "the coop2 core needs {COOP2_WORKGROUP_BYTES} bytes of workgroup memory; this device has {have}"
+            "the {name} core needs {bytes} bytes of workgroup memory; this device has {have}"
         ));
     }
     Ok(())
@@ -423,6 +457,10 @@ mod tests {
             (
                 MatmulVariant::Coop2 { split: true },
                 2 * 10240 * 2 + 2048 * 4,
+            ),
+            (
+                MatmulVariant::Coop3 { split: false },
+                6144 * 2 + 6144 * 2 + 4608 * 4,
             ),
         ];
         for (variant, bytes) in cases {
