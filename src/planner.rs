@@ -116,10 +116,10 @@ pub fn plan(tensors: &[Lifetime], limits: Limits) -> Result<MemoryPlan, String> 
 
 /// The plan of a traced step whose `dispatches` should bind their operands as
 /// declared: no dispatch reads a tensor from an arena it writes one in. Of the
-/// two ways to that, [`plan_apart`] and [`colour`] then [`plan_coloured`], the
-/// one that reserves less: keeping rivals apart tensor by tensor packs big steps
-/// to their peak, colouring does better on small ones (where alignment and many
-/// small tensors weigh).
+/// ways to that, [`plan_apart`] and [`colour`] (allies weighed or not) then
+/// [`plan_coloured`], the one that reserves least: keeping rivals apart tensor by
+/// tensor packs big steps to their peak, colouring does better on some small ones
+/// (where alignment and many small tensors weigh).
 pub fn plan_step(
     tensors: &[Lifetime],
     dispatches: &[Access],
@@ -136,22 +136,26 @@ pub fn plan_step(
     if rivals.iter().all(Vec::is_empty) || work > COLOUR_WORK {
         return Ok(apart);
     }
-    let coloured = plan_coloured(tensors, &colour(tensors, &rivals), limits)?;
-    let legal = dispatches_reading_their_arena(&coloured, dispatches) == 0;
-    Ok(if legal && coloured.reserved() < apart.reserved() {
-        coloured
-    } else {
-        apart
-    })
+    // Colour with and without allies weighed: either packs tighter on some steps.
+    let mut best = apart;
+    for allies in [allies(tensors.len(), dispatches), Vec::new()] {
+        let coloured = plan_coloured(tensors, &colour(tensors, &rivals, &allies), limits)?;
+        let legal = dispatches_reading_their_arena(&coloured, dispatches) == 0;
+        if legal && coloured.reserved() < best.reserved() {
+            best = coloured;
+        }
+    }
+    Ok(best)
 }
 
 /// [`plan`], keeping each tensor out of the arenas that hold one of its `rivals`
 /// (by tensor; [`rivals`]), so that every dispatch of the step can bind its
 /// operands as declared.
 ///
-/// Largest tensor first, each goes where it grows the arenas least: the tightest
-/// gap among its contemporaries in any arena without a rival, else the room on
-/// top of them, else a new arena. Rivals are live together (one dispatch binds
+/// Each tensor goes to the first arena without a rival of it that has room for
+/// it (the tightest gap among its contemporaries, else on top of them under the
+/// cap), else to a new arena; in three orders (largest first, and two more), the
+/// plan that reserves least kept. Rivals are live together (one dispatch binds
 /// both), so they could never share bytes anyway; what they cannot share is a
 /// buffer. Any arena may hold any tensor that is no rival of its others, so the
 /// arenas fill at the step's peak as one would.
@@ -184,21 +188,48 @@ pub fn plan_apart(
             t.size
         ));
     }
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_unstable_by_key(|&i| {
-        let t = &tensors[i];
-        (std::cmp::Reverse(t.bound_bytes()), t.birth, i)
-    });
+    // Greedy by size first (Pisarchyk and Lee, 2020); a step of many small
+    // tensors sometimes packs tighter by size times lifetime, or by breadth
+    // (longest lived first). Each order is one pass: the least reserved wins.
+    let life = |t: &Lifetime| u64::from(t.death - t.birth);
+    let orders: [&dyn Fn(&Lifetime) -> (u64, u64); 3] = [
+        &|t| (t.bound_bytes(), 0),
+        &|t| (t.bound_bytes().saturating_mul(life(t)), t.bound_bytes()),
+        &|t| (life(t), t.bound_bytes()),
+    ];
+    let mut best: Option<MemoryPlan> = None;
+    for key in orders {
+        let mut order: Vec<usize> = (0..tensors.len()).collect();
+        order.sort_unstable_by_key(|&i| {
+            let t = &tensors[i];
+            (std::cmp::Reverse(key(t)), t.birth, i)
+        });
+        let plan = place(tensors, rivals, limits, &order);
+        if best.as_ref().is_none_or(|b| plan.reserved() < b.reserved()) {
+            best = Some(plan);
+        }
+    }
+    Ok(best.expect("three orders"))
+}
+
+/// The tensors placed one by one in `order`: each in the first arena without a
+/// rival of it that has a gap among its contemporaries, else room on top under
+/// the cap, else in a new arena.
+fn place(tensors: &[Lifetime], rivals: &[Vec<u32>], limits: Limits, order: &[usize]) -> MemoryPlan {
+    let Limits {
+        offset_alignment: align,
+        max_arena_bytes: cap,
+    } = limits;
     let mut ranges: Vec<Option<Range>> = vec![None; tensors.len()];
     let mut arenas: Vec<u64> = Vec::new();
     // The tensors placed in each arena.
     let mut members: Vec<Vec<usize>> = Vec::new();
     let mut neighbours: Vec<(u64, u64)> = Vec::new();
-    for i in order {
+    for &i in order {
         let t = &tensors[i];
         let size = t.bound_bytes();
-        // (growth, slack, arena, offset): least growth, then the tightest fit.
-        let mut best: Option<(u64, u64, usize, u64)> = None;
+        // The first arena without a rival of it that has room: a gap, else on top.
+        let mut best: Option<(usize, u64)> = None;
         for (arena, placed) in members.iter().enumerate() {
             let barred = rivals.get(i).is_some_and(|rs| {
                 rs.iter()
@@ -213,18 +244,13 @@ pub fn plan_apart(
                 tensors[j].overlaps(t).then_some((r.offset, r.end()))
             }));
             neighbours.sort_unstable();
-            let Some((offset, slack)) = tightest_gap(&neighbours, size, align, cap) else {
-                continue;
-            };
-            let growth = (offset + size).saturating_sub(arenas[arena]);
-            let slack = slack.unwrap_or_else(|| arenas[arena].saturating_sub(offset + size));
-            let key = (growth, slack, arena, offset);
-            if best.is_none_or(|b| key < b) {
-                best = Some(key);
+            if let Some((offset, _)) = tightest_gap(&neighbours, size, align, cap) {
+                best = Some((arena, offset));
+                break;
             }
         }
         let (arena, offset) = match best {
-            Some((_, _, arena, offset)) => (arena, offset),
+            Some(at) => at,
             None => {
                 // A tensor fits an empty arena (checked above).
                 arenas.push(0);
@@ -240,10 +266,10 @@ pub fn plan_apart(
             size,
         });
     }
-    Ok(MemoryPlan {
+    MemoryPlan {
         ranges: ranges.into_iter().map(|r| r.expect("placed")).collect(),
         arenas,
-    })
+    }
 }
 
 /// One dispatch of the traced step: the tensors (indices into the step's
@@ -289,24 +315,32 @@ pub const COLOUR_PASSES: usize = 8;
 /// allow, balanced so that the colours, each planned apart, hold little more
 /// than the step's peak.
 ///
-/// First fit in birth order (index order): each tensor takes the lowest colour
-/// none of its coloured rivals holds (else the one fewest hold). Then passes over
+/// First fit in birth order (index order): each tensor takes a colour none of its
+/// coloured rivals holds (else the one fewest hold), of those the one most of its
+/// allies hold (tensors read together, or written together, with it: sharing
+/// costs them nothing and leaves the other colours free for their rivals), else
+/// the lowest. Then passes over
 /// the tensors, largest first, move one to another colour without a rival of it
 /// where that lowers the sum of the colours' peaks: colours that peak at
 /// different times (one before the backward pass, one in it) hold more than the
 /// step's peak, since each is planned apart. O(events) a candidate move.
-pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>]) -> Vec<usize> {
+pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>], allies: &[Vec<u32>]) -> Vec<usize> {
     const UNSET: usize = usize::MAX;
     let mut colours = vec![UNSET; step.len()];
-    for t in 0..step.len() {
+    let count = |list: &[u32], colours: &[usize]| {
         let mut held = [0usize; MAX_COLOURS];
-        for &r in &rivals[t] {
-            if let Some(n) = held.get_mut(colours[r as usize]) {
+        for &o in list {
+            if let Some(n) = held.get_mut(colours[o as usize]) {
                 *n += 1;
             }
         }
+        held
+    };
+    for t in 0..step.len() {
+        let rival = count(&rivals[t], &colours);
+        let ally = count(allies.get(t).map_or(&[][..], Vec::as_slice), &colours);
         colours[t] = (0..MAX_COLOURS)
-            .min_by_key(|&c| (held[c], c))
+            .min_by_key(|&c| (rival[c], std::cmp::Reverse(ally[c]), c))
             .expect("colours");
     }
     let events = step.iter().map(|t| t.death as usize).max().unwrap_or(0);
@@ -404,6 +438,24 @@ pub fn plan_coloured(
         arenas.extend(part.arenas);
     }
     Ok(MemoryPlan { ranges, arenas })
+}
+
+/// Each tensor's allies: the tensors some dispatch reads, or writes, with it.
+pub fn allies(tensors: usize, dispatches: &[Access]) -> Vec<Vec<u32>> {
+    let mut allies: Vec<Vec<u32>> = vec![Vec::new(); tensors];
+    let known = |t: &&u32| (**t as usize) < tensors;
+    for d in dispatches {
+        for set in [&d.reads, &d.writes] {
+            for &a in set.iter().filter(known) {
+                for &b in set.iter().filter(known).filter(|&&b| b != a) {
+                    if !allies[a as usize].contains(&b) {
+                        allies[a as usize].push(b);
+                    }
+                }
+            }
+        }
+    }
+    allies
 }
 
 /// How many of `dispatches` read a tensor in an arena they write a tensor in.
@@ -568,7 +620,7 @@ mod tests {
             t(1024, 6, 8),
         ];
         let r = rivals(6, &steps);
-        let colours = colour(&tensors, &r);
+        let colours = colour(&tensors, &r, &allies(6, &steps));
         for (i, rs) in r.iter().enumerate() {
             for &j in rs {
                 assert_ne!(colours[i], colours[j as usize], "{colours:?}");

@@ -14,12 +14,13 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Bit i set: binding i of group 0 is a `var<storage, read>` that `entry` (or a
-/// function it calls) uses. Bindings past 63 are left out (no kernel has them).
-pub fn read_only_bindings(source: &str, entry: &str) -> u64 {
+/// function it calls) uses, for bindings under [`MAX_BINDINGS`] (the optimizer's
+/// sums bind up to 64 buffers).
+pub fn read_only_bindings(source: &str, entry: &str) -> u128 {
     let code = without_comments(source);
     let read_only = storage_globals(&code);
     let bodies = function_bodies(&code);
-    let mut bits = 0u64;
+    let mut bits = 0u128;
     let mut seen: FxHashSet<&str> = FxHashSet::default();
     let mut todo = vec![entry];
     while let Some(name) = todo.pop() {
@@ -62,7 +63,12 @@ fn without_comments(source: &str) -> String {
     out
 }
 
-/// Storage globals by name: their binding (under 64) and whether read-only.
+/// Bindings a read-only mask covers; a dispatch binding more is bound `read_write`
+/// wherever it might read what it writes (recording.rs).
+pub const MAX_BINDINGS: usize = 128;
+
+/// Storage globals by name: their binding (under [`MAX_BINDINGS`]) and whether
+/// read-only.
 fn storage_globals(code: &str) -> FxHashMap<&str, (u32, bool)> {
     let mut globals = FxHashMap::default();
     for (at, _) in code.match_indices("@binding(") {
@@ -92,7 +98,7 @@ fn storage_globals(code: &str) -> FxHashMap<&str, (u32, bool)> {
         let Some(name) = identifiers(&after[shut + 1..]).next() else {
             continue;
         };
-        if binding < 64 && space.starts_with("storage") {
+        if (binding as usize) < MAX_BINDINGS && space.starts_with("storage") {
             globals.insert(
                 name,
                 (binding, space == "storage,read" || space == "storage"),
@@ -213,7 +219,7 @@ mod tests {
                     .position(|e| e.name == kernel.entry)
                     .unwrap_or_else(|| panic!("{}: no entry {}", kernel.name, kernel.entry));
                 let uses = info.get_entry_point(index);
-                let mut expected = 0u64;
+                let mut expected = 0u128;
                 for (handle, var) in module.global_variables.iter() {
                     let (Some(binding), naga::AddressSpace::Storage { access }) =
                         (&var.binding, var.space)

@@ -196,12 +196,9 @@ pub struct ContextCounters {
     /// readback) while a plan is active: the pool serves them.
     pub plan_outside: u64,
     /// Dispatches that bound every storage operand `read_write`: all of them where
-    /// forced (`--bindings read-write`), else those of a planned step that read from
-    /// an arena they also write (a step that went another way than the traced one).
+    /// forced (`--bindings read-write`), else those that read from an arena they
+    /// also write (a planned step that went another way than the traced one).
     pub read_write_dispatches: u64,
-    /// Of those, dispatches of the GEMMs and attention (the kernels compiled
-    /// unchecked: the hot loops), whose operand loads read-only bindings speed up.
-    pub read_write_hot_dispatches: u64,
 }
 
 #[derive(Default)]
@@ -231,7 +228,6 @@ pub(crate) struct Counters {
     pub plan_misses: AtomicU64,
     pub plan_outside: AtomicU64,
     pub read_write_dispatches: AtomicU64,
-    pub read_write_hot_dispatches: AtomicU64,
     /// The [`Path`] now, as its index.
     path: AtomicU8,
     /// Per path: buffers, bind groups, pipelines.
@@ -318,7 +314,6 @@ impl Counters {
             plan_misses: self.plan_misses.load(Relaxed),
             plan_outside: self.plan_outside.load(Relaxed),
             read_write_dispatches: self.read_write_dispatches.load(Relaxed),
-            read_write_hot_dispatches: self.read_write_hot_dispatches.load(Relaxed),
         }
     }
 

@@ -19,7 +19,7 @@ pub(super) struct Compiled {
     pub layout: wgpu::BindGroupLayout,
     /// Bit i: the kernel's entry point uses binding i read-only as declared
     /// ([`read_only_bindings`]), whichever way this pipeline binds it.
-    pub read_only: u64,
+    pub read_only: u128,
 }
 
 /// Pipelines by kernel name and binding rule (every storage binding `read_write`

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::binding_access::MAX_BINDINGS;
 use super::context::WgpuContext;
 use super::kernel::Kernel;
 use super::lock;
@@ -163,22 +164,18 @@ impl WgpuContext {
         let slot = self.memory.uniform_slot(bytemuck::bytes_of(params));
         let key = (kernel.name, read_write);
         let bind_group = if read_write {
-            let counters = &self.memory.counters;
-            counters.read_write_dispatches.fetch_add(1, Relaxed);
-            if kernel.unchecked {
-                counters.read_write_hot_dispatches.fetch_add(1, Relaxed);
-            }
+            (self.memory.counters)
+                .read_write_dispatches
+                .fetch_add(1, Relaxed);
             let stand_in = self.memory.stand_in();
             let slices = without_repeats(bound, stand_in);
             self.memory.bind_group(key, &compiled.layout, slot, &slices)
         } else {
-            if kernel.unchecked {
-                self.memory
-                    .dispatched(bound.iter().enumerate().map(|(i, b)| {
-                        let read_only = compiled.read_only & (1u64 << (i + 1).min(63)) != 0;
-                        (b.slice().buffer(), !read_only)
-                    }));
-            }
+            self.memory
+                .dispatched(bound.iter().enumerate().map(|(i, b)| {
+                    let read_only = is_read_only(compiled.read_only, i);
+                    (b.slice().buffer(), !read_only)
+                }));
             self.memory.bind_group(key, &compiled.layout, slot, bound)
         };
         self.memory.counters.dispatches.fetch_add(1, Relaxed);
@@ -286,9 +283,13 @@ impl WgpuContext {
 /// refuses even on disjoint ranges: then the dispatch binds everything
 /// `read_write`. Under the planned policy only arenas are shared like that; the
 /// plan keeps a dispatch's rivals in different arenas
-/// ([`crate::planner::plan_apart`]), so a step that goes as traced never does.
-fn reads_what_it_writes<B: Bindable>(read_only: u64, bound: &[B]) -> bool {
-    let read = |i: usize| read_only & (1u64 << (i + 1).min(63)) != 0;
+/// ([`crate::planner::plan_step`]), so a step that goes as traced never does.
+fn reads_what_it_writes<B: Bindable>(read_only: u128, bound: &[B]) -> bool {
+    if bound.len() >= MAX_BINDINGS {
+        // Past the mask: bind read_write, legal whatever the operands.
+        return true;
+    }
+    let read = |i: usize| is_read_only(read_only, i);
     bound
         .iter()
         .enumerate()
@@ -299,6 +300,11 @@ fn reads_what_it_writes<B: Bindable>(read_only: u64, bound: &[B]) -> bool {
                 .enumerate()
                 .any(|(j, w)| j != i && !read(j) && w.slice().buffer() == r.slice().buffer())
         })
+}
+
+/// Whether the operand at index `i` (binding `i + 1`) is read-only in `read_only`.
+fn is_read_only(read_only: u128, i: usize) -> bool {
+    i + 1 < MAX_BINDINGS && read_only & (1u128 << (i + 1)) != 0
 }
 
 /// `bound` with every range bound a second time replaced by a range of `stand_in`
