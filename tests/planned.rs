@@ -60,9 +60,11 @@ async fn run_with(
 
 /// Runs bound `read_write` (`--bindings read-write`) against runs bound as
 /// declared: the same bits where a CPU adapter compiles both (lavapipe,
-/// SwiftShader: the CPU kernels' target); elsewhere within 1e-5. The `read_write`
-/// pipelines are other shader code, and a GPU's compiler may contract or order
-/// their float operations otherwise (an H200's does, by an ulp or two a step).
+/// SwiftShader: the CPU kernels' target). Elsewhere the `read_write` pipelines are
+/// other shader code, which a GPU's compiler may contract or order otherwise (an
+/// H200's does, by an ulp or two a step): the losses agree within 1e-5, and the
+/// parameters within 1e-3 of their norm (Adam turns an ulp of a gradient near zero
+/// into a whole step of its own sign, so single parameters may differ by 2 x lr).
 fn same_training(
     trainer: &Trainer,
     (losses, params): (&[u32], &[Vec<f32>]),
@@ -73,19 +75,28 @@ fn same_training(
         assert!(same_bits(params, want_params), "parameters differ");
         return;
     }
-    let near = |a: f32, b: f32| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1.0);
     assert_eq!(losses.len(), want_losses.len());
     for (a, b) in losses.iter().zip(want_losses) {
         let (a, b) = (f32::from_bits(*a), f32::from_bits(*b));
-        assert!(near(a, b), "losses {a} and {b}");
-    }
-    assert_eq!(params.len(), want_params.len());
-    for (x, y) in params.iter().zip(want_params) {
         assert!(
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| near(*p, *q)),
-            "parameters differ"
+            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "losses {a} and {b}"
         );
     }
+    assert_eq!(params.len(), want_params.len());
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for (x, y) in params.iter().zip(want_params) {
+        assert_eq!(x.len(), y.len());
+        for (p, q) in x.iter().zip(y) {
+            diff += f64::from(p - q).powi(2);
+            norm += f64::from(*q).powi(2);
+        }
+    }
+    let relative = (diff / norm.max(f64::MIN_POSITIVE)).sqrt();
+    assert!(
+        relative <= 1e-3,
+        "parameters differ by {relative:.2e} of their norm"
+    );
 }
 
 fn same_bits(a: &[Vec<f32>], b: &[Vec<f32>]) -> bool {
