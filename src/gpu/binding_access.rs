@@ -8,8 +8,8 @@
 //! refuses even on disjoint ranges (recording.rs); this says which are which. The
 //! browser build has no shader compiler of its own, so this reads the WGSL text:
 //! the storage globals by binding, the entry point's body and the functions it
-//! calls, transitively. A test checks it against naga's reflection (the compiler
-//! wgpu uses natively) for every kernel.
+//! calls, transitively. tests/ops/wgsl.rs checks it against naga's reflection (the
+//! compiler wgpu uses natively) for every kernel.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -190,55 +190,5 @@ mod tests {
         assert_eq!(read_only_bindings(src, "forward"), 0b1010);
         assert_eq!(read_only_bindings(src, "backward"), 0b0110);
         assert_eq!(read_only_bindings(src, "missing"), 0);
-    }
-
-    /// Every kernel's entry point against naga: the globals its entry point uses,
-    /// read-only where declared so.
-    #[cfg(not(target_arch = "wasm32"))]
-    #[test]
-    fn every_kernel_agrees_with_naga() {
-        use naga::valid::{Capabilities, ValidationFlags, Validator};
-        let mut checked = 0;
-        for subgroups in [false, true] {
-            for kernel in crate::kernels::catalog(false) {
-                let source = crate::gpu::source_for(&kernel, subgroups);
-                let module = match naga::front::wgsl::parse_str(&source) {
-                    Ok(module) => module,
-                    // The tensor-core kernels' cooperative matrices need naga's
-                    // experimental extension, which its default front end refuses.
-                    Err(_) if kernel.name.contains("coop") => continue,
-                    Err(e) => panic!("{}: {e}", kernel.name),
-                };
-                checked += 1;
-                let info = Validator::new(ValidationFlags::all(), Capabilities::all())
-                    .validate(&module)
-                    .unwrap_or_else(|e| panic!("{}: {e:?}", kernel.name));
-                let index = module
-                    .entry_points
-                    .iter()
-                    .position(|e| e.name == kernel.entry)
-                    .unwrap_or_else(|| panic!("{}: no entry {}", kernel.name, kernel.entry));
-                let uses = info.get_entry_point(index);
-                let mut expected = 0u128;
-                for (handle, var) in module.global_variables.iter() {
-                    let (Some(binding), naga::AddressSpace::Storage { access }) =
-                        (&var.binding, var.space)
-                    else {
-                        continue;
-                    };
-                    let used = !uses[handle].is_empty();
-                    if used && !access.contains(naga::StorageAccess::STORE) && binding.group == 0 {
-                        expected |= 1 << binding.binding;
-                    }
-                }
-                assert_eq!(
-                    read_only_bindings(&source, kernel.entry),
-                    expected,
-                    "{} (subgroups {subgroups})",
-                    kernel.name
-                );
-            }
-        }
-        assert!(checked > 100, "{checked} kernels checked");
     }
 }

@@ -72,6 +72,7 @@ mod uniforms;
 #[cfg(target_arch = "wasm32")]
 mod web_subgroups;
 
+pub use binding_access::read_only_bindings;
 pub use context::{ContextOptions, PathGuard, WgpuContext};
 pub use counters::{BuffersByPurpose, ContextCounters, Created, CreatedByPath, Path};
 pub use kernel::{grid_1d, Kernel};

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
+use tidepool::gpu::read_only_bindings;
 use tidepool::kernels::{catalog, source_for};
 
 /// The capabilities a device needs for `source`: f16 where it enables it,
@@ -42,6 +43,48 @@ fn validate(
         .validate(&module)
         .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(source)));
     (module, info)
+}
+
+/// Which bindings each kernel's entry point reads only, as the planned policy
+/// reads them from the WGSL (`gpu/binding_access.rs`), against naga's reflection:
+/// the storage globals the entry point uses, read-only where declared so.
+#[test]
+fn every_entry_points_read_only_bindings_are_the_ones_naga_sees() {
+    let mut checked = 0;
+    for compact in [false, true] {
+        for kernel in catalog(compact) {
+            for subgroups in [false, true] {
+                let source = source_for(&kernel, subgroups);
+                let (module, info) = validate(kernel.name, &source, needs(&source));
+                let index = module
+                    .entry_points
+                    .iter()
+                    .position(|e| e.name == kernel.entry)
+                    .unwrap_or_else(|| panic!("{}: no entry {}", kernel.name, kernel.entry));
+                let uses = info.get_entry_point(index);
+                let mut expected = 0u128;
+                for (handle, var) in module.global_variables.iter() {
+                    let (Some(binding), naga::AddressSpace::Storage { access }) =
+                        (&var.binding, var.space)
+                    else {
+                        continue;
+                    };
+                    let read_only = !access.contains(naga::StorageAccess::STORE);
+                    if binding.group == 0 && read_only && !uses[handle].is_empty() {
+                        expected |= 1 << binding.binding;
+                    }
+                }
+                assert_eq!(
+                    read_only_bindings(&source, kernel.entry),
+                    expected,
+                    "{} (subgroups {subgroups})",
+                    kernel.name
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 200, "{checked} kernels checked");
 }
 
 /// Each kernel once by name, in both forms, written to `target/tmp/wgsl/` (and the
