@@ -100,14 +100,23 @@ proptest! {
         picks in prop::collection::vec((0u32..64, any::<u64>()), 0..40),
     ) {
         let dispatches = dispatches(&step, &picks);
-        let plan = planner::plan_step(&step, &dispatches, limits).expect("plan");
-        check(&step, limits, &plan)?;
-        prop_assert_eq!(planner::dispatches_reading_their_arena(&plan, &dispatches), 0);
         let rivals = planner::rivals(step.len(), &dispatches);
+        // Keeping rivals apart alone: legal as declared, whatever it costs.
+        let apart = planner::plan_apart(&step, &rivals, limits).expect("plan");
+        check(&step, limits, &apart)?;
+        prop_assert_eq!(planner::dispatches_reading_their_arena(&apart, &dispatches), 0);
         for (i, rs) in rivals.iter().enumerate() {
             for &j in rs {
-                prop_assert_ne!(plan.ranges[i].arena, plan.ranges[j as usize].arena);
+                prop_assert_ne!(apart.ranges[i].arena, apart.ranges[j as usize].arena);
             }
+        }
+        // The step's plan: rivals apart within 1% of the plain plan, else the plain one.
+        let plan = planner::plan_step(&step, &dispatches, limits).expect("plan");
+        check(&step, limits, &plan)?;
+        let one = planner::plan(&step, limits).expect("plan");
+        prop_assert!(plan.reserved() <= one.reserved() + one.reserved() / planner::APART_SLACK);
+        if plan != one {
+            prop_assert_eq!(planner::dispatches_reading_their_arena(&plan, &dispatches), 0);
         }
         // With no dispatch to keep apart it is the plain plan.
         prop_assert_eq!(
