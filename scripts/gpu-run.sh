@@ -55,7 +55,8 @@
 # SWEEP_BUDGET_MS and SWEEP_SECONDS (gemm-sweep's variants, the ms a batch of launches
 # aims at, and the cap on its matmul_bench run: 360), CURVE_STOP and
 # CURVE_SECONDS (where a learning curve stops: its schedule's end or, in headline,
-# step 2000; and after 540 s at most).
+# step 2000; and after 540 s at most), PARITY_FILTER (parity: run only the tests
+# whose names hold it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -229,7 +230,7 @@ suite_parity() {
   for t in "$G"/tests/*; do
     [ -x "$t" ] || continue
     found=1
-    run parity "$(basename "$t")" this "$t" --test-threads 1
+    run parity "$(basename "$t")" this "$t" --test-threads 1 ${PARITY_FILTER:+"$PARITY_FILTER"}
   done
   [ "$found" = 1 ] || echo "parity: gpu-pack.sh packed no test binaries into $G/tests" >&2
 }

@@ -14,7 +14,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Bit i set: binding i of group 0 is a `var<storage, read>` that `entry` (or a
-/// function it calls) uses, for bindings under [`MAX_BINDINGS`] (the optimizer's
+/// function it calls) uses, for bindings under 128 (the optimizer's
 /// sums bind up to 64 buffers).
 pub fn read_only_bindings(source: &str, entry: &str) -> u128 {
     let code = without_comments(source);
