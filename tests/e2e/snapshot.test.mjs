@@ -119,6 +119,10 @@ describe('recordings opened in the memory timeline', { timeout: 1_800_000 }, () 
   after(() => env?.close());
 
   test('the panel says the file stays in the browser', async () => {
+    // The panel fills once its module has loaded after the click; under a second
+    // test file's load that can trail the click.
+    const said = /read here, in this browser: nothing is uploaded/;
+    await page.locator(tid('timeline')).getByText(said).first().waitFor({ timeout: 15_000 }).catch(() => {});
     const text = await page.locator(tid('timeline')).innerText();
     assert.match(text, /read here, in this browser: nothing is uploaded/);
     assert.ok(await page.locator(tid('snapshot-choose')).isVisible(), 'a button chooses a file');
