@@ -204,18 +204,20 @@ pub fn plan_apart(
     // Greedy by size first (Pisarchyk and Lee, 2020); a step of many small
     // tensors sometimes packs tighter by size times lifetime, or by breadth
     // (longest lived first). Each order is one pass: the least reserved wins.
-    let life = |t: &Lifetime| u64::from(t.death - t.birth);
-    let orders: [&dyn Fn(&Lifetime) -> (u64, u64); 3] = [
-        &|t| (t.bound_bytes(), 0),
-        &|t| (t.bound_bytes().saturating_mul(life(t)), t.bound_bytes()),
-        &|t| (life(t), t.bound_bytes()),
-    ];
+    let key = |order: usize, t: &Lifetime| {
+        let (bytes, life) = (t.bound_bytes(), u64::from(t.death.saturating_sub(t.birth)));
+        match order {
+            0 => (bytes, 0),
+            1 => (bytes.saturating_mul(life), bytes),
+            _ => (life, bytes),
+        }
+    };
     let mut best: Option<MemoryPlan> = None;
-    for key in orders {
+    for which in 0..3 {
         let mut order: Vec<usize> = (0..tensors.len()).collect();
         order.sort_unstable_by_key(|&i| {
             let t = &tensors[i];
-            (std::cmp::Reverse(key(t)), t.birth, i)
+            (std::cmp::Reverse(key(which, t)), t.birth, i)
         });
         let plan = place(tensors, rivals, limits, &order);
         if best.as_ref().is_none_or(|b| plan.reserved() < b.reserved()) {
@@ -338,6 +340,8 @@ pub const COLOUR_PASSES: usize = 8;
 /// different times (one before the backward pass, one in it) hold more than the
 /// step's peak, since each is planned apart. O(events) a candidate move.
 pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>], allies: &[Vec<u32>]) -> Vec<usize> {
+    // A lifetime's events (none where a hostile one ends before it begins).
+    let span = |t: &Lifetime| t.birth as usize..(t.death as usize).max(t.birth as usize);
     const UNSET: usize = usize::MAX;
     let mut colours = vec![UNSET; step.len()];
     let count = |list: &[u32], colours: &[usize]| {
@@ -356,11 +360,11 @@ pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>], allies: &[Vec<u32>]) -> Ve
             .min_by_key(|&c| (rival[c], std::cmp::Reverse(ally[c]), c))
             .expect("colours");
     }
-    let events = step.iter().map(|t| t.death as usize).max().unwrap_or(0);
+    let events = step.iter().map(|t| t.death.max(t.birth) as usize).max().unwrap_or(0);
     // live[c][e]: bytes of colour c live at event e.
     let mut live = vec![vec![0u64; events]; MAX_COLOURS];
     for (t, &c) in step.iter().zip(&colours) {
-        for bytes in &mut live[c][t.birth as usize..t.death as usize] {
+        for bytes in &mut live[c][span(t)] {
             *bytes += t.bound_bytes();
         }
     }
@@ -377,7 +381,7 @@ pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>], allies: &[Vec<u32>]) -> Ve
         let mut moved = false;
         for &t in &order {
             let from = colours[t];
-            let span = step[t].birth as usize..step[t].death as usize;
+            let span = span(&step[t]);
             let size = step[t].bound_bytes();
             let rival_in = |c: usize| rivals[t].iter().any(|&r| colours[r as usize] == c);
             let conflicts_now = rival_in(from);
