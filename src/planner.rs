@@ -360,7 +360,11 @@ pub fn colour(step: &[Lifetime], rivals: &[Vec<u32>], allies: &[Vec<u32>]) -> Ve
             .min_by_key(|&c| (rival[c], std::cmp::Reverse(ally[c]), c))
             .expect("colours");
     }
-    let events = step.iter().map(|t| t.death.max(t.birth) as usize).max().unwrap_or(0);
+    let events = step
+        .iter()
+        .map(|t| t.death.max(t.birth) as usize)
+        .max()
+        .unwrap_or(0);
     // live[c][e]: bytes of colour c live at event e.
     let mut live = vec![vec![0u64; events]; MAX_COLOURS];
     for (t, &c) in step.iter().zip(&colours) {

@@ -26,6 +26,24 @@ async fn context_reports_its_adapter_body() {
     assert_ne!(ctx.backend(), "webgpu");
 }
 
+/// Context after context in one process, each dropped before the next, keeps
+/// finding the adapter and works: an H200's Vulkan driver stopped reporting one
+/// at the 30th instance a process made, so contexts share one instance natively.
+#[cfg(not(target_arch = "wasm32"))]
+#[test]
+fn contexts_made_one_after_another_keep_finding_the_adapter() {
+    pollster::block_on(async {
+        for i in 0..48 {
+            let ctx = WgpuContext::new()
+                .await
+                .unwrap_or_else(|e| panic!("context {i}: {e}"));
+            let buf = ctx.upload(&[i as f32, 2.0, 3.0]);
+            let back: Vec<f32> = ctx.download(&buf, 3).await.expect("download");
+            assert_eq!(back, [i as f32, 2.0, 3.0], "context {i}");
+        }
+    });
+}
+
 gpu_test!(
     pooled_buffers_round_up_and_come_back,
     pooled_round_trip_body()

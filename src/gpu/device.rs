@@ -61,13 +61,29 @@ pub(super) fn subgroup_widths_fit(info: &wgpu::AdapterInfo) -> bool {
     min.is_power_of_two() && max.is_power_of_two() && min <= max && max <= MAX_SUBGROUP_WIDTH
 }
 
+/// The wgpu instance contexts find their adapter through: natively one a process.
+/// On an H200 the NVIDIA Vulkan driver reports no adapter from the 30th instance a
+/// process creates (each dropped before the next, file descriptors and memory
+/// flat), so a test binary or a long-lived host that makes context after context
+/// would lose the GPU. In the browser each context asks `navigator.gpu` anew.
+fn instance() -> wgpu::Instance {
+    let make =
+        || wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        static INSTANCE: std::sync::OnceLock<wgpu::Instance> = std::sync::OnceLock::new();
+        INSTANCE.get_or_init(make).clone()
+    }
+    #[cfg(target_arch = "wasm32")]
+    make()
+}
+
 pub(super) async fn request_adapter() -> Result<(wgpu::Instance, wgpu::Adapter)> {
     #[cfg(target_arch = "wasm32")]
     if !wgpu::util::is_browser_webgpu_supported().await {
         return Err(Error::NoAdapter(crate::NO_WEBGPU.into()));
     }
-    let instance =
-        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let instance = instance();
     #[cfg(not(target_arch = "wasm32"))]
     if let Ok(wanted) = std::env::var("WGPU_ADAPTER_NAME") {
         let wanted = wanted.to_lowercase();
