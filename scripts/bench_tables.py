@@ -271,12 +271,18 @@ def memory(s):
         out.append("Steady training steps (peaks after warm-up; policy, reserved, requested, ratio, ms a step):\n\n"
                    + table(["policy", "preset", "reserved", "requested", "reserved / requested", "ms a step"], steady))
     out += kernels_by_binding(s)
-    for r in s.rows("replay"):
-        for step in r.get("data", []):
-            if isinstance(step, dict) and step.get("label") != "first":
-                rows = [[x["allocator"], f"{x['peak_bytes']:,}", f(x["ratio"])] for x in step.get("rows", [])]
-                out.append(f"The steady step's trace replayed ({step.get('tensors')} tensors), peak bytes:\n\n"
-                           + table(["allocator", "peak bytes", "x lower bound"], rows))
+    for run, what in (("replay", "The steady step's trace"), ("replay_planned", "The steady planned step's trace")):
+        for r in s.rows(run):
+            # `tidepool trace replay --json`: each recorded step with its replay.
+            steps = r.get("steps") or r.get("data") or []
+            for step in steps:
+                replay = step.get("replay", step) if isinstance(step, dict) else None
+                if not isinstance(replay, dict) or "first" in str(replay.get("label", "")):
+                    continue
+                rows = [[x["allocator"], f"{x['peak_bytes']:,}", f(x["ratio"])] for x in replay.get("rows", [])]
+                if rows:
+                    out.append(f"{what} replayed ({replay.get('tensors')} tensors), peak bytes:\n\n"
+                               + table(["allocator", "peak bytes", "x lower bound"], rows))
     return out
 
 
