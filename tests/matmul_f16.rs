@@ -151,9 +151,15 @@ fn forced_core() -> Option<F16Core> {
 /// checking the refusal where the adapter has no shader-f16 (SwiftShader in
 /// Chromium).
 async fn f16_context() -> Option<WgpuContext> {
+    f16_context_with(false).await
+}
+
+/// [`f16_context`], binding every buffer read_write where `read_write`.
+async fn f16_context_with(read_write_bindings: bool) -> Option<WgpuContext> {
     let options = ContextOptions {
         precision: Precision::F16,
         f16_core: forced_core(),
+        read_write_bindings,
         ..Default::default()
     };
     match WgpuContext::with_options(options).await {
@@ -249,6 +255,44 @@ async fn forward_body() {
             }
         }
     }
+}
+
+// Where a dispatch binds every buffer read_write, a repeated binding gets a stand-in
+// (gpu/recording.rs): the tensor-core cores' vec4 views of their operands then hold
+// no operand, and the cores must see it and take their guarded loads. A shape with
+// whole interior tiles, and one whose operands are under one vec4.
+gpu_test!(f16_forward_with_read_write_bindings, read_write_body());
+async fn read_write_body() {
+    let Some(ctx) = f16_context_with(true).await else {
+        return;
+    };
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    for (rows, k, n) in [(260, 264, 132), (1, 3, 1)] {
+        let inp = rng.vec(rows * k, -1.0, 1.0);
+        let weight = rng.vec(n * k, -1.0, 1.0);
+        let (g_inp, g_w) = (ctx.upload(&inp), ctx.upload(&weight));
+        let want = forward_ref(&inp, &weight, None, rows, k, n);
+        let exact = exact_ref(|r, i| inp[r * k + i], |i, j| weight[j * k + i], rows, k, n);
+        for variant in variants(&ctx) {
+            let out = poisoned(&ctx, &[rows * n], || {
+                let x = Linear {
+                    inp: &g_inp,
+                    weight: (&g_w).into(),
+                    bias: None,
+                };
+                let op = Matmul {
+                    variant: Some(variant),
+                    fusion: Fusion::default(),
+                };
+                op.forward(&ctx, x, MatmulShape { rows, k, n })
+            });
+            let got = read(&ctx, &out, rows * n).await;
+            let what = format!("read_write forward {variant:?} {rows}x{k}x{n}");
+            check(&what, &got, &want, &exact, FWD_TOL, seed);
+        }
+    }
+    assert!(ctx.counters().read_write_dispatches > 0, "no dispatch bound read_write");
 }
 
 gpu_test!(f16_backward_matches_reference, backward_body());
@@ -451,6 +495,7 @@ async fn training_body() {
 #[cfg(not(target_arch = "wasm32"))]
 mod emulated {
     use super::*;
+    use tidepool::PooledBuffer;
     use tidepool::gpu::Kernel;
 
     const EMULATION: &str = r#"
@@ -652,6 +697,15 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         pollster::block_on(body("coop3", &coop3_rules()))
     }
 
+    /// `bound`, and where the core reads vec4 views, its two operands again.
+    fn with_views<'a>(views: bool, bound: &[&'a PooledBuffer]) -> Vec<&'a PooledBuffer> {
+        let mut all = bound.to_vec();
+        if views {
+            all.extend([bound[0], bound[1]]);
+        }
+        all
+    }
+
     async fn body(core: &str, rules: &[(&str, &str)]) {
         let Some(ctx) = f16_context().await else {
             panic!("natively the CI adapter (lavapipe) has shader-f16");
@@ -661,6 +715,9 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             kernel(&format!("matmul_dinp_{core}"), rules),
             kernel(&format!("matmul_dweight_{core}"), rules),
         );
+        // The C2 and C3 cores read their operands' interior tiles through vec4 views:
+        // bindings of their own, after the launch's buffers (the launchers add them).
+        let views = core != "coop";
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
@@ -697,7 +754,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 ctx.dispatch(
                     &forward,
                     &p,
-                    &[&g_inp, &g_w, &g_b, &out, &g_inp],
+                    &with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_inp]),
                     grid(rows, n, 1),
                 );
                 out
@@ -717,7 +774,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 ctx.dispatch(
                     &forward,
                     &p,
-                    &[&g_inp, &g_w, &g_b, &out, &g_resid],
+                    &with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_resid]),
                     grid(rows, n, 1),
                 );
                 out
@@ -734,7 +791,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let out = poisoned(&ctx, &[rows * k], || {
                 let out = ctx.create_pooled(rows * k * 4);
                 let p = params(rows, k, n, n, FUSE_GELU_GRAD);
-                ctx.dispatch(&dinp, &p, &[&g_dout, &g_w, &out, &g_aux], grid(rows, k, 1));
+                ctx.dispatch(&dinp, &p, &with_views(views, &[&g_dout, &g_w, &out, &g_aux]), grid(rows, k, 1));
                 out
             });
             let got = read(&ctx, &out, rows * k).await;
@@ -758,7 +815,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 ctx.dispatch(
                     &forward,
                     &p,
-                    &[&g_inp, &g_w, &g_b, &out, &g_inp],
+                    &with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_inp]),
                     grid(rows, n, 1),
                 );
                 out
@@ -773,7 +830,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let part = poisoned(&ctx, &[n * k], || {
                 let part = ctx.create_pooled(n * k * 4);
                 let p = params(n, k, rows, rows, FUSE_GELU_INP);
-                ctx.dispatch(&dweight, &p, &[&g_dout, &g_inp, &part], grid(n, k, 1));
+                ctx.dispatch(&dweight, &p, &with_views(views, &[&g_dout, &g_inp, &part]), grid(n, k, 1));
                 part
             });
             let got = read(&ctx, &part, n * k).await;
@@ -792,7 +849,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                     ctx.dispatch(
                         &dinp,
                         &p,
-                        &[&g_dout, &g_w, &part, &g_dout],
+                        &with_views(views, &[&g_dout, &g_w, &part, &g_dout]),
                         grid(rows, k, splits),
                     );
                     part
@@ -813,7 +870,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let part = poisoned(&ctx, &[splits * n * k], || {
                     let part = ctx.create_pooled(splits * n * k * 4);
                     let p = params(n, k, rows, chunk, 0);
-                    ctx.dispatch(&dweight, &p, &[&g_dout, &g_inp, &part], grid(n, k, splits));
+                    ctx.dispatch(&dweight, &p, &with_views(views, &[&g_dout, &g_inp, &part]), grid(n, k, splits));
                     part
                 });
                 let got = sum_splits(&read(&ctx, &part, splits * n * k).await, n * k, splits);

@@ -113,6 +113,14 @@ impl MemoryManager {
         })
     }
 
+    /// A range of the stand-in buffer for a binding its kernel checks before reading
+    /// (a vec4 view of an operand too small to hold one vec4): the last range, which
+    /// repeats replaced by stand-ins (fewer than a kernel has bindings) never reach.
+    pub fn unread_range(&self) -> super::Slice<'_> {
+        let size = std::num::NonZeroU64::new(STAND_IN_SLOT).expect("non-zero");
+        super::Slice::range(self.stand_in(), (STAND_IN_SLOTS - 1) * STAND_IN_SLOT, size)
+    }
+
     /// Whether storage requests of training steps take planned ranges.
     pub fn planned(&self) -> bool {
         self.plans.is_some()

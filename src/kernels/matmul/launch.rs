@@ -3,7 +3,9 @@
 //! out), or for weight gradients the partials as they are ([`Partials`]).
 
 use super::operands::{Fusion, Layout, Linear};
-use super::source::{dweight_bias, fuse, kernel, specialized, COLSUM, SUM_SPLITS_FUSED};
+use super::source::{
+    binds_views, dweight_bias, fuse, kernel, specialized, COLSUM, SUM_SPLITS_FUSED,
+};
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
 use crate::gpu::{grid_1d, PooledBuffer, Slice, WgpuContext};
@@ -72,6 +74,31 @@ impl ReduceParams {
     }
 }
 
+/// `bound` for `variant`'s kernel: as it is, or where the core reads vec4 views of
+/// its operands (`source::binds_views`), with the operands (bindings 1 and 2) bound
+/// again after it.
+fn with_views<'a>(
+    ctx: &'a WgpuContext,
+    variant: MatmulVariant,
+    bound: &[Slice<'a>],
+) -> Vec<Slice<'a>> {
+    let mut all = bound.to_vec();
+    if binds_views(variant) {
+        // A vec4 array needs 16 bytes; the cores check that a view holds its whole
+        // operand before reading it (`views_whole`), so a smaller operand's view can
+        // be a range nothing reads.
+        let view = |s: Slice<'a>| {
+            if s.size() >= 16 {
+                s
+            } else {
+                ctx.memory.unread_range()
+            }
+        };
+        all.extend([view(bound[0]), view(bound[1])]);
+    }
+    all
+}
+
 fn u32_of(x: usize, what: &str) -> u32 {
     u32::try_from(x).unwrap_or_else(|_| panic!("{what} = {x} does not fit in u32"))
 }
@@ -130,7 +157,12 @@ pub(super) fn forward(
             (&out).into(),
             resid_or_any.into(),
         ];
-        ctx.dispatch_slices(specialized(kernel, params.flags), &params, &bound, groups);
+        ctx.dispatch_slices(
+            specialized(kernel, params.flags),
+            &params,
+            &with_views(ctx, variant, &bound),
+            groups,
+        );
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
@@ -141,7 +173,12 @@ pub(super) fn forward(
             (&part).into(),
             resid_or_any.into(),
         ];
-        ctx.dispatch_slices(specialized(kernel, params.flags), &params, &bound, groups);
+        ctx.dispatch_slices(
+            specialized(kernel, params.flags),
+            &params,
+            &with_views(ctx, variant, &bound),
+            groups,
+        );
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -196,7 +233,11 @@ pub(super) fn dinp(
         ctx.dispatch_slices(
             specialized(kernel, params.flags),
             &params,
-            &[dout.into(), weight, (&dinp).into(), aux.into()],
+            &with_views(
+                ctx,
+                variant,
+                &[dout.into(), weight, (&dinp).into(), aux.into()],
+            ),
             groups,
         );
     } else {
@@ -205,7 +246,11 @@ pub(super) fn dinp(
         ctx.dispatch_slices(
             specialized(kernel, params.flags),
             &params,
-            &[dout.into(), weight, (&part).into(), aux.into()],
+            &with_views(
+                ctx,
+                variant,
+                &[dout.into(), weight, (&part).into(), aux.into()],
+            ),
             groups,
         );
         if epilogue == 0 {
@@ -264,7 +309,7 @@ pub(super) fn weight_partials<'d>(
     let dbias = fused_bias.map(|dest| Partials::new(ctx, n, splits, dest));
     let mut bound = vec![dout.into(), inp.into(), dweight.target()];
     bound.extend(dbias.as_ref().map(Partials::target));
-    ctx.dispatch_slices(kernel, &params, &bound, groups);
+    ctx.dispatch_slices(kernel, &params, &with_views(ctx, variant, &bound), groups);
     let dbias = match (dbias, dests.bias) {
         (Some(fused), _) => Some(fused),
         (None, Some(dest)) => Some(dbias_partials(ctx, variant, dout, shape, dest)),

@@ -12,7 +12,8 @@
 //   C2  `Coop2`: steps of BK = 32 (two 16-deep products a barrier, 16 MMAs a
 //       subgroup per barrier). Interior steps (the tile inside m and n, the step
 //       inside the split, and m, n, k and the split's start multiples of 4) load
-//       through the preludes' unguarded `load_a_fast` / `load_b_fast`, edge steps
+//       through the preludes' unguarded `load_a_fast` / `load_b_fast` (one vec4
+//       each, from the operands' vec4 views, where `views_whole()`), edge steps
 //       through `load_a` / `load_b` (the same 4 floats, GELU prologue included).
 //       Each operand is stored in the order the hook delivers it (4 consecutive
 //       halves a thread, no transposing stores): along k as [mn][k], otherwise as
@@ -170,7 +171,7 @@ fn main(
     let k_end = min(k_begin + p.k_chunk, p.k);
     let steps = (k_end - k_begin + BK - 1u) / BK;
     // Workgroup-uniform: whether full steps of this tile may skip the bounds checks.
-#C2     let interior = m0 + BM <= p.m && n0 + BN <= p.n
+#C2     let interior = views_whole() && m0 + BM <= p.m && n0 + BN <= p.n
 #C2         && ((p.m | p.n | p.k | k_begin) & 3u) == 0u;
     // This subgroup's rows and columns within the tile.
     let sm = (s / 2u) * 32u;

@@ -25,7 +25,8 @@
 //     registers of loads in flight, too much for two workgroups an SM.
 // Interior steps (the tile inside m and n, the step inside the split, m, n, k and
 // the split's start multiples of 4) load through the preludes' unguarded
-// `load_a_fast` / `load_b_fast`, edge steps through `load_a` / `load_b` (the same 4
+// `load_a_fast` / `load_b_fast` (vec4 views, where `views_whole()`), edge steps
+// through `load_a` / `load_b` (the same 4
 // floats, GELU prologue included). Each of the 128 threads calls a hook for thread
 // indices t and t + 128 of the hooks' 256-thread tiles. Operands are stored in the
 // order the hooks deliver them (4 consecutive halves a call): read along k as
@@ -176,7 +177,7 @@ fn main(
     let k_end = min(k_begin + p.k_chunk, p.k);
     let steps = (k_end - k_begin + BK - 1u) / BK;
     // Workgroup-uniform: whether full steps of this tile may skip the bounds checks.
-    let interior = m0 + BM <= p.m && n0 + BN <= p.n
+    let interior = views_whole() && m0 + BM <= p.m && n0 + BN <= p.n
         && ((p.m | p.n | p.k | k_begin) & 3u) == 0u;
     // This subgroup's rows and columns within the tile.
     let sm = (s / 2u) * 64u;

@@ -9,6 +9,17 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> inp: array<f32>;
 @group(0) @binding(3) var<storage, read_write> part: array<f32>;
+// VEC4 (the tensor-core cores): bindings 4 and 5 hold the same buffers as 1 and 2,
+// read as vec4s: one 16-byte load where four loads of a float would issue four (the
+// driver does not merge them), for the unguarded interior steps below.
+#VEC4 @group(0) @binding(4) var<storage, read> dout4: array<vec4<f32>>;
+#VEC4 @group(0) @binding(5) var<storage, read> inp4: array<vec4<f32>>;
+#VEC4 // Whether the views hold the whole operands (A is m x k, B k x n): a stand-in
+#VEC4 // bound in their place (where a dispatch binds everything read_write, or an operand
+#VEC4 // is under 16 bytes) does not, and the cores then take the guarded loads.
+#VEC4 fn views_whole() -> bool {
+#VEC4     return arrayLength(&dout4) * 4u >= p.m * p.k && arrayLength(&inp4) * 4u >= p.k * p.n;
+#VEC4 }
 
 // dout read along its columns j (the GEMM's m), one row r a step.
 fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
@@ -28,13 +39,11 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 const A_ALONG_K: bool = false;
 
 // load_a / load_b without the bounds checks, for the tensor-core cores' interior steps
-// (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4). The
-// index rounded down to a multiple of 4 (which it already is) tells the compiler the
-// 4 floats are 16-byte aligned.
-fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
-    let q = ((k0 + t / 32u) * p.m + m0 + (t % 32u) * 4u) & ~3u;
-    return vec4<f32>(dout[q], dout[q + 1u], dout[q + 2u], dout[q + 3u]);
-}
+// (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4, so the
+// 4 floats are one vec4).
+#VEC4 fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
+#VEC4     return dout4[((k0 + t / 32u) * p.m + m0 + (t % 32u) * 4u) / 4u];
+#VEC4 }
 
 fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     let r = k0 + t / 32u;
@@ -54,12 +63,11 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const B_ALONG_K: bool = false;
 
-fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
-    let q = ((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) & ~3u;
-    let v = vec4<f32>(inp[q], inp[q + 1u], inp[q + 2u], inp[q + 3u]);
-    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
-    return v;
-}
+#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+#VEC4     let v = inp4[((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) / 4u];
+#VEC4     if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+#VEC4     return v;
+#VEC4 }
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
 // No GELU prologue here: that core gets GELU's output in a buffer instead

@@ -57,6 +57,9 @@ struct Core {
     enable: &'static str,
     /// Whether the core rounds its operands to f16 (it reads `A_SCALE`).
     f16: bool,
+    /// Whether it reads its operands' interior tiles through the preludes' vec4
+    /// views (`#VEC4`: the launcher binds the two operands again after its own).
+    views: bool,
     /// The core's own source (with [`Layout`] for what depends on it).
     own: fn(Layout) -> String,
 }
@@ -87,6 +90,7 @@ const CORES: [Core; 8] = [
         ],
         enable: "",
         f16: false,
+        views: false,
         own: summing_core,
     },
     Core {
@@ -97,6 +101,7 @@ const CORES: [Core; 8] = [
         ],
         enable: "",
         f16: false,
+        views: false,
         own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW"]),
     },
     Core {
@@ -107,6 +112,7 @@ const CORES: [Core; 8] = [
         ],
         enable: "",
         f16: false,
+        views: false,
         own: |_| format!("const ROWS: u32 = 16u;\n{}", unroll(CPU, "#R", 16)),
     },
     Core {
@@ -117,6 +123,7 @@ const CORES: [Core; 8] = [
         ],
         enable: "",
         f16: false,
+        views: false,
         own: |_| format!("const ROWS: u32 = 32u;\n{}", unroll(CPU, "#R", 32)),
     },
     Core {
@@ -127,6 +134,7 @@ const CORES: [Core; 8] = [
         ],
         enable: F16_ENABLE,
         f16: true,
+        views: false,
         own: |_| select(TILED, TILED_TAGS, &["F16", "WIDE"]),
     },
     Core {
@@ -137,6 +145,7 @@ const CORES: [Core; 8] = [
         ],
         enable: COOP_ENABLE,
         f16: true,
+        views: false,
         own: |_| select(COOP, COOP_TAGS, &["C1"]),
     },
     Core {
@@ -147,6 +156,7 @@ const CORES: [Core; 8] = [
         ],
         enable: COOP_ENABLE,
         f16: true,
+        views: true,
         own: |_| select(COOP, COOP_TAGS, &["C2"]),
     },
     Core {
@@ -157,6 +167,7 @@ const CORES: [Core; 8] = [
         ],
         enable: COOP_ENABLE,
         f16: true,
+        views: true,
         own: |_| unroll(&unroll(COOP3, "#I", 4), "#J", 4),
     },
 ];
@@ -176,13 +187,21 @@ fn core_index(variant: MatmulVariant) -> usize {
     }
 }
 
-/// The layout prelude of `layout`'s product, with what its fusions call in front.
-fn prelude(layout: Layout) -> &'static str {
-    match layout {
+/// The layout prelude of `layout`'s product, with what its fusions call in front,
+/// with or without its operands' vec4 views (`#VEC4`).
+fn prelude(layout: Layout, views: bool) -> String {
+    let prelude = match layout {
         Layout::Forward => gemm_prelude!("matmul_nt.wgsl"),
         Layout::Dinp => gemm_prelude!("matmul_nn.wgsl"),
         Layout::Dweight => gemm_prelude!("matmul_tn.wgsl"),
-    }
+    };
+    select(prelude, &["VEC4"], if views { &["VEC4"] } else { &[] })
+}
+
+/// Whether `variant`'s kernels bind their two operands a second time, as vec4s,
+/// after the launch's own buffers (`Core::views`).
+pub(super) fn binds_views(variant: MatmulVariant) -> bool {
+    CORES[core_index(variant)].views
 }
 
 fn layout_index(layout: Layout) -> usize {
@@ -214,7 +233,7 @@ pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel 
         let source = format!(
             "{}{scale}{}{}",
             core.enable,
-            prelude(layout),
+            prelude(layout, core.views),
             (core.own)(layout)
         );
         Kernel {
@@ -235,7 +254,7 @@ pub(super) fn dweight_bias() -> &'static Kernel {
         let sums = include_str!("matmul_tn_sums.wgsl");
         Kernel {
             name: "matmul_backward_dweight_bias",
-            source: leak(format!("{}{sums}{core}", prelude(Layout::Dweight))),
+            source: leak(format!("{}{sums}{core}", prelude(Layout::Dweight, false))),
             entry: "main",
             unchecked: UNCHECKED,
         }
