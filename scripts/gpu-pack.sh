@@ -69,7 +69,7 @@ features=$(bench_features .)
 cargo build --release --bin tidepool $features
 pack_binary target/release/tidepool "$G/tidepool"
 pack_binary "$(executable matmul_bench bench --no-run --bench matmul_bench $features)" "$G/matmul_bench"
-[ -f benches/coop_ceiling.rs ] && pack_binary "$(executable coop_ceiling bench --no-run --bench coop_ceiling)" "$G/coop_ceiling"
+[ -f benches/gemm_ceiling.rs ] && pack_binary "$(executable gemm_ceiling bench --no-run --bench gemm_ceiling)" "$G/gemm_ceiling"
 # The GPU test binaries that need no files of the checkout: every kernel against its
 # reference, the context and the pool, the f16 GEMMs, the optimizer.
 rm -rf "$G/tests" && mkdir -p "$G/tests"

@@ -277,9 +277,9 @@ suite_gemm_sweep() {
   # Attention with each set of kernels (paired, tiled) on its own, ahead of the long
   # GEMM sweep that a time limit may cut short.
   run gemm-sweep attention this "$matmul_this" --json --no-squares --only attention "${quick[@]}"
-  # What the tensor cores give through cooperative matrices here, one cost at a time
-  # (benches/coop_ceiling.rs): the f16 cores' ceiling.
-  [ -x "$G/coop_ceiling" ] && run gemm-sweep coop_ceiling this "$G/coop_ceiling" --json
+  # What each GEMM core's own loop gives here, one cost at a time
+  # (benches/gemm_ceiling.rs): the ceilings the cores work under.
+  [ -x "$G/gemm_ceiling" ] && run gemm-sweep gemm_ceiling this "$G/gemm_ceiling" --json
   # about 170 cases: more than RUN_SECONDS' default allows a command
   RUN_SECONDS=${SWEEP_SECONDS:-360} run gemm-sweep matmul this "$matmul_this" --json --no-squares "${quick[@]}" \
     --budget-ms "${SWEEP_BUDGET_MS:-150}" \

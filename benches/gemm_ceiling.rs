@@ -1,20 +1,30 @@
-//! What the tensor cores give through wgpu's cooperative matrices on this adapter,
-//! one cost at a time: the ceiling the tensor-core GEMM cores (matmul_coop.wgsl)
-//! work under. Each probe is the `coop2` core's inner loop with parts taken away:
+//! What the GEMM cores' inner loops give on this adapter, one cost at a time: the
+//! ceilings the GEMM cores work under. Each probe is a core's inner loop with parts
+//! taken away.
 //!
+//! The tensor-core family (`coop2`'s loop, matmul_coop.wgsl):
 //! - `mma`: 8 accumulators a subgroup (2 A x 4 B fragments, as `coop2`), the
 //!   fragments loaded once, then only multiply-adds;
 //! - `mma+frag`: the 6 fragments loaded from workgroup memory before each 8
 //!   multiply-adds, as `coop2` does;
 //! - `mma+frag+stash`: and every 32-deep step each thread stores 32 halves into the
-//!   other buffer and the workgroup meets at a barrier, as `coop2` does after its
-//!   global loads (which this leaves out);
-//! - each at 256 threads a workgroup (`coop2`'s) and at 128 (fewer registers a
-//!   workgroup: more workgroups an SM where registers are what limits them).
+//!   other buffer and the workgroup meets at a barrier, as `coop2` does;
+//! - `+loads`: and the next step's 8 x 4 floats of A and B loaded from a 16384 x 384
+//!   operand before the step's products, as four loads of a float each (`floats`) or
+//!   one vec4 (`vec4s`);
+//! - each at 256 threads a workgroup (`coop2`'s) and at 128 (more workgroups an SM
+//!   where registers are what limits them).
 //!
-//! The GEMM itself is `matmul_bench`'s (gemm-sweep runs both in one call).
-//! `cargo bench --bench coop_ceiling [-- --json]`; needs an adapter with shader-f16
-//! and 16x16x16 f16 -> f32 cooperative matrices, and subgroups of 32.
+//! The f32 family (`tiled`'s loop, matmul_tiled.wgsl: 8 x 8 outputs a thread, steps
+//! of 8): `fma` (the operands in registers), `fma+lds` (4 vec4s from workgroup memory
+//! each k, as `tiled`), `fma+lds+stash` (each step's transposed stores of 4 + 4 floats
+//! and a barrier) and `+loads` (the next step's 2 vec4s, guarded floats as the
+//! preludes' `load_a`, or vec4s).
+//!
+//! The GEMMs themselves are `matmul_bench`'s (gemm-sweep runs both in one call).
+//! `cargo bench --bench gemm_ceiling [-- --json]`; the tensor-core family needs
+//! shader-f16, 16x16x16 f16 -> f32 cooperative matrices and subgroups of 32, and
+//! neither family runs on a CPU adapter (there their WGSL is only validated).
 
 // Native only (pollster); wasm32 builds an empty main.
 #[cfg(target_arch = "wasm32")]
@@ -128,21 +138,146 @@ fn main(
 }
 "#;
 
-    /// A probe: its name and the tags of the parts it keeps (F fragment loads, S
-    /// stash and barrier, L global loads, G as floats or V as vec4s).
-    const PROBES: [(&str, &str); 5] = [
-        ("mma", ""),
-        ("mma+frag", "F"),
-        ("mma+frag+stash", "FS"),
-        ("+loads (floats)", "FSLG"),
-        ("+loads (vec4s)", "FSLV"),
+    /// The f32 probe kernel (256 threads, 8 x 8 outputs a thread as `tiled`): tags
+    /// D (workgroup reads each k), S (stash and barrier), L (global loads), G
+    /// (guarded floats) or V (vec4s).
+    const TEMPLATE_F32: &str = r#"
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(2) var<storage, read> src4: array<vec4<f32>>;
+
+const K: u32 = 384u;
+const ROWS: u32 = 16384u;
+var<workgroup> As: array<vec4<f32>, 512>;
+var<workgroup> Bs: array<vec4<f32>, 512>;
+
+// 4 floats of row `row`, k offsets k .. + 4 of a ROWS x K operand, zero outside.
+fn fetch4(row: u32, k: u32, k_end: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+#G    if (row < ROWS) {
+#G        let q = row * K + k;
+#G        if (k < k_end) { v.x = src[q]; }
+#G        if (k + 1u < k_end) { v.y = src[q + 1u]; }
+#G        if (k + 2u < k_end) { v.z = src[q + 2u]; }
+#G        if (k + 3u < k_end) { v.w = src[q + 3u]; }
+#G    }
+#V    v = src4[(row * K + k) / 4u];
+#N    v = vec4<f32>(f32(row + k));
+    return v;
+}
+
+// tiled's transposed store of a row-along-k tile: row t / 2, k offsets (t % 2) * 4.
+fn put_rows(buf: u32, t: u32, v: vec4<f32>, b: bool) {
+    let r = t / 2u;
+    let base = (buf * 8u + (t % 2u) * 4u) * 32u + r / 4u;
+    if (b) {
+        Bs[base][r % 4u] = v.x; Bs[base + 32u][r % 4u] = v.y;
+        Bs[base + 64u][r % 4u] = v.z; Bs[base + 96u][r % 4u] = v.w;
+    } else {
+        As[base][r % 4u] = v.x; As[base + 32u][r % 4u] = v.y;
+        As[base + 64u][r % 4u] = v.z; As[base + 96u][r % 4u] = v.w;
+    }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    As[t] = vec4<f32>(src[t]); As[t + 256u] = src4[t];
+    Bs[t] = vec4<f32>(src[t + 7u]); Bs[t + 256u] = src4[t + 3u];
+    workgroupBarrier();
+    let tx = t % 16u;
+    let ty = t / 16u;
+    let ra = (wg.x % 128u) * 128u + t / 2u;
+    let rb = ((wg.x / 128u) % 128u) * 128u + t / 2u;
+    let kt = (t % 2u) * 4u;
+    var c00 = vec4<f32>(0.0); var c01 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0); var c11 = vec4<f32>(0.0);
+    var c20 = vec4<f32>(0.0); var c21 = vec4<f32>(0.0);
+    var c30 = vec4<f32>(0.0); var c31 = vec4<f32>(0.0);
+    var c40 = vec4<f32>(0.0); var c41 = vec4<f32>(0.0);
+    var c50 = vec4<f32>(0.0); var c51 = vec4<f32>(0.0);
+    var c60 = vec4<f32>(0.0); var c61 = vec4<f32>(0.0);
+    var c70 = vec4<f32>(0.0); var c71 = vec4<f32>(0.0);
+    var a0 = As[ty]; var a1 = As[ty + 16u]; var b0 = Bs[tx]; var b1 = Bs[tx + 16u];
+    var x = vec4<f32>(0.0);
+    var y = vec4<f32>(0.0);
+    for (var st = 0u; st < STEPS; st++) {
+        let cur = st % 2u;
+        let k0 = ((st + 1u) * 8u) % K + kt;
+#L        x = fetch4(ra, k0, K);
+#L        y = fetch4(rb, k0, K);
+        for (var kk = 0u; kk < 8u; kk++) {
+            let base = (cur * 8u + kk) * 32u;
+#D            a0 = As[base + ty]; a1 = As[base + ty + 16u];
+#D            b0 = Bs[base + tx]; b1 = Bs[base + tx + 16u];
+            c00 += a0.x * b0; c01 += a0.x * b1;
+            c10 += a0.y * b0; c11 += a0.y * b1;
+            c20 += a0.z * b0; c21 += a0.z * b1;
+            c30 += a0.w * b0; c31 += a0.w * b1;
+            c40 += a1.x * b0; c41 += a1.x * b1;
+            c50 += a1.y * b0; c51 += a1.y * b1;
+            c60 += a1.z * b0; c61 += a1.z * b1;
+            c70 += a1.w * b0; c71 += a1.w * b1;
+        }
+#S        put_rows(1u - cur, t, x + f32(st), false);
+#S        put_rows(1u - cur, t, y, true);
+#S        workgroupBarrier();
+    }
+    let s = c00 + c01 + c10 + c11 + c20 + c21 + c30 + c31
+        + c40 + c41 + c50 + c51 + c60 + c61 + c70 + c71;
+    let at = (wg.x * 256u + t) * 4u;
+    out[at] = s.x; out[at + 1u] = s.y; out[at + 2u] = s.z; out[at + 3u] = s.w;
+}
+"#;
+
+    /// The two families.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Family {
+        /// Tensor cores (`coop2`'s loop).
+        Coop,
+        /// f32 FMAs (`tiled`'s loop).
+        F32,
+    }
+
+    /// A probe: its family, name, the tags of the parts it keeps (F fragment loads,
+    /// D workgroup reads, S stash and barrier, L global loads, G as floats or V as
+    /// vec4s) and threads a workgroup.
+    const PROBES: [(Family, &str, &str, u32); 15] = [
+        (Family::Coop, "mma", "", 256),
+        (Family::Coop, "mma+frag", "F", 256),
+        (Family::Coop, "mma+frag+stash", "FS", 256),
+        (Family::Coop, "+loads (floats)", "FSLG", 256),
+        (Family::Coop, "+loads (vec4s)", "FSLV", 256),
+        (Family::Coop, "mma", "", 128),
+        (Family::Coop, "mma+frag", "F", 128),
+        (Family::Coop, "mma+frag+stash", "FS", 128),
+        (Family::Coop, "+loads (floats)", "FSLG", 128),
+        (Family::Coop, "+loads (vec4s)", "FSLV", 128),
+        (Family::F32, "fma", "", 256),
+        (Family::F32, "fma+lds", "D", 256),
+        (Family::F32, "fma+lds+stash", "DS", 256),
+        (Family::F32, "+loads (floats)", "DSLG", 256),
+        (Family::F32, "+loads (vec4s)", "DSLV", 256),
     ];
 
+    /// Floating-point operations of one workgroup of a probe.
+    fn flops_a_workgroup(family: Family, threads: u32) -> f64 {
+        match family {
+            // each subgroup: 16 products of 16x16x16 a step
+            Family::Coop => (threads / 32) as f64 * STEPS as f64 * 16.0 * 2.0 * 4096.0,
+            // each thread: 8 k a step, 64 FMAs each
+            Family::F32 => threads as f64 * STEPS as f64 * 8.0 * 64.0 * 2.0,
+        }
+    }
+
     /// The probe's source: lines tagged with a part kept (untagged) or dropped.
-    fn source(threads: u32, parts: &str) -> String {
+    fn source(family: Family, threads: u32, parts: &str) -> String {
         let mut s = String::new();
         let loads = parts.contains('G') || parts.contains('V');
-        for line in TEMPLATE.lines() {
+        let template = match family {
+            Family::Coop => TEMPLATE,
+            Family::F32 => TEMPLATE_F32,
+        };
+        for line in template.lines() {
             let kept = match line.strip_prefix('#').and_then(|l| l.chars().next()) {
                 Some('N') => !loads,
                 Some(tag) => parts.contains(tag),
@@ -166,9 +301,9 @@ fn main(
     /// Where the probes cannot run: that their sources at least parse and validate.
     fn validate_sources() {
         use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet};
-        for threads in [256u32, 128] {
-            for &(name, parts) in &PROBES {
-                let source = source(threads, parts);
+        for &(family, name, parts, threads) in &PROBES {
+            {
+                let source = source(family, threads, parts);
                 let module = naga::front::wgsl::parse_str(&source)
                     .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(&source)));
                 naga::valid::Validator::new(Default::default(), Capabilities::all())
@@ -194,6 +329,11 @@ fn main(
             .expect("an adapter");
         let info = adapter.get_info();
         println!("adapter: {} ({:?})", info.name, info.backend);
+        if info.device_type == wgpu::DeviceType::Cpu {
+            println!("no probes on a CPU adapter (they would take minutes)");
+            validate_sources();
+            return;
+        }
         let needs = wgpu::Features::SHADER_F16
             | wgpu::Features::SUBGROUP
             | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
@@ -202,19 +342,22 @@ fn main(
                 && p.ab_type == wgpu::CooperativeScalarType::F16
                 && p.cr_type == wgpu::CooperativeScalarType::F32
         });
-        if !adapter.features().contains(needs) || !has_16x16 || info.subgroup_min_size != 32 {
-            println!("no probe: the adapter lacks shader-f16, subgroups of 32 or 16x16x16 f16 -> f32 cooperative matrices");
-            validate_sources();
-            return;
+        let coop = adapter.features().contains(needs) && has_16x16 && info.subgroup_min_size == 32;
+        if !coop {
+            println!("no tensor-core probes: the adapter lacks shader-f16, subgroups of 32 or 16x16x16 f16 -> f32 cooperative matrices");
         }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
-                label: Some("coop_ceiling"),
-                required_features: needs,
+                label: Some("gemm_ceiling"),
+                required_features: if coop { needs } else { wgpu::Features::empty() },
                 required_limits: adapter.limits(),
                 // SAFETY: wgpu's token for its experimental features; the probes are
                 // the shaders above, which index only inside their arrays.
-                experimental_features: unsafe { wgpu::ExperimentalFeatures::enabled() },
+                experimental_features: if coop {
+                    unsafe { wgpu::ExperimentalFeatures::enabled() }
+                } else {
+                    wgpu::ExperimentalFeatures::disabled()
+                },
                 ..Default::default()
             })
             .await
@@ -235,17 +378,20 @@ fn main(
             mapped_at_creation: false,
         });
         println!(
-            "{:<18} {:>7} {:>10} {:>10}",
-            "probe", "threads", "ms", "TFLOP/s"
+            "{:<6} {:<18} {:>7} {:>10} {:>10}",
+            "family", "probe", "threads", "ms", "TFLOP/s"
         );
-        for threads in [256u32, 128] {
-            for &(name, parts) in &PROBES {
+        for &(family, name, parts, threads) in &PROBES {
+            if family == Family::Coop && !coop {
+                continue;
+            }
+            {
                 let module = unsafe {
                     // SAFETY: every index in the probes is inside its array.
                     device.create_shader_module_trusted(
                         wgpu::ShaderModuleDescriptor {
                             label: Some(name),
-                            source: wgpu::ShaderSource::Wgsl(source(threads, parts).into()),
+                            source: wgpu::ShaderSource::Wgsl(source(family, threads, parts).into()),
                         },
                         wgpu::ShaderRuntimeChecks::unchecked(),
                     )
@@ -301,16 +447,19 @@ fn main(
                 };
                 batch(2);
                 let secs = batch(20).min(batch(20));
-                let subgroups = groups as f64 * (threads / 32) as f64;
-                let flops = subgroups * STEPS as f64 * 16.0 * 2.0 * 4096.0;
+                let flops = groups as f64 * flops_a_workgroup(family, threads);
                 let tflops = flops / secs / 1e12;
+                let family = match family {
+                    Family::Coop => "coop",
+                    Family::F32 => "f32",
+                };
                 println!(
-                    "{name:<18} {threads:>7} {:>10.3} {tflops:>10.1}",
+                    "{family:<6} {name:<18} {threads:>7} {:>10.3} {tflops:>10.1}",
                     secs * 1e3
                 );
                 if json {
                     let line = serde_json::json!({
-                        "probe": name, "threads": threads, "ms": secs * 1e3,
+                        "family": family, "probe": name, "threads": threads, "ms": secs * 1e3,
                         "tflops": tflops, "adapter": info.name,
                     });
                     println!("{line}");
