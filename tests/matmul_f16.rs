@@ -292,7 +292,10 @@ async fn read_write_body() {
             check(&what, &got, &want, &exact, FWD_TOL, seed);
         }
     }
-    assert!(ctx.counters().read_write_dispatches > 0, "no dispatch bound read_write");
+    assert!(
+        ctx.counters().read_write_dispatches > 0,
+        "no dispatch bound read_write"
+    );
 }
 
 gpu_test!(f16_backward_matches_reference, backward_body());
@@ -495,8 +498,8 @@ async fn training_body() {
 #[cfg(not(target_arch = "wasm32"))]
 mod emulated {
     use super::*;
-    use tidepool::PooledBuffer;
     use tidepool::gpu::Kernel;
+    use tidepool::PooledBuffer;
 
     const EMULATION: &str = r#"
 // An accumulator: lane l of 32 holds elements l, l + 32, ... (row i / 16, column i % 16).
@@ -791,7 +794,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let out = poisoned(&ctx, &[rows * k], || {
                 let out = ctx.create_pooled(rows * k * 4);
                 let p = params(rows, k, n, n, FUSE_GELU_GRAD);
-                ctx.dispatch(&dinp, &p, &with_views(views, &[&g_dout, &g_w, &out, &g_aux]), grid(rows, k, 1));
+                ctx.dispatch(
+                    &dinp,
+                    &p,
+                    &with_views(views, &[&g_dout, &g_w, &out, &g_aux]),
+                    grid(rows, k, 1),
+                );
                 out
             });
             let got = read(&ctx, &out, rows * k).await;
@@ -830,7 +838,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             let part = poisoned(&ctx, &[n * k], || {
                 let part = ctx.create_pooled(n * k * 4);
                 let p = params(n, k, rows, rows, FUSE_GELU_INP);
-                ctx.dispatch(&dweight, &p, &with_views(views, &[&g_dout, &g_inp, &part]), grid(n, k, 1));
+                ctx.dispatch(
+                    &dweight,
+                    &p,
+                    &with_views(views, &[&g_dout, &g_inp, &part]),
+                    grid(n, k, 1),
+                );
                 part
             });
             let got = read(&ctx, &part, n * k).await;
@@ -870,7 +883,12 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let part = poisoned(&ctx, &[splits * n * k], || {
                     let part = ctx.create_pooled(splits * n * k * 4);
                     let p = params(n, k, rows, chunk, 0);
-                    ctx.dispatch(&dweight, &p, &with_views(views, &[&g_dout, &g_inp, &part]), grid(n, k, splits));
+                    ctx.dispatch(
+                        &dweight,
+                        &p,
+                        &with_views(views, &[&g_dout, &g_inp, &part]),
+                        grid(n, k, splits),
+                    );
                     part
                 });
                 let got = sum_splits(&read(&ctx, &part, splits * n * k).await, n * k, splits);

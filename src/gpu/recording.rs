@@ -122,6 +122,15 @@ impl WgpuContext {
         })
     }
 
+    /// Whether [`Self::dispatch_slices`] would bind `bound` for `kernel` all
+    /// read_write, each repeated binding then replaced by a stand-in: a launcher
+    /// whose kernel reads a repeat (the GEMMs' vec4 views) asks before it relies on it.
+    pub(crate) fn binds_read_write(&self, kernel: &Kernel, bound: &[Slice]) -> bool {
+        self.read_write_bindings
+            || (self.memory.planned()
+                && reads_what_it_writes(self.compiled(kernel, false).read_only, bound))
+    }
+
     /// Dispatches `kernel` with uniform `params` (binding 0) and `buffers` (bindings
     /// 1..), over `workgroups`.
     pub fn dispatch<P: bytemuck::Pod, B: Bindable>(

@@ -84,6 +84,44 @@ async fn forward_body() {
     }
 }
 
+// Where a dispatch binds every buffer read_write, repeated bindings get stand-ins
+// (gpu/recording.rs), the GEMMs' vec4 views among them: a launch whose every tile is
+// whole must then take the guarded loads (`fuse::WHOLE_TILES` left off). Whole tiles
+// of 128 and 64 in every product of this shape.
+gpu_test!(
+    matmul_with_read_write_bindings_matches_reference,
+    read_write_body()
+);
+async fn read_write_body() {
+    let options = tidepool::ContextOptions {
+        read_write_bindings: true,
+        ..Default::default()
+    };
+    let ctx = tidepool::WgpuContext::with_options(options)
+        .await
+        .expect("a context");
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    let (rows, k, n) = (256, 136, 128);
+    let inp = rng.vec(rows * k, -1.0, 1.0);
+    let weight = rng.vec(n * k, -1.0, 1.0);
+    let (g_inp, g_w) = (ctx.upload(&inp), ctx.upload(&weight));
+    let shape = MatmulShape { rows, k, n };
+    let want = reference::matmul_forward(&inp, &weight, None, shape);
+    for variant in MatmulVariant::ALL {
+        let out = poisoned(&ctx, &[rows * n], || {
+            by(variant, Fusion::default()).forward(&ctx, linear(&g_inp, &g_w, None), shape)
+        });
+        let got = read(&ctx, &out, rows * n).await;
+        let what = format!("read_write matmul_forward {variant:?} {rows}x{k}x{n}");
+        assert_close(&what, &got, &want, MM_FWD_TOL, seed);
+    }
+    assert!(
+        ctx.counters().read_write_dispatches > 0,
+        "no dispatch bound read_write"
+    );
+}
+
 gpu_test!(matmul_backward_matches_reference, backward_body());
 /// Each variant's dinp and dweight, then `matmul_backward` as the model calls it
 /// (with dbias).

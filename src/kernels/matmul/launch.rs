@@ -8,7 +8,7 @@ use super::source::{
 };
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
-use crate::gpu::{grid_1d, PooledBuffer, Slice, WgpuContext};
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 use crate::kernels::arenas::GradDest;
 use crate::kernels::bounds::check_len;
 use crate::kernels::multi_tensor::sum_splits;
@@ -99,6 +99,39 @@ fn with_views<'a>(
     all
 }
 
+/// Dispatches `variant`'s `kernel` (unspecialized) with `params` over `bound`, the
+/// operands' vec4 views added where `views` and the core reads them, and with
+/// `fuse::WHOLE_TILES` where every tile and step lies inside the product and the
+/// views will be bound as they are (a dispatch that binds everything read_write puts
+/// stand-ins in their place, and then the guarded loads run).
+fn dispatch_gemm(
+    ctx: &WgpuContext,
+    (variant, kernel, views): (MatmulVariant, &'static Kernel, bool),
+    mut params: GemmParams,
+    bound: &[Slice],
+    groups: [u32; 3],
+) {
+    let bound = if views {
+        with_views(ctx, variant, bound)
+    } else {
+        bound.to_vec()
+    };
+    let size = |x: u32| x as usize;
+    let (m, n, k, chunk) = (
+        size(params.m),
+        size(params.n),
+        size(params.k),
+        size(params.k_chunk),
+    );
+    if views && m * n * k > 0 && variant.whole_tiles(m, n, k, chunk) {
+        let whole = specialized(kernel, params.flags | fuse::WHOLE_TILES);
+        if !ctx.binds_read_write(whole, &bound) {
+            params.flags |= fuse::WHOLE_TILES;
+        }
+    }
+    ctx.dispatch_slices(specialized(kernel, params.flags), &params, &bound, groups);
+}
+
 fn u32_of(x: usize, what: &str) -> u32 {
     u32::try_from(x).unwrap_or_else(|_| panic!("{what} = {x} does not fit in u32"))
 }
@@ -157,12 +190,7 @@ pub(super) fn forward(
             (&out).into(),
             resid_or_any.into(),
         ];
-        ctx.dispatch_slices(
-            specialized(kernel, params.flags),
-            &params,
-            &with_views(ctx, variant, &bound),
-            groups,
-        );
+        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
@@ -173,12 +201,7 @@ pub(super) fn forward(
             (&part).into(),
             resid_or_any.into(),
         ];
-        ctx.dispatch_slices(
-            specialized(kernel, params.flags),
-            &params,
-            &with_views(ctx, variant, &bound),
-            groups,
-        );
+        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -230,29 +253,13 @@ pub(super) fn dinp(
     let groups = variant.launch_grid(rows, k, splits);
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
-        ctx.dispatch_slices(
-            specialized(kernel, params.flags),
-            &params,
-            &with_views(
-                ctx,
-                variant,
-                &[dout.into(), weight, (&dinp).into(), aux.into()],
-            ),
-            groups,
-        );
+        let bound = [dout.into(), weight, (&dinp).into(), aux.into()];
+        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
-        ctx.dispatch_slices(
-            specialized(kernel, params.flags),
-            &params,
-            &with_views(
-                ctx,
-                variant,
-                &[dout.into(), weight, (&part).into(), aux.into()],
-            ),
-            groups,
-        );
+        let bound = [dout.into(), weight, (&part).into(), aux.into()];
+        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
         if epilogue == 0 {
             sum_splits(ctx, (&part).into(), (&dinp).into(), rows * k, splits);
         } else {
@@ -303,13 +310,14 @@ pub(super) fn weight_partials<'d>(
     } else {
         kernel(variant, Layout::Dweight)
     };
-    let kernel = specialized(kernel, params.flags);
     let groups = variant.launch_grid(n, k, splits);
     let dweight = Partials::new(ctx, n * k, splits, dests.dweight);
     let dbias = fused_bias.map(|dest| Partials::new(ctx, n, splits, dest));
     let mut bound = vec![dout.into(), inp.into(), dweight.target()];
     bound.extend(dbias.as_ref().map(Partials::target));
-    ctx.dispatch_slices(kernel, &params, &with_views(ctx, variant, &bound), groups);
+    // The dweight that sums dbias too reads no views (its binding 4 is dbias's).
+    let views = fused_bias.is_none();
+    dispatch_gemm(ctx, (variant, kernel, views), params, &bound, groups);
     let dbias = match (dbias, dests.bias) {
         (Some(fused), _) => Some(fused),
         (None, Some(dest)) => Some(dbias_partials(ctx, variant, dout, shape, dest)),

@@ -8,6 +8,10 @@ const FUSE_GELU_INP: u32 = 2u;   // forward, dweight: the activation operand thr
 const FUSE_RESIDUAL: u32 = 4u;   // forward: resid[r, j] + the rest
 const FUSE_DROPOUT: u32 = 8u;    // forward: dropout mask (seed, threshold, scale) at element r * n + j
 const FUSE_GELU_GRAD: u32 = 16u; // dinp: times gelu'(aux), the gradient through that GELU
+// Not a fusion but a fact the launch fixes in the source the same way: the tiled
+// cores' every tile lies inside m and n and every step inside k, and the operands'
+// vec4 views are bound (not stand-ins), so every load is one unguarded vec4.
+const WHOLE_TILES: u32 = 32u;
 
 fn fused(flags: u32, bit: u32) -> bool {
     return (flags & bit) != 0u;

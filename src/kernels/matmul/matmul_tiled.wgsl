@@ -19,7 +19,10 @@
 // registers, so its shared reads are a few vec4s a k (16 FMAs each) and a half-warp
 // reads 64 contiguous floats. The prelude's load_a fills a 128-row tile over 256
 // threads; narrow, threads 0..127 load its 64 rows through the prelude thread index
-// that holds them (`a_thread`).
+// that holds them (`a_thread`). Launches whose every tile and step is whole
+// (WHOLE_TILES) take the prelude's load_a_fast / load_b_fast instead: one vec4 from
+// the operands' vec4 views, where four guarded loads of a float cost the H200 a
+// fifth of the loop's speed (benches/gemm_ceiling.rs).
 // Shared: [buffer][k][BM / 4] vec4s of A and [buffer][k][128 / 4] of B: 16 KiB wide
 // in f32 (WebGPU's default limit), 8 KiB in f16, 12 KiB narrow.
 
@@ -82,6 +85,20 @@ fn put_b(buf: u32, t: u32, v: vec4<f32>) {
 #NARROW     return (u / 16u) * 32u + u % 16u;
 #NARROW }
 
+// The 4 floats of thread t's slot in the step at k0: one unguarded vec4 where the
+// launch has WHOLE_TILES (a literal in the launched source: the compiler keeps one
+// of the two paths; a per-tile test that kept both slowed the H200's GEMMs), else
+// the prelude's guarded loads.
+fn fetch_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    if (fused(p.flags, WHOLE_TILES)) { return load_a_fast(m0, k0, t); }
+    return load_a(m0, k0, k_end, t);
+}
+
+fn fetch_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+    if (fused(p.flags, WHOLE_TILES)) { return load_b_fast(n0, k0, t); }
+    return load_b(n0, k0, k_end, t);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let m0 = wg.y * BM;
@@ -109,17 +126,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     // 4 columns of A's rows t / 32, t / 32 + 8, ...; a uniform branch).
 #SUMS     let a_sums = A_SUMS && wg.x == 0u;
 #SUMS     var asum = vec4<f32>(0.0);
-#WIDE     var ra = load_a(m0, k_begin, k_end, t);
+#WIDE     var ra = fetch_a(m0, k_begin, k_end, t);
 #SUMS     if (a_sums) { asum += ra; }
-#WIDE     var rb = load_b(n0, k_begin, k_end, t);
+#WIDE     var rb = fetch_b(n0, k_begin, k_end, t);
 #WIDE     put_a(0u, t, ra);
 #WIDE     put_b(0u, t, rb);
 #NARROW     var ra = vec4<f32>(0.0);
 #NARROW     if (loads_a) {
-#NARROW         ra = load_a(m0, k_begin, k_end, ta);
+#NARROW         ra = fetch_a(m0, k_begin, k_end, ta);
 #NARROW         put_a(0u, t, ra);
 #NARROW     }
-#NARROW     var rb = load_b(n0, k_begin, k_end, t);
+#NARROW     var rb = fetch_b(n0, k_begin, k_end, t);
 #NARROW     put_b(0u, t, rb);
     workgroupBarrier();
 
@@ -128,9 +145,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let more = s + 1u < steps;
         if (more) {
             // Issue the next step's global loads before this step's math.
-#WIDE             ra = load_a(m0, k_begin + (s + 1u) * BK, k_end, t);
-#NARROW             if (loads_a) { ra = load_a(m0, k_begin + (s + 1u) * BK, k_end, ta); }
-            rb = load_b(n0, k_begin + (s + 1u) * BK, k_end, t);
+#WIDE             ra = fetch_a(m0, k_begin + (s + 1u) * BK, k_end, t);
+#NARROW             if (loads_a) { ra = fetch_a(m0, k_begin + (s + 1u) * BK, k_end, ta); }
+            rb = fetch_b(n0, k_begin + (s + 1u) * BK, k_end, t);
 #SUMS             if (a_sums) { asum += ra; }
         }
         for (var kk = 0u; kk < BK; kk++) {

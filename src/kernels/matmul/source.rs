@@ -90,7 +90,7 @@ const CORES: [Core; 8] = [
         ],
         enable: "",
         f16: false,
-        views: false,
+        views: true,
         own: summing_core,
     },
     Core {
@@ -101,7 +101,7 @@ const CORES: [Core; 8] = [
         ],
         enable: "",
         f16: false,
-        views: false,
+        views: true,
         own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW"]),
     },
     Core {
@@ -134,7 +134,7 @@ const CORES: [Core; 8] = [
         ],
         enable: F16_ENABLE,
         f16: true,
-        views: false,
+        views: true,
         own: |_| select(TILED, TILED_TAGS, &["F16", "WIDE"]),
     },
     Core {
@@ -187,6 +187,14 @@ fn core_index(variant: MatmulVariant) -> usize {
     }
 }
 
+/// Without the vec4 views no step takes the unguarded loads: what the cores call
+/// in their place, never past `views_whole()`.
+const NO_VIEWS: &str = "
+fn views_whole() -> bool { return false; }
+fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> { return vec4<f32>(0.0); }
+fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> { return vec4<f32>(0.0); }
+";
+
 /// The layout prelude of `layout`'s product, with what its fusions call in front,
 /// with or without its operands' vec4 views (`#VEC4`).
 fn prelude(layout: Layout, views: bool) -> String {
@@ -195,7 +203,11 @@ fn prelude(layout: Layout, views: bool) -> String {
         Layout::Dinp => gemm_prelude!("matmul_nn.wgsl"),
         Layout::Dweight => gemm_prelude!("matmul_tn.wgsl"),
     };
-    select(prelude, &["VEC4"], if views { &["VEC4"] } else { &[] })
+    if views {
+        select(prelude, &["VEC4"], &["VEC4"])
+    } else {
+        select(prelude, &["VEC4"], &[]) + NO_VIEWS
+    }
 }
 
 /// Whether `variant`'s kernels bind their two operands a second time, as vec4s,
@@ -309,6 +321,9 @@ pub(super) mod fuse {
     pub const RESIDUAL: u32 = 4;
     pub const DROPOUT: u32 = 8;
     pub const GELU_GRAD: u32 = 16;
+    /// Every tile and step inside the product, the vec4 views bound
+    /// (`MatmulVariant::whole_tiles`).
+    pub const WHOLE_TILES: u32 = 32;
 }
 
 /// Every GEMM kernel as launched: each variant's kernel for each layout (with
@@ -337,12 +352,19 @@ pub(super) fn catalog() -> Vec<Kernel> {
     let every = MatmulVariant::ALL.iter().chain(&MatmulVariant::F16_ALL);
     let unsplit = every.filter(|v| !v.is_split());
     for &variant in unsplit {
+        // The tiled cores read WHOLE_TILES too.
+        let whole: &[u32] = if variant.has_whole_tiles() {
+            &[WHOLE_TILES]
+        } else {
+            &[]
+        };
+        let with = |bits: &[u32]| subsets(&[bits, whole].concat());
         with_flags(
             kernel(variant, Layout::Forward),
-            &subsets(&[BIAS, GELU_INP, RESIDUAL, DROPOUT]),
+            &with(&[BIAS, GELU_INP, RESIDUAL, DROPOUT]),
         );
-        with_flags(kernel(variant, Layout::Dinp), &subsets(&[GELU_GRAD]));
-        with_flags(kernel(variant, Layout::Dweight), &subsets(&[GELU_INP]));
+        with_flags(kernel(variant, Layout::Dinp), &with(&[GELU_GRAD]));
+        with_flags(kernel(variant, Layout::Dweight), &with(&[GELU_INP]));
     }
     with_flags(dweight_bias(), &subsets(&[GELU_INP]));
     let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);

@@ -220,6 +220,30 @@ impl MatmulVariant {
         }
     }
 
+    /// Whether the variant's core reads `fuse::WHOLE_TILES` (the tiled cores).
+    pub(super) fn has_whole_tiles(self) -> bool {
+        matches!(
+            self,
+            MatmulVariant::Tiled
+                | MatmulVariant::SplitK
+                | MatmulVariant::Narrow
+                | MatmulVariant::F16 { .. }
+        )
+    }
+
+    /// Whether every tile of an `m x n` output and every BK-deep step of a reduction
+    /// of `k` in chunks of `chunk` lies inside the product (the 4 floats a thread
+    /// loads are then also one aligned vec4): where the views are bound, the tiled
+    /// cores then load without guards (`fuse::WHOLE_TILES`).
+    pub(super) fn whole_tiles(self, m: usize, n: usize, k: usize, chunk: usize) -> bool {
+        let (rows, cols) = self.tile();
+        self.has_whole_tiles()
+            && m.is_multiple_of(rows)
+            && n.is_multiple_of(cols)
+            && k.is_multiple_of(BK)
+            && chunk.is_multiple_of(BK)
+    }
+
     /// Workgroups for an `m x n` output in `splits` slices: x along the columns, y
     /// along the rows, z the slices. In u64, for the planner to compare with a
     /// device's limit before anything is launched.
