@@ -33,23 +33,23 @@ pub enum ShapeClass {
 }
 
 /// The f32 variant of each class on GPUs (a class missing here takes `Tiled`): each
-/// class's winner, summed over its shapes, in the H200 sweep of 2026-12-03
-/// (`scripts/gpu-run.sh gemm-sweep`, bench-results/gemm-sweep/2026-12-03/sweep.md).
-/// Split-K where few tiles would leave the GPU idle, `Narrow`'s 64-row tiles where
-/// the reduction is too short to split, `Tiled` elsewhere, long reductions included.
-/// Few-tiles stays split-K although `Narrow` won its five shakespeare shapes (2.022
-/// ms against 2.102): those are weight gradients, and with `Narrow` the page's
-/// `small` step (whose few-tiles products include forwards and input gradients,
-/// which `Narrow` does not split) measured 9% slower natively (BENCHMARKS.md). Where the winner was within noise of the variant already chosen
-/// (many-tiles: `SplitK` 1.791 ms against 1.809; short-k: `SplitK` 0.057 against
-/// 0.060), the choice stays.
+/// class's winner, summed over its shapes, in the H200 sweep of 2026-12-04 with
+/// whole-tile launches loading vec4s (`scripts/gpu-run.sh gemm-sweep`,
+/// bench-results/gemm-sweep/2026-12-04-whole-tiles/sweep.md). `Narrow`'s 64-row
+/// tiles (twice the workgroups, half the registers) won every class but the
+/// thin-output head's logits: long-k 1.138 ms against `Tiled`'s 1.264, many-tiles
+/// 1.646 against 1.757, some-tiles 0.723 against 0.827. Few-tiles stays split-K
+/// although `Narrow` won its five shakespeare shapes (2.003 ms against 2.086): those
+/// are weight gradients, and with `Narrow` there the page's `small` step (whose
+/// few-tiles products include forwards and input gradients, which `Narrow` does not
+/// split) measured 9% slower natively (BENCHMARKS.md).
 pub const GPU_CHOICE: &[(ShapeClass, MatmulVariant)] = &[
     (ShapeClass::FewTiles, MatmulVariant::SplitK),
-    (ShapeClass::LongK, MatmulVariant::Tiled),
+    (ShapeClass::LongK, MatmulVariant::Narrow),
     (ShapeClass::ShortK, MatmulVariant::Narrow),
     (ShapeClass::ThinOutput, MatmulVariant::Tiled),
-    (ShapeClass::ManyTiles, MatmulVariant::Tiled),
-    (ShapeClass::SomeTiles, MatmulVariant::Tiled),
+    (ShapeClass::ManyTiles, MatmulVariant::Narrow),
+    (ShapeClass::SomeTiles, MatmulVariant::Narrow),
 ];
 
 impl ShapeClass {
@@ -141,9 +141,8 @@ mod tests {
 
     /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
     /// symbols) as (output rows, output columns, reduction) take the H200 sweep's
-    /// choices (`super::GPU_CHOICE`): split-K every weight gradient, Narrow the
-    /// head's dinp, Tiled the rest, the long reductions (the MLP projection's
-    /// forward, c_fc's dinp) included; f16 splits where f32 does.
+    /// choices (`super::GPU_CHOICE`): split-K every weight gradient, Tiled the head's
+    /// logits, Narrow the rest; f16 splits where f32 does.
     #[test]
     fn the_shakespeare_step_takes_the_sweeps_choices() {
         let rows = 16384;
@@ -152,12 +151,12 @@ mod tests {
             let forward = MatmulVariant::choose_gpu(rows, n, k);
             let dinp = MatmulVariant::choose_gpu(rows, k, n);
             let dweight = MatmulVariant::choose_gpu(n, k, rows);
-            let want_dinp = match n {
-                65 => MatmulVariant::Narrow,
-                _ => MatmulVariant::Tiled,
+            let want_forward = match n {
+                65 => MatmulVariant::Tiled,
+                _ => MatmulVariant::Narrow,
             };
-            assert_eq!(forward, MatmulVariant::Tiled, "forward k {k} n {n}");
-            assert_eq!(dinp, want_dinp, "dinp k {k} n {n}");
+            assert_eq!(forward, want_forward, "forward k {k} n {n}");
+            assert_eq!(dinp, MatmulVariant::Narrow, "dinp k {k} n {n}");
             assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
             // f16 follows: the weight gradients split, the rest not.
             for (m, n, k, split) in [(rows, n, k, false), (rows, k, n, false), (n, k, rows, true)] {
