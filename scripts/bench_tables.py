@@ -190,6 +190,16 @@ def gemm_vs_cublas(s):
     return out
 
 
+def gemm_ceiling(s):
+    """benches/gemm_ceiling.rs: each GEMM core's loop with parts taken away."""
+    rows = [[r["family"], r["probe"], r["threads"], f(r["ms"]), f(r["tflops"], 1)]
+            for r in s.rows("gemm_ceiling") if "tflops" in r and "family" in r]
+    if not rows:
+        return []
+    return ["Each GEMM core's own loop with parts taken away (`benches/gemm_ceiling.rs`):\n\n"
+            + table(["core", "the loop with", "threads", "ms", "TFLOP/s"], rows)]
+
+
 def native_calls(s, run, build):
     """(preset, in_flight) -> [median ms of each repeat] from `bench step --at-once N --in-flight 1,2`."""
     got = defaultdict(list)
@@ -490,7 +500,8 @@ SECTIONS = {
     "step-vs-torch": ("The step against PyTorch", step_vs_torch),
     "gemm-vs-cublas": ("The GEMMs against cuBLAS", gemm_vs_cublas),
     # every variant's figures: sweep.md (scripts/gemm_sweep.py), after these tables
-    "gemm-sweep": ("The GEMM sweep: today's choices", lambda s: gemm_vs_cublas(s) + step_vs_torch(s)),
+    "gemm-sweep": ("The GEMM sweep: today's choices",
+                   lambda s: gemm_vs_cublas(s) + gemm_ceiling(s) + step_vs_torch(s)),
     "browser-vs-native": ("The browser build against native", browser_vs_native),
     "memory": ("Memory against PyTorch", memory),
     "pool": ("Pool latency", pool),

@@ -7,9 +7,11 @@
 #   gemm-vs-cublas     every GEMM shape of the shakespeare step beside cuBLAS on that shape
 #   gemm-sweep         every GEMM variant on every shape of the shakespeare
 #                      step beside cuBLAS fp32 / fp16; attention beside PyTorch's fused
-#                      attention; the step f32 and f16 with today's choices beside PyTorch
-#                      fp32; sweep.md (scripts/gemm_sweep.py): the tables and each shape
-#                      class's winner as a line of src/kernels/matmul/choice.rs
+#                      attention; each GEMM core's own loop with parts taken away
+#                      (benches/gemm_ceiling.rs); the step f32 and f16 with today's
+#                      choices beside PyTorch fp32; sweep.md (scripts/gemm_sweep.py): the
+#                      tables and each shape class's winner as a line of
+#                      src/kernels/matmul/choice.rs
 #   browser-vs-native  the wasm build through Dawn in Node against native: tiny and small
 #                      in calls of 16 steps, one in flight and two; shakespeare one a call
 #                      (a Chromium page too, when earlier calls left Chromium in /tmp/chr-parts)
