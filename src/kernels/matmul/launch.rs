@@ -123,7 +123,8 @@ fn dispatch_gemm(
         size(params.k),
         size(params.k_chunk),
     );
-    if views && m * n * k > 0 && variant.whole_tiles(m, n, k, chunk) {
+    let empty = m == 0 || n == 0 || k == 0;
+    if views && !empty && variant.whole_tiles(m, n, k, chunk) {
         let whole = specialized(kernel, params.flags | fuse::WHOLE_TILES);
         if !ctx.binds_read_write(whole, &bound) {
             params.flags |= fuse::WHOLE_TILES;
