@@ -11,7 +11,8 @@
 //!   other buffer and the workgroup meets at a barrier, as `coop2` does;
 //! - `+loads`: and the next step's 8 x 4 floats of A and B loaded from a 16384 x 384
 //!   operand before the step's products, as four loads of a float each (`floats`) or
-//!   one vec4 (`vec4s`);
+//!   one vec4 (`vec4s`), or the same 32 halves stored as f16 in two loads of 16 bytes
+//!   (`f16 operands`: what storing the operands in f16 would give);
 //! - each at 256 threads a workgroup (`coop2`'s) and at 128 (more workgroups an SM
 //!   where registers are what limits them).
 //!
@@ -54,6 +55,8 @@ enable wgpu_cooperative_matrix;
 // as vec4s.
 @group(0) @binding(1) var<storage, read> src: array<f32>;
 @group(0) @binding(2) var<storage, read> src4: array<vec4<f32>>;
+// And as f16 operands would be stored: 8 halves a vec4<u32>.
+@group(0) @binding(3) var<storage, read> src8: array<vec4<u32>>;
 
 const LD: u32 = 40u;
 const BUF: u32 = 5120u;
@@ -69,6 +72,11 @@ fn fetch4(row: u32, k: u32) -> vec4<f32> {
 #N    return vec4<f32>(f32(q));
 }
 
+// 4 halves packed in two u32s, as floats (the stash rounds them back exactly).
+fn halves(a: u32, b: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(a), unpack2x16float(b));
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -78,7 +86,7 @@ fn main(
     // Something real in workgroup memory.
     for (var i = t; i < 10240u; i += WG) {
         As[i] = f16(src[i % 4096u]);
-        Bs[i] = f16(src4[i % 1024u].y);
+        Bs[i] = f16(src4[i % 1024u].y) + f16(f32(src8[i % 512u].x & 1u));
     }
     workgroupBarrier();
     let sm = (s % 4u) * 32u;
@@ -105,6 +113,12 @@ fn main(
         let k0 = ((st + 1u) * 32u) % K + kt;
 #L        x0 = fetch4(ra, k0); x1 = fetch4(ra, k0 + 8u); x2 = fetch4(ra, k0 + 16u); x3 = fetch4(ra, k0 + 24u);
 #L        y0 = fetch4(rb, k0); y1 = fetch4(rb, k0 + 8u); y2 = fetch4(rb, k0 + 16u); y3 = fetch4(rb, k0 + 24u);
+#H        // f16 operands: the same 32 halves of A and of B in 2 + 2 loads of 16 bytes.
+#H        let kh = ((st + 1u) * 32u) % K + (t % 2u) * 16u;
+#H        let ha0 = src8[(ra * K + kh) / 8u]; let ha1 = src8[(ra * K + kh + 8u) / 8u];
+#H        let hb0 = src8[(rb * K + kh) / 8u]; let hb1 = src8[(rb * K + kh + 8u) / 8u];
+#H        x0 = halves(ha0.x, ha0.y); x1 = halves(ha0.z, ha0.w); x2 = halves(ha1.x, ha1.y); x3 = halves(ha1.z, ha1.w);
+#H        y0 = halves(hb0.x, hb0.y); y1 = halves(hb0.z, hb0.w); y2 = halves(hb1.x, hb1.y); y3 = halves(hb1.z, hb1.w);
         for (var h = 0u; h < 2u; h++) {
             let kk = h * 16u;
 #F            a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[cur * BUF + sm * LD + kk], LD);
@@ -240,13 +254,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 
     /// A probe: its family, name, the tags of the parts it keeps (F fragment loads,
     /// D workgroup reads, S stash and barrier, L global loads, G as floats or V as
-    /// vec4s) and threads a workgroup.
-    const PROBES: [(Family, &str, &str, u32); 15] = [
+    /// vec4s; H loads of operands stored as f16, 16 bytes each) and threads a
+    /// workgroup.
+    const PROBES: [(Family, &str, &str, u32); 16] = [
         (Family::Coop, "mma", "", 256),
         (Family::Coop, "mma+frag", "F", 256),
         (Family::Coop, "mma+frag+stash", "FS", 256),
         (Family::Coop, "+loads (floats)", "FSLG", 256),
         (Family::Coop, "+loads (vec4s)", "FSLV", 256),
+        (Family::Coop, "+loads (f16 operands)", "FSH", 256),
         (Family::Coop, "mma", "", 128),
         (Family::Coop, "mma+frag", "F", 128),
         (Family::Coop, "mma+frag+stash", "FS", 128),
@@ -404,23 +420,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                     compilation_options: Default::default(),
                     cache: None,
                 });
+                // The tensor-core probes also read the operand as f16 pairs (binding 3).
+                let bindings = if family == Family::Coop { 4 } else { 3 };
+                let entries: Vec<_> = (0..bindings)
+                    .map(|binding| wgpu::BindGroupEntry {
+                        binding,
+                        resource: if binding == 0 { &out } else { &src }.as_entire_binding(),
+                    })
+                    .collect();
                 let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: None,
                     layout: &pipeline.get_bind_group_layout(0),
-                    entries: &[
-                        wgpu::BindGroupEntry {
-                            binding: 0,
-                            resource: out.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 1,
-                            resource: src.as_entire_binding(),
-                        },
-                        wgpu::BindGroupEntry {
-                            binding: 2,
-                            resource: src.as_entire_binding(),
-                        },
-                    ],
+                    entries: &entries,
                 });
                 // The same work whatever the threads: 256-thread workgroups hold 8
                 // subgroups, 128-thread ones 4, so twice as many of those.
