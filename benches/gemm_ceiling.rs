@@ -20,7 +20,8 @@
 //! of 8): `fma` (the operands in registers), `fma+lds` (4 vec4s from workgroup memory
 //! each k, as `tiled`), `fma+lds+stash` (each step's transposed stores of 4 + 4 floats
 //! and a barrier) and `+loads` (the next step's 2 vec4s, guarded floats as the
-//! preludes' `load_a`, or vec4s).
+//! preludes' `load_a`, or vec4s); then `stash as vec4s` and its `+loads`: the same
+//! with the untransposed stores of k-major tiles, what each costs apart.
 //!
 //! The GEMMs themselves are `matmul_bench`'s (gemm-sweep runs both in one call).
 //! `cargo bench --bench gemm_ceiling [-- --json]`; the tensor-core family needs
@@ -153,8 +154,9 @@ fn main(
 "#;
 
     /// The f32 probe kernel (256 threads, 8 x 8 outputs a thread as `tiled`): tags
-    /// D (workgroup reads each k), S (stash and barrier), L (global loads), G
-    /// (guarded floats) or V (vec4s).
+    /// D (workgroup reads each k), S (the barrier a step) with R (the transposed
+    /// stores of tiles read along k) or C (one vec4 store each, as k-major tiles), L
+    /// (global loads), G (guarded floats) or V (vec4s).
     const TEMPLATE_F32: &str = r#"
 @group(0) @binding(0) var<storage, read_write> out: array<f32>;
 @group(0) @binding(1) var<storage, read> src: array<f32>;
@@ -232,8 +234,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             c60 += a1.z * b0; c61 += a1.z * b1;
             c70 += a1.w * b0; c71 += a1.w * b1;
         }
-#S        put_rows(1u - cur, t, x + f32(st), false);
-#S        put_rows(1u - cur, t, y, true);
+#R        put_rows(1u - cur, t, x + f32(st), false);
+#R        put_rows(1u - cur, t, y, true);
+#C        // as k-major tiles are stored: one vec4 each, no transposing
+#C        As[((1u - cur) * 8u + t / 32u) * 32u + t % 32u] = x + f32(st);
+#C        Bs[((1u - cur) * 8u + t / 32u) * 32u + t % 32u] = y;
 #S        workgroupBarrier();
     }
     let s = c00 + c01 + c10 + c11 + c20 + c21 + c30 + c31
@@ -253,10 +258,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
 
     /// A probe: its family, name, the tags of the parts it keeps (F fragment loads,
-    /// D workgroup reads, S stash and barrier, L global loads, G as floats or V as
-    /// vec4s; H loads of operands stored as f16, 16 bytes each) and threads a
-    /// workgroup.
-    const PROBES: [(Family, &str, &str, u32); 16] = [
+    /// D workgroup reads, S stash and barrier (f32: with R or C, its stores), L
+    /// global loads, G as floats or V as vec4s; H loads of operands stored as f16, 16
+    /// bytes each) and threads a workgroup.
+    const PROBES: [(Family, &str, &str, u32); 18] = [
         (Family::Coop, "mma", "", 256),
         (Family::Coop, "mma+frag", "F", 256),
         (Family::Coop, "mma+frag+stash", "FS", 256),
@@ -270,9 +275,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         (Family::Coop, "+loads (vec4s)", "FSLV", 128),
         (Family::F32, "fma", "", 256),
         (Family::F32, "fma+lds", "D", 256),
-        (Family::F32, "fma+lds+stash", "DS", 256),
-        (Family::F32, "+loads (floats)", "DSLG", 256),
-        (Family::F32, "+loads (vec4s)", "DSLV", 256),
+        (Family::F32, "fma+lds+stash", "DSR", 256),
+        (Family::F32, "+loads (floats)", "DSRLG", 256),
+        (Family::F32, "+loads (vec4s)", "DSRLV", 256),
+        (Family::F32, "stash as vec4s", "DSC", 256),
+        (Family::F32, "+loads (vec4s), vec4 stash", "DSCLV", 256),
     ];
 
     /// Floating-point operations of one workgroup of a probe.
@@ -394,7 +401,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             mapped_at_creation: false,
         });
         println!(
-            "{:<6} {:<18} {:>7} {:>10} {:>10}",
+            "{:<6} {:<26} {:>7} {:>10} {:>10}",
             "family", "probe", "threads", "ms", "TFLOP/s"
         );
         for &(family, name, parts, threads) in &PROBES {
@@ -465,7 +472,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
                     Family::F32 => "f32",
                 };
                 println!(
-                    "{family:<6} {name:<18} {threads:>7} {:>10.3} {tflops:>10.1}",
+                    "{family:<6} {name:<26} {threads:>7} {:>10.3} {tflops:>10.1}",
                     secs * 1e3
                 );
                 if json {
