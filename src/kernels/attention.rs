@@ -15,9 +15,12 @@ use crate::tuning::Target;
 /// in their shaders).
 const BLOCK: usize = 64;
 /// Keys a step of the GPU forward stages in workgroup memory (`BKV`), and rows of
-/// the other side a step of the GPU backward does (`BT`).
+/// the other side a step of the GPU backward does (`BT`). On an H200 (the
+/// shakespeare shape, vec4 variant) the backward took 0.66 ms at BT 4, 0.79 at 8,
+/// 0.82 at 2 and 1.12 at 16 (its unrolled steps hold more registers); the forward
+/// 0.28 ms at BKV 8 or 16 and 0.30 at 32.
 const FORWARD_KEYS: usize = 16;
-const BACKWARD_TILE: usize = 8;
+const BACKWARD_TILE: usize = 4;
 /// Threads of the GPU backward's workgroups (its partial dots are one a thread).
 const BACKWARD_THREADS: usize = 128;
 /// Head-size bounds of the compiled variants, in vec4s, by [`Target`]: hs <= 16,
@@ -46,9 +49,10 @@ const BACKWARD_WGSL: &str = with_dropout_mask!("attention_backward.wgsl");
 const FORWARD_CPU_WGSL: &str = with_dropout_mask!("attention_cpu.wgsl");
 const BACKWARD_CPU_WGSL: &str = with_dropout_mask!("attention_backward_cpu.wgsl");
 
-/// Expands a `.wgsl` template for heads of up to `4 * hs4` channels. It prepends
-/// `const HS4` and `const H2` (`hs4 / 2`: each thread holds half of a head, every
-/// other vec4); every code line holding `#D` works on one vec4 `#D` of that half.
+/// Expands a paired GPU kernel's template for heads of up to `4 * hs4` channels. It
+/// prepends `const HS4`, `const H2` (`hs4 / 2`: each thread holds half of a head,
+/// every other vec4) and the forward's `BKV` and the backward's `BT`; every code line
+/// holding `#D` works on one vec4 `#D` of that half.
 ///
 /// Natively such a line is repeated for #D = 0 .. H2-1 (`qa#D` becomes `qa0`,
 /// `qa1`.., `#Du` the index): the head lives in named registers, with no
@@ -59,7 +63,10 @@ const BACKWARD_CPU_WGSL: &str = with_dropout_mask!("attention_backward_cpu.wgsl"
 /// faster (seconds less per pipeline on SwiftShader).
 fn expand(template: &str, hs4: usize, compact: bool) -> String {
     let h2 = hs4 / 2;
-    let head = format!("const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n");
+    let head = format!(
+        "const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n\
+         const BKV: u32 = {FORWARD_KEYS}u;\nconst BT: u32 = {BACKWARD_TILE}u;\n"
+    );
     if compact {
         head + &loop_lines(template, "#D", "H2")
     } else {
@@ -97,6 +104,21 @@ fn pair_exchange(template: &str, subgroups: bool) -> String {
     select(template, &["SG", "SM"], &[on])
 }
 
+/// A paired GPU kernel's template for heads whose channels come in whole vec4s (`V4`:
+/// tensors bound as vec4 arrays, one load a vec4) or for any head (`V1`: guarded
+/// floats).
+fn vec4_access(template: &str, vec4: bool) -> String {
+    let on = if vec4 { "V4" } else { "V1" };
+    select(template, &["V4", "V1"], &[on])
+}
+
+/// Whether the paired GPU kernels take their vec4 variant for `shape`: every head's
+/// row of qkv, out and their gradients then starts on a vec4.
+fn whole_vec4s(shape: AttentionShape) -> bool {
+    let hs = shape.c / shape.heads.max(1);
+    shape.c.is_multiple_of(4) && hs.is_multiple_of(4)
+}
+
 /// The GPU tuning's two sets of kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuAttention {
@@ -116,20 +138,43 @@ pub enum GpuAttention {
 pub const GPU_ATTENTION: GpuAttention = GpuAttention::Paired;
 
 /// The compiled variants: the paired GPU kernels with either pair exchange
-/// ([`attention_subgroups`]), the tiled GPU kernels, or the CPU tuning.
+/// ([`attention_subgroups`]) and either access ([`whole_vec4s`]), the tiled GPU
+/// kernels, or the CPU tuning.
 #[derive(Clone, Copy)]
 enum Variant {
-    Gpu { subgroups: bool },
+    Gpu { subgroups: bool, vec4: bool },
     Tiled,
     Cpu,
 }
 
 impl Variant {
+    /// Every variant, in [`Variant::index`]'s order.
+    const ALL: [Variant; 6] = [
+        Variant::Gpu {
+            subgroups: false,
+            vec4: false,
+        },
+        Variant::Gpu {
+            subgroups: true,
+            vec4: false,
+        },
+        Variant::Gpu {
+            subgroups: false,
+            vec4: true,
+        },
+        Variant::Gpu {
+            subgroups: true,
+            vec4: true,
+        },
+        Variant::Cpu,
+        Variant::Tiled,
+    ];
+
     fn index(self) -> usize {
         match self {
-            Variant::Gpu { subgroups } => subgroups as usize,
-            Variant::Cpu => 2,
-            Variant::Tiled => 3,
+            Variant::Gpu { subgroups, vec4 } => subgroups as usize + 2 * vec4 as usize,
+            Variant::Cpu => 4,
+            Variant::Tiled => 5,
         }
     }
 
@@ -169,7 +214,8 @@ enum Backward {
 /// The kernels of `variant`, for heads of at most `4 * variant.hs4s()[v]`
 /// channels, expanded once.
 fn kernels(variant: Variant, v: usize) -> &'static Kernels {
-    static VARIANTS: [[OnceLock<Kernels>; 4]; 4] = [const { [const { OnceLock::new() }; 4] }; 4];
+    static VARIANTS: [[OnceLock<Kernels>; 4]; Variant::ALL.len()] =
+        [const { [const { OnceLock::new() }; 4] }; Variant::ALL.len()];
     VARIANTS[variant.index()][v].get_or_init(|| build(variant, v, cfg!(target_arch = "wasm32")))
 }
 
@@ -180,15 +226,16 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
         let hs4 = variant.hs4s()[v];
         // Names tell the pair exchanges apart: pipelines are cached by name.
         let (fwd, bwd, prefix) = match variant {
-            Variant::Gpu { subgroups } => {
-                let (enable, prefix) = if subgroups {
-                    (ENABLE_SUBGROUPS, "attention_sg")
-                } else {
-                    ("", "attention")
+            Variant::Gpu { subgroups, vec4 } => {
+                let (enable, prefix) = match (subgroups, vec4) {
+                    (true, true) => (ENABLE_SUBGROUPS, "attention_sg_v4"),
+                    (true, false) => (ENABLE_SUBGROUPS, "attention_sg"),
+                    (false, true) => ("", "attention_v4"),
+                    (false, false) => ("", "attention"),
                 };
                 let gpu = |template| {
-                    let wgsl = expand(&pair_exchange(template, subgroups), hs4, compact);
-                    format!("{enable}{wgsl}")
+                    let variant = vec4_access(&pair_exchange(template, subgroups), vec4);
+                    format!("{enable}{}", expand(&variant, hs4, compact))
                 };
                 (gpu(FORWARD_WGSL), gpu(BACKWARD_WGSL), prefix)
             }
@@ -239,12 +286,7 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
 /// browser compiles them.
 pub(super) fn catalog(compact: bool) -> Vec<Kernel> {
     let mut all = Vec::new();
-    for variant in [
-        Variant::Gpu { subgroups: false },
-        Variant::Gpu { subgroups: true },
-        Variant::Tiled,
-        Variant::Cpu,
-    ] {
+    for variant in Variant::ALL {
         for v in 0..variant.hs4s().len() {
             let k = build(variant, v, compact);
             all.push(k.forward);
@@ -426,6 +468,7 @@ impl Attention {
         let hs = c / nh;
         let paired = Variant::Gpu {
             subgroups: attention_subgroups(ctx),
+            vec4: whole_vec4s(shape),
         };
         let variant = match (target, self.gpu_kernels) {
             (Target::Cpu, _) => Variant::Cpu,
@@ -478,21 +521,33 @@ impl Attention {
 
 #[cfg(test)]
 mod tests {
-    use super::{pair_exchange, BACKWARD_WGSL, FORWARD_WGSL};
+    use super::{build, pair_exchange, vec4_access, Variant, BACKWARD_WGSL, FORWARD_WGSL};
 
     /// The block sizes `Attention::workgroup_bytes` and `Attention::grid` count
-    /// with are the shaders'.
+    /// with are the shaders' (the streamed tiles' as `expand` prepends them).
     #[test]
     fn block_sizes_are_the_shaders() {
+        let gpu = build(
+            Variant::Gpu {
+                subgroups: false,
+                vec4: true,
+            },
+            1,
+            false,
+        );
+        let (forward, backward) = match gpu.backward {
+            super::Backward::Fused(b) => (gpu.forward.source, b.source),
+            _ => panic!("the paired backward is one kernel"),
+        };
         let consts = [
             (FORWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
             (
-                FORWARD_WGSL,
+                forward,
                 format!("const BKV: u32 = {}u;", super::FORWARD_KEYS),
             ),
             (BACKWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
             (
-                BACKWARD_WGSL,
+                backward,
                 format!("const BT: u32 = {}u;", super::BACKWARD_TILE),
             ),
             (
@@ -502,6 +557,24 @@ mod tests {
         ];
         for (source, line) in consts {
             assert!(source.contains(&line), "{line}");
+        }
+    }
+
+    /// The vec4 variant binds qkv (and the backward's other tensors but lse) as vec4
+    /// arrays and reads no float of them; the other reads floats; neither keeps a tag.
+    #[test]
+    fn vec4_access_keeps_one_variant() {
+        for template in [FORWARD_WGSL, BACKWARD_WGSL] {
+            let (v4, v1) = (vec4_access(template, true), vec4_access(template, false));
+            for wgsl in [&v4, &v1] {
+                assert!(!wgsl
+                    .lines()
+                    .any(|l| l.starts_with("#V4") || l.starts_with("#V1")));
+                assert!(!wgsl.contains("{V4:") && !wgsl.contains("{V1:"));
+            }
+            assert!(v4.contains("qkv: array<vec4<f32>>") && !v4.contains("qkv[base + 1u]"));
+            assert!(v1.contains("qkv: array<f32>") && v1.contains("qkv[base + 1u]"));
+            assert!(v4.contains("lse: array<f32>"));
         }
     }
 

@@ -20,41 +20,49 @@
 // of consecutive invocations, as in prelude_subgroups.wgsl, at least 2 wide),
 // which saves `part` and one barrier a key tile. Lines starting `#SM ` are only in
 // the shared-memory variant, `#SG ` only in the subgroup one (attention.rs picks).
-// Keys and values stream through shared memory 16 at a time, 4 keys per
-// online-softmax update.
+// Keys and values stream through shared memory BKV at a time (attention.rs prepends
+// it), 4 keys per online-softmax update.
+//
+// Lines starting `#V4 ` (and V4 spans) are only in the variant for heads whose
+// channels come in whole vec4s (hs and c multiples of 4, so every head's row starts
+// on one): qkv and out are bound as vec4 arrays and each load or store is one vec4,
+// where four guarded floats cost the H200 a fifth of a GEMM loop's speed
+// (benches/gemm_ceiling.rs); `#V1 ` lines only in the variant for other heads.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> qkv: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> qkv: array<{V4:vec4<f32>}{V1:f32}>;
+@group(0) @binding(2) var<storage, read_write> out: array<{V4:vec4<f32>}{V1:f32}>;
 @group(0) @binding(3) var<storage, read_write> lse: array<f32>;
 
 const BQ: u32 = 64u;
-const BKV: u32 = 16u;
 // Masked scores: exp(MASKED - max) is 0 and, unlike -inf, MASKED - MASKED is no NaN.
 const MASKED: f32 = -1.0e30;
 
 var<workgroup> ks: array<vec4<f32>, BKV * HS4>;
 var<workgroup> vs: array<vec4<f32>, BKV * HS4>;
 // Half dots: [key pair][thread] = (a key 0, a key 1, b key 0, b key 1).
-#SM var<workgroup> part: array<vec4<f32>, 512>;
+#SM var<workgroup> part: array<vec4<f32>, BKV * 32u>;
 
 // 4 channels d.. of part (0 q, 1 k, 2 v) of (batch bi, position ti, head h), zero past hs.
 fn load4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = qkv[base]; }
-    if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = qkv[base + 2u]; }
-    if (d + 3u < p.hs) { v.w = qkv[base + 3u]; }
-    return v;
+#V4     if (d >= p.hs) { return vec4<f32>(0.0); }
+#V4     return qkv[base / 4u];
+#V1     var v = vec4<f32>(0.0);
+#V1     if (d < p.hs) { v.x = qkv[base]; }
+#V1     if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
+#V1     if (d + 2u < p.hs) { v.z = qkv[base + 2u]; }
+#V1     if (d + 3u < p.hs) { v.w = qkv[base + 3u]; }
+#V1     return v;
 }
 
 fn store4(base: u32, d: u32, v: vec4<f32>) {
-    if (d < p.hs) { out[base + d] = v.x; }
-    if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
-    if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
-    if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
+#V4     if (d < p.hs) { out[(base + d) / 4u] = v; }
+#V1     if (d < p.hs) { out[base + d] = v.x; }
+#V1     if (d + 1u < p.hs) { out[base + d + 1u] = v.y; }
+#V1     if (d + 2u < p.hs) { out[base + d + 2u] = v.z; }
+#V1     if (d + 3u < p.hs) { out[base + d + 3u] = v.w; }
 }
 
 fn hsum(v: vec4<f32>) -> f32 {

@@ -13,20 +13,22 @@
 // channels of dqkv. A dkdv block needs D of every query it streams, so it works D
 // out from the tile's dout rows and `out` rather than wait for dq's: for t <= 64
 // (one key block) each D is still computed once there.
+// BT (attention.rs prepends it): rows of the other side a step streams. Lines
+// starting `#V4 ` and V4 spans: the variant for heads in whole vec4s, its tensors
+// bound as vec4 arrays (attention.wgsl says why); `#V1 `: the one for other heads.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> dout: array<f32>;
-@group(0) @binding(2) var<storage, read> qkv: array<f32>;
+@group(0) @binding(1) var<storage, read> dout: array<{V4:vec4<f32>}{V1:f32}>;
+@group(0) @binding(2) var<storage, read> qkv: array<{V4:vec4<f32>}{V1:f32}>;
 @group(0) @binding(3) var<storage, read> lse: array<f32>;
-@group(0) @binding(4) var<storage, read_write> dqkv: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dqkv: array<{V4:vec4<f32>}{V1:f32}>;
 // The forward's output, for D.
-@group(0) @binding(5) var<storage, read> out: array<f32>;
+@group(0) @binding(5) var<storage, read> out: array<{V4:vec4<f32>}{V1:f32}>;
 
 // Rows (queries for `dq`, keys for `dkdv`) of a workgroup, and the tile of the
 // other side that streams through shared memory.
 const BQ: u32 = 64u;
-const BT: u32 = 8u;
 
 // The tile: two tensors, BT rows of HS4 vec4s each (k, v for `dq`; q, dout for `dkdv`).
 var<workgroup> tile: array<vec4<f32>, 2u * BT * HS4>;
@@ -39,40 +41,47 @@ var<workgroup> dprod: array<f32, BT * HS4>;
 
 fn qkv4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = qkv[base]; }
-    if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = qkv[base + 2u]; }
-    if (d + 3u < p.hs) { v.w = qkv[base + 3u]; }
-    return v;
+#V4     if (d >= p.hs) { return vec4<f32>(0.0); }
+#V4     return qkv[base / 4u];
+#V1     var v = vec4<f32>(0.0);
+#V1     if (d < p.hs) { v.x = qkv[base]; }
+#V1     if (d + 1u < p.hs) { v.y = qkv[base + 1u]; }
+#V1     if (d + 2u < p.hs) { v.z = qkv[base + 2u]; }
+#V1     if (d + 3u < p.hs) { v.w = qkv[base + 3u]; }
+#V1     return v;
 }
 
 fn dout4(bi: u32, ti: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * p.c + h * p.hs + d;
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = dout[base]; }
-    if (d + 1u < p.hs) { v.y = dout[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = dout[base + 2u]; }
-    if (d + 3u < p.hs) { v.w = dout[base + 3u]; }
-    return v;
+#V4     if (d >= p.hs) { return vec4<f32>(0.0); }
+#V4     return dout[base / 4u];
+#V1     var v = vec4<f32>(0.0);
+#V1     if (d < p.hs) { v.x = dout[base]; }
+#V1     if (d + 1u < p.hs) { v.y = dout[base + 1u]; }
+#V1     if (d + 2u < p.hs) { v.z = dout[base + 2u]; }
+#V1     if (d + 3u < p.hs) { v.w = dout[base + 3u]; }
+#V1     return v;
 }
 
 fn out4(bi: u32, ti: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * p.c + h * p.hs + d;
-    var v = vec4<f32>(0.0);
-    if (d < p.hs) { v.x = out[base]; }
-    if (d + 1u < p.hs) { v.y = out[base + 1u]; }
-    if (d + 2u < p.hs) { v.z = out[base + 2u]; }
-    if (d + 3u < p.hs) { v.w = out[base + 3u]; }
-    return v;
+#V4     if (d >= p.hs) { return vec4<f32>(0.0); }
+#V4     return out[base / 4u];
+#V1     var v = vec4<f32>(0.0);
+#V1     if (d < p.hs) { v.x = out[base]; }
+#V1     if (d + 1u < p.hs) { v.y = out[base + 1u]; }
+#V1     if (d + 2u < p.hs) { v.z = out[base + 2u]; }
+#V1     if (d + 3u < p.hs) { v.w = out[base + 3u]; }
+#V1     return v;
 }
 
 fn store4(ti: u32, bi: u32, which: u32, h: u32, d: u32, v: vec4<f32>) {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
-    if (d < p.hs) { dqkv[base] = v.x; }
-    if (d + 1u < p.hs) { dqkv[base + 1u] = v.y; }
-    if (d + 2u < p.hs) { dqkv[base + 2u] = v.z; }
-    if (d + 3u < p.hs) { dqkv[base + 3u] = v.w; }
+#V4     if (d < p.hs) { dqkv[base / 4u] = v; }
+#V1     if (d < p.hs) { dqkv[base] = v.x; }
+#V1     if (d + 1u < p.hs) { dqkv[base + 1u] = v.y; }
+#V1     if (d + 2u < p.hs) { dqkv[base + 2u] = v.z; }
+#V1     if (d + 3u < p.hs) { dqkv[base + 3u] = v.w; }
 }
 
 fn hsum(v: vec4<f32>) -> f32 {
@@ -92,7 +101,7 @@ fn hsum(v: vec4<f32>) -> f32 {
 
 // Block x: queries x*64 .. of (batch, head) bh. Group 0 holds q (scores
 // s = q·k), group 1 dout (dp = dout·v); group 0 accumulates dq of row a, group 1
-// of row b. Keys stream through shared memory 8 at a time.
+// of row b. Keys stream through shared memory BT at a time.
 fn dq_block(x: u32, bh: u32, t: u32) {
     let bi = bh / p.nh;
     let h = bh % p.nh;
@@ -178,7 +187,7 @@ fn dq_block(x: u32, bh: u32, t: u32) {
 
 // Block x: keys x*64 .. of (batch, head) bh. Group 0 holds k (scores
 // s = q·k) and accumulates dv of rows a and b; group 1 holds v (dp = dout·v) and
-// accumulates dk. Queries stream through shared memory 8 at a time from the
+// accumulates dk. Queries stream through shared memory BT at a time from the
 // block's first key on.
 fn dkdv_block(x: u32, bh: u32, t: u32) {
     let bi = bh / p.nh;

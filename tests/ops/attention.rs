@@ -19,20 +19,30 @@ const ATT_FWD_TOL: f32 = 1e-5;
 const ATT_BWD_TOL: f32 = 2e-5;
 
 /// (b, t, c, nh) per compiled head-size variant (hs <= 16, <= 64, <= 128): t not a
-/// multiple of any block (1, 5, 33, 67, 70, 100, 129, 130), head sizes 4, 8, 12, 16,
-/// 64, 96, 128, and GPT-2's layer natively. The browser (SwiftShader) gets smaller
+/// multiple of any block (1, 5, 33, 37, 67, 70, 100, 129, 130), head sizes 4, 5, 8,
+/// 12, 16, 63, 64, 96, 128, and GPT-2's layer natively. Heads of 5 and 63 channels
+/// take the paired kernels' float variant, the others their vec4 one. The browser (SwiftShader) gets smaller
 /// shapes, and the hs <= 128 variant (the same template as hs <= 64 with a larger
 /// HS4, whose pipelines take SwiftShader about ten seconds to compile) only in the
 /// two tests of its own below, where WebGPU's workgroup memory limit is the point.
 #[cfg(not(target_arch = "wasm32"))]
-const ATT_SMALL_HEADS: &[(usize, usize, usize, usize)] =
-    &[(1, 1, 4, 1), (2, 5, 16, 2), (1, 33, 32, 2), (2, 70, 36, 3)];
+const ATT_SMALL_HEADS: &[(usize, usize, usize, usize)] = &[
+    (1, 1, 4, 1),
+    (2, 5, 16, 2),
+    (1, 33, 32, 2),
+    (2, 70, 36, 3),
+    (2, 37, 10, 2),
+];
 #[cfg(target_arch = "wasm32")]
 const ATT_SMALL_HEADS: &[(usize, usize, usize, usize)] =
-    &[(1, 1, 4, 1), (2, 5, 16, 2), (1, 33, 32, 2)];
+    &[(1, 1, 4, 1), (2, 5, 16, 2), (1, 33, 32, 2), (1, 37, 10, 2)];
 #[cfg(not(target_arch = "wasm32"))]
-const ATT_HS64: &[(usize, usize, usize, usize)] =
-    &[(2, 100, 128, 2), (1, 130, 64, 1), (2, 256, 384, 6)];
+const ATT_HS64: &[(usize, usize, usize, usize)] = &[
+    (2, 100, 128, 2),
+    (1, 130, 64, 1),
+    (2, 256, 384, 6),
+    (1, 67, 126, 2),
+];
 #[cfg(target_arch = "wasm32")]
 const ATT_HS64: &[(usize, usize, usize, usize)] = &[(1, 3, 64, 1), (1, 67, 128, 2)];
 
