@@ -21,7 +21,15 @@ const BLOCK: usize = 64;
 /// 0.28 ms at BKV 8 or 16 and 0.30 at 32.
 const FORWARD_KEYS: usize = 16;
 const BACKWARD_TILE: usize = 4;
-/// Threads of the GPU backward's workgroups (its partial dots are one a thread).
+/// Threads a row of the paired GPU forward (`P`): 2 with the shared-memory exchange
+/// of partial dots, `SHUFFLE_ROW_THREADS` with subgroup shuffles. On an H200 (the
+/// shakespeare shape) 4 threads a row took 0.23 ms against 0.27 for 2: each holds
+/// half the registers, and more of them fit an SM. The backward has 2 a row with
+/// either exchange: 4 took it from 0.66 ms to 0.96 (0.89 streaming 8 rows a step).
+const SHARED_ROW_THREADS: usize = 2;
+pub const SHUFFLE_ROW_THREADS: usize = 4;
+/// Threads of the GPU backward's workgroups (its partial dots are one a thread): two
+/// groups of 32 rows, 2 threads a row.
 const BACKWARD_THREADS: usize = 128;
 /// Head-size bounds of the compiled variants, in vec4s, by [`Target`]: hs <= 16,
 /// 64, 128 on GPUs, and also 32 on CPUs, where every channel of padding costs (the
@@ -49,28 +57,29 @@ const BACKWARD_WGSL: &str = with_dropout_mask!("attention_backward.wgsl");
 const FORWARD_CPU_WGSL: &str = with_dropout_mask!("attention_cpu.wgsl");
 const BACKWARD_CPU_WGSL: &str = with_dropout_mask!("attention_backward_cpu.wgsl");
 
-/// Expands a paired GPU kernel's template for heads of up to `4 * hs4` channels. It
-/// prepends `const HS4`, `const H2` (`hs4 / 2`: each thread holds half of a head,
-/// every other vec4) and the forward's `BKV` and the backward's `BT`; every code line
-/// holding `#D` works on one vec4 `#D` of that half.
+/// Expands a paired GPU kernel's template for heads of up to `4 * hs4` channels and
+/// `p` threads a row (the backward's template has 2). It prepends `const HS4`,
+/// `const P`, `const HP` (`hs4 / p`: each thread holds every pth vec4 of a head) and
+/// the forward's `BKV` and the backward's `BT`; every code line holding `#D` works on
+/// one vec4 `#D` of that share.
 ///
-/// Natively such a line is repeated for #D = 0 .. H2-1 (`qa#D` becomes `qa0`,
+/// Natively such a line is repeated for #D = 0 .. HP-1 (`qa#D` becomes `qa0`,
 /// `qa1`.., `#Du` the index): the head lives in named registers, with no
 /// dynamically indexed local array for the driver to spill (12% off the backward
-/// on an H200). In the browser it becomes a loop over `array<vec4<f32>, H2>`
+/// on an H200). In the browser it becomes a loop over `array<vec4<f32>, HP>`
 /// instead (`var qa#D = e;` declares the array and fills it): the same arithmetic
 /// in a fraction of the shader, which WebGPU implementations compile several times
 /// faster (seconds less per pipeline on SwiftShader).
-fn expand(template: &str, hs4: usize, compact: bool) -> String {
-    let h2 = hs4 / 2;
+fn expand(template: &str, hs4: usize, p: usize, compact: bool) -> String {
+    let hp = hs4 / p;
     let head = format!(
-        "const HS4: u32 = {hs4}u;\nconst H2: u32 = {h2}u;\n\
+        "const HS4: u32 = {hs4}u;\nconst P: u32 = {p}u;\nconst HP: u32 = {hp}u;\n\
          const BKV: u32 = {FORWARD_KEYS}u;\nconst BT: u32 = {BACKWARD_TILE}u;\n"
     );
     if compact {
-        head + &loop_lines(template, "#D", "H2")
+        head + &loop_lines(template, "#D", "HP")
     } else {
-        head + &unroll(template, "#D", h2)
+        head + &unroll(template, "#D", hp)
     }
 }
 
@@ -88,15 +97,24 @@ fn expand_cpu(template: &str, hs4: usize, rows: usize) -> String {
     }
 }
 
-/// Whether the GPU kernels on `ctx` add the partner thread's half dots by a
-/// subgroup shuffle (else through shared memory): where the context uses subgroups
-/// ([`WgpuContext::subgroups`]) and every subgroup holds both partners (at least 2
-/// wide). The CPU tuning has no partners.
+/// Whether the GPU kernels on `ctx` add the partner threads' partial dots by
+/// subgroup shuffles (else through shared memory): where the context uses subgroups
+/// ([`WgpuContext::subgroups`]) and every subgroup holds a row's partners (at least
+/// [`SHUFFLE_ROW_THREADS`] wide). The CPU tuning has no partners.
 pub fn attention_subgroups(ctx: &WgpuContext) -> bool {
-    ctx.subgroups() && ctx.adapter_info().subgroup_min_size >= 2
+    ctx.subgroups() && ctx.adapter_info().subgroup_min_size as usize >= SHUFFLE_ROW_THREADS
 }
 
-/// A GPU kernel's template with one exchange of half dots: lines tagged `#SG `
+/// Threads a row of the paired GPU forward with either exchange of partial dots.
+fn row_threads(subgroups: bool) -> usize {
+    if subgroups {
+        SHUFFLE_ROW_THREADS
+    } else {
+        SHARED_ROW_THREADS
+    }
+}
+
+/// A GPU kernel's template with one exchange of partial dots: lines tagged `#SG `
 /// (subgroup shuffles) where `subgroups`, else those tagged `#SM ` (shared
 /// memory).
 fn pair_exchange(template: &str, subgroups: bool) -> String {
@@ -122,8 +140,8 @@ fn whole_vec4s(shape: AttentionShape) -> bool {
 /// The GPU tuning's two sets of kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuAttention {
-    /// `attention.wgsl` / `attention_backward.wgsl`: two threads a row, each half of
-    /// the head, 64 rows a workgroup; heads of up to 128 channels.
+    /// `attention.wgsl` / `attention_backward.wgsl`: a few threads a row, each a
+    /// share of the head, 64 rows a workgroup; heads of up to 128 channels.
     Paired,
     /// `attention_tiled*.wgsl` (`attention_tiled.rs`): 32 rows a workgroup as small register-
     /// tiled matrix products; heads of up to 64 channels, where the device has the
@@ -133,8 +151,8 @@ pub enum GpuAttention {
 
 /// The GPU kernels an [`Attention`] runs where it is not told which (`Tiled` only
 /// where it runs, else `Paired`). `gpu-run.sh gemm-sweep` times both on the
-/// shakespeare shape: on an H200 `Paired` took 0.30 ms forward and 0.90 backward,
-/// `Tiled` 0.67 and 2.49 (BENCHMARKS.md, attention).
+/// shakespeare shape: on an H200 `Paired` took 0.23 ms forward and 0.66 backward,
+/// `Tiled` 0.65 and 2.47 (BENCHMARKS.md, attention).
 pub const GPU_ATTENTION: GpuAttention = GpuAttention::Paired;
 
 /// The compiled variants: the paired GPU kernels with either pair exchange
@@ -233,11 +251,15 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
                     (false, true) => ("", "attention_v4"),
                     (false, false) => ("", "attention"),
                 };
-                let gpu = |template| {
+                let gpu = |template, p| {
                     let variant = vec4_access(&pair_exchange(template, subgroups), vec4);
-                    format!("{enable}{}", expand(&variant, hs4, compact))
+                    format!("{enable}{}", expand(&variant, hs4, p, compact))
                 };
-                (gpu(FORWARD_WGSL), gpu(BACKWARD_WGSL), prefix)
+                (
+                    gpu(FORWARD_WGSL, row_threads(subgroups)),
+                    gpu(BACKWARD_WGSL, SHARED_ROW_THREADS),
+                    prefix,
+                )
             }
             Variant::Tiled => {
                 let (fwd, bwd) = tiled::sources(v);
@@ -418,17 +440,17 @@ impl Attention {
     }
 
     /// Bytes of workgroup memory attention with heads of `hs` channels needs on
-    /// adapters of `target`: that of the paired GPU kernels with the shared-memory
-    /// exchange of half dots (the larger exchange) on GPUs, whose tiled kernels run
-    /// only where the device has theirs too ([`Attention::tiled_runs`]). The paired
-    /// forward stages keys and values and partial dots, the backward a tile, partial
-    /// dots and row statistics.
+    /// adapters of `target`: the most the paired GPU kernels take with either
+    /// exchange of partial dots on GPUs, whose tiled kernels run only where the
+    /// device has theirs too ([`Attention::tiled_runs`]). The paired forward stages
+    /// keys and values (and partial dots with the shared-memory exchange), the
+    /// backward a tile, partial dots (one a thread) and row statistics.
     pub fn workgroup_bytes(target: Target, hs: usize) -> u64 {
         if target == Target::Cpu {
             return 0;
         }
         let hs4 = HS4S[0].iter().copied().find(|&h| hs <= 4 * h).unwrap_or(32);
-        let forward = 2 * FORWARD_KEYS * hs4 * 16 + 512 * 16;
+        let forward = 2 * FORWARD_KEYS * hs4 * 16 + FORWARD_KEYS * 32 * 16;
         let backward = 2 * BACKWARD_TILE * hs4 * 16
             + BACKWARD_TILE * BACKWARD_THREADS * 8
             + 2 * BACKWARD_TILE * 4
@@ -527,36 +549,41 @@ mod tests {
     /// with are the shaders' (the streamed tiles' as `expand` prepends them).
     #[test]
     fn block_sizes_are_the_shaders() {
-        let gpu = build(
-            Variant::Gpu {
-                subgroups: false,
-                vec4: true,
-            },
-            1,
-            false,
-        );
-        let (forward, backward) = match gpu.backward {
-            super::Backward::Fused(b) => (gpu.forward.source, b.source),
-            _ => panic!("the paired backward is one kernel"),
-        };
-        let consts = [
-            (FORWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
-            (
-                forward,
-                format!("const BKV: u32 = {}u;", super::FORWARD_KEYS),
-            ),
-            (BACKWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
-            (
-                backward,
-                format!("const BT: u32 = {}u;", super::BACKWARD_TILE),
-            ),
-            (
-                BACKWARD_WGSL,
-                format!("@workgroup_size({})", super::BACKWARD_THREADS),
-            ),
-        ];
-        for (source, line) in consts {
-            assert!(source.contains(&line), "{line}");
+        for subgroups in [false, true] {
+            let gpu = build(
+                Variant::Gpu {
+                    subgroups,
+                    vec4: true,
+                },
+                1,
+                false,
+            );
+            let (forward, backward) = match gpu.backward {
+                super::Backward::Fused(b) => (gpu.forward.source, b.source),
+                _ => panic!("the paired backward is one kernel"),
+            };
+            let p = super::row_threads(subgroups);
+            let consts = [
+                (FORWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
+                (
+                    forward,
+                    format!("const BKV: u32 = {}u;", super::FORWARD_KEYS),
+                ),
+                (forward, format!("const P: u32 = {p}u;")),
+                (forward, "const WG: u32 = 32u * P;".to_string()),
+                (BACKWARD_WGSL, format!("const BQ: u32 = {}u;", super::BLOCK)),
+                (
+                    backward,
+                    format!("const BT: u32 = {}u;", super::BACKWARD_TILE),
+                ),
+                (
+                    BACKWARD_WGSL,
+                    format!("@workgroup_size({})", super::BACKWARD_THREADS),
+                ),
+            ];
+            for (source, line) in consts {
+                assert!(source.contains(&line), "{line}");
+            }
         }
     }
 

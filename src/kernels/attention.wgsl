@@ -5,21 +5,24 @@
 //
 // A template, expanded by attention.rs: it prepends `const HS4` (the head size in
 // vec4s this variant holds, hs <= 4 * HS4; channels past hs read as zero and are
-// never written) and `const H2 = HS4 / 2`. Each code line holding `#D` acts on
-// vec4 `#D` (0 .. H2-1) of a thread's half of the head: natively the line is
-// repeated for each over named registers (qa0, qa1, ..), in the browser it is a
-// loop over an array (see `expand` there for why).
+// never written), `const P` (threads a row: 2, or 4 with subgroups) and `const HP =
+// HS4 / P`. Each code line holding `#D` acts on vec4 `#D` (0 .. HP-1) of a thread's
+// share of the head: natively the line is repeated for each over named registers
+// (qa0, qa1, ..), in the browser it is a loop over an array (see `expand` there for
+// why).
 //
-// Workgroup (x, y): queries x*64 .. x*64+63 of one (batch, head) y, 64 threads.
-// Threads 2r and 2r+1 share rows x*64 + r ("a") and x*64 + 32 + r ("b"); each
-// holds the vec4s 2d + half of their q and output (half = thread % 2), so every
+// Workgroup (x, y): queries x*64 .. x*64+63 of one (batch, head) y, 32 * P threads.
+// Threads Pr .. Pr+P-1 share rows x*64 + r ("a") and x*64 + 32 + r ("b"); each
+// holds the vec4s Pd + part of their q and output (part = thread % P), so every
 // vec4 a thread reads from shared memory feeds two rows: half the shared-memory
-// traffic per score of one thread a row, which is what limits this on big GPUs.
-// The two half dots meet through shared memory, or, where the device has
-// subgroups, by a shuffle between the partners (lanes 2r, 2r+1: subgroups are runs
-// of consecutive invocations, as in prelude_subgroups.wgsl, at least 2 wide),
-// which saves `part` and one barrier a key tile. Lines starting `#SM ` are only in
-// the shared-memory variant, `#SG ` only in the subgroup one (attention.rs picks).
+// traffic per score of one thread a row. Four threads a row hold half the
+// registers of two, so that more of them fit on an SM (what limits this on an
+// H200). The partial dots meet through shared memory (P = 2), or, where the device
+// has subgroups, by shuffles between the partners (lanes Pr .. Pr+P-1: subgroups
+// are runs of consecutive invocations, as in prelude_subgroups.wgsl, at least P
+// wide), which saves `part` and one barrier a key tile. Lines starting `#SM ` are
+// only in the shared-memory variant, `#SG ` only in the subgroup one (attention.rs
+// picks).
 // Keys and values stream through shared memory BKV at a time (attention.rs prepends
 // it), 4 keys per online-softmax update.
 //
@@ -36,12 +39,14 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 @group(0) @binding(3) var<storage, read_write> lse: array<f32>;
 
 const BQ: u32 = 64u;
+const WG: u32 = 32u * P;
 // Masked scores: exp(MASKED - max) is 0 and, unlike -inf, MASKED - MASKED is no NaN.
 const MASKED: f32 = -1.0e30;
 
 var<workgroup> ks: array<vec4<f32>, BKV * HS4>;
 var<workgroup> vs: array<vec4<f32>, BKV * HS4>;
-// Half dots: [key pair][thread] = (a key 0, a key 1, b key 0, b key 1).
+// Half dots (P = 2: 64 threads): [key pair][thread] = (a key 0, a key 1, b key 0,
+// b key 1).
 #SM var<workgroup> part: array<vec4<f32>, BKV * 32u>;
 
 // 4 channels d.. of part (0 q, 1 k, 2 v) of (batch bi, position ti, head h), zero past hs.
@@ -80,21 +85,21 @@ fn softmax_step(m: f32, l: f32, s: vec4<f32>) -> Step {
     return Step(mnew, l * corr + hsum(w), corr, w);
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let bh = wg.y;
     let bi = bh / p.nh;
     let h = bh % p.nh;
     let row0 = wg.x * BQ;
-    let hh = t % 2u;
-    let ra = row0 + t / 2u;
+    let hh = t % P;
+    let ra = row0 + t / P;
     let rb = ra + 32u;
     // Rows past the end compute a copy of the last row and write nothing.
     let ia = min(ra, p.t - 1u);
     let ib = min(rb, p.t - 1u);
 
-    var qa#D = load4(bi, ia, 0u, h, (2u * #Du + hh) * 4u) * p.scale;
-    var qb#D = load4(bi, ib, 0u, h, (2u * #Du + hh) * 4u) * p.scale;
+    var qa#D = load4(bi, ia, 0u, h, (P * #Du + hh) * 4u) * p.scale;
+    var qb#D = load4(bi, ib, 0u, h, (P * #Du + hh) * 4u) * p.scale;
     var oa#D = vec4<f32>(0.0);
     var ob#D = vec4<f32>(0.0);
     var ma = MASKED;
@@ -104,7 +109,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 
     let kv_end = min(row0 + BQ, p.t);
     for (var kt = 0u; kt < kv_end; kt += BKV) {
-        for (var e = t; e < BKV * HS4; e += BQ) {
+        for (var e = t; e < BKV * HS4; e += WG) {
             let j = kt + e / HS4;
             let d = (e % HS4) * 4u;
             var kv = vec4<f32>(0.0);
@@ -126,13 +131,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #SM         var a1 = vec4<f32>(0.0);
 #SM         var b0 = vec4<f32>(0.0);
 #SM         var b1 = vec4<f32>(0.0);
-#SM         a0 = fma(qa#D, ks[k0 + 2u * #Du], a0); a1 = fma(qa#D, ks[k1 + 2u * #Du], a1); b0 = fma(qb#D, ks[k0 + 2u * #Du], b0); b1 = fma(qb#D, ks[k1 + 2u * #Du], b1);
+#SM         a0 = fma(qa#D, ks[k0 + P * #Du], a0); a1 = fma(qa#D, ks[k1 + P * #Du], a1); b0 = fma(qb#D, ks[k0 + P * #Du], b0); b1 = fma(qb#D, ks[k1 + P * #Du], b1);
 #SM         part[(jj / 2u) * 64u + t] = vec4<f32>(hsum(a0), hsum(a1), hsum(b0), hsum(b1));
 #SM     }
 #SM     workgroupBarrier();
 
         for (var jj = 0u; jj < BKV; jj += 4u) {
-            // Own half plus the partner's: both threads add the same two numbers.
+            // Own part plus the partners': all of them add the same numbers in the
+            // same order.
             // x: (a key 0, a key 1, b key 0, b key 1) of keys kt + jj, jj + 1; y of
             // jj + 2, jj + 3.
 #SM         let g = (jj / 2u) * 64u;
@@ -150,12 +156,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #SG         var b1 = vec4<f32>(0.0);
 #SG         var b2 = vec4<f32>(0.0);
 #SG         var b3 = vec4<f32>(0.0);
-#SG         a0 = fma(qa#D, ks[k0 + 2u * #Du], a0); a1 = fma(qa#D, ks[k1 + 2u * #Du], a1); b0 = fma(qb#D, ks[k0 + 2u * #Du], b0); b1 = fma(qb#D, ks[k1 + 2u * #Du], b1);
-#SG         a2 = fma(qa#D, ks[k2 + 2u * #Du], a2); a3 = fma(qa#D, ks[k3 + 2u * #Du], a3); b2 = fma(qb#D, ks[k2 + 2u * #Du], b2); b3 = fma(qb#D, ks[k3 + 2u * #Du], b3);
+#SG         a0 = fma(qa#D, ks[k0 + P * #Du], a0); a1 = fma(qa#D, ks[k1 + P * #Du], a1); b0 = fma(qb#D, ks[k0 + P * #Du], b0); b1 = fma(qb#D, ks[k1 + P * #Du], b1);
+#SG         a2 = fma(qa#D, ks[k2 + P * #Du], a2); a3 = fma(qa#D, ks[k3 + P * #Du], a3); b2 = fma(qb#D, ks[k2 + P * #Du], b2); b3 = fma(qb#D, ks[k3 + P * #Du], b3);
 #SG         let hx = vec4<f32>(hsum(a0), hsum(a1), hsum(b0), hsum(b1));
 #SG         let hy = vec4<f32>(hsum(a2), hsum(a3), hsum(b2), hsum(b3));
-#SG         let x = hx + subgroupShuffleXor(hx, 1u);
-#SG         let y = hy + subgroupShuffleXor(hy, 1u);
+#SG         var x = hx + subgroupShuffleXor(hx, 1u);
+#SG         var y = hy + subgroupShuffleXor(hy, 1u);
+#SG         if (P == 4u) {
+#SG             x += subgroupShuffleXor(x, 2u);
+#SG             y += subgroupShuffleXor(y, 2u);
+#SG         }
             // Key kt + jj + c is visible to a row only at or before it (and so < t).
             let key = vec4<u32>(kt + jj) + vec4<u32>(0u, 1u, 2u, 3u);
             let sa = select(vec4<f32>(MASKED), vec4<f32>(x.x, x.y, y.x, y.y), key <= vec4<u32>(ia));
@@ -174,8 +184,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             let v1 = v0 + HS4;
             let v2 = v1 + HS4;
             let v3 = v2 + HS4;
-            oa#D = fma(vec4<f32>(wa.x), vs[v0 + 2u * #Du], fma(vec4<f32>(wa.y), vs[v1 + 2u * #Du], fma(vec4<f32>(wa.z), vs[v2 + 2u * #Du], fma(vec4<f32>(wa.w), vs[v3 + 2u * #Du], oa#D * sta.corr))));
-            ob#D = fma(vec4<f32>(wb.x), vs[v0 + 2u * #Du], fma(vec4<f32>(wb.y), vs[v1 + 2u * #Du], fma(vec4<f32>(wb.z), vs[v2 + 2u * #Du], fma(vec4<f32>(wb.w), vs[v3 + 2u * #Du], ob#D * stb.corr))));
+            oa#D = fma(vec4<f32>(wa.x), vs[v0 + P * #Du], fma(vec4<f32>(wa.y), vs[v1 + P * #Du], fma(vec4<f32>(wa.z), vs[v2 + P * #Du], fma(vec4<f32>(wa.w), vs[v3 + P * #Du], oa#D * sta.corr))));
+            ob#D = fma(vec4<f32>(wb.x), vs[v0 + P * #Du], fma(vec4<f32>(wb.y), vs[v1 + P * #Du], fma(vec4<f32>(wb.z), vs[v2 + P * #Du], fma(vec4<f32>(wb.w), vs[v3 + P * #Du], ob#D * stb.corr))));
         }
         workgroupBarrier();
     }
@@ -183,7 +193,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (ra < p.t) {
         let inv = 1.0 / la;
         let base = (bi * p.t + ra) * p.c + h * p.hs;
-        store4(base, (2u * #Du + hh) * 4u, oa#D * inv);
+        store4(base, (P * #Du + hh) * 4u, oa#D * inv);
         if (hh == 0u) {
             lse[bh * p.t + ra] = ma + log(la);
         }
@@ -191,7 +201,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     if (rb < p.t) {
         let inv = 1.0 / lb;
         let base = (bi * p.t + rb) * p.c + h * p.hs;
-        store4(base, (2u * #Du + hh) * 4u, ob#D * inv);
+        store4(base, (P * #Du + hh) * 4u, ob#D * inv);
         if (hh == 0u) {
             lse[bh * p.t + rb] = mb + log(lb);
         }

@@ -92,7 +92,7 @@ fn hsum(v: vec4<f32>) -> f32 {
 // threads 2r and 2r+1 hold halves (vec4s 2d + half) of rows x*64 + r ("a") and
 // x*64 + 32 + r ("b") of one operand and work out half dots of both rows with the
 // streamed tile; the halves meet in `part`. Then each group accumulates one of two
-// gradients, so both groups do the same work and hold 2 x H2 + (1 or 2) x H2 vec4s.
+// gradients, so both groups do the same work and hold 2 x HP + (1 or 2) x HP vec4s.
 // Where the device has subgroups, the partners add their halves by a shuffle (as
 // in attention.wgsl; lines `#SG `, the shared-memory ones `#SM `) and `part` takes
 // whole dots: half the reads. The groups still meet there, behind a barrier (a

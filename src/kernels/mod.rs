@@ -40,6 +40,7 @@ pub use crate::tuning::{F16Core, Target};
 pub use arenas::{GradArena, GradDest, ParamArena};
 pub use attention::{
     attention_subgroups, Attention, AttentionSaved, AttentionShape, GpuAttention, GPU_ATTENTION,
+    SHUFFLE_ROW_THREADS,
 };
 pub use crossentropy::{CrossEntropy, CrossEntropyShape, CHUNK as CROSSENTROPY_CHUNK};
 pub use embedding::{token_index, Embedding, EmbeddingShape, ExtraGrad, TokenIndex};

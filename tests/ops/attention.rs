@@ -1,5 +1,5 @@
 //! Causal self-attention: the GPU kernels (both tunings; the GPU tuning's paired
-//! kernels with both exchanges of half dots, and its tiled kernels) against the
+//! kernels with both exchanges of partial dots, and its tiled kernels) against the
 //! reference, the reference's backward against finite differences.
 //!
 // Tolerances are max |got - want| over max |want| (`common::assert_close`); the
@@ -11,7 +11,9 @@
 use crate::common::fresh_seed;
 use crate::gpu_test;
 use crate::support::*;
-use tidepool::kernels::{attention_subgroups, Attention, AttentionSaved, GpuAttention, Target};
+use tidepool::kernels::{
+    attention_subgroups, Attention, AttentionSaved, GpuAttention, Target, SHUFFLE_ROW_THREADS,
+};
 use tidepool::reference::{self, AttentionShape};
 use tidepool::rng::Rng;
 
@@ -105,7 +107,7 @@ async fn attention_hs128_body(shapes: &[(usize, usize, usize, usize)], dropout: 
 
 /// `dropout`: the drop probability, with a fresh mask seed. Every shape runs through
 /// both kernel tunings ([`Target`]), each on fresh inputs, and the GPU tuning's
-/// paired kernels with each exchange of half dots the device has: by subgroup
+/// paired kernels with each exchange of partial dots the device has: by subgroup
 /// shuffles on the context with subgroups (`reduction_contexts`' first, where the
 /// device has them), by shared memory on the one without. The CPU tuning, which
 /// has no exchange, and the GPU tuning's tiled kernels (none either; heads of up to
@@ -120,7 +122,7 @@ async fn attention_body(shapes: &[(usize, usize, usize, usize)], dropout: Option
         let shuffles = attention_subgroups(ctx);
         if ctx.subgroups() {
             assert!(
-                shuffles || info.subgroup_min_size < 2,
+                shuffles || (info.subgroup_min_size as usize) < SHUFFLE_ROW_THREADS,
                 "{}: subgroups {} to {} wide, but the attention kernels do not use them",
                 ctx.adapter_name(),
                 info.subgroup_min_size,
