@@ -24,8 +24,11 @@ const BACKWARD_TILE: usize = 4;
 /// Threads a row of the paired GPU forward (`P`): 2 with the shared-memory exchange
 /// of partial dots, `SHUFFLE_ROW_THREADS` with subgroup shuffles. On an H200 (the
 /// shakespeare shape) 4 threads a row took 0.23 ms against 0.27 for 2: each holds
-/// half the registers, and more of them fit an SM. The backward has 2 a row with
-/// either exchange: 4 took it from 0.66 ms to 0.96 (0.89 streaming 8 rows a step).
+/// half the registers, and more of them fit an SM; 8 a row took 0.28 (a third
+/// round of shuffles for a quarter of the registers). The backward has 2 a row with
+/// either exchange: 4 took it from 0.66 ms to 0.96 (0.89 streaming 8 rows a step);
+/// its dq and dk/dv blocks as two dispatches (each entry point compiled on its own)
+/// took 0.75.
 const SHARED_ROW_THREADS: usize = 2;
 pub const SHUFFLE_ROW_THREADS: usize = 4;
 /// Threads of the GPU backward's workgroups (its partial dots are one a thread): two
