@@ -200,6 +200,44 @@ def gemm_ceiling(s):
             + table(["core", "the loop with", "threads", "ms", "TFLOP/s"], rows)]
 
 
+def attention_vs_torch(s):
+    """Each build's GPU attention kernel sets beside PyTorch's fused attention, then the
+    step one step a call: medians over the repeats, the builds side by side."""
+    theirs = {(r["op"], r["dtype"]): r["ms"] for r in s.rows("torch_attention", "torch")
+              if r.get("runner") == "torch_attention"}
+    builds = s.builds()
+    name = lambda b: "this build" if b == "this" else "earlier build"
+    ours = defaultdict(list)
+    for b in builds:
+        for r in s.rows(r"attention_\d+", b):
+            if r.get("op", "").startswith("attention") and "ms" in r:
+                ours[(r["op"], r["variant"] + (" *" if r.get("auto") else ""), b)].append(r["ms"])
+    out = []
+    keys = sorted({(op, v) for op, v, _ in ours}, key=lambda k: (k[0] != "attention_forward", k[1]))
+    rows = []
+    for op, kernels in keys:
+        mine = [ours.get((op, kernels, b), []) for b in builds]
+        torch = theirs.get((op, "fp32"))
+        rows.append([op, kernels] + [f"{f(med(m))} ({spread(m)})" if m else "" for m in mine]
+                    + [f(torch) if torch else "", f(torch / med(mine[0]), 2) if torch and mine[0] else ""])
+    if rows:
+        out.append("Attention on the shape `matmul_bench --only attention` times (on a GPU the shakespeare step's heads), "
+                   "ms (the spread over the repeats); `*`: the kernels "
+                   "the launchers choose:\n\n" + table(["op", "kernels"] + [name(b) for b in builds]
+                                                        + ["PyTorch fp32 fused", "PyTorch / this build"], rows))
+    steps = defaultdict(list)
+    for b in builds:
+        for r in step_rows(s, r"step_\d+", b):
+            steps[(r["preset"], b)].append(r["median_ms"])
+    presets = sorted({p for p, _ in steps})
+    rows = [[p] + [f"{f(med(steps[(p, b)]), 2)} ({spread(steps[(p, b)], 2)})" if steps.get((p, b)) else "" for b in builds]
+            for p in presets]
+    if rows:
+        out.append("The step one step a call, median ms (the spread over the repeats):\n\n"
+                   + table(["preset"] + [name(b) for b in builds], rows))
+    return out
+
+
 def native_calls(s, run, build):
     """(preset, in_flight) -> [median ms of each repeat] from `bench step --at-once N --in-flight 1,2`."""
     got = defaultdict(list)
@@ -500,6 +538,7 @@ SECTIONS = {
     "step-vs-torch": ("The step against PyTorch", step_vs_torch),
     "gemm-vs-cublas": ("The GEMMs against cuBLAS", gemm_vs_cublas),
     # every variant's figures: sweep.md (scripts/gemm_sweep.py), after these tables
+    "attention-vs-torch": ("Attention against PyTorch", attention_vs_torch),
     "gemm-sweep": ("The GEMM sweep: today's choices",
                    lambda s: gemm_vs_cublas(s) + gemm_ceiling(s) + step_vs_torch(s)),
     "browser-vs-native": ("The browser build against native", browser_vs_native),

@@ -12,6 +12,11 @@
 #                      choices beside PyTorch fp32; sweep.md (scripts/gemm_sweep.py): the
 #                      tables and each shape class's winner as a line of
 #                      src/kernels/matmul/choice.rs
+#   attention-vs-torch attention alone, in a minute or two: PyTorch's fused attention
+#                      beside each build's GPU attention kernel sets on the shakespeare
+#                      step's heads, and the shakespeare step one step a call (f32, f16),
+#                      the builds taking turns REPEATS times (with --against: a change to
+#                      attention against the build before it)
 #   browser-vs-native  the wasm build through Dawn in Node against native: tiny and small
 #                      in calls of 16 steps, one in flight and two; shakespeare one a call
 #                      (a Chromium page too, when earlier calls left Chromium in /tmp/chr-parts)
@@ -77,7 +82,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-known="parity step-vs-torch gemm-vs-cublas gemm-sweep browser-vs-native memory pool curves host-profile headline soak"
+known="parity step-vs-torch gemm-vs-cublas gemm-sweep attention-vs-torch browser-vs-native memory pool curves host-profile headline soak"
 [ ${#suites[@]} -gt 0 ] || { echo "gpu-run: name a suite: $known" >&2; exit 2; }
 for s in "${suites[@]}"; do
   case " $known " in *" $s "*) ;; *) echo "gpu-run: no suite $s (suites: $known)" >&2; exit 2 ;; esac
@@ -292,6 +297,23 @@ suite_gemm_sweep() {
     --modes fp32,fp32_fused
   python3 scripts/gemm_sweep.py "$results" > "$out/sweep.md" 2>> "$log" \
     || echo "gemm_sweep.py could not make the sweep's tables (stderr.log)" >&2
+}
+
+suite_attention_vs_torch() {
+  local b r m
+  torch_run attention-vs-torch torch_attention torch python3 scripts/torch_attention.py
+  for r in $(seq "$repeats"); do
+    for b in "${builds[@]}"; do
+      m=$(var matmul "$b")
+      if [ -x "$m" ]; then
+        run attention-vs-torch "attention_$r" "$b" "$m" --json --no-squares --only attention "${quick[@]}"
+      else
+        echo "attention-vs-torch: no matmul_bench in the $b build" >&2
+      fi
+      run attention-vs-torch "step_$r" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
+        --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+    done
+  done
 }
 
 # Chromium on the GPU from the parts earlier calls left in /tmp/chr-parts (gpu-pack.sh
