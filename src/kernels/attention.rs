@@ -17,14 +17,14 @@ const BLOCK: usize = 64;
 /// Keys a step of the GPU forward stages in workgroup memory (`BKV`), and rows of
 /// the other side a step of the GPU backward does (`BT`). On an H200 (the
 /// shakespeare shape, vec4 variant) the backward took 0.66 ms at BT 4, 0.79 at 8,
-/// 0.82 at 2 and 1.12 at 16 (its unrolled steps hold more registers); the forward
-/// 0.28 ms at BKV 8 or 16 and 0.30 at 32.
+/// 0.82 at 2 and 1.12 at 16 (a longer unrolled step holds more registers, the
+/// likeliest cause); the forward 0.28 ms at BKV 8 or 16 and 0.30 at 32.
 const FORWARD_KEYS: usize = 16;
 const BACKWARD_TILE: usize = 4;
 /// Threads a row of the paired GPU forward (`P`): 2 with the shared-memory exchange
 /// of partial dots, `SHUFFLE_ROW_THREADS` with subgroup shuffles. On an H200 (the
-/// shakespeare shape) 4 threads a row took 0.23 ms against 0.27 for 2: each holds
-/// half the registers, and more of them fit an SM; 8 a row took 0.28 (a third
+/// shakespeare shape) 4 threads a row took 0.23 ms against 0.27 for 2 (each holds
+/// half the registers, so more of them can fit an SM); 8 a row took 0.28 (a third
 /// round of shuffles for a quarter of the registers). The backward has 2 a row with
 /// either exchange: 4 took it from 0.66 ms to 0.96 (0.89 streaming 8 rows a step);
 /// its dq and dk/dv blocks as two dispatches (each entry point compiled on its own)
