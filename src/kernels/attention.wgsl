@@ -16,8 +16,8 @@
 // holds the vec4s Pd + part of their q and output (part = thread % P), so every
 // vec4 a thread reads from shared memory feeds two rows: half the shared-memory
 // traffic per score of one thread a row. Four threads a row hold half the
-// registers of two, so that more of them fit on an SM (what limits this on an
-// H200). The partial dots meet through shared memory (P = 2), or, where the device
+// registers of two, so that more of them can fit an SM (the likeliest limit on an
+// H200: four a row measured faster there). The partial dots meet through shared memory (P = 2), or, where the device
 // has subgroups, by shuffles between the partners (lanes Pr .. Pr+P-1: subgroups
 // are runs of consecutive invocations, as in prelude_subgroups.wgsl, at least P
 // wide), which saves `part` and one barrier a key tile. Lines starting `#SM ` are
