@@ -32,6 +32,11 @@ const MM_SHAPES: &[(usize, usize, usize)] = &[
     (256, 384, 1152),
     (300, 1536, 384),
     (512, 384, 65),
+    // Whole tiles (the tiled cores' unguarded vec4 loads) with an odd count of
+    // 8-deep steps: in the forward (k = 136) and in dweight's splits (216 rows in
+    // chunks of 56, the last shorter).
+    (256, 136, 128),
+    (216, 128, 256),
     // A reduction past MAX_SPLIT_STEPS (a wide vocabulary's dinp): split whatever
     // the variant, since a driver may cut a loop that long short.
     (9, 70_001, 17),

@@ -14,7 +14,10 @@
 //                  workgroup's set-up and stores weigh more than its products.
 //
 // 256 threads walk k in steps of BK = 8 through two shared buffers (load the next
-// step while computing this one: one barrier a step). Thread (tx, ty) keeps rows
+// step while computing this one: one barrier a step). Two 8-deep steps a barrier
+// (32 KiB of workgroup memory, twice the loads held in registers) measured slower on
+// the H200: the f32 step 52.3 ms against 45.4, the GEMMs 0.38-0.69 of cuBLAS against
+// 0.49-0.82 (bench-results/gemm-vs-cublas/2026-12-04-deep-steps). Thread (tx, ty) keeps rows
 // ty*4..+4 (wide: and 64+ty*4..+4) by columns tx*4..+4 and 64+tx*4..+4 of C in vec4
 // registers, so its shared reads are a few vec4s a k (16 FMAs each) and a half-warp
 // reads 64 contiguous floats. The prelude's load_a fills a 128-row tile over 256
