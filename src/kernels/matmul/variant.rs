@@ -16,10 +16,18 @@ pub(super) const BK: usize = 8;
 /// Output columns of one workgroup of the CPU variants (8 lanes, 8 columns each);
 /// its rows are the variant's (`MatmulVariant::cpu_rows`).
 const CPU_COLS: usize = 64;
-/// Workgroups to aim for when a reduction is split (dweight, dbias): several waves
+/// Workgroups to aim for when a reduction is split (split-K, dbias): several waves
 /// of a large GPU (an H200 holds about 264 of these at once), so that few output
 /// tiles still fill it and the last wave's idle share stays small.
 pub(super) const TARGET_WORKGROUPS: usize = 1024;
+/// Workgroups a weight gradient's split aims for on a GPU, at most (its splits a
+/// tile rounded down, so that the last wave is never a sliver): fewer and longer
+/// splits than TARGET_WORKGROUPS, since each split writes a whole partial output
+/// that a second pass adds. About one wave of the H200's 128x128 workgroups: there,
+/// against 1024 rounded up, the tensor-core dweights ran 1.2-2.0x faster (the f16 step 6.7%),
+/// the f32 ones 0.99-1.14x (the f32 step 0.4%), and 512 or 128 gained nothing more
+/// in the step (BENCHMARKS.md: the GEMMs).
+const DWEIGHT_WORKGROUPS: usize = 256;
 /// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
 /// weight gradient's rows are split only when its output has fewer than this many,
 /// since each split costs a pass that adds the partial outputs.
@@ -28,7 +36,7 @@ const CPU_TARGET_WORKGROUPS: usize = 4;
 /// that the extra partials cost more than the parallelism gains. On the H200 64 beat
 /// 256 (the page's presets 12-17% faster natively and through Dawn), 128 and 32
 /// (BENCHMARKS.md: the page's presets natively and through Dawn); the shakespeare
-/// step splits by TARGET_WORKGROUPS first and does not change.
+/// step splits by DWEIGHT_WORKGROUPS first and does not change.
 const MIN_SPLIT: usize = 64;
 /// The same on CPU adapters, where a split's partials cost a pass over memory.
 const CPU_MIN_SPLIT: usize = 256;
@@ -310,14 +318,6 @@ impl MatmulVariant {
         }
     }
 
-    /// Workgroups to aim for when the reduction is split.
-    fn target_workgroups(self) -> usize {
-        match self {
-            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_TARGET_WORKGROUPS,
-            _ => TARGET_WORKGROUPS,
-        }
-    }
-
     /// Fewest rows a split of a weight gradient takes.
     fn min_split(self) -> usize {
         match self {
@@ -362,7 +362,12 @@ impl MatmulVariant {
     fn dweight_split(self, rows: usize, k: usize, n: usize) -> (usize, usize) {
         let [gx, gy, _] = self.grid(n, k, 1);
         let groups = (gx * gy) as usize;
-        let want = self.target_workgroups().div_ceil(groups);
+        let want = match self {
+            // A weight gradient's rows are split only when its output has fewer
+            // workgroups than this.
+            MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_TARGET_WORKGROUPS.div_ceil(groups),
+            _ => (DWEIGHT_WORKGROUPS / groups).max(1),
+        };
         split(rows, want, BK, self.min_split())
     }
 
