@@ -24,8 +24,8 @@ pub(super) const TARGET_WORKGROUPS: usize = 1024;
 /// tile rounded down, so that the last wave is never a sliver): fewer and longer
 /// splits than TARGET_WORKGROUPS, since each split writes a whole partial output
 /// that a second pass adds. About one wave of the H200's 128x128 workgroups: there,
-/// against 1024 rounded up, the tensor-core dweights ran 1.2-2.0x faster (the f16 step 6.7%),
-/// the f32 ones 0.99-1.14x (the f32 step 0.4%), and 512 or 128 gained nothing more
+/// against 1024 rounded up, the tensor-core dweights ran 1.4-2.1x faster (the f16 step 6.6%),
+/// the f32 ones 1.0-1.3x (the f32 step 0.4%), and 512 or 128 gained nothing more
 /// in the step (BENCHMARKS.md: the GEMMs).
 const DWEIGHT_WORKGROUPS: usize = 256;
 /// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
