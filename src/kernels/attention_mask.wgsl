@@ -12,3 +12,10 @@ fn keep(bh: u32, i: u32, j: u32) -> f32 {
     return select(0.0, p.keep_scale, (mix(p.seed ^ mix(idx)) >> 8u) >= p.threshold);
 }
 
+// Whether probability [bh, i, j] survives the mask (with dropout on): `keep`'s test.
+// `keep` spells it out: calling this from there made the H200's backward kernel 10%
+// slower.
+fn kept_at(bh: u32, i: u32, j: u32) -> bool {
+    return kept(p.seed, (bh * p.t + i) * p.t + j, p.threshold);
+}
+
