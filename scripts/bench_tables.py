@@ -137,6 +137,18 @@ def step_vs_torch(s):
     if rows:
         out.append("The page's presets, calls of several steps:\n\n" + table(
             ["preset", "calls", "tidepool ms a step", "PyTorch fp32 fused ms", "x PyTorch"], rows))
+    # STEP_QUICK's peaks of a 3-step run beside PyTorch's over its timed steps
+    rows = []
+    for (p, mode), r in torch.items():
+        if "max_reserved" in r and any(s.rows(f"peaks_{p}", b) for b in s.builds()):
+            rows.append([f"PyTorch {mode} ({p})", gb(r.get("max_allocated")), "", gb(r["max_reserved"])])
+    for b in s.builds():
+        for r in s.rows(r"peaks_.*", b):
+            if "peak_bytes_reserved" in r:
+                rows.append([f"tidepool {r.get('preset', '')}, {r.get('policy', '')}" + (" (earlier build)" if b == "against" else ""),
+                             gb(r.get("peak_bytes_in_use")), gb(r.get("peak_bytes_requested")), gb(r["peak_bytes_reserved"])])
+    if rows:
+        out.append("Peak memory:\n\n" + table(["what", "in use (tensors)", "requested", "reserved"], rows))
     kernels = [r for r in s.rows("kernels") if "kernel" in r]
     if kernels:
         by = defaultdict(dict)

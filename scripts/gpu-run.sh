@@ -3,7 +3,10 @@
 # packed into .gpu/ (or here, on this machine's CPU adapters, with --local):
 #
 #   parity             every kernel against its CPU reference, the GPU tests, on this GPU
-#   step-vs-torch      the shakespeare step (f32, f16), tiny and small, beside PyTorch's modes
+#   step-vs-torch      the shakespeare step (f32, f16), tiny and small, beside PyTorch's modes;
+#                      with STEP_QUICK=1 only shakespeare, in a couple of minutes: each
+#                      build's default step one a call in turns, and the step's peaks
+#                      beside PyTorch's
 #   gemm-vs-cublas     every GEMM shape of the shakespeare step beside cuBLAS on that shape
 #   gemm-sweep         every GEMM variant on every shape of the shakespeare
 #                      step beside cuBLAS fp32 / fp16; attention beside PyTorch's fused
@@ -244,19 +247,37 @@ suite_parity() {
 }
 
 suite_step_vs_torch() {
-  local b p
-  for p in "${all_presets[@]}"; do
-    torch_run step-vs-torch "torch_$p" torch python3 scripts/torch_step.py --preset "$p" --steps 20 --warmup 5 \
-      --modes "${TORCH_MODES:-fp32,fp32_fused,tf32,bf16}"
-  done
-  for b in "${builds[@]}"; do
-    # With the pool, without it, and each kernel tuning forced, taking turns.
-    run step-vs-torch "step_$big" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
-      --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
-    # The page's presets as the page trains them: calls of several steps, two in flight.
-    run step-vs-torch page_presets "$b" "$(bin "$b")" bench step --presets "$(comma "${page[@]}")" --at-once "$at_once" \
-      --in-flight 1,2 --warmup "$warmup" --steps "$calls" --corpus "$corpus" --json
-  done
+  local b p round
+  if [ "${STEP_QUICK:-0}" = 1 ]; then
+    # The big preset alone, in a couple of minutes: PyTorch's steps and peaks, each
+    # build's default step one a call (the builds taking turns REPEATS times), and each
+    # build's peaks over a 3-step run.
+    torch_run step-vs-torch "torch_$big" torch python3 scripts/torch_step.py --preset "$big" --steps 20 --warmup 5 \
+      --modes "${TORCH_MODES:-fp32,fp32_fused,tf32}"
+    for ((round = 1; round <= repeats; round++)); do
+      for b in "${builds[@]}"; do
+        run step-vs-torch "step_${big}_$round" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
+          --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+      done
+    done
+    for b in "${builds[@]}"; do
+      run step-vs-torch "peaks_$big" "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --corpus \"\$1\" --json | tail -n 1" \
+        "$(bin "$b")" "$corpus"
+    done
+  else
+    for p in "${all_presets[@]}"; do
+      torch_run step-vs-torch "torch_$p" torch python3 scripts/torch_step.py --preset "$p" --steps 20 --warmup 5 \
+        --modes "${TORCH_MODES:-fp32,fp32_fused,tf32,bf16}"
+    done
+    for b in "${builds[@]}"; do
+      # With the pool, without it, and each kernel tuning forced, taking turns.
+      run step-vs-torch "step_$big" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
+        --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+      # The page's presets as the page trains them: calls of several steps, two in flight.
+      run step-vs-torch page_presets "$b" "$(bin "$b")" bench step --presets "$(comma "${page[@]}")" --at-once "$at_once" \
+        --in-flight 1,2 --warmup "$warmup" --steps "$calls" --corpus "$corpus" --json
+    done
+  fi
   # Where the GPU time goes (needs timestamp queries; a CPU adapter may lack them).
   run step-vs-torch kernels this "$tidepool_this" bench kernels --presets "$big" --precision f32,f16 \
     --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
