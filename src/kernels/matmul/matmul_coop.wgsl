@@ -15,11 +15,14 @@
 //       through the preludes' unguarded `load_a_fast` / `load_b_fast` (one vec4
 //       each, from the operands' vec4 views, where `views_whole()`), edge steps
 //       through `load_a` / `load_b` (the same 4 floats, GELU prologue included).
-//       Each operand is stored in the order the hook delivers it (4 consecutive
-//       halves a thread, no transposing stores): along k as [mn][k], otherwise as
-//       [k][mn]; the fragments are loaded row- or column-major to match. Row
-//       strides 40 halves ([mn][k]) and 136 ([k][mn]): the 8 rows of a fragment's
-//       16-byte rows fall in distinct banks.
+//       An operand read along k is read as whole 128-byte rows, 4 a subgroup a load
+//       (`slice_of` / `thread_of`): against 16 rows of 32 bytes the forwards (both
+//       operands along k) ran 1.2-1.4x faster and the f16 step 6% (bench-results/
+//       gemm-vs-cublas/2026-12-04-coop-whole-rows). Each operand is stored in the
+//       order the hook delivers it (4 consecutive halves a thread, no transposing
+//       stores): along k as [mn][k], otherwise as [k][mn]; the fragments are loaded
+//       row- or column-major to match. Row strides 40 halves ([mn][k]) and 136
+//       ([k][mn]): the 8 rows of a fragment's 16-byte rows fall in distinct banks.
 //
 // A workgroup of 256 threads in 8 subgroups of 32 (the launcher runs these cores
 // only where subgroups are exactly 32 wide) computes a 128x128 tile of C. Subgroup s
@@ -99,6 +102,21 @@ fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2     Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
 }
 
+// Which of the 32-deep step's 8-deep slices (its first k offset) and which prelude
+// thread index (`load_a` / `put_a`'s t) thread t's load j takes. Along k a prelude
+// thread takes 4 floats of row t / 2 of one slice, so the same t in each slice would
+// spread a subgroup's load over 16 rows, 32 bytes of each; here a subgroup's load j
+// is 4 whole 128-byte rows (32 * j + t / 8 .. + 4), each thread the slice
+// (t % 8) / 2 of its row. Across k (k-major) a subgroup's load is already one row.
+#C2 fn slice_of(along_k: bool, j: u32, t: u32) -> u32 {
+#C2     if (along_k) { return ((t % 8u) / 2u) * 8u; }
+#C2     return j * 8u;
+#C2 }
+#C2 fn thread_of(along_k: bool, j: u32, t: u32) -> u32 {
+#C2     if (along_k) { return 2u * (32u * j + t / 8u) + t % 2u; }
+#C2     return t;
+#C2 }
+
 // Thread t's 4 + 4 vec4 of the 32-deep step at k0: unguarded where the whole step
 // lies inside the tile and the split (`interior`: uniform over the workgroup).
 #C2 fn fetch(m0: u32, n0: u32, k0: u32, k_end: u32, interior: bool, t: u32,
@@ -106,25 +124,37 @@ fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2     ra2: ptr<function, vec4<f32>>, ra3: ptr<function, vec4<f32>>,
 #C2     rb0: ptr<function, vec4<f32>>, rb1: ptr<function, vec4<f32>>,
 #C2     rb2: ptr<function, vec4<f32>>, rb3: ptr<function, vec4<f32>>) {
+#C2     let ka = k0 + slice_of(A_ALONG_K, 0u, t);
+#C2     let kb = k0 + slice_of(B_ALONG_K, 0u, t);
+#C2     let da = slice_of(A_ALONG_K, 1u, t) - slice_of(A_ALONG_K, 0u, t);
+#C2     let db = slice_of(B_ALONG_K, 1u, t) - slice_of(B_ALONG_K, 0u, t);
+#C2     let ta0 = thread_of(A_ALONG_K, 0u, t); let ta1 = thread_of(A_ALONG_K, 1u, t);
+#C2     let ta2 = thread_of(A_ALONG_K, 2u, t); let ta3 = thread_of(A_ALONG_K, 3u, t);
+#C2     let tb0 = thread_of(B_ALONG_K, 0u, t); let tb1 = thread_of(B_ALONG_K, 1u, t);
+#C2     let tb2 = thread_of(B_ALONG_K, 2u, t); let tb3 = thread_of(B_ALONG_K, 3u, t);
 #C2     if (interior && k0 + BK <= k_end) {
-#C2         *ra0 = load_a_fast(m0, k0, t); *ra1 = load_a_fast(m0, k0 + 8u, t);
-#C2         *ra2 = load_a_fast(m0, k0 + 16u, t); *ra3 = load_a_fast(m0, k0 + 24u, t);
-#C2         *rb0 = load_b_fast(n0, k0, t); *rb1 = load_b_fast(n0, k0 + 8u, t);
-#C2         *rb2 = load_b_fast(n0, k0 + 16u, t); *rb3 = load_b_fast(n0, k0 + 24u, t);
+#C2         *ra0 = load_a_fast(m0, ka, ta0); *ra1 = load_a_fast(m0, ka + da, ta1);
+#C2         *ra2 = load_a_fast(m0, ka + 2u * da, ta2); *ra3 = load_a_fast(m0, ka + 3u * da, ta3);
+#C2         *rb0 = load_b_fast(n0, kb, tb0); *rb1 = load_b_fast(n0, kb + db, tb1);
+#C2         *rb2 = load_b_fast(n0, kb + 2u * db, tb2); *rb3 = load_b_fast(n0, kb + 3u * db, tb3);
 #C2     } else {
-#C2         *ra0 = load_a(m0, k0, k_end, t); *ra1 = load_a(m0, k0 + 8u, k_end, t);
-#C2         *ra2 = load_a(m0, k0 + 16u, k_end, t); *ra3 = load_a(m0, k0 + 24u, k_end, t);
-#C2         *rb0 = load_b(n0, k0, k_end, t); *rb1 = load_b(n0, k0 + 8u, k_end, t);
-#C2         *rb2 = load_b(n0, k0 + 16u, k_end, t); *rb3 = load_b(n0, k0 + 24u, k_end, t);
+#C2         *ra0 = load_a(m0, ka, k_end, ta0); *ra1 = load_a(m0, ka + da, k_end, ta1);
+#C2         *ra2 = load_a(m0, ka + 2u * da, k_end, ta2); *ra3 = load_a(m0, ka + 3u * da, k_end, ta3);
+#C2         *rb0 = load_b(n0, kb, k_end, tb0); *rb1 = load_b(n0, kb + db, k_end, tb1);
+#C2         *rb2 = load_b(n0, kb + 2u * db, k_end, tb2); *rb3 = load_b(n0, kb + 3u * db, k_end, tb3);
 #C2     }
 #C2 }
 
 #C2 fn stash(buf: u32, t: u32, ra0: vec4<f32>, ra1: vec4<f32>, ra2: vec4<f32>, ra3: vec4<f32>,
 #C2     rb0: vec4<f32>, rb1: vec4<f32>, rb2: vec4<f32>, rb3: vec4<f32>) {
-#C2     put_a(buf, 0u, t, ra0); put_a(buf, 8u, t, ra1);
-#C2     put_a(buf, 16u, t, ra2); put_a(buf, 24u, t, ra3);
-#C2     put_b(buf, 0u, t, rb0); put_b(buf, 8u, t, rb1);
-#C2     put_b(buf, 16u, t, rb2); put_b(buf, 24u, t, rb3);
+#C2     put_a(buf, slice_of(A_ALONG_K, 0u, t), thread_of(A_ALONG_K, 0u, t), ra0);
+#C2     put_a(buf, slice_of(A_ALONG_K, 1u, t), thread_of(A_ALONG_K, 1u, t), ra1);
+#C2     put_a(buf, slice_of(A_ALONG_K, 2u, t), thread_of(A_ALONG_K, 2u, t), ra2);
+#C2     put_a(buf, slice_of(A_ALONG_K, 3u, t), thread_of(A_ALONG_K, 3u, t), ra3);
+#C2     put_b(buf, slice_of(B_ALONG_K, 0u, t), thread_of(B_ALONG_K, 0u, t), rb0);
+#C2     put_b(buf, slice_of(B_ALONG_K, 1u, t), thread_of(B_ALONG_K, 1u, t), rb1);
+#C2     put_b(buf, slice_of(B_ALONG_K, 2u, t), thread_of(B_ALONG_K, 2u, t), rb2);
+#C2     put_b(buf, slice_of(B_ALONG_K, 3u, t), thread_of(B_ALONG_K, 3u, t), rb3);
 #C2 }
 
 // The A fragment of rows row .. + 16, k offsets kk .. + 16 of buffer buf.
