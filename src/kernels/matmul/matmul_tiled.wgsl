@@ -17,7 +17,12 @@
 // step while computing this one: one barrier a step). Two 8-deep steps a barrier
 // (32 KiB of workgroup memory, twice the loads held in registers) measured slower on
 // the H200: the f32 step 52.3 ms against 45.4, the GEMMs 0.38-0.69 of cuBLAS against
-// 0.49-0.82 (bench-results/gemm-vs-cublas/2026-12-04-deep-steps). Thread (tx, ty) keeps rows
+// 0.49-0.82 (bench-results/gemm-vs-cublas/2026-12-04-deep-steps). Two 8-deep slices a
+// barrier with one slice's loads held at a time (registers as today, 32 KiB wide) lost
+// too: the f32 step 50.4 ms against 44.8, the split weight gradients 0.40-0.57 of
+// cuBLAS against 0.57-0.81 (.../2026-12-04-two-slices-a-barrier); and `Narrow` as 128
+// threads of 8x8 (16 accumulators, 3 vec4 loads a step) took the inputs' gradients
+// from 0.77 of cuBLAS to 0.67-0.68 (.../2026-12-04-narrow-128-threads). Thread (tx, ty) keeps rows
 // ty*4..+4 (wide: and 64+ty*4..+4) by columns tx*4..+4 and 64+tx*4..+4 of C in vec4
 // registers, so its shared reads are a few vec4s a k (16 FMAs each) and a half-warp
 // reads 64 contiguous floats. The prelude's load_a fills a 128-row tile over 256
