@@ -66,7 +66,9 @@
 # aims at, and the cap on its matmul_bench run: 360), CURVE_STOP and
 # CURVE_SECONDS (where a learning curve stops: its schedule's end or, in headline,
 # step 2000; and after 540 s at most), PARITY_FILTER (parity: run only the tests
-# whose names hold it).
+# whose names hold it, in every test binary: the GEMM tests are `matmul::*` in ops
+# and `f16_*` / `emulated::*` in matmul_f16, so `matmul` alone skips the tensor-core
+# cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
