@@ -18,7 +18,10 @@
 //       An operand read along k is read as whole 128-byte rows, 4 a subgroup a load
 //       (`slice_of` / `thread_of`): against 16 rows of 32 bytes the forwards (both
 //       operands along k) ran 1.2-1.4x faster and the f16 step 6% (bench-results/
-//       gemm-vs-cublas/2026-12-04-coop-whole-rows). Each operand is stored in the
+//       gemm-vs-cublas/2026-12-04-coop-whole-rows). Holding A's 4 vec4s over the
+//       first 16-deep product and B's over the second (half the registers for
+//       loads) lost: the f16 step 25.7 ms against 23.2, every coop2 GEMM slower
+//       (.../2026-12-04-coop-half-loads). Each operand is stored in the
 //       order the hook delivers it (4 consecutive halves a thread, no transposing
 //       stores): along k as [mn][k], otherwise as [k][mn]; the fragments are loaded
 //       row- or column-major to match. Row strides 40 halves ([mn][k]) and 136
