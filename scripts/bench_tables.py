@@ -212,6 +212,29 @@ def gemm_ceiling(s):
             + table(["core", "the loop with", "threads", "ms", "TFLOP/s"], rows)]
 
 
+def kernel_stats(s):
+    """benches/kernel_stats.rs: the driver's statistics of each kernel and the occupancy they allow."""
+    out = []
+    for b in ("this", "against"):
+        lines = s.rows("kernel_stats", build=b, where=lambda l: "kernel" in l)
+        if not lines:
+            continue
+        names = sorted({k for l in lines for k in l["stats"]})
+        rows = []
+        for l in lines:
+            occupancy = (f"{l['sm90_workgroups_by_registers']} / {l['sm90_workgroups_by_shared']} / "
+                         f"{l['sm90_workgroups']}" if l.get("sm90_workgroups") is not None else "")
+            rows.append([l["kernel"], l["threads"], l["shared_bytes"]]
+                        + [f(l["stats"][n], 0) if isinstance(l["stats"].get(n), (int, float)) else l["stats"].get(n, "")
+                           for n in names]
+                        + [occupancy, l.get("sm90_warps") or ""])
+        title = f"{lines[0]['adapter']} ({lines[0]['driver']})" + (" (earlier build)" if b == "against" else "")
+        out.append(title + "; workgroups an SM by registers / by shared memory / in all, counted with an SM of "
+                   "compute capability 9.0:\n\n"
+                   + table(["kernel", "threads", "shared bytes"] + names + ["workgroups an SM", "warps an SM"], rows))
+    return out
+
+
 def attention_vs_torch(s):
     """Each build's GPU attention kernel sets beside PyTorch's fused attention, then the
     step one step a call: medians over the repeats, the builds side by side."""
@@ -553,6 +576,7 @@ SECTIONS = {
     "attention-vs-torch": ("Attention against PyTorch", attention_vs_torch),
     "gemm-sweep": ("The GEMM sweep: today's choices",
                    lambda s: gemm_vs_cublas(s) + gemm_ceiling(s) + step_vs_torch(s)),
+    "kernel-stats": ("What the driver made of each kernel", kernel_stats),
     "browser-vs-native": ("The browser build against native", browser_vs_native),
     "memory": ("Memory against PyTorch", memory),
     "pool": ("Pool latency", pool),

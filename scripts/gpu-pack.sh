@@ -70,6 +70,7 @@ cargo build --release --bin tidepool $features
 pack_binary target/release/tidepool "$G/tidepool"
 pack_binary "$(executable matmul_bench bench --no-run --bench matmul_bench $features)" "$G/matmul_bench"
 [ -f benches/gemm_ceiling.rs ] && pack_binary "$(executable gemm_ceiling bench --no-run --bench gemm_ceiling)" "$G/gemm_ceiling"
+[ -f benches/kernel_stats.rs ] && pack_binary "$(executable kernel_stats bench --no-run --bench kernel_stats)" "$G/kernel_stats"
 # The GPU test binaries that need no files of the checkout: every kernel against its
 # reference, the context and the pool, the f16 GEMMs, the optimizer.
 rm -rf "$G/tests" && mkdir -p "$G/tests"

@@ -35,6 +35,10 @@
 #   curves             the held-out loss every 250 steps beside the PyTorch twin
 #   host-profile       where a step's host time goes: native recording, every WebGPU call
 #                      through Dawn timed, Dawn's null backend (runs nothing), a readback
+#   kernel-stats       what the driver compiled each kernel to (registers a thread, its
+#                      other statistics) and the occupancy that allows, in a few seconds
+#                      (benches/kernel_stats.rs; the driver must offer
+#                      VK_KHR_pipeline_executable_properties: NVIDIA's does, lavapipe not)
 #   headline           every figure of the README's headline table, in one call
 #   soak               the wasm build through Dawn in Node, `small` for 20,000 steps in
 #                      calls of 16, two in flight, evaluating and sampling: every 500
@@ -68,7 +72,9 @@
 # step 2000; and after 540 s at most), PARITY_FILTER (parity: run only the tests
 # whose names hold it, in every test binary: the GEMM tests are `matmul::*` in ops
 # and `f16_*` / `emulated::*` in matmul_f16, so `matmul` alone skips the tensor-core
-# cores).
+# cores), KERNEL_STATS_ARGS (kernel-stats: the kernel names, or parts of them, and
+# candidate WGSL files in tests/ops/wgsl.rs's dump form, to measure instead of every
+# kernel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -87,7 +93,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-known="parity step-vs-torch gemm-vs-cublas gemm-sweep attention-vs-torch browser-vs-native memory pool curves host-profile headline soak"
+known="parity step-vs-torch gemm-vs-cublas gemm-sweep attention-vs-torch kernel-stats browser-vs-native memory pool curves host-profile headline soak"
 [ ${#suites[@]} -gt 0 ] || { echo "gpu-run: name a suite: $known" >&2; exit 2; }
 for s in "${suites[@]}"; do
   case " $known " in *" $s "*) ;; *) echo "gpu-run: no suite $s (suites: $known)" >&2; exit 2 ;; esac
@@ -321,6 +327,13 @@ suite_gemm_sweep() {
     --modes fp32,fp32_fused
   python3 scripts/gemm_sweep.py "$results" > "$out/sweep.md" 2>> "$log" \
     || echo "gemm_sweep.py could not make the sweep's tables (stderr.log)" >&2
+}
+
+suite_kernel_stats() {
+  [ -x "$G/kernel_stats" ] || { echo "kernel-stats: gpu-pack.sh packed no kernel_stats into $G" >&2; return 0; }
+  # KERNEL_STATS_ARGS: kernel names (a part of one) and candidate .wgsl files
+  # (word-split), in place of the whole catalog.
+  run kernel-stats kernel_stats this "$G/kernel_stats" --json ${KERNEL_STATS_ARGS:-}
 }
 
 suite_attention_vs_torch() {
