@@ -34,6 +34,12 @@
 // loads are issued before this step's math (two shared buffers, one barrier a
 // step). At the end each accumulator goes through workgroup memory, 16x16 floats a
 // subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
+// On the H200 (benches/kernel_stats.rs) C2 takes 177-200 registers a thread: one
+// workgroup an SM. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
+// workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
+// the f16 step 28.5 ms against 23.0, c_fc's input gradient 0.266 ms against 0.173
+// (bench-results/gemm-vs-cublas/2026-12-04-coop2-64-rows): the loop is held by its
+// work a workgroup, not by how many workgroups share an SM.
 //
 // A_SCALE: the A operand is multiplied by it (a power of two) before rounding and
 // the sums by 1 / A_SCALE after: in the backward GEMMs A is a gradient, whose
