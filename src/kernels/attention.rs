@@ -447,7 +447,8 @@ impl Attention {
     /// exchange of partial dots on GPUs, whose tiled kernels run only where the
     /// device has theirs too ([`Attention::tiled_runs`]). The paired forward stages
     /// keys and values (and partial dots with the shared-memory exchange), the
-    /// backward a tile, partial dots (one a thread) and row statistics.
+    /// backward a tile, partial dots (one a thread), row statistics and the dropout
+    /// mask's factors of the tile against the block.
     pub fn workgroup_bytes(target: Target, hs: usize) -> u64 {
         if target == Target::Cpu {
             return 0;
@@ -457,7 +458,8 @@ impl Attention {
         let backward = 2 * BACKWARD_TILE * hs4 * 16
             + BACKWARD_TILE * BACKWARD_THREADS * 8
             + 2 * BACKWARD_TILE * 4
-            + BACKWARD_TILE * hs4 * 4;
+            + BACKWARD_TILE * hs4 * 4
+            + BACKWARD_TILE * BLOCK * 4;
         forward.max(backward) as u64
     }
 

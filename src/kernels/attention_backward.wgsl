@@ -38,6 +38,11 @@ var<workgroup> lse_t: array<f32, BT>;
 var<workgroup> dsum_t: array<f32, BT>;
 // dkdv: each dout vec4 of the tile times out's, for the tile's D.
 var<workgroup> dprod: array<f32, BT * HS4>;
+// With dropout, the mask's factor (`keep`) of each (tile row, block row) pair,
+// [tile row][block row]: each worked out once a workgroup and read by every thread
+// that needs it, where each thread hashing its own pairs hashed each one twice (dq)
+// or four times (dkdv).
+var<workgroup> kept_t: array<f32, BT * BQ>;
 
 fn qkv4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
@@ -136,6 +141,8 @@ fn dq_block(x: u32, bh: u32, t: u32) {
     let ir = select(ib, ia, grp == 0u);
     let dd = select(dd2.y, dd2.x, grp == 0u);
     let lse_r = lse[bh * p.t + ir];
+    // The accumulated row within the block (kept_t's column).
+    let local = row - row0;
 
     let kv_end = min(row0 + BQ, p.t);
     for (var kt = 0u; kt < kv_end; kt += BT) {
@@ -148,6 +155,12 @@ fn dq_block(x: u32, bh: u32, t: u32) {
                 v = qkv4(bi, j, which, h, (f % HS4) * 4u);
             }
             tile[e] = v;
+        }
+        // Key kt + jj (jj < BT) against block row r (query row0 + r).
+        if (p.threshold != 0u) {
+            for (var e = t; e < BT * BQ; e += 2u * BQ) {
+                kept_t[e] = keep(bh, min(row0 + e % BQ, p.t - 1u), kt + e / BQ);
+            }
         }
         workgroupBarrier();
         // Group 0: s against k (tile rows 0..BT); group 1: dp against v.
@@ -173,7 +186,8 @@ fn dq_block(x: u32, bh: u32, t: u32) {
             let dp = select(dp2.y, dp2.x, grp == 0u);
             // select, not a product: exp of a masked score may be inf.
             let pr = select(0.0, exp(s - lse_r), kt + jj <= ir);
-            let ds = vec4<f32>(pr * (keep(bh, ir, kt + jj) * dp - dd));
+            let kept = select(p.keep_scale, kept_t[jj * BQ + local], p.threshold != 0u);
+            let ds = vec4<f32>(pr * (kept * dp - dd));
             let k0 = jj * HS4 + hh;
             acc#D = fma(ds, tile[k0 + 2u * #Du], acc#D);
         }
@@ -232,6 +246,12 @@ fn dkdv_block(x: u32, bh: u32, t: u32) {
             let i = min(it + t, p.t - 1u);
             lse_t[t] = lse[bh * p.t + i];
         }
+        // Query it + ii (ii < BT) against block row r (key row0 + r).
+        if (p.threshold != 0u) {
+            for (var e = t; e < BT * BQ; e += 2u * BQ) {
+                kept_t[e] = keep(bh, it + e / BQ, min(row0 + e % BQ, p.t - 1u));
+            }
+        }
         workgroupBarrier();
         // D of the tile's queries, read after the next barrier.
         if (t < BT) {
@@ -262,8 +282,8 @@ fn dkdv_block(x: u32, bh: u32, t: u32) {
             let i = it + ii;
             let pa = select(0.0, exp(s2.x - lse_t[ii]), i >= ja && i < p.t);
             let pb = select(0.0, exp(s2.y - lse_t[ii]), i >= jb && i < p.t);
-            let ka = keep(bh, i, ja);
-            let kb = keep(bh, i, jb);
+            let ka = select(p.keep_scale, kept_t[ii * BQ + tl / 2u], p.threshold != 0u);
+            let kb = select(p.keep_scale, kept_t[ii * BQ + 32u + tl / 2u], p.threshold != 0u);
             var wa = pa * ka;
             var wb = pb * kb;
             if (grp == 1u) {
