@@ -17,6 +17,22 @@ const FORWARD: Kernel = Kernel {
     entry: "forward",
     unchecked: false,
 };
+/// The forward with a subgroup a row (layernorm_subgroups.wgsl), where the context
+/// reduces by subgroups ([`forward_subgroups`]). Browsers want the subgroups
+/// extension enabled first in the module; naga (native) rejects the directive.
+#[cfg(target_arch = "wasm32")]
+const SUBGROUPS_SOURCE: &str = concat!(
+    "enable subgroups;\n",
+    include_str!("layernorm_subgroups.wgsl")
+);
+#[cfg(not(target_arch = "wasm32"))]
+const SUBGROUPS_SOURCE: &str = include_str!("layernorm_subgroups.wgsl");
+const FORWARD_SUBGROUPS: Kernel = Kernel {
+    name: "layernorm_forward_subgroups",
+    source: SUBGROUPS_SOURCE,
+    entry: "forward_subgroups",
+    unchecked: false,
+};
 const FORWARD_ROWS: Kernel = Kernel {
     name: "layernorm_forward_rows",
     source: SOURCE,
@@ -114,6 +130,16 @@ fn params_in_dinp(ctx: &WgpuContext, target: Target, rows: usize) -> bool {
         && ctx.limits().max_storage_buffers_per_shader_stage >= PARAMS_STORAGE_BUFFERS
 }
 
+/// Rows a workgroup of the subgroup forward takes where the context reduces by
+/// subgroups whose sizes divide the workgroup: WG / the largest size, the fewest
+/// rows any of the device's subgroup sizes gives a workgroup.
+fn forward_subgroups(ctx: &WgpuContext) -> Option<u32> {
+    let info = ctx.adapter_info();
+    let (min, max) = (info.subgroup_min_size, info.subgroup_max_size);
+    let divides = |size: u32| size > 0 && size.is_power_of_two() && size <= WG;
+    (ctx.subgroups() && divides(min) && divides(max)).then(|| WG / max)
+}
+
 /// GPUs: one workgroup a row. CPU adapters: one thread a row.
 fn row_grid(target: Target, rows: usize) -> [u32; 3] {
     match target {
@@ -177,9 +203,12 @@ impl LayerNorm<'_> {
         let mean = ctx.create_pooled(rows * 4);
         let rstd = ctx.create_pooled(rows * 4);
         let params = Params::new(rows, c, 0, 0);
-        let kernel = match target {
-            Target::Gpu => &FORWARD,
-            Target::Cpu => &FORWARD_ROWS,
+        let (kernel, grid) = match (target, forward_subgroups(ctx)) {
+            (Target::Gpu, Some(rows_a_workgroup)) => {
+                (&FORWARD_SUBGROUPS, grid_1d(rows as u32, rows_a_workgroup))
+            }
+            (Target::Gpu, None) => (&FORWARD, row_grid(target, rows)),
+            (Target::Cpu, _) => (&FORWARD_ROWS, row_grid(target, rows)),
         };
         ctx.dispatch_slices(
             kernel,
@@ -192,7 +221,7 @@ impl LayerNorm<'_> {
                 (&mean).into(),
                 (&rstd).into(),
             ],
-            row_grid(target, rows),
+            grid,
         );
         (out, mean, rstd)
     }
@@ -355,6 +384,7 @@ impl LayerNorm<'_> {
 pub(super) fn catalog() -> Vec<Kernel> {
     vec![
         FORWARD,
+        FORWARD_SUBGROUPS,
         FORWARD_ROWS,
         BACKWARD_DINP_ROWS,
         BACKWARD_DINP,

@@ -1,0 +1,60 @@
+// LayerNorm forward with a subgroup a row: what layernorm.wgsl's `forward` computes
+// with a workgroup a row (the mean, then the variance around it, then the
+// normalized, scaled row), for devices with subgroups. Each subgroup sums its row
+// with subgroupAdd: no workgroup memory and no barrier, where a workgroup a row
+// meets at four (two block sums). A workgroup's rows are its subgroups', WG /
+// subgroup size of them; subgroups are runs of consecutive invocations, as
+// prelude_subgroups.wgsl takes them. The launcher counts workgroups with the
+// device's largest subgroup size (fewest rows a workgroup), so smaller subgroups only
+// leave the last workgroups without rows.
+struct Params {
+    rows: u32, c: u32, chunks: u32, chunk_rows: u32,
+    flags: u32, seed: u32, threshold: u32, scale: f32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> inp: array<f32>;
+@group(0) @binding(2) var<storage, read> weight: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+@group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> rstd_out: array<f32>;
+
+const EPS: f32 = 1e-5;
+const WG: u32 = 128u;
+
+@compute @workgroup_size(WG)
+fn forward_subgroups(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_size) width: u32,
+) {
+    let lane = lid % width;
+    let row = (wid.x + wid.y * nwg.x) * (WG / width) + lid / width;
+    // A row past the end sums a copy of the last row and writes nothing: every lane
+    // takes part in its subgroup's sums.
+    let base = min(row, p.rows - 1u) * p.c;
+    let cf = f32(p.c);
+    // Bounded by c / width iterations a lane.
+    var s = 0.0;
+    for (var i = lane; i < p.c; i += width) {
+        s += inp[base + i];
+    }
+    let m = subgroupAdd(s) / cf;
+    var q = 0.0;
+    for (var i = lane; i < p.c; i += width) {
+        let d = inp[base + i] - m;
+        q += d * d;
+    }
+    let rs = 1.0 / sqrt(subgroupAdd(q) / cf + EPS);
+    if (row < p.rows) {
+        for (var i = lane; i < p.c; i += width) {
+            out[base + i] = (inp[base + i] - m) * rs * weight[i] + bias[i];
+        }
+        if (lane == 0u) {
+            mean_out[row] = m;
+            rstd_out[row] = rs;
+        }
+    }
+}
