@@ -8,6 +8,7 @@ use crate::tuning::Target;
 pub(super) const SOURCE: &str = concat!(
     include_str!("../gpu/prelude.wgsl"),
     include_str!("hash.wgsl"),
+    include_str!("layernorm_common.wgsl"),
     include_str!("layernorm.wgsl")
 );
 
@@ -23,10 +24,14 @@ const FORWARD: Kernel = Kernel {
 #[cfg(target_arch = "wasm32")]
 const SUBGROUPS_SOURCE: &str = concat!(
     "enable subgroups;\n",
+    include_str!("layernorm_common.wgsl"),
     include_str!("layernorm_subgroups.wgsl")
 );
 #[cfg(not(target_arch = "wasm32"))]
-const SUBGROUPS_SOURCE: &str = include_str!("layernorm_subgroups.wgsl");
+const SUBGROUPS_SOURCE: &str = concat!(
+    include_str!("layernorm_common.wgsl"),
+    include_str!("layernorm_subgroups.wgsl")
+);
 const FORWARD_SUBGROUPS: Kernel = Kernel {
     name: "layernorm_forward_subgroups",
     source: SUBGROUPS_SOURCE,

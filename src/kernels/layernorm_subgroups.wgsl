@@ -11,21 +11,9 @@
 // layernorm.wgsl's took 0.702 in an earlier call, and the step did not move (44.38
 // against 44.40 ms in one call, bench-results/step-vs-torch/2026-12-04-layernorm-dinp-
 // subgroups): that pass reads three tensors and writes two, and stays as it is.
-struct Params {
-    rows: u32, c: u32, chunks: u32, chunk_rows: u32,
-    flags: u32, seed: u32, threshold: u32, scale: f32,
-}
 
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> inp: array<f32>;
-@group(0) @binding(2) var<storage, read> weight: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-@group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
-@group(0) @binding(6) var<storage, read_write> rstd_out: array<f32>;
-
-const EPS: f32 = 1e-5;
-const WG: u32 = 128u;
+// The uniform, the forward's bindings, EPS and WG: layernorm_common.wgsl (joined in
+// front).
 
 @compute @workgroup_size(WG)
 fn forward_subgroups(
