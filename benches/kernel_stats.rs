@@ -282,6 +282,15 @@ mod probe {
 
     pub fn run() -> Result<(), String> {
         let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.iter().any(|a| a == "-h" || a == "--help") {
+            println!(
+                "kernel_stats [--json] [NAME...] [FILE.wgsl...]: the Vulkan driver's statistics \
+                 (registers a thread, ...) of every kernel of the native catalog, of those whose \
+                 name holds a NAME, and of each FILE (tests/ops/wgsl.rs's dump form, its first \
+                 line `// entry NAME unchecked BOOL`)"
+            );
+            return Ok(());
+        }
         let json = args.iter().any(|a| a == "--json");
         // cargo bench passes --bench; every other flag is refused.
         if let Some(flag) = args
@@ -289,13 +298,18 @@ mod probe {
             .find(|a| a.starts_with('-') && *a != "--json" && *a != "--bench")
         {
             return Err(format!(
-                "unknown flag {flag} (takes --json and kernel names)"
+                "unknown flag {flag} (takes --json, kernel names and .wgsl files; --help)"
             ));
         }
         let (files, wanted): (Vec<&String>, Vec<&String>) = args
             .iter()
             .filter(|a| !a.starts_with('-'))
             .partition(|a| a.ends_with(".wgsl"));
+        // The files first: a wrong path fails before the device opens.
+        let files = files
+            .into_iter()
+            .map(|f| Source::read(f))
+            .collect::<Result<Vec<_>, _>>()?;
 
         let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
         descriptor.backends = wgpu::Backends::VULKAN;
@@ -380,9 +394,7 @@ mod probe {
                 }
             }
         }
-        for file in files {
-            kernels.push(Source::read(file)?);
-        }
+        kernels.extend(files);
         for kernel in &kernels {
             let source = &kernel.wgsl;
             let (caps, asks) = needs(source);
