@@ -42,6 +42,9 @@ test: setup test-native test-examples test-web-and-crate test-e2e test-types tes
 
 test-native:
 	cargo test --release
+	# The measurement tools the GPU suites pack (nothing else builds them here).
+	cargo build --release --bench matmul_bench --bench gemm_ceiling --bench kernel_stats \
+		--bench attention_timing --bench dispatch_overhead
 
 # SwiftShader (a CPU Vulkan) runs WebGPU here: .cargo/config.toml gives each browser
 # test time, so this is the command a user types.
