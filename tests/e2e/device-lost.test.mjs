@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { FAST, history, open, setup, tid, waitNumber, waitReady } from './helpers.mjs';
+import { FAST, history, open, setup, theWorker, tid, waitNumber, waitReady } from './helpers.mjs';
 
 let env;
 before(async () => {
@@ -19,7 +19,7 @@ test('a lost device shows the device-lost message and Restart trains again', { t
   await waitNumber(page, 'step-count', (n) => n === 1, { timeout: 60_000, what: 'the first step' });
 
   // The next command encoder the trainer makes destroys its device first.
-  const worker = page.workers().at(-1);
+  const worker = await theWorker(page);
   assert.ok(worker, 'training runs in a worker');
   await worker.evaluate(() => {
     const create = GPUDevice.prototype.createCommandEncoder;

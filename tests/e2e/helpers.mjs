@@ -122,6 +122,22 @@ export async function waitPaused(page, scope = '', timeout = 30_000) {
   return num(page, 'step-count', scope);
 }
 
+/**
+ * The page's one training worker. After a Restart, Playwright may still list the
+ * terminated worker for a moment (its close event lags the new worker's first
+ * step), and evaluating in it fails with "Target ... has been closed": wait until
+ * only the live one is listed.
+ */
+export async function theWorker(page, timeout = 10_000) {
+  const until = Date.now() + timeout;
+  for (;;) {
+    const workers = page.workers();
+    if (workers.length === 1) return workers[0];
+    if (Date.now() > until) throw new Error(`expected one training worker, the page lists ${workers.length}: ${workers.map((w) => w.url())}`);
+    await new Promise((done) => setTimeout(done, 50));
+  }
+}
+
 export function nextFrame(page) {
   return page.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
 }

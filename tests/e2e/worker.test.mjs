@@ -5,7 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { FAST, open, setup, tid, waitNumber, waitReady } from './helpers.mjs';
+import { FAST, open, setup, theWorker, tid, waitNumber, waitReady } from './helpers.mjs';
 
 let env;
 before(async () => {
@@ -47,7 +47,7 @@ test('a crash settles every waiting request, shows it crashed, and Restart train
   // What a Rust panic does in the browser: console_error_panic_hook prints it, then
   // the wasm traps ("unreachable") in the middle of the step's future, whose promise
   // never settles. Here the trap comes from the next command encoder.
-  const worker = page.workers().at(-1);
+  const worker = await theWorker(page);
   await worker.evaluate(() => {
     GPUDevice.prototype.createCommandEncoder = function () {
       console.error('panicked at src/injected.rs:1:1:\ninjected by worker.test.mjs');
@@ -134,7 +134,7 @@ describe('the watchdog', () => {
     await tighten();
     const kind = nextErrorKind(page);
     // the GPU never hands the step's results back; the worker itself still answers
-    const worker = page.workers().at(-1);
+    const worker = await theWorker(page);
     await worker.evaluate(() => {
       GPUBuffer.prototype.mapAsync = () => new Promise(() => {});
     });
@@ -153,7 +153,7 @@ describe('the watchdog', () => {
     await tighten();
     const kind = nextErrorKind(page);
     // its event loop blocked for good: no message, no error, nothing
-    const worker = page.workers().at(-1);
+    const worker = await theWorker(page);
     await worker.evaluate(() => {
       setTimeout(() => {
         for (;;);
