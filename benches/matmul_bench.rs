@@ -19,7 +19,8 @@
 //! allowed (tiled, splitk, narrow, cpu16, cpu32, f16, f16-splitk, coop, coop-splitk,
 //! coop2, coop2-splitk, coop3, coop3-splitk); `--no-squares` only the GPT shapes;
 //! `--budget-ms` the time a batch of launches aims at (default 500, quick 300). The f16 variants run on a second context made with precision f16 (the `auto`
-//! column then marks that context's choice). A variant the device cannot run (its
+//! column then marks that context's choice), the weight held as a model holds it: a
+//! `ParamArena`, whose f16 copy the cores that can read it read. A variant the device cannot run (its
 //! workgroup memory) is left out with a line saying why.
 //!
 //! Figures: BENCHMARKS.md (Matmul).
@@ -39,7 +40,7 @@ mod bench {
     use tidepool::config::Precision;
     use tidepool::kernels::{
         Attention, AttentionSaved, AttentionShape, Fusion, GpuAttention, Linear, Matmul,
-        MatmulShape, MatmulVariant, ShapeClass, Target, GPU_ATTENTION,
+        MatmulShape, MatmulVariant, ParamArena, ShapeClass, Target, GPU_ATTENTION,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -233,13 +234,21 @@ mod bench {
             let dout = rng.vec(m * n, -1.0, 1.0);
             let flops = 2.0 * m as f64 * k as f64 * n as f64;
             for &(ctx, variants) in &runs {
-                let (inp, weight, dout) =
-                    (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&dout));
+                let (inp, dout) = (ctx.upload(&inp), ctx.upload(&dout));
+                // The weight as a model holds it: a parameter, with its f16 copy where
+                // the context's f16 products read one (as the step does).
+                let mut params = ParamArena::upload(ctx, std::slice::from_ref(&weight))
+                    .expect("a weight within the device's binding size");
+                if tidepool::kernels::matmul::reads_f16_weights(ctx) {
+                    params = params.with_f16_copy(ctx);
+                }
+                let weight = params.tensor(0);
                 let shape = MatmulShape { rows: m, k, n };
                 let x = Linear {
                     inp: &inp,
-                    weight: (&weight).into(),
+                    weight,
                     bias: None,
+                    weight_f16: params.f16_weights(ctx).and_then(|h| h.of(weight)),
                 };
                 for &v in variants {
                     let op = Matmul {

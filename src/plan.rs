@@ -85,7 +85,8 @@ pub struct PlannedBuffer {
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Plan {
     pub params: u64,
-    /// Parameters, gradients and both AdamW moments, as created.
+    /// Parameters, gradients and both AdamW moments, as created, and under precision
+    /// f16 the parameters' f16 copy (which only some f16 cores read: at most).
     pub weight_bytes: u64,
     /// Every distinct tensor shape of a step, largest first.
     pub buffers: Vec<PlannedBuffer>,
@@ -476,8 +477,13 @@ pub fn check(cfg: &TrainConfig, vocab: u64, limits: &DeviceLimits) -> Result<Pla
     let params = product("the parameter count", &[l, per_layer])?
         .checked_add(v * c + t * c + 2 * c)
         .ok_or_else(|| too_large("the parameter count overflows; lower width or layers".into()))?;
-    // Parameters, gradients, AdamW's m and v: four copies of every tensor.
-    let weight_bytes = product("the weights' bytes", &[params, 16])?;
+    // Parameters, gradients, AdamW's m and v: four copies of every tensor; in f16 an
+    // f16 copy of the parameters too (crate::kernels::ParamArena::f16_weights).
+    let per_param = match cfg.precision {
+        crate::config::Precision::F32 => 16,
+        crate::config::Precision::F16 => 18,
+    };
+    let weight_bytes = product("the weights' bytes", &[params, per_param])?;
     Ok(Plan {
         params,
         weight_bytes,

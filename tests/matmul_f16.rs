@@ -211,10 +211,24 @@ fn shapes(rng: &mut Rng) -> Vec<(usize, usize, usize)> {
         shapes.push((300, 1536, 384));
     }
     shapes.push((odd(rng, 300), odd(rng, 600), odd(rng, 600)));
+    // Whole 128x128 tiles and 8-deep steps in the forward, then in dinp: where the
+    // tiled cores read their vec4 views (and an f16 weight copy given them).
+    let tiles = 128 * (2 + rng.below(2));
+    let deep = 8 * odd(rng, 40);
+    shapes.extend([(tiles, deep, 128), (tiles, 128, deep)]);
     shapes
 }
 
 // ---- the tests ----
+
+/// `w` rounded to f16 here (to nearest even), padded to whole vec4s and uploaded: the
+/// f16 copy of a weight a `Linear` may give (`weight_f16`), made without the crate's
+/// own conversion (`ParamArena::f16_weights`, checked against this in tests/ops).
+fn upload_halves(ctx: &WgpuContext, w: &[f32]) -> tidepool::PooledBuffer {
+    let mut bits: Vec<u16> = w.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+    bits.resize(w.len().div_ceil(4) * 4, 0);
+    ctx.upload(&bits)
+}
 
 gpu_test!(f16_forward_matches_reference, forward_body());
 async fn forward_body() {
@@ -228,6 +242,7 @@ async fn forward_body() {
         let weight = rng.vec(n * k, -1.0, 1.0);
         let bias = rng.vec(n, -1.0, 1.0);
         let (g_inp, g_w, g_b) = (ctx.upload(&inp), ctx.upload(&weight), ctx.upload(&bias));
+        let g_wh = upload_halves(&ctx, &weight);
         let exact_nb = exact_ref(|r, i| inp[r * k + i], |i, j| weight[j * k + i], rows, k, n);
         for with_bias in [false, true] {
             let b = with_bias.then_some(&bias[..]);
@@ -235,23 +250,30 @@ async fn forward_body() {
             let exact: Vec<f32> = (0..rows * n)
                 .map(|x| exact_nb[x] + b.map_or(0.0, |b| b[x % n]))
                 .collect();
-            // Each variant, then the launcher's own choice under precision f16.
+            // Each variant, then the launcher's own choice under precision f16; each
+            // reading the f32 weight, then given its f16 copy too.
             for variant in variants(&ctx).into_iter().map(Some).chain([None]) {
-                let out = poisoned(&ctx, &[rows * n], || {
-                    let x = Linear {
-                        inp: &g_inp,
-                        weight: (&g_w).into(),
-                        bias: with_bias.then(|| (&g_b).into()),
-                    };
-                    let op = Matmul {
-                        variant,
-                        fusion: Fusion::default(),
-                    };
-                    op.forward(&ctx, x, MatmulShape { rows, k, n })
-                });
-                let got = read(&ctx, &out, rows * n).await;
-                let what = format!("forward {variant:?} {rows}x{k}x{n} bias {with_bias}");
-                check(&what, &got, &want, &exact, FWD_TOL, seed);
+                for halves in [None, Some(&g_wh)] {
+                    let out = poisoned(&ctx, &[rows * n], || {
+                        let x = Linear {
+                            inp: &g_inp,
+                            weight: (&g_w).into(),
+                            bias: with_bias.then(|| (&g_b).into()),
+                            weight_f16: halves.map(Into::into),
+                        };
+                        let op = Matmul {
+                            variant,
+                            fusion: Fusion::default(),
+                        };
+                        op.forward(&ctx, x, MatmulShape { rows, k, n })
+                    });
+                    let got = read(&ctx, &out, rows * n).await;
+                    let what = format!(
+                        "forward {variant:?} {rows}x{k}x{n} bias {with_bias} f16 weight {}",
+                        halves.is_some()
+                    );
+                    check(&what, &got, &want, &exact, FWD_TOL, seed);
+                }
             }
         }
     }
@@ -272,24 +294,32 @@ async fn read_write_body() {
         let inp = rng.vec(rows * k, -1.0, 1.0);
         let weight = rng.vec(n * k, -1.0, 1.0);
         let (g_inp, g_w) = (ctx.upload(&inp), ctx.upload(&weight));
+        let g_wh = upload_halves(&ctx, &weight);
         let want = forward_ref(&inp, &weight, None, rows, k, n);
         let exact = exact_ref(|r, i| inp[r * k + i], |i, j| weight[j * k + i], rows, k, n);
         for variant in variants(&ctx) {
-            let out = poisoned(&ctx, &[rows * n], || {
-                let x = Linear {
-                    inp: &g_inp,
-                    weight: (&g_w).into(),
-                    bias: None,
-                };
-                let op = Matmul {
-                    variant: Some(variant),
-                    fusion: Fusion::default(),
-                };
-                op.forward(&ctx, x, MatmulShape { rows, k, n })
-            });
-            let got = read(&ctx, &out, rows * n).await;
-            let what = format!("read_write forward {variant:?} {rows}x{k}x{n}");
-            check(&what, &got, &want, &exact, FWD_TOL, seed);
+            // An f16 weight copy is no repeat: it stays bound, A's view does not.
+            for halves in [None, Some(&g_wh)] {
+                let out = poisoned(&ctx, &[rows * n], || {
+                    let x = Linear {
+                        inp: &g_inp,
+                        weight: (&g_w).into(),
+                        bias: None,
+                        weight_f16: halves.map(Into::into),
+                    };
+                    let op = Matmul {
+                        variant: Some(variant),
+                        fusion: Fusion::default(),
+                    };
+                    op.forward(&ctx, x, MatmulShape { rows, k, n })
+                });
+                let got = read(&ctx, &out, rows * n).await;
+                let what = format!(
+                    "read_write forward {variant:?} {rows}x{k}x{n} f16 weight {}",
+                    halves.is_some()
+                );
+                check(&what, &got, &want, &exact, FWD_TOL, seed);
+            }
         }
     }
     assert!(
@@ -321,10 +351,12 @@ async fn backward_body() {
         // The backward reads no bias: it only makes the bias's gradient.
         let g_b = ctx.upload(&vec![0.0f32; n]);
         let shape = MatmulShape { rows, k, n };
+        let g_wh = upload_halves(&ctx, &weight);
         let x = Linear {
             inp: &g_inp,
             weight: (&g_w).into(),
             bias: None,
+            weight_f16: None,
         };
         let want_dinp = dinp_ref(&dout, &weight, rows, k, n);
         let exact_dinp = exact_ref(|r, j| dout[r * n + j], |j, i| weight[j * k + i], rows, n, k);
@@ -336,16 +368,23 @@ async fn backward_body() {
                 variant: Some(variant),
                 fusion: Fusion::default(),
             };
-            let dinp = poisoned(&ctx, &[rows * k], || op.dinp(&ctx, &g_dout, x, shape));
-            let got = read(&ctx, &dinp, rows * k).await;
-            check(
-                &format!("dinp {what}"),
-                &got,
-                &want_dinp,
-                &exact_dinp,
-                FWD_TOL,
-                seed,
-            );
+            // Reading the f32 weight, then given its f16 copy too.
+            let with_halves = Linear {
+                weight_f16: Some((&g_wh).into()),
+                ..x
+            };
+            for (x, weight) in [(x, "f32"), (with_halves, "f16")] {
+                let dinp = poisoned(&ctx, &[rows * k], || op.dinp(&ctx, &g_dout, x, shape));
+                let got = read(&ctx, &dinp, rows * k).await;
+                check(
+                    &format!("dinp {what} {weight} weight"),
+                    &got,
+                    &want_dinp,
+                    &exact_dinp,
+                    FWD_TOL,
+                    seed,
+                );
+            }
             let dw = poisoned(&ctx, &[n * k], || {
                 op.weight_grads(&ctx, &g_dout, x, shape).0
             });
@@ -364,6 +403,7 @@ async fn backward_body() {
         let (dinp, dw, db) = poisoned(&ctx, &[n, n * k, rows * k], || {
             let x = Linear {
                 bias: Some((&g_b).into()),
+                weight_f16: Some((&g_wh).into()),
                 ..x
             };
             Matmul::default().backward(&ctx, &g_dout, x, shape)
@@ -482,6 +522,51 @@ async fn training_body() {
         f16_run[STEPS - 1],
         f32_run[STEPS - 1]
     );
+}
+
+gpu_test!(f16_weight_copy_changes_no_loss, weight_copy_body());
+/// The f16 copy of the weights holds the halves the cores would round the f32 weights
+/// to, rewritten after every update: training with it gives the losses of training
+/// without it, bit for bit (a copy left stale by an update would not). Shapes of whole
+/// 128x128 tiles (128 rows a step, width 128), where the tiled fallback reads the copy.
+async fn weight_copy_body() {
+    if f16_context().await.is_none() {
+        return;
+    }
+    const STEPS: usize = 5;
+    let mut runs = Vec::new();
+    for f16_weights in [true, false] {
+        let cfg = tidepool::config::Overrides {
+            precision: Some("f16".into()),
+            layers: Some(1.0),
+            heads: Some(2.0),
+            width: Some(128.0),
+            context: Some(32.0),
+            batch: Some(4.0),
+            ..Default::default()
+        }
+        .resolve()
+        .expect("a config");
+        let options = ContextOptions {
+            f16_core: forced_core(),
+            f16_weights,
+            ..Default::default()
+        };
+        let mut trainer = tidepool::train::Trainer::with_options(cfg, common::corpus(), options)
+            .await
+            .expect("trainer");
+        let reads = tidepool::kernels::matmul::reads_f16_weights(trainer.context());
+        assert_eq!(
+            reads, f16_weights,
+            "the copy is read exactly when asked for"
+        );
+        let mut losses = Vec::new();
+        for _ in 0..STEPS {
+            losses.push(trainer.step().await.expect("step").loss);
+        }
+        runs.push(losses);
+    }
+    assert_eq!(runs[0], runs[1], "losses with the f16 copy, then without");
 }
 
 // ---- the tensor-core core's own logic, on emulated cooperative matrices ----
@@ -721,6 +806,19 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         // The C2 and C3 cores read their operands' interior tiles through vec4 views:
         // bindings of their own, after the launch's buffers (the launchers add them).
         let views = core != "coop";
+        // Where the core has them, the twins of forward and dinp whose B view is an
+        // f16 copy of the weight.
+        let has = |name: &str| {
+            tidepool::kernels::catalog(false)
+                .iter()
+                .any(|k| k.name == name)
+        };
+        let twins = has(&format!("matmul_forward_{core}_w16")).then(|| {
+            (
+                kernel(&format!("matmul_forward_{core}_w16"), rules),
+                kernel(&format!("matmul_dinp_{core}_w16"), rules),
+            )
+        });
         let seed = fresh_seed();
         let mut rng = Rng::new(seed);
         // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
@@ -876,6 +974,36 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 assert!(
                     err <= FWD_TOL,
                     "dinp {what} splits {splits}: {err:e} (seed {seed})"
+                );
+            }
+            // The twins reading the f16 copy (made here) in B's view, unsplit.
+            if let Some((forward16, dinp16)) = &twins {
+                let g_wh = upload_halves(&ctx, &weight);
+                let out = poisoned(&ctx, &[rows * n], || {
+                    let out = ctx.create_pooled(rows * n * 4);
+                    let p = params(rows, n, k, k, FUSE_BIAS);
+                    let bound = [&g_inp, &g_w, &g_b, &out, &g_inp, &g_inp, &g_wh];
+                    ctx.dispatch(forward16, &p, &bound, grid(rows, n, 1));
+                    out
+                });
+                let got = read(&ctx, &out, rows * n).await;
+                let err = max_rel_error(&got, &forward_ref(&inp, &weight, Some(&bias), rows, k, n));
+                assert!(
+                    err <= FWD_TOL,
+                    "forward f16 weight {what}: {err:e} (seed {seed})"
+                );
+                let out = poisoned(&ctx, &[rows * k], || {
+                    let out = ctx.create_pooled(rows * k * 4);
+                    let p = params(rows, k, n, n, 0);
+                    let bound = [&g_dout, &g_w, &out, &g_dout, &g_dout, &g_wh];
+                    ctx.dispatch(dinp16, &p, &bound, grid(rows, k, 1));
+                    out
+                });
+                let got = read(&ctx, &out, rows * k).await;
+                let err = max_rel_error(&got, &dinp_ref(&dout, &weight, rows, k, n));
+                assert!(
+                    err <= FWD_TOL,
+                    "dinp f16 weight {what}: {err:e} (seed {seed})"
                 );
             }
             for (splits, chunk) in [(1, rows), (2, rows.div_ceil(2).div_ceil(8) * 8)] {

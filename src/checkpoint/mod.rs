@@ -504,7 +504,7 @@ impl Trainer {
         let ctx =
             Trainer::open_context(&cfg, model.vocab as u64, ContextOptions::default()).await?;
         let specs = model.params();
-        let params = ParamArena::upload(&ctx, &ckpt.params)?;
+        let params = crate::train::with_f16_copy(&ctx, ParamArena::upload(&ctx, &ckpt.params)?);
         let layout = params.layout().clone();
         let moments = Moments::from_values_in(&ctx, layout, &ckpt.adam_m, &ckpt.adam_v)?;
         ctx.flush();
@@ -556,7 +556,7 @@ impl Trainer {
         let loss = self.ctx.scope(|| {
             let batch =
                 GpuBatch::upload(&self.ctx, inputs, targets, self.model.vocab, self.cfg.belt);
-            let ops = GpuOps::new(&self.ctx);
+            let ops = GpuOps::new(&self.ctx, &self.params);
             let acts = model::forward(&ops, &self.model, &self.weights(), &batch, b, t, None);
             model::mean_loss(&ops, &acts)
         });

@@ -123,6 +123,10 @@ struct Device {
     /// what the subgroup ones save.
     #[arg(long)]
     no_subgroups: bool,
+    /// The f16 matmuls read the f32 weights even where their core can read the
+    /// weights' f16 copy: what the copy saves (f16 runs only).
+    #[arg(long)]
+    no_f16_weights: bool,
     /// How storage operands are bound: `declared` (read-only where a kernel only
     /// reads), or `read-write` (every one `read_write`, a repeated operand bound to a
     /// stand-in, as the planned policy binds): what that rule costs apart from the
@@ -141,6 +145,7 @@ impl Device {
     fn options(&self) -> ContextOptions {
         ContextOptions {
             subgroups: !self.no_subgroups,
+            f16_weights: !self.no_f16_weights,
             read_write_bindings: self.bindings == Bindings::ReadWrite,
             ..ContextOptions::default()
         }

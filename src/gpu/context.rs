@@ -53,6 +53,11 @@ pub struct ContextOptions {
     /// device runs it. A tensor-core core named here where the device cannot run it
     /// makes the f16 matmuls panic: a test run there must not pass on the fallback.
     pub f16_core: Option<F16Core>,
+    /// The f16 matmuls whose core can read an f16 copy of the weights (written once
+    /// a step: [`crate::kernels::ParamArena`]) read it in place of the f32 weights:
+    /// the same halves (the cores round a loaded weight to f16 anyway), half the
+    /// bytes. `false` reads the f32 weights (`tidepool bench --no-f16-weights`).
+    pub f16_weights: bool,
     /// Every storage binding `read_write`, and an operand bound twice in a dispatch
     /// bound to a stand-in the second time, in every dispatch, whatever the policy;
     /// under the planned policy also arenas planned with no regard to which
@@ -73,6 +78,7 @@ impl Default for ContextOptions {
             subgroups: true,
             kernels: None,
             f16_core: None,
+            f16_weights: true,
             read_write_bindings: false,
         }
     }
@@ -91,6 +97,7 @@ pub struct WgpuContext {
     /// [`ContextOptions::f16_core`]).
     kernel_target: Target,
     f16_core: Option<F16Core>,
+    f16_weights: bool,
     pub(super) submit_every: u32,
     pub(super) timer: Option<Mutex<DispatchTimer>>,
     /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
@@ -216,6 +223,7 @@ impl WgpuContext {
             precision: options.precision,
             kernel_target,
             f16_core: options.f16_core,
+            f16_weights: options.f16_weights,
             submit_every: options.submit_every,
             timer,
             subgroups,
@@ -281,6 +289,12 @@ impl WgpuContext {
     /// ([`ContextOptions::f16_core`]).
     pub fn f16_core(&self) -> Option<F16Core> {
         self.f16_core
+    }
+
+    /// Whether the f16 matmuls may read an f16 copy of the weights
+    /// ([`ContextOptions::f16_weights`]).
+    pub fn f16_weights(&self) -> bool {
+        self.f16_weights
     }
 
     /// Everything the adapter offers; [`wgpu::Device::features`] is what this

@@ -1,13 +1,15 @@
-//! The arenas on the GPU: a model's parameters ([`ParamArena`]) and one step's
-//! weight gradients ([`GradArena`]) in the chunks of their layouts
-//! ([`crate::arena`]). Kernels read a weight as a range of its chunk ([`Slice`]),
-//! so they see the tensor alone; the optimizer binds each chunk once.
+//! The arenas on the GPU: a model's parameters ([`ParamArena`]), with their f16
+//! copy where the f16 matmuls read one ([`F16Weights`]), and one step's weight
+//! gradients ([`GradArena`]) in the chunks of their layouts ([`crate::arena`]).
+//! Kernels read a weight as a range of its chunk ([`Slice`]), so they see the tensor
+//! alone; the optimizer binds each chunk once.
 
+use std::cell::Cell;
 use std::num::NonZeroU64;
 
 use crate::arena::{ArenaLayout, GradLayout};
 use crate::error::{Error, Result};
-use crate::gpu::{PooledBuffer, Slice, WgpuContext};
+use crate::gpu::{grid_1d, Kernel, PooledBuffer, Slice, WgpuContext};
 
 /// Where a weight gradient of `len` floats goes: `range`, with room for `room` split
 /// partials (`room * len` floats; 1: its value only).
@@ -37,6 +39,67 @@ impl<'a> GradDest<'a> {
 pub struct ParamArena {
     layout: ArenaLayout,
     chunks: Vec<PooledBuffer>,
+    /// Their f16 copy, where the context's f16 matmuls read one.
+    halves: Option<Halves>,
+}
+
+/// The f16 copy of the parameters: a buffer a chunk, float i of a chunk at half i
+/// (so a tensor's copy starts at half its byte offset), rewritten from the
+/// parameters by [`ParamArena::f16_weights`] when they changed since.
+struct Halves {
+    chunks: Vec<PooledBuffer>,
+    stale: Cell<bool>,
+}
+
+/// param_halves.wgsl: a chunk of the parameters rounded to f16.
+const PARAM_HALVES: Kernel = Kernel {
+    name: "param_halves",
+    source: concat!("enable f16;\n", include_str!("param_halves.wgsl")),
+    entry: "main",
+    unchecked: false,
+};
+
+/// Every kernel of the arenas.
+pub(super) fn catalog() -> Vec<Kernel> {
+    vec![PARAM_HALVES]
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct HalvesParams {
+    n: u32,
+    _pad: [u32; 3],
+}
+
+/// The f16 copy of a [`ParamArena`]'s weights, as the matmuls look it up
+/// ([`F16Weights::of`]).
+#[derive(Clone, Copy)]
+pub struct F16Weights<'a> {
+    params: &'a ParamArena,
+    halves: &'a Halves,
+    /// The device's `min_storage_buffer_offset_alignment`.
+    align: u64,
+}
+
+impl<'a> F16Weights<'a> {
+    /// The f16 copy of `weight` (a tensor of the arena), padded to whole vec4s of
+    /// halves; `None` for a range of another buffer, and where the copy's offset (half
+    /// the weight's) is not one the device binds at: those products read the f32
+    /// weight.
+    pub fn of(&self, weight: Slice) -> Option<Slice<'a>> {
+        let c = self
+            .params
+            .chunks
+            .iter()
+            .position(|b| b.slice().buffer() == weight.buffer())?;
+        let half = &self.halves.chunks[c];
+        let offset = (weight.offset() - self.params.chunks[c].offset()) / 2;
+        if !(half.offset() + offset).is_multiple_of(self.align) {
+            return None;
+        }
+        let size = weight.size().div_ceil(8) * 4;
+        Some(half.range(offset, NonZeroU64::new(size)?))
+    }
 }
 
 impl ParamArena {
@@ -58,7 +121,52 @@ impl ParamArena {
             .iter()
             .map(|host| ctx.upload(host))
             .collect();
-        Ok(ParamArena { layout, chunks })
+        Ok(ParamArena {
+            layout,
+            chunks,
+            halves: None,
+        })
+    }
+
+    /// These parameters with an f16 copy of themselves, which [`Self::f16_weights`]
+    /// keeps up to date: for a context whose f16 products read one
+    /// (`kernels::matmul::reads_f16_weights`, which the trainer asks).
+    pub fn with_f16_copy(mut self, ctx: &WgpuContext) -> Self {
+        self.halves = Some(Halves {
+            // Whole vec4s of halves (8 bytes each), written before anything reads them.
+            chunks: (self.layout.chunk_lens.iter())
+                .map(|&n| ctx.upload(&vec![0u32; n.div_ceil(4) * 2]))
+                .collect(),
+            stale: Cell::new(true),
+        });
+        self
+    }
+
+    /// The f16 copy of the weights, rewritten first where the parameters changed
+    /// since it was last written (one pass a chunk, recorded before what reads it);
+    /// `None` without one ([`Self::with_f16_copy`]).
+    pub fn f16_weights(&self, ctx: &WgpuContext) -> Option<F16Weights<'_>> {
+        let halves = self.halves.as_ref()?;
+        if halves.stale.replace(false) {
+            for ((src, dst), &n) in self
+                .chunks
+                .iter()
+                .zip(&halves.chunks)
+                .zip(&self.layout.chunk_lens)
+            {
+                let params = HalvesParams {
+                    n: u32::try_from(n).expect("a chunk is one binding: under 2^32 floats"),
+                    _pad: [0; 3],
+                };
+                let groups = grid_1d(params.n.div_ceil(4), 256);
+                ctx.dispatch(&PARAM_HALVES, &params, &[src, dst], groups);
+            }
+        }
+        Some(F16Weights {
+            params: self,
+            halves,
+            align: u64::from(ctx.limits().min_storage_buffer_offset_alignment).max(4),
+        })
     }
 
     pub fn layout(&self) -> &ArenaLayout {
@@ -77,8 +185,12 @@ impl ParamArena {
         (0..self.layout.len()).map(|i| self.tensor(i)).collect()
     }
 
-    /// The buffer of chunk `c` (the optimizer binds it whole).
+    /// The buffer of chunk `c` (the optimizer binds it whole, and writes it: the f16
+    /// copy is rewritten before its next use).
     pub(crate) fn chunk(&self, c: usize) -> &PooledBuffer {
+        if let Some(halves) = &self.halves {
+            halves.stale.set(true);
+        }
         &self.chunks[c]
     }
 

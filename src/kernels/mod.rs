@@ -37,7 +37,7 @@ mod residual;
 
 pub use crate::gpu::{source_for, MAX_SUBGROUP_WIDTH};
 pub use crate::tuning::{F16Core, Target};
-pub use arenas::{GradArena, GradDest, ParamArena};
+pub use arenas::{F16Weights, GradArena, GradDest, ParamArena};
 pub use attention::{
     attention_subgroups, Attention, AttentionSaved, AttentionShape, GpuAttention, GPU_ATTENTION,
     SHUFFLE_ROW_THREADS,
@@ -85,5 +85,6 @@ pub fn catalog(compact: bool) -> Vec<Kernel> {
     all.extend(attention::catalog(compact));
     all.extend(reduce::catalog());
     all.extend(multi_tensor::catalog());
+    all.extend(arenas::catalog());
     all
 }

@@ -9,8 +9,9 @@ use super::params::GptParams;
 use super::pass::Shapes;
 use crate::gpu::{PooledBuffer, Slice, WgpuContext};
 use crate::kernels::{
-    self, Attention, AttentionSaved, CrossEntropy, Embedding, ExtraGrad, Fusion, GradArena,
-    GradDest, LayerNorm, LayerNormSaved, Linear, Matmul, Mean, SplitSums, TokenIndex, WeightGrad,
+    self, Attention, AttentionSaved, CrossEntropy, Embedding, ExtraGrad, F16Weights, Fusion,
+    GradArena, GradDest, LayerNorm, LayerNormSaved, Linear, Matmul, Mean, ParamArena, SplitSums,
+    TokenIndex, WeightGrad,
 };
 use crate::reference::{
     AttentionShape, AttnDropout, CrossEntropyShape, DropoutMask, EmbeddingShape, LayerNormShape,
@@ -21,24 +22,39 @@ use crate::reference::{
 /// backward writes every parameter's gradient into its slot of a [`GradArena`]
 /// (as its value, or as split partials where the slot has room: the optimizer adds
 /// those as it reads them); sums of partials that have no room wait in
-/// [`SplitSums`] until [`Ops::finish_weight_grads`] adds them all together.
+/// [`SplitSums`] until [`Ops::finish_weight_grads`] adds them all together. The
+/// matmuls read the f16 copy of the weights where the parameters keep one.
 pub struct GpuOps<'a>(
     pub &'a WgpuContext,
     RefCell<SplitSums>,
     Option<&'a GradArena>,
+    Option<F16Weights<'a>>,
 );
 
 impl<'a> GpuOps<'a> {
-    /// Ops for forward passes.
-    pub fn new(ctx: &'a WgpuContext) -> Self {
-        GpuOps(ctx, RefCell::new(SplitSums::new()), None)
+    /// Ops for forward passes over the weights of `params` (their f16 copy, where
+    /// they keep one, is brought up to date first).
+    pub fn new(ctx: &'a WgpuContext, params: &'a ParamArena) -> Self {
+        let halves = params.f16_weights(ctx);
+        GpuOps(ctx, RefCell::new(SplitSums::new()), None, halves)
     }
 
-    /// Ops whose backward writes the parameters' gradients into `grads` (laid out
-    /// for the parameters the forward read). The head's part of `wte`'s gradient is
-    /// left as partials where split, for the embedding's backward to add.
-    pub fn with_grads(ctx: &'a WgpuContext, grads: &'a GradArena) -> Self {
-        GpuOps(ctx, RefCell::new(SplitSums::for_optimizer()), Some(grads))
+    /// Ops whose backward writes the gradients of `params` into `grads` (laid out
+    /// for them). The head's part of `wte`'s gradient is left as partials where
+    /// split, for the embedding's backward to add.
+    pub fn with_grads(ctx: &'a WgpuContext, params: &'a ParamArena, grads: &'a GradArena) -> Self {
+        let halves = params.f16_weights(ctx);
+        GpuOps(
+            ctx,
+            RefCell::new(SplitSums::for_optimizer()),
+            Some(grads),
+            halves,
+        )
+    }
+
+    /// The f16 copy of `weight`, where there is one.
+    fn f16(&self, weight: &Slice) -> Option<Slice<'a>> {
+        self.3.and_then(|halves| halves.of(*weight))
     }
 
     fn splits_of(&self, grad: &PooledBuffer) -> usize {
@@ -381,6 +397,7 @@ impl<'a> Ops for GpuOps<'a> {
             inp: x,
             weight: *w,
             bias: bias.copied(),
+            weight_f16: self.f16(w),
         };
         Matmul::default().forward(self.0, x, shape)
     }
@@ -405,6 +422,7 @@ impl<'a> Ops for GpuOps<'a> {
             inp: x,
             weight: *w,
             bias: Some(*bias),
+            weight_f16: self.f16(w),
         };
         op.forward(self.0, x, shape)
     }
@@ -429,6 +447,7 @@ impl<'a> Ops for GpuOps<'a> {
             inp: x,
             weight: *w,
             bias: Some(*bias),
+            weight_f16: self.f16(w),
         };
         let dests = [dweight, dbias];
         let (dinp, dweight, dbias) = op.backward_into(self.0, dout, x, shape, dests, &mut sums);
@@ -442,6 +461,7 @@ impl<'a> Ops for GpuOps<'a> {
             inp: x,
             weight: *wte,
             bias: None,
+            weight_f16: self.f16(wte),
         };
         let (dinp, dwte, _) =
             Matmul::default().backward_deferred(self.0, dout, x, shape, Some(&mut sums));

@@ -59,7 +59,7 @@ impl Trainer {
                     .or(self.held_batch.get())
                     .expect("written above");
                 self.ctx.scope(|| {
-                    let ops = GpuOps::new(&self.ctx);
+                    let ops = GpuOps::new(&self.ctx, &self.params);
                     let weights = self.weights();
                     let acts = model::forward(&ops, &self.model, &weights, batch, b, c, None);
                     Mean::default().write(&self.ctx, &acts.losses, b * c, &gathered, i);

@@ -36,4 +36,5 @@ pub use steps::{
     StepFigures, StepsInFlight, DEFAULT_MAX_AT_ONCE, MAX_STEP, MAX_STEPS_AT_ONCE,
     MAX_STEPS_IN_FLIGHT,
 };
+pub(crate) use trainer::with_f16_copy;
 pub use trainer::Trainer;

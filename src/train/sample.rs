@@ -58,7 +58,7 @@ impl Trainer {
                 .or(self.sample_batch.get())
                 .expect("written above");
             let logits = self.ctx.scope(|| {
-                let ops = GpuOps::new(&self.ctx);
+                let ops = GpuOps::new(&self.ctx, &self.params);
                 model::forward(&ops, &self.model, &self.weights(), batch, 1, c, None).logits
             });
             let row = self.ctx.download_at::<f32>(&logits, last * v, v).await?;

@@ -64,7 +64,7 @@ impl Trainer {
         corpus.check_context(cfg.context)?;
         let ctx = Trainer::open_context(&cfg, corpus.vocab_size() as u64, options).await?;
         let specs = model.params();
-        let params = ParamArena::upload(&ctx, &model.init(cfg.seed))?;
+        let params = with_f16_copy(&ctx, ParamArena::upload(&ctx, &model.init(cfg.seed))?);
         let moments = Moments::zeroed_in(&ctx, params.layout().clone())?;
         ctx.flush();
         ctx.take_error()?;
@@ -157,7 +157,7 @@ impl Trainer {
             self.cfg.dropout_placement,
         );
         let weights = self.weights();
-        let forward = GpuOps::new(&self.ctx);
+        let forward = GpuOps::new(&self.ctx, &self.params);
         let masks = dropout.as_ref();
         let recompute = self.cfg.recompute;
         let acts = model::forward_with(
@@ -175,7 +175,7 @@ impl Trainer {
         let grads = self.ctx.allocating_as("gradients", || {
             GradArena::new(&self.ctx, &layout, &self.params)
         });
-        let ops = GpuOps::with_grads(&self.ctx, &grads);
+        let ops = GpuOps::with_grads(&self.ctx, &self.params, &grads);
         model::backward(&ops, &self.model, &weights, batch, acts, masks);
         drop(ops);
         grads
@@ -247,7 +247,8 @@ impl Trainer {
                 )));
             }
         }
-        self.params = ParamArena::upload_in(&self.ctx, self.params.layout().clone(), values)?;
+        let layout = self.params.layout().clone();
+        self.params = with_f16_copy(&self.ctx, ParamArena::upload_in(&self.ctx, layout, values)?);
         self.ctx.flush();
         self.ctx.take_error()
     }
@@ -285,5 +286,15 @@ impl Trainer {
     /// their arena.
     pub(crate) fn weights(&self) -> GptParams<Slice<'_>> {
         GptParams::from_flat(self.params.tensors()).expect("the arena holds the model's tensors")
+    }
+}
+
+/// `params` with the f16 copy of the weights where the context's f16 matmuls read one
+/// ([`crate::kernels::matmul::reads_f16_weights`]).
+pub(crate) fn with_f16_copy(ctx: &WgpuContext, params: ParamArena) -> ParamArena {
+    if crate::kernels::matmul::reads_f16_weights(ctx) {
+        params.with_f16_copy(ctx)
+    } else {
+        params
     }
 }

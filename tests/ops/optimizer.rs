@@ -563,3 +563,157 @@ fn adamw_reference_first_step_and_clip_scale() {
     assert!((scale - 0.25).abs() < 1e-6);
     assert_eq!(cpu::grad_sumsq(&[3.0, -4.0]), 25.0);
 }
+
+gpu_test!(f16_weight_copy_follows_the_parameters, f16_copy_body());
+/// Exact: the f16 copy of each weight holds its values rounded to nearest even (the
+/// `half` crate's rounding, not the shader's), is written once until the parameters
+/// change, and after an AdamW step holds the new values.
+async fn f16_copy_body() {
+    use tidepool::config::Precision;
+    let options = tidepool::gpu::ContextOptions {
+        precision: Precision::F16,
+        ..Default::default()
+    };
+    let ctx = match WgpuContext::with_options(options).await {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            // Only an adapter without shader-f16 refuses (Chromium's SwiftShader);
+            // natively lavapipe has it.
+            let plain = context().await;
+            let f16 = plain
+                .adapter_features()
+                .contains(wgpu::Features::SHADER_F16);
+            assert!(!f16, "refused although the adapter offers shader-f16: {e}");
+            return;
+        }
+    };
+    assert!(
+        kernels::matmul::reads_f16_weights(&ctx),
+        "its f16 products read a copy"
+    );
+    let seed = fresh_seed();
+    let mut rng = Rng::new(seed);
+    let lens = lengths(&mut rng, 5);
+    // Values across f16's range: normals, tiny ones (subnormal in f16) and ones past
+    // its largest finite value.
+    let values = |rng: &mut Rng| -> Vec<Vec<f32>> {
+        lens.iter()
+            .map(|&n| {
+                let mut v = normals(rng, n, 1.0);
+                for (i, x) in v.iter_mut().enumerate() {
+                    *x *= [1.0, 1e-6, 1e5][i % 3];
+                }
+                v
+            })
+            .collect()
+    };
+    let compare = |got: Vec<u32>, want: &[f32], what: String| {
+        let bits: Vec<u16> = got
+            .iter()
+            .flat_map(|w| [*w as u16, (w >> 16) as u16])
+            .collect();
+        for (j, &x) in want.iter().enumerate() {
+            let exact = half::f16::from_f32(x).to_bits();
+            assert_eq!(bits[j], exact, "{what}: element {j} ({x:e}), seed {seed}");
+        }
+    };
+
+    let layout = ArenaLayout::new(&lens, ctx.max_binding_size()).unwrap();
+    let first = values(&mut rng);
+    // Without a copy asked for, none; the trainer asks where this holds.
+    let plain = ParamArena::upload_in(&ctx, layout.clone(), &first).unwrap();
+    assert!(plain.f16_weights(&ctx).is_none());
+    let params = plain.with_f16_copy(&ctx);
+    for (i, copy) in f16_copies(&ctx, &params, &first, "uploaded") {
+        let words = (copy.size() / 4) as usize;
+        compare(
+            ctx.download::<u32>(copy, words).await.unwrap(),
+            &first[i],
+            format!("tensor {i}"),
+        );
+    }
+    // Unchanged parameters: nothing is rewritten.
+    let before = ctx.counters().dispatches;
+    f16_copies(&ctx, &params, &first, "again");
+    assert_eq!(
+        ctx.counters().dispatches,
+        before,
+        "a copy rewritten with nothing changed"
+    );
+
+    // An AdamW step changes every parameter; the next use rewrites the copy.
+    let moments = Moments::zeroed_in(&ctx, layout.clone()).unwrap();
+    let grads: Vec<Vec<f32>> = lens.iter().map(|&n| normals(&mut rng, n, 0.1)).collect();
+    let ones = vec![1; lens.len()];
+    let grad_layout = GradLayout::new(&layout, &ones, ctx.max_binding_size());
+    let gpu_grads = GradArena::upload(&ctx, &grad_layout, &params, &grads, &ones).unwrap();
+    let decay: Vec<bool> = lens.iter().map(|_| true).collect();
+    let step = OptimizerStep {
+        hp: hyper(1),
+        max_norm: 0.0,
+        decay: &decay,
+        report: None,
+        target: None,
+        per_dispatch: None,
+    };
+    let arenas = Arenas {
+        params: &params,
+        grads: &gpu_grads,
+        moments: &moments,
+    };
+    ctx.scope(|| step.run(&ctx, arenas));
+    let stepped = params.download(&ctx).await.unwrap();
+    assert_ne!(stepped, first, "the step changed the parameters");
+    for (i, copy) in f16_copies(&ctx, &params, &stepped, "stepped") {
+        let words = (copy.size() / 4) as usize;
+        compare(
+            ctx.download::<u32>(copy, words).await.unwrap(),
+            &stepped[i],
+            format!("stepped tensor {i}"),
+        );
+    }
+
+    // A context told to read the f32 weights reads no copy.
+    let options = tidepool::gpu::ContextOptions {
+        precision: Precision::F16,
+        f16_weights: false,
+        ..Default::default()
+    };
+    let plain = WgpuContext::with_options(options).await.unwrap();
+    assert!(!kernels::matmul::reads_f16_weights(&plain));
+}
+
+/// The f16 copy of each of `params`' tensors (`want`: their values) that binds, after
+/// checking where each lies; every tensor whose copy's offset is a binding offset has
+/// one.
+fn f16_copies<'a>(
+    ctx: &WgpuContext,
+    params: &'a ParamArena,
+    want: &[Vec<f32>],
+    what: &str,
+) -> Vec<(usize, tidepool::gpu::Slice<'a>)> {
+    let halves = params.f16_weights(ctx).expect("an f16 copy");
+    let align = ctx.limits().min_storage_buffer_offset_alignment as u64;
+    let mut copies = Vec::new();
+    for (i, weight) in params.tensors().into_iter().enumerate() {
+        match halves.of(weight) {
+            Some(copy) => {
+                assert!(copy.offset().is_multiple_of(align), "{what}: tensor {i}");
+                assert!(
+                    copy.size() >= want[i].len() as u64 * 2,
+                    "{what}: tensor {i}"
+                );
+                copies.push((i, copy));
+            }
+            None => assert!(
+                !(weight.offset() / 2).is_multiple_of(align),
+                "{what}: tensor {i}"
+            ),
+        }
+    }
+    assert!(
+        !copies.is_empty(),
+        "{what}: the first tensor's copy binds at least"
+    );
+    copies
+}

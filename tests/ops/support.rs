@@ -156,6 +156,7 @@ pub fn linear<'a>(
         inp,
         weight: weight.into(),
         bias: bias.map(Into::into),
+        weight_f16: None,
     }
 }
 

@@ -4,7 +4,8 @@
 
 use super::operands::{Fusion, Layout, Linear};
 use super::source::{
-    binds_views, dweight_bias, fuse, kernel, specialized, COLSUM, SUM_SPLITS_FUSED,
+    binds_views, dweight_bias, fuse, kernel, kernel_f16_weights, specialized, COLSUM,
+    SUM_SPLITS_FUSED,
 };
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
@@ -76,11 +77,12 @@ impl ReduceParams {
 
 /// `bound` for `variant`'s kernel: as it is, or where the core reads vec4 views of
 /// its operands (`source::binds_views`), with the operands (bindings 1 and 2) bound
-/// again after it.
+/// again after it, B's as `b_view` where given (an f16 copy of the weights).
 fn with_views<'a>(
     ctx: &'a WgpuContext,
     variant: MatmulVariant,
     bound: &[Slice<'a>],
+    b_view: Option<Slice<'a>>,
 ) -> Vec<Slice<'a>> {
     let mut all = bound.to_vec();
     if binds_views(variant) {
@@ -94,25 +96,27 @@ fn with_views<'a>(
                 ctx.memory.unread_range()
             }
         };
-        all.extend([view(bound[0]), view(bound[1])]);
+        all.extend([view(bound[0]), view(b_view.unwrap_or(bound[1]))]);
     }
     all
 }
 
 /// Dispatches `variant`'s `kernel` (unspecialized) with `params` over `bound`, the
-/// operands' vec4 views added where `views` and the core reads them, and with
+/// operands' vec4 views added where `views` and the core reads them (B's from
+/// `b_view` where given), and with
 /// `fuse::WHOLE_TILES` where every tile and step lies inside the product and the
 /// views will be bound as they are (a dispatch that binds everything read_write puts
 /// stand-ins in their place, and then the guarded loads run).
-fn dispatch_gemm(
-    ctx: &WgpuContext,
+fn dispatch_gemm<'a>(
+    ctx: &'a WgpuContext,
     (variant, kernel, views): (MatmulVariant, &'static Kernel, bool),
+    b_view: Option<Slice<'a>>,
     mut params: GemmParams,
-    bound: &[Slice],
+    bound: &[Slice<'a>],
     groups: [u32; 3],
 ) {
     let bound = if views {
-        with_views(ctx, variant, bound)
+        with_views(ctx, variant, bound, b_view)
     } else {
         bound.to_vec()
     };
@@ -148,7 +152,12 @@ pub(super) fn forward(
     fusion: &Fusion,
 ) -> PooledBuffer {
     let MatmulShape { rows, k, n } = shape;
-    let Linear { inp, weight, bias } = x;
+    let Linear {
+        inp,
+        weight,
+        bias,
+        weight_f16,
+    } = x;
     check_len(inp, rows * k, "matmul forward inp");
     check_len(weight, n * k, "matmul forward weight");
     if let Some(bias) = bias {
@@ -172,7 +181,7 @@ pub(super) fn forward(
     let epilogue = flags;
     let out = ctx.create_pooled(rows * n * 4);
     let (chunk, splits) = variant.split_of(Layout::Forward, rows, k, n);
-    let kernel = kernel(variant, Layout::Forward);
+    let (kernel, b_view) = weight_kernel(variant, Layout::Forward, weight_f16, n * k);
     let groups = variant.launch_grid(rows, n, splits);
     // Bindings a launch does not use still need a buffer; the shader never reads it.
     let bias_or_any = bias.unwrap_or(inp.into());
@@ -191,7 +200,7 @@ pub(super) fn forward(
             (&out).into(),
             resid_or_any.into(),
         ];
-        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
+        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
@@ -202,7 +211,7 @@ pub(super) fn forward(
             (&part).into(),
             resid_or_any.into(),
         ];
-        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
+        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -232,7 +241,7 @@ pub(super) fn dinp(
     ctx: &WgpuContext,
     variant: MatmulVariant,
     dout: &PooledBuffer,
-    weight: Slice,
+    (weight, weight_f16): (Slice, Option<Slice>),
     shape: MatmulShape,
     gelu_of: Option<&PooledBuffer>,
 ) -> PooledBuffer {
@@ -250,17 +259,17 @@ pub(super) fn dinp(
     let aux = gelu_of.unwrap_or(dout);
     let dinp = ctx.create_pooled(rows * k * 4);
     let (chunk, splits) = variant.split_of(Layout::Dinp, rows, k, n);
-    let kernel = kernel(variant, Layout::Dinp);
+    let (kernel, b_view) = weight_kernel(variant, Layout::Dinp, weight_f16, n * k);
     let groups = variant.launch_grid(rows, k, splits);
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
         let bound = [dout.into(), weight, (&dinp).into(), aux.into()];
-        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
+        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
         let bound = [dout.into(), weight, (&part).into(), aux.into()];
-        dispatch_gemm(ctx, (variant, kernel, true), params, &bound, groups);
+        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
         if epilogue == 0 {
             sum_splits(ctx, (&part).into(), (&dinp).into(), rows * k, splits);
         } else {
@@ -318,13 +327,36 @@ pub(super) fn weight_partials<'d>(
     bound.extend(dbias.as_ref().map(Partials::target));
     // The dweight that sums dbias too reads no views (its binding 4 is dbias's).
     let views = fused_bias.is_none();
-    dispatch_gemm(ctx, (variant, kernel, views), params, &bound, groups);
+    dispatch_gemm(ctx, (variant, kernel, views), None, params, &bound, groups);
     let dbias = match (dbias, dests.bias) {
         (Some(fused), _) => Some(fused),
         (None, Some(dest)) => Some(dbias_partials(ctx, variant, dout, shape, dest)),
         (None, None) => None,
     };
     (dweight, dbias)
+}
+
+/// `variant`'s kernel of `layout`'s product (forward or dinp) and the view of the
+/// weight it reads: the twin reading `weight_f16` (`len` halves at least) where
+/// both the core and the caller have one, else the kernel reading the f32 weight.
+fn weight_kernel<'a>(
+    variant: MatmulVariant,
+    layout: Layout,
+    weight_f16: Option<Slice<'a>>,
+    len: usize,
+) -> (&'static Kernel, Option<Slice<'a>>) {
+    match (kernel_f16_weights(variant, layout), weight_f16) {
+        (Some(twin), Some(halves)) => {
+            assert!(
+                halves.size() >= len as u64 * 2,
+                "matmul {}: the f16 weight holds {} bytes, under {len} halves",
+                layout.name(),
+                halves.size()
+            );
+            (twin, Some(halves))
+        }
+        _ => (kernel(variant, layout), None),
+    }
 }
 
 /// How `variant` reads GELU of `inp` (`len` floats) when `gelu`: a prologue flag, or

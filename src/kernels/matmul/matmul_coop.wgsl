@@ -15,6 +15,8 @@
 //       through the preludes' unguarded `load_a_fast` / `load_b_fast` (one vec4
 //       each, from the operands' vec4 views, where `views_whole()`), edge steps
 //       through `load_a` / `load_b` (the same 4 floats, GELU prologue included).
+//       B's loads are held as `BVec`: in the forward's and dinp's `_w16` twins,
+//       vec4<f16> read from the weights' f16 copy (source.rs, Views), else vec4<f32>.
 //       An operand read along k is read as whole 128-byte rows, 4 a subgroup a load
 //       (`slice_of` / `thread_of`): against 16 rows of 32 bytes the forwards (both
 //       operands along k) ran 1.2-1.4x faster and the f16 step 6% (bench-results/
@@ -90,7 +92,7 @@ fn put_a(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2     As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
 }
 
-fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
+fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
     let h = vec4<f16>(v);
 #C2     var at: u32;
     if (B_ALONG_K) {
@@ -131,8 +133,8 @@ fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2 fn fetch(m0: u32, n0: u32, k0: u32, k_end: u32, interior: bool, t: u32,
 #C2     ra0: ptr<function, vec4<f32>>, ra1: ptr<function, vec4<f32>>,
 #C2     ra2: ptr<function, vec4<f32>>, ra3: ptr<function, vec4<f32>>,
-#C2     rb0: ptr<function, vec4<f32>>, rb1: ptr<function, vec4<f32>>,
-#C2     rb2: ptr<function, vec4<f32>>, rb3: ptr<function, vec4<f32>>) {
+#C2     rb0: ptr<function, BVec>, rb1: ptr<function, BVec>,
+#C2     rb2: ptr<function, BVec>, rb3: ptr<function, BVec>) {
 #C2     let ka = k0 + slice_of(A_ALONG_K, 0u, t);
 #C2     let kb = k0 + slice_of(B_ALONG_K, 0u, t);
 #C2     let da = slice_of(A_ALONG_K, 1u, t) - slice_of(A_ALONG_K, 0u, t);
@@ -149,13 +151,13 @@ fn put_b(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2     } else {
 #C2         *ra0 = load_a(m0, ka, k_end, ta0); *ra1 = load_a(m0, ka + da, k_end, ta1);
 #C2         *ra2 = load_a(m0, ka + 2u * da, k_end, ta2); *ra3 = load_a(m0, ka + 3u * da, k_end, ta3);
-#C2         *rb0 = load_b(n0, kb, k_end, tb0); *rb1 = load_b(n0, kb + db, k_end, tb1);
-#C2         *rb2 = load_b(n0, kb + 2u * db, k_end, tb2); *rb3 = load_b(n0, kb + 3u * db, k_end, tb3);
+#C2         *rb0 = BVec(load_b(n0, kb, k_end, tb0)); *rb1 = BVec(load_b(n0, kb + db, k_end, tb1));
+#C2         *rb2 = BVec(load_b(n0, kb + 2u * db, k_end, tb2)); *rb3 = BVec(load_b(n0, kb + 3u * db, k_end, tb3));
 #C2     }
 #C2 }
 
 #C2 fn stash(buf: u32, t: u32, ra0: vec4<f32>, ra1: vec4<f32>, ra2: vec4<f32>, ra3: vec4<f32>,
-#C2     rb0: vec4<f32>, rb1: vec4<f32>, rb2: vec4<f32>, rb3: vec4<f32>) {
+#C2     rb0: BVec, rb1: BVec, rb2: BVec, rb3: BVec) {
 #C2     put_a(buf, slice_of(A_ALONG_K, 0u, t), thread_of(A_ALONG_K, 0u, t), ra0);
 #C2     put_a(buf, slice_of(A_ALONG_K, 1u, t), thread_of(A_ALONG_K, 1u, t), ra1);
 #C2     put_a(buf, slice_of(A_ALONG_K, 2u, t), thread_of(A_ALONG_K, 2u, t), ra2);
@@ -229,7 +231,7 @@ fn main(
     var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
 #C2     var ra0: vec4<f32>; var ra1: vec4<f32>; var ra2: vec4<f32>; var ra3: vec4<f32>;
-#C2     var rb0: vec4<f32>; var rb1: vec4<f32>; var rb2: vec4<f32>; var rb3: vec4<f32>;
+#C2     var rb0: BVec; var rb1: BVec; var rb2: BVec; var rb3: BVec;
 #C2     fetch(m0, n0, k_begin, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
 #C2     stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
 #C2     workgroupBarrier();

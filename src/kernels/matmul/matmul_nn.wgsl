@@ -12,9 +12,10 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 @group(0) @binding(4) var<storage, read> aux: array<f32>;
 // VEC4 (the tensor-core cores): bindings 5 and 6 hold the same buffers as 1 and 2,
 // read as vec4s: one 16-byte load where four loads of a float would issue four (the
-// driver does not merge them), for the unguarded interior steps below.
+// driver does not merge them), for the unguarded interior steps below. Binding 6
+// may instead hold the weight's f16 copy (BVec = vec4<f16>: source.rs, Views).
 #VEC4 @group(0) @binding(5) var<storage, read> dout4: array<vec4<f32>>;
-#VEC4 @group(0) @binding(6) var<storage, read> weight4: array<vec4<f32>>;
+#VEC4 @group(0) @binding(6) var<storage, read> weight4: array<BVec>;
 #VEC4 // Whether the views hold the whole operands (A is m x k, B k x n): a stand-in
 #VEC4 // bound in their place (where a dispatch binds everything read_write, or an operand
 #VEC4 // is under 16 bytes) does not, and the cores then take the guarded loads.
@@ -67,7 +68,7 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const B_ALONG_K: bool = false;
 
-#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> BVec {
 #VEC4     return weight4[((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) / 4u];
 #VEC4 }
 

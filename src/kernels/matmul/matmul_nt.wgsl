@@ -15,9 +15,10 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 @group(0) @binding(5) var<storage, read> resid: array<f32>;
 // VEC4 (the tensor-core cores): bindings 6 and 7 hold the same buffers as 1 and 2,
 // read as vec4s: one 16-byte load where four loads of a float would issue four (the
-// driver does not merge them), for the unguarded interior steps below.
+// driver does not merge them), for the unguarded interior steps below. Binding 7
+// may instead hold the weight's f16 copy (BVec = vec4<f16>: source.rs, Views).
 #VEC4 @group(0) @binding(6) var<storage, read> inp4: array<vec4<f32>>;
-#VEC4 @group(0) @binding(7) var<storage, read> weight4: array<vec4<f32>>;
+#VEC4 @group(0) @binding(7) var<storage, read> weight4: array<BVec>;
 #VEC4 // Whether the views hold the whole operands (A is m x k, B k x n): a stand-in
 #VEC4 // bound in their place (where a dispatch binds everything read_write, or an operand
 #VEC4 // is under 16 bytes) does not, and the cores then take the guarded loads.
@@ -73,7 +74,7 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const B_ALONG_K: bool = true;
 
-#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> BVec {
 #VEC4     return weight4[((n0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) / 4u];
 #VEC4 }
 

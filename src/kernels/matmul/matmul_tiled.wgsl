@@ -79,7 +79,8 @@ fn put_a(buf: u32, t: u32, v: vec4<f32>) {
     if (A_ALONG_K) { put_rows_a(buf, t, {F32:v}{F16:h}); } else { put_cols_a(buf, t, {F32:v}{F16:h}); }
 }
 
-fn put_b(buf: u32, t: u32, v: vec4<f32>) {
+// B's loads are BVec: vec4<f16> where the F16 core reads an f16 copy of the weights.
+fn put_b(buf: u32, t: u32, v: BVec) {
 #F16     let h = vec4<f16>(v);
     if (B_ALONG_K) { put_rows_b(buf, t, {F32:v}{F16:h}); } else { put_cols_b(buf, t, {F32:v}{F16:h}); }
 }
@@ -102,9 +103,9 @@ fn fetch_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
     return load_a(m0, k0, k_end, t);
 }
 
-fn fetch_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
+fn fetch_b(n0: u32, k0: u32, k_end: u32, t: u32) -> BVec {
     if (fused(p.flags, WHOLE_TILES)) { return load_b_fast(n0, k0, t); }
-    return load_b(n0, k0, k_end, t);
+    return BVec(load_b(n0, k0, k_end, t));
 }
 
 @compute @workgroup_size(256)

@@ -63,7 +63,8 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const B_ALONG_K: bool = false;
 
-#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> {
+#VEC4 // B is an activation: BVec is vec4<f32> here.
+#VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> BVec {
 #VEC4     let v = inp4[((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) / 4u];
 #VEC4     if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
 #VEC4     return v;

@@ -135,7 +135,7 @@ impl Matmul<'_> {
         assert_not_empty(shape, "matmul backward");
         let gelu_of = self.fusion.gelu_inp.then_some(x.inp);
         let variant = self.variant(ctx, Layout::Dinp, shape);
-        let dinp = launch::dinp(ctx, variant, dout, x.weight, shape, gelu_of);
+        let dinp = launch::dinp(ctx, variant, dout, (x.weight, x.weight_f16), shape, gelu_of);
         let variant = self.variant(ctx, Layout::Dweight, shape);
         let inp = (x.inp, self.fusion.gelu_inp);
         let (dweight, dbias) = launch::weight_partials(ctx, variant, dout, inp, shape, dests);
@@ -154,7 +154,7 @@ impl Matmul<'_> {
         assert_not_empty(shape, "matmul dinp");
         let gelu_of = self.fusion.gelu_inp.then_some(x.inp);
         let variant = self.variant(ctx, Layout::Dinp, shape);
-        launch::dinp(ctx, variant, dout, x.weight, shape, gelu_of)
+        launch::dinp(ctx, variant, dout, (x.weight, x.weight_f16), shape, gelu_of)
     }
 
     /// The weight gradients alone: `dweight` and, where `x` has a bias, `dbias`,
@@ -183,6 +183,18 @@ impl Matmul<'_> {
 fn assert_not_empty(shape: MatmulShape, what: &str) {
     let MatmulShape { rows, k, n } = shape;
     assert!(rows > 0 && k > 0 && n > 0, "{what} of an empty matrix");
+}
+
+/// Whether the f16 products on `ctx` read an f16 copy of the weights where a
+/// [`Linear`] gives one ([`crate::gpu::ContextOptions::f16_weights`], and a core
+/// that reads one: `Coop2`, the fallback): what [`crate::kernels::ParamArena`] keeps
+/// one for.
+pub fn reads_f16_weights(ctx: &WgpuContext) -> bool {
+    if ctx.precision() != Precision::F16 || !ctx.f16_weights() {
+        return false;
+    }
+    let tile = variant::TILE;
+    source::reads_f16_weights(MatmulVariant::choose(ctx, tile, tile, tile))
 }
 
 /// How many partials the weight gradients of a `Linear` of `shape` are split into

@@ -11,6 +11,10 @@ pub struct Linear<'a> {
     pub inp: &'a PooledBuffer,
     pub weight: Slice<'a>,
     pub bias: Option<Slice<'a>>,
+    /// `weight` rounded to f16, in its order (`crate::kernels::F16Weights::of`): the
+    /// f16 cores that can read it in its place do, in the forward and dinp (the
+    /// same halves as they would round `weight` to, half the bytes).
+    pub weight_f16: Option<Slice<'a>>,
 }
 
 /// The three products of a `Linear` layer, by their operand layouts (one prelude

@@ -60,6 +60,9 @@ struct Core {
     /// Whether it reads its operands' interior tiles through the preludes' vec4
     /// views (`#VEC4`: the launcher binds the two operands again after its own).
     views: bool,
+    /// Whether its forward and dinp have twins whose weight view is an f16 copy of
+    /// the weights ([`kernel_f16_weights`]): the core holds B's loads as `BVec`.
+    f16_weights: bool,
     /// The core's own source (with [`Layout`] for what depends on it).
     own: fn(Layout) -> String,
 }
@@ -91,6 +94,7 @@ const CORES: [Core; 8] = [
         enable: "",
         f16: false,
         views: true,
+        f16_weights: false,
         own: summing_core,
     },
     Core {
@@ -102,6 +106,7 @@ const CORES: [Core; 8] = [
         enable: "",
         f16: false,
         views: true,
+        f16_weights: false,
         own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW"]),
     },
     Core {
@@ -113,6 +118,7 @@ const CORES: [Core; 8] = [
         enable: "",
         f16: false,
         views: false,
+        f16_weights: false,
         own: |_| format!("const ROWS: u32 = 16u;\n{}", unroll(CPU, "#R", 16)),
     },
     Core {
@@ -124,6 +130,7 @@ const CORES: [Core; 8] = [
         enable: "",
         f16: false,
         views: false,
+        f16_weights: false,
         own: |_| format!("const ROWS: u32 = 32u;\n{}", unroll(CPU, "#R", 32)),
     },
     Core {
@@ -135,6 +142,7 @@ const CORES: [Core; 8] = [
         enable: F16_ENABLE,
         f16: true,
         views: true,
+        f16_weights: true,
         own: |_| select(TILED, TILED_TAGS, &["F16", "WIDE"]),
     },
     Core {
@@ -146,6 +154,7 @@ const CORES: [Core; 8] = [
         enable: COOP_ENABLE,
         f16: true,
         views: false,
+        f16_weights: false,
         own: |_| select(COOP, COOP_TAGS, &["C1"]),
     },
     Core {
@@ -157,6 +166,7 @@ const CORES: [Core; 8] = [
         enable: COOP_ENABLE,
         f16: true,
         views: true,
+        f16_weights: true,
         own: |_| select(COOP, COOP_TAGS, &["C2"]),
     },
     Core {
@@ -168,6 +178,7 @@ const CORES: [Core; 8] = [
         enable: COOP_ENABLE,
         f16: true,
         views: true,
+        f16_weights: false,
         own: |_| unroll(&unroll(COOP3, "#I", 4), "#J", 4),
     },
 ];
@@ -192,21 +203,37 @@ fn core_index(variant: MatmulVariant) -> usize {
 const NO_VIEWS: &str = "
 fn views_whole() -> bool { return false; }
 fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> { return vec4<f32>(0.0); }
-fn load_b_fast(n0: u32, k0: u32, t: u32) -> vec4<f32> { return vec4<f32>(0.0); }
+fn load_b_fast(n0: u32, k0: u32, t: u32) -> BVec { return BVec(0.0); }
 ";
 
+/// What a prelude reads its operands through.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Views {
+    /// The bindings alone (`#VEC4` lines out, [`NO_VIEWS`] in their place).
+    None,
+    /// Vec4 views of both operands.
+    F32,
+    /// Vec4 views, B's of an f16 copy of the weights (forward and dinp only).
+    F16Weights,
+}
+
 /// The layout prelude of `layout`'s product, with what its fusions call in front,
-/// with or without its operands' vec4 views (`#VEC4`).
-fn prelude(layout: Layout, views: bool) -> String {
+/// reading its operands through `views`. It names the type of B's loads `BVec`:
+/// `vec4<f16>` where B's view is an f16 copy, else `vec4<f32>`.
+fn prelude(layout: Layout, views: Views) -> String {
     let prelude = match layout {
         Layout::Forward => gemm_prelude!("matmul_nt.wgsl"),
         Layout::Dinp => gemm_prelude!("matmul_nn.wgsl"),
         Layout::Dweight => gemm_prelude!("matmul_tn.wgsl"),
     };
-    if views {
-        select(prelude, &["VEC4"], &["VEC4"])
-    } else {
-        select(prelude, &["VEC4"], &[]) + NO_VIEWS
+    let b = match views {
+        Views::F16Weights => "f16",
+        _ => "f32",
+    };
+    let alias = format!("alias BVec = vec4<{b}>;\n");
+    match views {
+        Views::None => alias + &select(prelude, &["VEC4"], &[]) + NO_VIEWS,
+        _ => alias + &select(prelude, &["VEC4"], &["VEC4"]),
     }
 }
 
@@ -214,6 +241,12 @@ fn prelude(layout: Layout, views: bool) -> String {
 /// after the launch's own buffers (`Core::views`).
 pub(super) fn binds_views(variant: MatmulVariant) -> bool {
     CORES[core_index(variant)].views
+}
+
+/// Whether `variant`'s forward and dinp can read an f16 copy of the weights
+/// ([`kernel_f16_weights`]).
+pub(super) fn reads_f16_weights(variant: MatmulVariant) -> bool {
+    CORES[core_index(variant)].f16_weights
 }
 
 fn layout_index(layout: Layout) -> usize {
@@ -234,27 +267,55 @@ pub(super) fn kernel(variant: MatmulVariant, layout: Layout) -> &'static Kernel 
     static KERNELS: [[OnceLock<Kernel>; 3]; CORES.len()] =
         [const { [const { OnceLock::new() }; 3] }; CORES.len()];
     let (c, l) = (core_index(variant), layout_index(layout));
-    KERNELS[c][l].get_or_init(|| {
-        let core = &CORES[c];
-        // The forward's A is an activation: no scale (see GRAD_SCALE).
-        let scale = match (core.f16, layout) {
-            (false, _) => String::new(),
-            (true, Layout::Forward) => "const A_SCALE: f32 = 1.0;\n".into(),
-            (true, _) => format!("const A_SCALE: f32 = {GRAD_SCALE:.1};\n"),
-        };
-        let source = format!(
-            "{}{scale}{}{}",
-            core.enable,
-            prelude(layout, core.views),
-            (core.own)(layout)
-        );
-        Kernel {
-            name: core.names[l],
-            source: leak(source),
-            entry: "main",
-            unchecked: UNCHECKED,
-        }
-    })
+    let views = if CORES[c].views {
+        Views::F32
+    } else {
+        Views::None
+    };
+    KERNELS[c][l].get_or_init(|| build(c, layout, views, CORES[c].names[l]))
+}
+
+/// `variant`'s kernel of `layout`'s product whose B view (its last binding) is an
+/// f16 copy of the weights (`[n, k]` forward, `[k, n]` dinp; `ParamArena`'s halves):
+/// for the cores that read one, forward and dinp; else `None`.
+pub(super) fn kernel_f16_weights(
+    variant: MatmulVariant,
+    layout: Layout,
+) -> Option<&'static Kernel> {
+    static KERNELS: [[OnceLock<Kernel>; 2]; CORES.len()] =
+        [const { [const { OnceLock::new() }; 2] }; CORES.len()];
+    let c = core_index(variant);
+    if !CORES[c].f16_weights || layout == Layout::Dweight {
+        return None;
+    }
+    let l = layout_index(layout);
+    Some(KERNELS[c][l].get_or_init(|| {
+        let name = leak(format!("{}_w16", CORES[c].names[l]));
+        build(c, layout, Views::F16Weights, name)
+    }))
+}
+
+/// Core `c`'s kernel of `layout`'s product, reading through `views`.
+fn build(c: usize, layout: Layout, views: Views, name: &'static str) -> Kernel {
+    let core = &CORES[c];
+    // The forward's A is an activation: no scale (see GRAD_SCALE).
+    let scale = match (core.f16, layout) {
+        (false, _) => String::new(),
+        (true, Layout::Forward) => "const A_SCALE: f32 = 1.0;\n".into(),
+        (true, _) => format!("const A_SCALE: f32 = {GRAD_SCALE:.1};\n"),
+    };
+    let source = format!(
+        "{}{scale}{}{}",
+        core.enable,
+        prelude(layout, views),
+        (core.own)(layout)
+    );
+    Kernel {
+        name,
+        source: leak(source),
+        entry: "main",
+        unchecked: UNCHECKED,
+    }
 }
 
 /// `Tiled`'s dweight that also sums dbias's partials (`MatmulVariant::sums_bias`):
@@ -266,7 +327,10 @@ pub(super) fn dweight_bias() -> &'static Kernel {
         let sums = include_str!("matmul_tn_sums.wgsl");
         Kernel {
             name: "matmul_backward_dweight_bias",
-            source: leak(format!("{}{sums}{core}", prelude(Layout::Dweight, false))),
+            source: leak(format!(
+                "{}{sums}{core}",
+                prelude(Layout::Dweight, Views::None)
+            )),
             entry: "main",
             unchecked: UNCHECKED,
         }
@@ -365,6 +429,12 @@ pub(super) fn catalog() -> Vec<Kernel> {
         );
         with_flags(kernel(variant, Layout::Dinp), &with(&[GELU_GRAD]));
         with_flags(kernel(variant, Layout::Dweight), &with(&[GELU_INP]));
+        if let Some(k) = kernel_f16_weights(variant, Layout::Forward) {
+            with_flags(k, &with(&[BIAS, GELU_INP, RESIDUAL, DROPOUT]));
+        }
+        if let Some(k) = kernel_f16_weights(variant, Layout::Dinp) {
+            with_flags(k, &with(&[GELU_GRAD]));
+        }
     }
     with_flags(dweight_bias(), &subsets(&[GELU_INP]));
     let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);
