@@ -19,6 +19,11 @@ pub async fn run() -> Outcome {
         "storage buffers per stage: {}",
         limits.max_storage_buffers_per_shader_stage
     );
+    // A binding's offset: the f16 copy of a weight binds at half the weight's.
+    say!(
+        "storage binding offsets: multiples of {} bytes",
+        limits.min_storage_buffer_offset_alignment
+    );
     let features = ctx.adapter_features();
     let yes = |f: Features| if features.contains(f) { "yes" } else { "no" };
     let info = ctx.adapter_info();
