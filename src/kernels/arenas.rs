@@ -93,11 +93,17 @@ impl<'a> F16Weights<'a> {
             .iter()
             .position(|b| b.slice().buffer() == weight.buffer())?;
         let half = &self.halves.chunks[c];
-        let offset = (weight.offset() - self.params.chunks[c].offset()) / 2;
+        let offset = weight
+            .offset()
+            .checked_sub(self.params.chunks[c].offset())?
+            / 2;
         if !(half.offset() + offset).is_multiple_of(self.align) {
             return None;
         }
-        let size = weight.size().div_ceil(8) * 4;
+        // 4 floats (16 bytes) a vec4 of halves (8): the chunk's copy has room for the
+        // last one (its length is rounded up to whole vec4s, and tensors start at
+        // multiples of 4 floats).
+        let size = weight.size().div_ceil(16) * 8;
         Some(half.range(offset, NonZeroU64::new(size)?))
     }
 }

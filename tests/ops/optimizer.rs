@@ -699,10 +699,9 @@ fn f16_copies<'a>(
         match halves.of(weight) {
             Some(copy) => {
                 assert!(copy.offset().is_multiple_of(align), "{what}: tensor {i}");
-                assert!(
-                    copy.size() >= want[i].len() as u64 * 2,
-                    "{what}: tensor {i}"
-                );
+                // Whole vec4s of halves: the shaders read the copy as vec4<f16>.
+                let vec4s = want[i].len().div_ceil(4) as u64;
+                assert_eq!(copy.size(), vec4s * 8, "{what}: tensor {i}");
                 copies.push((i, copy));
             }
             None => assert!(
