@@ -785,11 +785,18 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         pollster::block_on(body("coop3", &coop3_rules()))
     }
 
-    /// `bound`, and where the core reads vec4 views, its two operands again.
-    fn with_views<'a>(views: bool, bound: &[&'a PooledBuffer]) -> Vec<&'a PooledBuffer> {
+    /// `bound`, and where the core reads vec4 views (`views`: a 16-byte stand-in),
+    /// its two operands again; as the launcher binds them, an operand under one vec4
+    /// (a vec4 array's least binding) gets the stand-in there, and the core its
+    /// guarded loads.
+    fn with_views<'a>(
+        views: Option<&'a PooledBuffer>,
+        bound: &[&'a PooledBuffer],
+    ) -> Vec<&'a PooledBuffer> {
         let mut all = bound.to_vec();
-        if views {
-            all.extend([bound[0], bound[1]]);
+        if let Some(stand_in) = views {
+            let view = |b: &'a PooledBuffer| if b.len() >= 16 { b } else { stand_in };
+            all.extend([view(bound[0]), view(bound[1])]);
         }
         all
     }
@@ -805,7 +812,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         );
         // The C2 and C3 cores read their operands' interior tiles through vec4 views:
         // bindings of their own, after the launch's buffers (the launchers add them).
-        let views = core != "coop";
+        let stand_in = ctx.upload(&[0.0f32; 4]);
+        let views = (core != "coop").then_some(&stand_in);
         // Where the core has them, the twins of forward and dinp whose B view is an
         // f16 copy of the weight.
         let has = |name: &str| {
@@ -820,6 +828,7 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             )
         });
         let seed = fresh_seed();
+        common::note(&format!("emulated {core}: seed {seed}"));
         let mut rng = Rng::new(seed);
         // Past one tile in m and n, k not a multiple of 16 or 8; a random shape; and
         // multiples of 4 past one tile and one 32-deep step in every product, so that
@@ -832,7 +841,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             132 + 4 * rng.below(20),
             132 + 4 * rng.below(40),
         );
-        for (rows, k, n) in [(130, 67, 33), (37, 9, 150), extra, aligned] {
+        // And operands under one vec4, which the views cannot hold (a stand-in there).
+        for (rows, k, n) in [(130, 67, 33), (37, 9, 150), extra, aligned, (2, 1, 3)] {
             let inp = rng.vec(rows * k, -1.0, 1.0);
             let weight = rng.vec(n * k, -1.0, 1.0);
             let bias = rng.vec(n, -1.0, 1.0);
@@ -982,7 +992,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let out = poisoned(&ctx, &[rows * n], || {
                     let out = ctx.create_pooled(rows * n * 4);
                     let p = params(rows, n, k, k, FUSE_BIAS);
-                    let bound = [&g_inp, &g_w, &g_b, &out, &g_inp, &g_inp, &g_wh];
+                    let mut bound = with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_inp]);
+                    *bound.last_mut().expect("B's view") = &g_wh;
                     ctx.dispatch(forward16, &p, &bound, grid(rows, n, 1));
                     out
                 });
@@ -995,7 +1006,8 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 let out = poisoned(&ctx, &[rows * k], || {
                     let out = ctx.create_pooled(rows * k * 4);
                     let p = params(rows, k, n, n, 0);
-                    let bound = [&g_dout, &g_w, &out, &g_dout, &g_dout, &g_wh];
+                    let mut bound = with_views(views, &[&g_dout, &g_w, &out, &g_dout]);
+                    *bound.last_mut().expect("B's view") = &g_wh;
                     ctx.dispatch(dinp16, &p, &bound, grid(rows, k, 1));
                     out
                 });
