@@ -26,14 +26,19 @@ test('embed.html runs two trainers at once, independently', { timeout: 240_000 }
   await waitNumber(page, 'step-count', (n) => n >= 5, { scope: LEFT, timeout: 150_000, what: 'left: 5 steps' });
   await waitNumber(page, 'step-count', (n) => n >= 5, { scope: RIGHT, timeout: 150_000, what: 'right: 5 steps' });
 
-  // Pause one: it stops, the other goes on.
+  // Pause one: it stops, the other goes on. A pause waits for the work in flight;
+  // with two trainers sharing SwiftShader beside another test file on 2 cores, one
+  // full e2e run here timed out after waitPaused's 30 s (repeated runs pause in under
+  // 0.4 s, at step 6 and past the first sample alike): more room, and waitPaused now
+  // says what the widget showed when it gives up.
+  const PAUSE_MS = 120_000;
   await page.click(tid('pause', LEFT));
-  const leftAt = await waitPaused(page, LEFT);
+  const leftAt = await waitPaused(page, LEFT, PAUSE_MS);
   const rightAt = await num(page, 'step-count', RIGHT);
   await waitNumber(page, 'step-count', (n) => n >= rightAt + 3, { scope: RIGHT, timeout: 60_000, what: 'right keeps training' });
   assert.equal(await num(page, 'step-count', LEFT), leftAt, 'left stays paused');
   await page.click(tid('pause', RIGHT));
-  await waitPaused(page, RIGHT);
+  await waitPaused(page, RIGHT, PAUSE_MS);
 
   // Their own state: the pooled one stopped creating buffers, the other never did.
   const left = await history(page, LEFT);

@@ -107,17 +107,32 @@ export async function waitReady(page, scope = '', timeout = 90_000) {
   );
 }
 
-/** Waits until the status line says paused and returns the step it shows. */
+/** Waits until the status line says paused and returns the step it shows; on a timeout, says what the widget showed. */
 export async function waitPaused(page, scope = '', timeout = 30_000) {
-  await page.waitForFunction(
-    (sel) => {
-      const host = sel ? document.querySelector(sel) : document;
-      const root = host.shadowRoot ?? host;
-      return root.querySelector('[data-testid="pause"]').disabled && /Paused|Ready/.test(root.querySelector('.tp-status').textContent);
-    },
-    scope,
-    { timeout, polling: 50 },
-  );
+  const shown = (sel) => {
+    const host = sel ? document.querySelector(sel) : document;
+    const root = host.shadowRoot ?? host;
+    return {
+      pauseDisabled: root.querySelector('[data-testid="pause"]').disabled,
+      status: root.querySelector('.tp-status').textContent,
+      // the error box, where it shows
+      error: [root.querySelector('[data-testid="error"]')].map((el) => (el?.offsetParent ? el.textContent.replace(/\s+/g, ' ').trim() : ''))[0],
+    };
+  };
+  try {
+    await page.waitForFunction(
+      (sel) => {
+        const host = sel ? document.querySelector(sel) : document;
+        const root = host.shadowRoot ?? host;
+        return root.querySelector('[data-testid="pause"]').disabled && /Paused|Ready/.test(root.querySelector('.tp-status').textContent);
+      },
+      scope,
+      { timeout, polling: 50 },
+    );
+  } catch (e) {
+    const state = await page.evaluate(shown, scope).catch(() => 'unreadable');
+    throw new Error(`not paused after ${timeout} ms${scope ? ` (${scope})` : ''}: ${JSON.stringify(state)}`, { cause: e });
+  }
   await nextFrame(page); // the figures are drawn once a frame: let the last step show
   return num(page, 'step-count', scope);
 }
