@@ -58,6 +58,12 @@ pub struct ContextOptions {
     /// the same halves (the cores round a loaded weight to f16 anyway), half the
     /// bytes. `false` reads the f32 weights (`tidepool bench --no-f16-weights`).
     pub f16_weights: bool,
+    /// Under `Precision::F16`, attention on tensor cores where the device runs the
+    /// tensor-core GEMMs (q, k, v, the weights and ds rounded to f16, the products
+    /// summed in f32; `kernels::Attention::coop_runs`); `false` keeps it in f32.
+    /// Off until its step time and learning curve are measured on the H200
+    /// (`tidepool bench --f16-attention`).
+    pub f16_attention: bool,
     /// Every storage binding `read_write`, and an operand bound twice in a dispatch
     /// bound to a stand-in the second time, in every dispatch, whatever the policy;
     /// under the planned policy also arenas planned with no regard to which
@@ -79,6 +85,7 @@ impl Default for ContextOptions {
             kernels: None,
             f16_core: None,
             f16_weights: true,
+            f16_attention: false,
             read_write_bindings: false,
         }
     }
@@ -98,6 +105,7 @@ pub struct WgpuContext {
     kernel_target: Target,
     f16_core: Option<F16Core>,
     f16_weights: bool,
+    f16_attention: bool,
     pub(super) submit_every: u32,
     pub(super) timer: Option<Mutex<DispatchTimer>>,
     /// Kernels joined after the prelude reduce by subgroups ([`Self::subgroups`]).
@@ -224,6 +232,7 @@ impl WgpuContext {
             kernel_target,
             f16_core: options.f16_core,
             f16_weights: options.f16_weights,
+            f16_attention: options.f16_attention,
             submit_every: options.submit_every,
             timer,
             subgroups,
@@ -295,6 +304,12 @@ impl WgpuContext {
     /// ([`ContextOptions::f16_weights`]).
     pub fn f16_weights(&self) -> bool {
         self.f16_weights
+    }
+
+    /// Whether f16 attention may run on tensor cores
+    /// ([`ContextOptions::f16_attention`]).
+    pub fn f16_attention(&self) -> bool {
+        self.f16_attention
     }
 
     /// Everything the adapter offers; [`wgpu::Device::features`] is what this

@@ -3,9 +3,11 @@
 
 use std::sync::OnceLock;
 
+use super::attention_coop as coop;
 use super::attention_tiled as tiled;
 use super::bounds::check_len;
 use super::wgsl::{loop_lines, select, unroll, ENABLE_SUBGROUPS};
+use crate::config::Precision;
 use crate::gpu::{Kernel, PooledBuffer, WgpuContext};
 pub use crate::reference::AttentionShape;
 use crate::reference::{dropout_mask_params, AttnDropout};
@@ -150,6 +152,11 @@ pub enum GpuAttention {
     /// tiled matrix products; heads of up to 64 channels, where the device has the
     /// workgroup memory ([`Attention::tiled_runs`]).
     Tiled,
+    /// `attention_coop*.wgsl` (`attention_coop.rs`): the products on tensor cores
+    /// in f16, 64 rows a workgroup; heads of up to 64 channels, where the tensor-core
+    /// GEMMs run ([`Attention::coop_runs`]). Chosen, where no kernels are named, for
+    /// `--precision f16` when [`crate::gpu::ContextOptions::f16_attention`] asks.
+    Coop,
 }
 
 /// The GPU kernels an [`Attention`] runs where it is not told which (`Tiled` only
@@ -165,12 +172,13 @@ pub const GPU_ATTENTION: GpuAttention = GpuAttention::Paired;
 enum Variant {
     Gpu { subgroups: bool, vec4: bool },
     Tiled,
+    Coop,
     Cpu,
 }
 
 impl Variant {
     /// Every variant, in [`Variant::index`]'s order.
-    const ALL: [Variant; 6] = [
+    const ALL: [Variant; 7] = [
         Variant::Gpu {
             subgroups: false,
             vec4: false,
@@ -189,6 +197,7 @@ impl Variant {
         },
         Variant::Cpu,
         Variant::Tiled,
+        Variant::Coop,
     ];
 
     fn index(self) -> usize {
@@ -196,6 +205,7 @@ impl Variant {
             Variant::Gpu { subgroups, vec4 } => subgroups as usize + 2 * vec4 as usize,
             Variant::Cpu => 4,
             Variant::Tiled => 5,
+            Variant::Coop => 6,
         }
     }
 
@@ -205,6 +215,7 @@ impl Variant {
             Variant::Gpu { .. } => HS4S[Target::Gpu as usize],
             Variant::Cpu => HS4S[Target::Cpu as usize],
             Variant::Tiled => &tiled::HS4S,
+            Variant::Coop => &[coop::MAX_HEAD / 4],
         }
     }
 
@@ -213,6 +224,7 @@ impl Variant {
         match self {
             Variant::Gpu { .. } => BLOCK,
             Variant::Tiled => tiled::BLOCK,
+            Variant::Coop => coop::BLOCK,
             Variant::Cpu => CPU_LANES * CPU_ROWS[v],
         }
     }
@@ -268,6 +280,10 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
                 let (fwd, bwd) = tiled::sources(v);
                 (fwd, bwd, "attention_tiled")
             }
+            Variant::Coop => {
+                let (fwd, bwd) = coop::sources();
+                (fwd, bwd, "attention_coop")
+            }
             Variant::Cpu => (
                 expand_cpu(FORWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
                 expand_cpu(BACKWARD_CPU_WGSL, hs4, CPU_ROWS[v]),
@@ -285,7 +301,7 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
         };
         let backward = match variant {
             Variant::Gpu { .. } => Backward::Fused(kernel("backward", bwd, "main")),
-            Variant::Tiled => Backward::Presummed {
+            Variant::Tiled | Variant::Coop => Backward::Presummed {
                 // The same source for every head size: it reads hs from the uniform.
                 dsum: Kernel {
                     name: "attention_dsum",
@@ -308,18 +324,22 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
 }
 
 /// Every kernel of every variant, natively compiled (`compact` false) or as the
-/// browser compiles them.
+/// browser compiles them (no tensor-core kernels: wgpu offers cooperative matrices
+/// natively only).
 pub(super) fn catalog(compact: bool) -> Vec<Kernel> {
     let mut all = Vec::new();
     for variant in Variant::ALL {
+        if compact && matches!(variant, Variant::Coop) {
+            continue;
+        }
         for v in 0..variant.hs4s().len() {
             let k = build(variant, v, compact);
             all.push(k.forward);
             match k.backward {
                 Backward::Fused(b) => all.push(b),
                 Backward::Presummed { dsum, fused } => {
-                    // One D pass serves every head size.
-                    if v == 0 {
+                    // One D pass serves every head size and both variants.
+                    if v == 0 && matches!(variant, Variant::Tiled) {
                         all.push(dsum);
                     }
                     all.push(fused);
@@ -442,6 +462,12 @@ impl Attention {
             .is_some_and(|need| need <= u64::from(ctx.limits().max_compute_workgroup_storage_size))
     }
 
+    /// Whether the tensor-core kernels run `shape` on `ctx`, or why not: where the
+    /// tensor-core GEMMs run, for heads of up to 64 channels in whole vec4s.
+    pub fn coop_runs(ctx: &WgpuContext, shape: AttentionShape) -> Result<(), String> {
+        coop::runs(ctx, shape.c, shape.heads)
+    }
+
     /// Bytes of workgroup memory attention with heads of `hs` channels needs on
     /// adapters of `target`: the most the paired GPU kernels take with either
     /// exchange of partial dots on GPUs, whose tiled kernels run only where the
@@ -508,6 +534,19 @@ impl Attention {
                     tiled::workgroup_bytes(hs)
                 );
                 Variant::Tiled
+            }
+            (Target::Gpu, Some(GpuAttention::Coop)) => {
+                if let Err(why) = Self::coop_runs(ctx, shape) {
+                    panic!("the tensor-core attention kernels do not run here: {why}");
+                }
+                Variant::Coop
+            }
+            (Target::Gpu, None)
+                if ctx.precision() == Precision::F16
+                    && ctx.f16_attention()
+                    && Self::coop_runs(ctx, shape).is_ok() =>
+            {
+                Variant::Coop
             }
             (Target::Gpu, None) => match GPU_ATTENTION {
                 GpuAttention::Tiled if Self::tiled_runs(ctx, hs) => Variant::Tiled,

@@ -23,6 +23,7 @@ mod wgsl;
 
 mod arenas;
 mod attention;
+mod attention_coop;
 mod attention_tiled;
 mod bounds;
 mod crossentropy;

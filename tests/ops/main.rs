@@ -17,6 +17,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 mod support;
 
 mod attention;
+mod attention_coop;
 mod crossentropy;
 mod dropout;
 mod embedding;

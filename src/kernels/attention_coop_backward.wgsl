@@ -1,0 +1,302 @@
+// Causal self-attention backward on tensor cores (attention_backward.wgsl has the
+// formulas): with p_ij = exp(s_ij - lse_i), dp_ij = m_ij dout_i · v_j (m the dropout
+// factor) and D_i = dout_i · out_i (attention_dsum.wgsl, once a row):
+// ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j, dk_j = scale sum_i ds_ij
+// q_i, dv_j = sum_i p_ij m_ij dout_i. q, k, v, dout, p m and ds are rounded to f16,
+// every product summed in f32 by 16x16x16 cooperative matrices. dout is multiplied
+// by G (a power of two, prepended by attention_coop.rs) before rounding and the
+// gradients by 1 / G after: dout's elements (about 1e-6 and below) would otherwise
+// fall to f16's subnormals, and ds with them. attention_coop.rs prepends the
+// `enable` lines and G, and writes each line holding #J out once a vec4 of a lane's
+// weights (0, 1).
+//
+// One dispatch, no atomics: the first ceil(t / 64) workgroups of each (batch, head)
+// are dq blocks (64 queries, streaming keys 16 at a time up to the diagonal), the
+// rest dk/dv blocks (64 keys, streaming queries 16 at a time from their first key).
+// Both have one shape: 64 resident rows of two tensors (`ra`, `rb`: q scaled and
+// dout G, or k and v), 16 streamed rows of two (`sa`, `sb`: k and v, or q scaled
+// and dout G). Subgroup s of 4 owns resident rows s * 16 .. + 16 and each step works
+// out X = ra sa^T (scores) and Y = rb sb^T (dout · v) for them, 16 x 16, through
+// its strips of `xs` and `ys`; lane l takes resident row l / 2, streamed rows
+// (l % 2) * 8 .. + 8, and writes ds (and, for dk/dv, p m) in f16 to its `w1` / `w2`
+// strips; then dq += ds sa (k), or dv += p m sb (dout) and dk += ds sa (q scaled),
+// in 4 (or 8) accumulators that stay in registers over the whole stream.
+//
+// Every cooperative operation is in the section at the end, which
+// tests/attention_coop.rs swaps for plain WGSL to run this on devices without them.
+struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> dout: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> lse: array<f32>;
+@group(0) @binding(4) var<storage, read> dsum: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dqkv: array<vec4<f32>>;
+
+const BR: u32 = 64u;
+const BS: u32 = 16u;
+const HS: u32 = 64u;
+// Row strides in halves (the f16 tiles) or floats (the f32 strips), each a
+// subgroup's share: fragment loads and stores of 8 rows fall in distinct banks.
+const LDH: u32 = 72u;
+const LDW: u32 = 24u;
+const LDX: u32 = 20u;
+const WSUB: u32 = 384u; // 16 x LDW
+const XSUB: u32 = 320u; // 16 x LDX
+
+var<workgroup> ra: array<f16, 4608>; // BR x LDH
+var<workgroup> rb: array<f16, 4608>;
+var<workgroup> sa: array<f16, 1152>; // BS x LDH
+var<workgroup> sb: array<f16, 1152>;
+var<workgroup> w1: array<f16, 1536>; // 4 x WSUB, [resident][streamed]
+var<workgroup> w2: array<f16, 1536>;
+var<workgroup> xs: array<f32, 1280>; // 4 x XSUB
+var<workgroup> ys: array<f32, 1280>;
+// dk/dv blocks: lse and D of the streamed queries.
+var<workgroup> lse_s: array<f32, 16>;
+var<workgroup> dsum_s: array<f32, 16>;
+
+// Channels 4 d4 .. + 4 of tensor `which` (0 q, 1 k, 2 v of qkv; 3 dout) at (batch
+// bi, position ti, head h), zero past hs and past t.
+fn load4(bi: u32, ti: u32, which: u32, h: u32, d4: u32) -> vec4<f32> {
+    if (ti >= p.t || 4u * d4 >= p.hs) {
+        return vec4<f32>(0.0);
+    }
+    if (which == 3u) {
+        return dout[((bi * p.t + ti) * p.c + h * p.hs) / 4u + d4];
+    }
+    return qkv[((bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs) / 4u + d4];
+}
+
+// What a tensor is multiplied by before rounding: q by the scores' scale, dout by G.
+fn prescale(which: u32) -> f32 {
+    if (which == 0u) {
+        return p.scale;
+    }
+    return select(1.0, G, which == 3u);
+}
+
+fn put4(tile: u32, at: u32, v: vec4<f32>) {
+    let h = vec4<f16>(v);
+    switch tile {
+        case 0u: { ra[at] = h.x; ra[at + 1u] = h.y; ra[at + 2u] = h.z; ra[at + 3u] = h.w; }
+        case 1u: { rb[at] = h.x; rb[at + 1u] = h.y; rb[at + 2u] = h.z; rb[at + 3u] = h.w; }
+        case 2u: { sa[at] = h.x; sa[at + 1u] = h.y; sa[at + 2u] = h.z; sa[at + 3u] = h.w; }
+        default: { sb[at] = h.x; sb[at + 1u] = h.y; sb[at + 2u] = h.z; sb[at + 3u] = h.w; }
+    }
+}
+
+// Rows r0 .. r0 + rows of tensor `which` into tile `tile` (0 ra, 1 rb, 2 sa, 3 sb),
+// 16 threads a row. Bounded by the tile: rows * 16 / 128 loads.
+fn stage(tile: u32, bi: u32, h: u32, r0: u32, rows: u32, which: u32, t: u32) {
+    let scale = prescale(which);
+    for (var e = t; e < rows * 16u; e += 128u) {
+        let r = e / 16u;
+        let d4 = e % 16u;
+        put4(tile, r * LDH + d4 * 4u, load4(bi, r0 + r, which, h, d4) * scale);
+    }
+}
+
+fn strip4(x: bool, at: u32) -> vec4<f32> {
+    if (x) {
+        return vec4<f32>(xs[at], xs[at + 1u], xs[at + 2u], xs[at + 3u]);
+    }
+    return vec4<f32>(ys[at], ys[at + 1u], ys[at + 2u], ys[at + 3u]);
+}
+
+fn put_w(w: u32, at: u32, v: vec4<f32>) {
+    let h = vec4<f16>(v);
+    if (w == 1u) {
+        w1[at] = h.x; w1[at + 1u] = h.y; w1[at + 2u] = h.z; w1[at + 3u] = h.w;
+    } else {
+        w2[at] = h.x; w2[at + 1u] = h.y; w2[at + 2u] = h.z; w2[at + 3u] = h.w;
+    }
+}
+
+// 4 channels of a gradient to dqkv part `which` at (bi, ti, h), channel vec4 d4.
+fn store4(bi: u32, ti: u32, which: u32, h: u32, d4: u32, v: vec4<f32>) {
+    if (ti < p.t && 4u * d4 < p.hs) {
+        dqkv[((bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs) / 4u + d4] = v;
+    }
+}
+
+// An accumulator (16 resident rows x 16 channels c0 ..) through the subgroup's `xs`
+// strip to part `which` of dqkv, times `factor`: lane l writes row l / 2, channels
+// c0 + (l % 2) * 8 .. + 8.
+fn flush(acc: coop_mat16x16<f32, C>, s: u32, lane: u32, bi: u32, h: u32, row0: u32,
+    which: u32, c0: u32, factor: f32) {
+    store_x(acc, s * XSUB);
+    workgroupBarrier();
+    let at = s * XSUB + (lane / 2u) * LDX + (lane % 2u) * 8u;
+    let ti = row0 + s * 16u + lane / 2u;
+    let d4 = (c0 + (lane % 2u) * 8u) / 4u;
+    store4(bi, ti, which, h, d4, strip4(true, at) * factor);
+    store4(bi, ti, which, h, d4 + 1u, strip4(true, at + 4u) * factor);
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+    @builtin(subgroup_id) s: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {
+    let bh = wg.y;
+    let bi = bh / p.nh;
+    let h = bh % p.nh;
+    let blocks = (p.t + BR - 1u) / BR;
+    // Workgroup-uniform: dq blocks from the last (the most keys), dk/dv blocks from
+    // the first (the most queries).
+    let dq = wg.x < blocks;
+    let row0 = select((wg.x - blocks) * BR, (blocks - 1u - wg.x) * BR, dq);
+    let r = lane / 2u;
+    let half = lane % 2u;
+    // This lane's resident row and its 8 streamed rows' offset in a step.
+    let ri = row0 + s * 16u + r;
+    let xat = s * XSUB + r * LDX + half * 8u;
+    let wat = s * WSUB + r * LDW + half * 8u;
+
+    stage(0u, bi, h, row0, BR, select(1u, 0u, dq), t);
+    stage(1u, bi, h, row0, BR, select(2u, 3u, dq), t);
+    // dq blocks: this lane's query's lse and D (G-scaled), once.
+    let ri_c = min(ri, p.t - 1u);
+    let lse_r = lse[bh * p.t + ri_c];
+    let dsum_r = dsum[bh * p.t + ri_c] * G;
+
+    var a0 = zero_acc(); var a1 = zero_acc(); var a2 = zero_acc(); var a3 = zero_acc();
+    var b0 = zero_acc(); var b1 = zero_acc(); var b2 = zero_acc(); var b3 = zero_acc();
+    // dq: keys 0 .. the block's last query; dk/dv: queries from the block's first
+    // key to t.
+    let s_begin = select(row0, 0u, dq);
+    let s_end = select(p.t, min(row0 + BR, p.t), dq);
+    for (var s0 = s_begin; s0 < s_end; s0 += BS) {
+        stage(2u, bi, h, s0, BS, select(0u, 1u, dq), t);
+        stage(3u, bi, h, s0, BS, select(3u, 2u, dq), t);
+        if (!dq && t < BS) {
+            let qi = min(s0 + t, p.t - 1u);
+            lse_s[t] = lse[bh * p.t + qi];
+            dsum_s[t] = dsum[bh * p.t + qi] * G;
+        }
+        workgroupBarrier();
+
+        var x = zero_acc();
+        var y = zero_acc();
+        // Bounded by the head: 4 steps of 16 channels.
+        for (var d = 0u; d < HS; d += 16u) {
+            x = mma(ra_frag(s * 16u * LDH + d), sa_frag_t(d), x);
+            y = mma(rb_frag(s * 16u * LDH + d), sb_frag_t(d), y);
+        }
+        store_x(x, s * XSUB);
+        store_y(y, s * XSUB);
+        workgroupBarrier();
+
+        // Streamed rows s0 + half * 8 + 4j .. + 4: the pair (query i, key k) of each.
+        let sj#J = vec4<u32>(s0 + half * 8u + 4u * #Ju) + vec4<u32>(0u, 1u, 2u, 3u);
+        let qi#J = select(sj#J, vec4<u32>(ri), dq);
+        let kj#J = select(vec4<u32>(ri), sj#J, dq);
+        let ok#J = (kj#J <= qi#J) & (qi#J < vec4<u32>(p.t));
+        let lse#J = select(vec4<f32>(lse_s[half * 8u + 4u * #Ju], lse_s[half * 8u + 4u * #Ju + 1u], lse_s[half * 8u + 4u * #Ju + 2u], lse_s[half * 8u + 4u * #Ju + 3u]), vec4<f32>(lse_r), dq);
+        let dd#J = select(vec4<f32>(dsum_s[half * 8u + 4u * #Ju], dsum_s[half * 8u + 4u * #Ju + 1u], dsum_s[half * 8u + 4u * #Ju + 2u], dsum_s[half * 8u + 4u * #Ju + 3u]), vec4<f32>(dsum_r), dq);
+        let pr#J = select(vec4<f32>(0.0), exp(strip4(true, xat + 4u * #Ju) - lse#J), ok#J);
+        let mk#J = vec4<f32>(keep(bh, qi#J.x, kj#J.x), keep(bh, qi#J.y, kj#J.y), keep(bh, qi#J.z, kj#J.z), keep(bh, qi#J.w, kj#J.w));
+        let ds#J = pr#J * (strip4(false, xat + 4u * #Ju) * mk#J - dd#J);
+        put_w(1u, wat + 4u * #Ju, select(pr#J * mk#J, ds#J, dq));
+        put_w(2u, wat + 4u * #Ju, ds#J);
+        workgroupBarrier();
+
+        // dq: a += ds k. dk/dv: a += p m dout (dv), b += ds q (dk). Both branches
+        // run their products on every subgroup (uniform: `dq` is the workgroup's).
+        let f1 = w1_frag(s * WSUB);
+        let f2 = w2_frag(s * WSUB);
+        if (dq) {
+            a0 = mma(f1, sa_frag(0u), a0);
+            a1 = mma(f1, sa_frag(16u), a1);
+            a2 = mma(f1, sa_frag(32u), a2);
+            a3 = mma(f1, sa_frag(48u), a3);
+        } else {
+            a0 = mma(f1, sb_frag(0u), a0);
+            a1 = mma(f1, sb_frag(16u), a1);
+            a2 = mma(f1, sb_frag(32u), a2);
+            a3 = mma(f1, sb_frag(48u), a3);
+            b0 = mma(f2, sa_frag(0u), b0);
+            b1 = mma(f2, sa_frag(16u), b1);
+            b2 = mma(f2, sa_frag(32u), b2);
+            b3 = mma(f2, sa_frag(48u), b3);
+        }
+        // Before the next step's tiles and weights overwrite what this one read.
+        workgroupBarrier();
+    }
+
+    if (dq) {
+        let f = p.scale / G;
+        flush(a0, s, lane, bi, h, row0, 0u, 0u, f);
+        flush(a1, s, lane, bi, h, row0, 0u, 16u, f);
+        flush(a2, s, lane, bi, h, row0, 0u, 32u, f);
+        flush(a3, s, lane, bi, h, row0, 0u, 48u, f);
+    } else {
+        // q was staged scaled: b is dk already.
+        let f = 1.0 / G;
+        flush(a0, s, lane, bi, h, row0, 2u, 0u, f);
+        flush(a1, s, lane, bi, h, row0, 2u, 16u, f);
+        flush(a2, s, lane, bi, h, row0, 2u, 32u, f);
+        flush(a3, s, lane, bi, h, row0, 2u, 48u, f);
+        flush(b0, s, lane, bi, h, row0, 1u, 0u, f);
+        flush(b1, s, lane, bi, h, row0, 1u, 16u, f);
+        flush(b2, s, lane, bi, h, row0, 1u, 32u, f);
+        flush(b3, s, lane, bi, h, row0, 1u, 48u, f);
+    }
+}
+
+// ---- cooperative operations ----
+// The accumulators (f32); the f16 fragments of the staged tiles: A, 16 rows x 16
+// of ra, rb (channels), w1, w2 (streamed rows), row-major; B, 16 channels x 16
+// streamed rows of sa or sb (`_t`: column-major), or 16 streamed rows x 16
+// channels (row-major); one multiply-add; the stores to `xs` and `ys`.
+fn zero_acc() -> coop_mat16x16<f32, C> {
+    return coop_mat16x16<f32, C>();
+}
+
+fn ra_frag(at: u32) -> coop_mat16x16<f16, A> {
+    return coopLoadT<coop_mat16x16<f16, A>>(&ra[at], LDH);
+}
+
+fn rb_frag(at: u32) -> coop_mat16x16<f16, A> {
+    return coopLoadT<coop_mat16x16<f16, A>>(&rb[at], LDH);
+}
+
+fn w1_frag(at: u32) -> coop_mat16x16<f16, A> {
+    return coopLoadT<coop_mat16x16<f16, A>>(&w1[at], LDW);
+}
+
+fn w2_frag(at: u32) -> coop_mat16x16<f16, A> {
+    return coopLoadT<coop_mat16x16<f16, A>>(&w2[at], LDW);
+}
+
+fn sa_frag_t(at: u32) -> coop_mat16x16<f16, B> {
+    return coopLoad<coop_mat16x16<f16, B>>(&sa[at], LDH);
+}
+
+fn sb_frag_t(at: u32) -> coop_mat16x16<f16, B> {
+    return coopLoad<coop_mat16x16<f16, B>>(&sb[at], LDH);
+}
+
+fn sa_frag(at: u32) -> coop_mat16x16<f16, B> {
+    return coopLoadT<coop_mat16x16<f16, B>>(&sa[at], LDH);
+}
+
+fn sb_frag(at: u32) -> coop_mat16x16<f16, B> {
+    return coopLoadT<coop_mat16x16<f16, B>>(&sb[at], LDH);
+}
+
+fn mma(a: coop_mat16x16<f16, A>, b: coop_mat16x16<f16, B>, c: coop_mat16x16<f32, C>) -> coop_mat16x16<f32, C> {
+    return coopMultiplyAdd(a, b, c);
+}
+
+fn store_x(acc: coop_mat16x16<f32, C>, at: u32) {
+    coopStoreT(acc, &xs[at], LDX);
+}
+
+fn store_y(acc: coop_mat16x16<f32, C>, at: u32) {
+    coopStoreT(acc, &ys[at], LDX);
+}
