@@ -287,8 +287,7 @@ mod bench {
 
         // GPT-2 small attention: b 64, t 256, c 384, 6 heads (quick: b 4).
         let (b, t, c, nh) = (if args.quick { 4 } else { 64 }, 256, 384, 6);
-        let qkv = ctx.upload(&rng.vec(b * t * 3 * c, -2.0, 2.0));
-        let dout = ctx.upload(&rng.vec(b * t * c, -1.0, 1.0));
+        let (qkv_host, dout_host) = (rng.vec(b * t * 3 * c, -2.0, 2.0), rng.vec(b * t * c, -1.0, 1.0));
         let shape = AttentionShape { b, t, c, heads: nh };
         let hs = c / nh;
         // Each set of kernels this adapter runs, and which of them the launchers pick.
@@ -308,12 +307,14 @@ mod bench {
             "paired",
             gpu_kernels(GpuAttention::Paired),
             gpu_tuning && picked == GpuAttention::Paired,
+            &ctx,
         )];
         if tiled_runs {
             attentions.push((
                 "tiled",
                 gpu_kernels(GpuAttention::Tiled),
                 gpu_tuning && picked == GpuAttention::Tiled,
+                &ctx,
             ));
         }
         if !gpu_tuning {
@@ -321,20 +322,29 @@ mod bench {
                 target: Some(Target::Cpu),
                 ..Default::default()
             };
-            attentions.push(("cpu", cpu, true));
+            attentions.push(("cpu", cpu, true, &ctx));
+        }
+        // The tensor-core kernels, on the f16 context, where it runs them (`auto`:
+        // what `--precision f16` picks, with ContextOptions::f16_attention on).
+        if let Some(c) = &ctx16 {
+            match Attention::coop_runs(c, shape) {
+                Ok(()) => attentions.push(("coop", gpu_kernels(GpuAttention::Coop), false, c)),
+                Err(why) => println!("no coop attention: {why}"),
+            }
         }
         // Causal: t(t+1)/2 scores a head; forward 2 products of hs each, the backward
         // 5 (recomputed scores, dp, dq, dk, dv).
         let pairs = (b * nh * t * (t + 1) / 2) as f64;
-        for (name, attention, auto) in attentions {
-            let (out, lse) = attention.forward(&ctx, &qkv, shape);
+        for (name, attention, auto, ctx) in attentions {
+            let (qkv, dout) = (ctx.upload(&qkv_host), ctx.upload(&dout_host));
+            let (out, lse) = attention.forward(ctx, &qkv, shape);
             let saved = AttentionSaved {
                 qkv: &qkv,
                 out: &out,
                 lse: &lse,
             };
-            let fwd = || attention.forward(&ctx, &qkv, shape).0;
-            let bwd = || attention.backward(&ctx, &dout, saved, shape);
+            let fwd = || attention.forward(ctx, &qkv, shape).0;
+            let bwd = || attention.backward(ctx, &dout, saved, shape);
             let cases: [(&'static str, &dyn Fn() -> PooledBuffer, f64); 2] = [
                 ("attention_forward", &fwd, 4.0 * pairs * hs as f64),
                 ("attention_backward", &bwd, 10.0 * pairs * hs as f64),
@@ -343,7 +353,7 @@ mod bench {
                 if !op.contains(&args.only) {
                     continue;
                 }
-                let secs = time(&ctx, budget, launch).await;
+                let secs = time(ctx, budget, launch).await;
                 // m, k, n: batch x heads, t, head size.
                 let row = Row {
                     op,

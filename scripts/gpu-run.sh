@@ -267,6 +267,10 @@ suite_step_vs_torch() {
         run step-vs-torch "step_${big}_$round" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
           --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
       done
+      # The f16 step with attention on tensor cores, in the same turns (this build;
+      # ContextOptions::f16_attention is off by default until this measures it).
+      run step-vs-torch "step_${big}_f16_attention_$round" this "$tidepool_this" bench step --presets "$big" \
+        --precision f16 --f16-attention --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
     done
     for b in "${builds[@]}"; do
       run step-vs-torch "peaks_$big" "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --corpus \"\$1\" --json | tail -n 1" \
@@ -289,6 +293,8 @@ suite_step_vs_torch() {
   # Where the GPU time goes (needs timestamp queries; a CPU adapter may lack them).
   run step-vs-torch kernels this "$tidepool_this" bench kernels --presets "$big" --precision f32,f16 \
     --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
+  run step-vs-torch kernels_f16_attention this "$tidepool_this" bench kernels --presets "$big" --precision f16 \
+    --f16-attention --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
 }
 
 suite_gemm_vs_cublas() {

@@ -127,6 +127,10 @@ struct Device {
     /// weights' f16 copy: what the copy saves (f16 runs only).
     #[arg(long)]
     no_f16_weights: bool,
+    /// Attention on tensor cores in f16 where the device runs the tensor-core
+    /// GEMMs (f16 runs only; off by default until measured).
+    #[arg(long)]
+    f16_attention: bool,
     /// How storage operands are bound: `declared` (read-only where a kernel only
     /// reads), or `read-write` (every one `read_write`, a repeated operand bound to a
     /// stand-in, as the planned policy binds): what that rule costs apart from the
@@ -146,6 +150,7 @@ impl Device {
         ContextOptions {
             subgroups: !self.no_subgroups,
             f16_weights: !self.no_f16_weights,
+            f16_attention: self.f16_attention,
             read_write_bindings: self.bindings == Bindings::ReadWrite,
             ..ContextOptions::default()
         }
