@@ -306,6 +306,34 @@ fn a_redirected_run_prints_progress_evaluation_and_final_lines() {
 /// `--recompute` (alone: on) trains the same losses, says so in the final JSON line
 /// and the summary, and `bench policies --recompute` puts a row with it beside each
 /// policy's.
+/// `--f16-attention` says where attention stays f32: without `--precision f16`, and
+/// on a device without cooperative matrices (`tidepool info` says which this is).
+#[test]
+fn f16_attention_says_where_it_does_not_apply() {
+    let out = tidepool(&train_args("1", &["--f16-attention", "--eval-batches", "1"]));
+    assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("note: --f16-attention applies to --precision f16 only"),
+        "{}",
+        out.stderr
+    );
+    let f16 = ["--f16-attention", "--precision", "f16", "--eval-batches", "1"];
+    let out = tidepool(&train_args("1", &f16));
+    assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+    let info = tidepool(&["info"]);
+    let refused = out.stderr.contains("note: --f16-attention: attention stays f32 here: ");
+    assert_eq!(
+        refused,
+        info.stdout.contains("cooperative matrices: no"),
+        "{}\n{}",
+        out.stderr,
+        info.stdout
+    );
+    let out = tidepool(&["train", "--resume", "x.safetensors", "--f16-attention"]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
 #[test]
 fn recompute_is_stated_and_trains_the_same_losses() {
     let json_lines = |extra: &[&str]| {

@@ -34,6 +34,10 @@ pub struct TrainArgs {
         help_heading = "Output"
     )]
     sample: usize,
+    /// Under --precision f16, attention on tensor cores where the device has them
+    /// (ContextOptions::f16_attention; off by default until measured on an H200).
+    #[arg(long, help_heading = "Training", conflicts_with = "resume")]
+    f16_attention: bool,
     #[command(flatten)]
     trace: TraceArgs,
     #[command(flatten)]
@@ -116,7 +120,13 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
         tidepool::files::check_writable(path, "trace")?;
     }
     let mut trainer = match &args.checkpoint.resume {
-        None => Trainer::new(cfg, corpus).await?,
+        None => {
+            let options = tidepool::gpu::ContextOptions {
+                f16_attention: args.f16_attention,
+                ..Default::default()
+            };
+            Trainer::with_options(cfg, corpus, options).await?
+        }
         Some(path) => resume(&args, path, cfg, corpus).await?,
     };
     let (done, steps) = (trainer.steps_done(), trainer.config().steps);
@@ -131,6 +141,9 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
     if !args.report.json {
         say!("{}", header(&args, &trainer));
         if let Some(note) = c.schedule_note() {
+            eprintln!("note: {note}");
+        }
+        if let Some(note) = f16_attention_note(&args, &trainer) {
             eprintln!("note: {note}");
         }
         if args.trace.trace.is_some() && args.trace.trace_steady > steps {
@@ -221,6 +234,26 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
 
 /// The trainer of the run saved at `path`, on `corpus`, with the settings that may
 /// change when resuming taken from `cfg` where they were given.
+/// Why `--f16-attention` leaves attention in f32 on this run, if it does.
+fn f16_attention_note(args: &TrainArgs, trainer: &Trainer) -> Option<String> {
+    if !args.f16_attention {
+        return None;
+    }
+    let c = trainer.config();
+    if c.precision != tidepool::config::Precision::F16 {
+        return Some("--f16-attention applies to --precision f16 only: attention stays f32".into());
+    }
+    let shape = tidepool::kernels::AttentionShape {
+        b: c.batch,
+        t: c.context,
+        c: c.width,
+        heads: c.heads,
+    };
+    tidepool::kernels::Attention::coop_runs(trainer.context(), shape)
+        .err()
+        .map(|why| format!("--f16-attention: attention stays f32 here: {why}"))
+}
+
 async fn resume(
     args: &TrainArgs,
     path: &Path,
