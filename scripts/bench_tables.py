@@ -121,6 +121,8 @@ def step_vs_torch(s):
                 if r["preset"].split()[0] != preset:
                     continue
                 precision = "f16" if r["preset"].endswith("f16") else "f32"
+                if "f16_attention" in r.get("run", ""):
+                    precision += " with attention on tensor cores"
                 name = f"tidepool {precision}, {r['variant']}" + (" (earlier build)" if b == "against" else "")
                 rows.append([name, f(r["median_ms"], 2), f"{round(r['tokens_per_s']):,}", f(r["buffers_created_per_step"], 0),
                              f(base["median_ms"] / r["median_ms"], 2) if base else ""])
@@ -149,8 +151,10 @@ def step_vs_torch(s):
                              gb(r.get("peak_bytes_in_use")), gb(r.get("peak_bytes_requested")), gb(r["peak_bytes_reserved"])])
     if rows:
         out.append("Peak memory:\n\n" + table(["what", "in use (tensors)", "requested", "reserved"], rows))
-    kernels = [r for r in s.rows("kernels") if "kernel" in r]
-    if kernels:
+    for run, what in (("kernels", ""), ("kernels_f16_attention", ", attention on tensor cores (--f16-attention)")):
+        kernels = [r for r in s.rows(run) if "kernel" in r]
+        if not kernels:
+            continue
         by = defaultdict(dict)
         for r in kernels:
             by[r["kernel"]][r["preset"]] = r
@@ -158,7 +162,8 @@ def step_vs_torch(s):
         order = sorted(by, key=lambda k: -max(x["ms_per_step"] for x in by[k].values()))
         rows = [[k, f(next(iter(by[k].values()))["launches_per_step"], 0)] + [f(by[k][c]["ms_per_step"]) if c in by[k] else "" for c in cols]
                 for k in order[:14]]
-        out.append("GPU ms a step by kernel (each dispatch timed in a pass of its own):\n\n" + table(["kernel", "launches"] + cols, rows))
+        out.append(f"GPU ms a step by kernel{what} (each dispatch timed in a pass of its own):\n\n"
+                   + table(["kernel", "launches"] + cols, rows))
     return out
 
 
@@ -252,14 +257,17 @@ def attention_vs_torch(s):
     rows = []
     for op, kernels in keys:
         mine = [ours.get((op, kernels, b), []) for b in builds]
-        torch = theirs.get((op, "fp32"))
+        # The tensor-core kernels (`coop`) against PyTorch's fp16 attention, the others fp32.
+        dtype = "fp16" if kernels.startswith("coop") else "fp32"
+        torch = theirs.get((op, dtype))
         rows.append([op, kernels] + [f"{f(med(m))} ({spread(m)})" if m else "" for m in mine]
-                    + [f(torch) if torch else "", f(torch / med(mine[0]), 2) if torch and mine[0] else ""])
+                    + [f"{f(torch)} ({dtype})" if torch else "", f(torch / med(mine[0]), 2) if torch and mine[0] else ""])
     if rows:
         out.append("Attention on the shape `matmul_bench --only attention` times (on a GPU the shakespeare step's heads), "
                    "ms (the spread over the repeats); `*`: the kernels "
-                   "the launchers choose:\n\n" + table(["op", "kernels"] + [name(b) for b in builds]
-                                                        + ["PyTorch fp32 fused", "PyTorch / this build"], rows))
+                   "the launchers choose; `coop` (f16 on tensor cores) beside PyTorch fp16:\n\n"
+                   + table(["op", "kernels"] + [name(b) for b in builds]
+                           + ["PyTorch fused", "PyTorch / this build"], rows))
     steps = defaultdict(list)
     for b in builds:
         for r in step_rows(s, r"step_\d+", b):
@@ -481,6 +489,22 @@ def curves(s):
     return [text + "\n\n" + "; ".join(notes)]
 
 
+def f16_curves(s):
+    modes = ("f32", "f16", "f16_attention")
+    runs = {m: {r["step"]: r for r in s.rows(m) if "step" in r and not r.get("final") and r.get("val_loss") is not None}
+            for m in modes}
+    rows = []
+    for step in sorted(set().union(*runs.values())):
+        loss = [runs[m][step]["val_loss"] if step in runs[m] else None for m in modes]
+        rows.append([step] + [f(x, 4) for x in loss] + [
+            f"{loss[1] - loss[0]:+.4f}" if None not in loss[:2] else "",
+            f"{loss[2] - loss[1]:+.4f}" if None not in loss[1:] else ""])
+    if not rows:
+        return []
+    return [table(["step", "f32 held-out", "f16", "f16, attention on tensor cores", "f16 - f32",
+                   "tensor-core attention - f16"], rows)]
+
+
 def host_profile(s):
     out = []
     for b in s.builds():
@@ -581,6 +605,7 @@ SECTIONS = {
     "memory": ("Memory against PyTorch", memory),
     "pool": ("Pool latency", pool),
     "curves": ("The learning curve against PyTorch", curves),
+    "f16-curves": ("f16's learning curve against f32", f16_curves),
     "host-profile": ("Where a step's host time goes", host_profile),
     "soak": ("A long run through Dawn", soak),
 }

@@ -33,6 +33,9 @@
 #   pool               taking a buffer from the pool against creating one, natively and
 #                      through Dawn
 #   curves             the held-out loss every 250 steps beside the PyTorch twin
+#   f16-curves         the held-out loss every 250 steps to step 2000 (CURVE_STOP) of
+#                      three runs at once from one seed: f32, --precision f16, and f16
+#                      with attention on tensor cores (--f16-attention)
 #   host-profile       where a step's host time goes: native recording, every WebGPU call
 #                      through Dawn timed, Dawn's null backend (runs nothing), a readback
 #   kernel-stats       what the driver compiled each kernel to (registers a thread, its
@@ -93,7 +96,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-known="parity step-vs-torch gemm-vs-cublas gemm-sweep attention-vs-torch kernel-stats browser-vs-native memory pool curves host-profile headline soak"
+known="parity step-vs-torch gemm-vs-cublas gemm-sweep attention-vs-torch kernel-stats browser-vs-native memory pool curves f16-curves host-profile headline soak"
 [ ${#suites[@]} -gt 0 ] || { echo "gpu-run: name a suite: $known" >&2; exit 2; }
 for s in "${suites[@]}"; do
   case " $known " in *" $s "*) ;; *) echo "gpu-run: no suite $s (suites: $known)" >&2; exit 2 ;; esac
@@ -542,6 +545,25 @@ suite_curves() {
     --eval-batches 200 --stop-after "$stop" --max-seconds $((secs - 30))
   wait "$ours"
   echo "   curves done after $((SECONDS - t0)) s" >&2
+}
+
+# The same schedule (the preset's, stopped at the evaluation at $curve_stop, 2000 on a
+# GPU), seed and batches in f32, f16 and f16 with attention on tensor cores, at once:
+# of each run only the evaluations' lines and the last are kept.
+suite_f16_curves() {
+  local secs=${CURVE_SECONDS:-540} every stop=${curve_stop:-2000} mode t0=$SECONDS
+  every=$(sed -n 's/.*--eval-every \([0-9]*\).*/\1/p' <<<"${curve[*]}")
+  echo "== f16-curves: f32, f16 and f16 with --f16-attention to step $stop, at most $secs s" | tee -a "$log" >&2
+  for mode in f32 f16 f16_attention; do
+    local flags="--precision ${mode%%_*}"
+    [ "$mode" = f16_attention ] && flags+=" --f16-attention"
+    RUN_SECONDS=$secs run f16-curves "$mode" this bash -c "\"\$0\" train ${curve[*]} $flags --corpus \"\$1\" --json | awk -F'\"step\":' '
+        { split(\$2, a, /[,}]/); if (/\"final\"/ || a[1] % $every == 0) { print; fflush() } }
+        a[1] + 0 >= $stop { exit }'" \
+      "$tidepool_this" "$corpus" &
+  done
+  wait
+  echo "   f16-curves done after $((SECONDS - t0)) s" >&2
 }
 
 suite_host_profile() {
