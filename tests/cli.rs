@@ -330,6 +330,18 @@ fn f16_attention_says_where_it_does_not_apply() {
         out.stderr,
         info.stdout
     );
+    // With --json the note still goes to stderr, and the last line says what ran.
+    let out = tidepool(&train_args("1", &[&f16[..], &["--json"]].concat()));
+    assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+    assert_eq!(
+        out.stderr.contains("note: --f16-attention: attention stays f32 here: "),
+        refused,
+        "{}",
+        out.stderr
+    );
+    let last: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().expect("a final line")).expect("JSON");
+    assert_eq!(last["f16_attention"], !refused, "{last}");
     let out = tidepool(&["train", "--resume", "x.safetensors", "--f16-attention"]);
     assert_eq!(out.code, Some(2), "{}", out.stderr);
 }

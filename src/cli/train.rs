@@ -137,13 +137,16 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
         ))));
     }
     let c = trainer.config().clone();
+    // Where --f16-attention changes nothing, said in either output form: a run
+    // compared with one without it must not pass for its measurement.
+    let f16_attention_note = f16_attention_note(&args, &trainer);
+    if let Some(note) = &f16_attention_note {
+        eprintln!("note: {note}");
+    }
     // Above the progress bar, which starts next.
     if !args.report.json {
         say!("{}", header(&args, &trainer));
         if let Some(note) = c.schedule_note() {
-            eprintln!("note: {note}");
-        }
-        if let Some(note) = f16_attention_note(&args, &trainer) {
             eprintln!("note: {note}");
         }
         if args.trace.trace.is_some() && args.trace.trace_steady > steps {
@@ -204,6 +207,8 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
             // step time higher (`tidepool bench policies --recompute` sets the
             // two side by side).
             "recompute": c.recompute,
+            // Whether attention ran on tensor cores (--f16-attention, where it applies).
+            "f16_attention": args.f16_attention && f16_attention_note.is_none(),
         });
         say!("{final_line}");
     } else {
