@@ -10,9 +10,11 @@
 
 use crate::error::{Error, Result};
 
-/// Tensors start at multiples of 64 floats (256 bytes): WebGPU's largest
-/// `minStorageBufferOffsetAlignment`, so that any device binds a tensor as a range.
-pub const ALIGN_FLOATS: usize = 64;
+/// Tensors start at multiples of 128 floats (512 bytes): twice WebGPU's largest
+/// `minStorageBufferOffsetAlignment` (256), so that any device binds a tensor as a
+/// range, and its f16 copy too, which starts at half its offset
+/// ([`crate::kernels::F16Weights`]).
+pub const ALIGN_FLOATS: usize = 128;
 /// Floats reserved at the head of every chunk. The moments' chunks keep the step's
 /// `[norm, scale]` there ([`crate::kernels::Moments::norm_scale`]); the parameters' stay zero,
 /// so that both share one layout and a tensor sits at the same offset in each.
@@ -209,24 +211,27 @@ impl GradLayout {
 mod tests {
     use super::*;
 
+    /// The alignment, in which the expected offsets are written.
+    const A: usize = ALIGN_FLOATS;
+
     #[test]
     fn layout_packs_tensors_into_chunks_of_half_the_binding() {
-        // Chunks of at most 64 + 80 floats: the header and up to 80 floats of tensors.
-        let max = ArenaLayout::binding_bytes_for(80);
+        // Chunks of at most the header, one aligned stretch and 80 floats more.
+        let max = ArenaLayout::binding_bytes_for(A + 80);
         let layout = ArenaLayout::new(&[3, 5, 70, 80, 1], max).unwrap();
         let at = |chunk, offset, len| Slot { chunk, offset, len };
         assert_eq!(
             layout.slots,
             [
-                at(0, 64, 3),
-                at(0, 128, 5),
-                at(1, 64, 70),
-                at(2, 64, 80),
-                at(3, 64, 1)
+                at(0, A, 3),
+                at(0, 2 * A, 5),
+                at(1, A, 70),
+                at(1, 2 * A, 80),
+                at(2, A, 1)
             ]
         );
-        assert_eq!(layout.chunk_lens, [133, 134, 144, 65]);
-        let err = ArenaLayout::new(&[81], max).unwrap_err().to_string();
+        assert_eq!(layout.chunk_lens, [2 * A + 5, 2 * A + 80, A + 1]);
+        let err = ArenaLayout::new(&[A + 81], max).unwrap_err().to_string();
         assert!(err.contains(&format!("binds at most {max} bytes")), "{err}");
         let empty = ArenaLayout::new(&[], max).unwrap();
         assert!(empty.is_empty());
@@ -236,21 +241,33 @@ mod tests {
     #[test]
     fn gradient_slots_follow_the_parameters_chunks_with_room_for_partials() {
         // Two chunks of parameters: [3, 5] and [70].
-        let params = ArenaLayout::new(&[3, 5, 70], ArenaLayout::binding_bytes_for(80)).unwrap();
+        let params =
+            ArenaLayout::new(&[3, 5, 70], ArenaLayout::binding_bytes_for(A + 80)).unwrap();
         assert_eq!(params.chunks(), 2);
-        let grads = GradLayout::new(&params, &[1, 4, 2], 1 << 20);
+        let grads = GradLayout::new(&params, &[1, 4, 3], 1 << 20);
         let at = |chunk, offset, len| Slot { chunk, offset, len };
         assert_eq!(
             grads.slots,
-            [(at(0, 0, 3), 1), (at(0, 64, 5), 4), (at(1, 0, 70), 2)]
+            [(at(0, 0, 3), 1), (at(0, A, 5), 4), (at(1, 0, 70), 3)]
         );
-        assert_eq!(grads.chunk_lens, [84, 140]);
-        // Room that would pass the binding (here 100 floats) is taken back.
-        let tight = GradLayout::new(&params, &[1, 4, 2], 400);
+        assert_eq!(grads.chunk_lens, [A + 20, 210]);
+        // Room that would pass the binding (here A + 36 floats) is taken back.
+        let tight = GradLayout::new(&params, &[1, 4, 3], 4 * (A as u64 + 36));
         assert_eq!((0..3).map(|i| tight.room(i)).collect::<Vec<_>>(), [1, 4, 1]);
-        assert_eq!(tight.chunk_lens, [84, 70]);
+        assert_eq!(tight.chunk_lens, [A + 20, 70]);
         let values = GradLayout::values_only(&params);
         assert!((0..3).all(|i| values.room(i) == 1));
+    }
+
+    /// A weight's f16 copy starts at half its offset (`kernels::F16Weights`): at
+    /// tensor offsets of 512 bytes that is a multiple of 256, where every WebGPU
+    /// device binds.
+    #[test]
+    fn every_f16_copy_starts_where_any_device_binds() {
+        let layout = ArenaLayout::new(&[3, 5, 70, 1000, 1, 129], 1 << 20).unwrap();
+        for slot in &layout.slots {
+            assert_eq!((slot.offset * 4 / 2) % 256, 0, "{slot:?}");
+        }
     }
 
     #[test]
@@ -261,9 +278,9 @@ mod tests {
         let hosts = layout.pack(2, &[&m, &v]);
         assert_eq!(hosts.len(), 1);
         let n = layout.chunk_lens[0];
-        assert_eq!(n, 128 + 3);
-        assert_eq!(hosts[0][64..66], [1.0, 2.0]);
-        assert_eq!(hosts[0][n + 128..n + 131], [8.0, 9.0, 10.0]);
+        assert_eq!(n, 2 * A + 3);
+        assert_eq!(hosts[0][A..A + 2], [1.0, 2.0]);
+        assert_eq!(hosts[0][n + 2 * A..n + 2 * A + 3], [8.0, 9.0, 10.0]);
         assert_eq!(hosts[0].iter().filter(|&&x| x != 0.0).count(), 10);
         assert_eq!(layout.unpack(0, &hosts), m);
         assert_eq!(layout.unpack(1, &hosts), v);

@@ -429,8 +429,8 @@ fn a_weight_past_the_binding_limit_is_refused() {
 #[cfg_attr(target_arch = "wasm32", wasm_bindgen_test::wasm_bindgen_test)]
 fn a_weight_whose_moments_pass_the_binding_limit_is_refused() {
     // 4 x 2048 x 2048 floats: a 64 MiB MLP weight fits a 128 MiB binding, but its two
-    // AdamW moments side by side (and the arena chunk's 64-float header) do not; at
-    // width 2040 they do. (Head size 128 needs more than 16 KiB of workgroup memory.)
+    // AdamW moments side by side (and the arena chunk's header) do not; at width 2040
+    // they do. (Head size 128 needs more than 16 KiB of workgroup memory.)
     let limits = DeviceLimits {
         max_workgroup_storage_bytes: 32768,
         ..DeviceLimits::webgpu_default()
@@ -438,9 +438,10 @@ fn a_weight_whose_moments_pass_the_binding_limit_is_refused() {
     let cfg = overrides(r#"{"width": 2048, "heads": 16, "batch": 1, "context": 8}"#).unwrap();
     let e = plan::check(&cfg, 65, &limits).unwrap_err();
     assert_eq!(e.kind(), "too_large");
+    let moments = (4 * 2048 * 2048 + tidepool::arena::HEADER_FLOATS) * 8;
     let m = e.to_string();
     assert!(
-        m.contains("moments") && m.contains("134218240") && m.contains("lower width"),
+        m.contains("moments") && m.contains(&moments.to_string()) && m.contains("lower width"),
         "{m}"
     );
     let cfg = overrides(r#"{"width": 2040, "heads": 17, "batch": 1, "context": 8}"#).unwrap();
