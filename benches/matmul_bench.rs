@@ -287,7 +287,10 @@ mod bench {
 
         // GPT-2 small attention: b 64, t 256, c 384, 6 heads (quick: b 4).
         let (b, t, c, nh) = (if args.quick { 4 } else { 64 }, 256, 384, 6);
-        let (qkv_host, dout_host) = (rng.vec(b * t * 3 * c, -2.0, 2.0), rng.vec(b * t * c, -1.0, 1.0));
+        let (qkv_host, dout_host) = (
+            rng.vec(b * t * 3 * c, -2.0, 2.0),
+            rng.vec(b * t * c, -1.0, 1.0),
+        );
         let shape = AttentionShape { b, t, c, heads: nh };
         let hs = c / nh;
         // Each set of kernels this adapter runs, and which of them the launchers pick.

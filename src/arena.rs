@@ -241,8 +241,7 @@ mod tests {
     #[test]
     fn gradient_slots_follow_the_parameters_chunks_with_room_for_partials() {
         // Two chunks of parameters: [3, 5] and [70].
-        let params =
-            ArenaLayout::new(&[3, 5, 70], ArenaLayout::binding_bytes_for(A + 80)).unwrap();
+        let params = ArenaLayout::new(&[3, 5, 70], ArenaLayout::binding_bytes_for(A + 80)).unwrap();
         assert_eq!(params.chunks(), 2);
         let grads = GradLayout::new(&params, &[1, 4, 3], 1 << 20);
         let at = |chunk, offset, len| Slot { chunk, offset, len };

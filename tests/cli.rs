@@ -310,7 +310,10 @@ fn a_redirected_run_prints_progress_evaluation_and_final_lines() {
 /// on a device without cooperative matrices (`tidepool info` says which this is).
 #[test]
 fn f16_attention_says_where_it_does_not_apply() {
-    let out = tidepool(&train_args("1", &["--f16-attention", "--eval-batches", "1"]));
+    let out = tidepool(&train_args(
+        "1",
+        &["--f16-attention", "--eval-batches", "1"],
+    ));
     assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
     assert!(
         out.stderr
@@ -318,11 +321,19 @@ fn f16_attention_says_where_it_does_not_apply() {
         "{}",
         out.stderr
     );
-    let f16 = ["--f16-attention", "--precision", "f16", "--eval-batches", "1"];
+    let f16 = [
+        "--f16-attention",
+        "--precision",
+        "f16",
+        "--eval-batches",
+        "1",
+    ];
     let out = tidepool(&train_args("1", &f16));
     assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
     let info = tidepool(&["info"]);
-    let refused = out.stderr.contains("note: --f16-attention: attention stays f32 here: ");
+    let refused = out
+        .stderr
+        .contains("note: --f16-attention: attention stays f32 here: ");
     assert_eq!(
         refused,
         info.stdout.contains("cooperative matrices: no"),
@@ -334,7 +345,8 @@ fn f16_attention_says_where_it_does_not_apply() {
     let out = tidepool(&train_args("1", &[&f16[..], &["--json"]].concat()));
     assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
     assert_eq!(
-        out.stderr.contains("note: --f16-attention: attention stays f32 here: "),
+        out.stderr
+            .contains("note: --f16-attention: attention stays f32 here: "),
         refused,
         "{}",
         out.stderr
@@ -342,6 +354,31 @@ fn f16_attention_says_where_it_does_not_apply() {
     let last: serde_json::Value =
         serde_json::from_str(out.stdout.lines().last().expect("a final line")).expect("JSON");
     assert_eq!(last["f16_attention"], !refused, "{last}");
+    // bench says it of each f16 preset it times.
+    let out = tidepool(&[
+        "bench",
+        "step",
+        "--presets",
+        "tiny",
+        "--precision",
+        "f32,f16",
+        "--f16-attention",
+        "--at-once",
+        "1",
+        "--warmup",
+        "1",
+        "--steps",
+        "1",
+    ]);
+    assert_eq!(out.code, Some(0), "tidepool bench failed: {}", out.stderr);
+    assert_eq!(
+        out.stderr
+            .matches("note: --f16-attention: tiny f16's attention stays f32 here: ")
+            .count(),
+        usize::from(refused),
+        "{}",
+        out.stderr
+    );
     let out = tidepool(&["train", "--resume", "x.safetensors", "--f16-attention"]);
     assert_eq!(out.code, Some(2), "{}", out.stderr);
 }

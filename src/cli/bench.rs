@@ -298,10 +298,47 @@ fn preset_runs(
     Ok(runs)
 }
 
+/// Where `--f16-attention` leaves an f16 run's attention in f32 (no cooperative
+/// matrices, or heads they do not take), a note on stderr: that run's rows must not
+/// pass for a measurement of the tensor-core kernels.
+async fn note_f16_attention(options: &ContextOptions, runs: &[(TrainConfig, String)]) {
+    if !options.f16_attention {
+        return;
+    }
+    let f16_runs: Vec<_> = runs
+        .iter()
+        .filter(|(c, _)| c.precision == Precision::F16)
+        .collect();
+    if f16_runs.is_empty() {
+        return;
+    }
+    let f16 = ContextOptions {
+        precision: Precision::F16,
+        ..options.clone()
+    };
+    // Where there is no f16 context, the runs themselves say why.
+    let Ok(ctx) = WgpuContext::with_options(f16).await else {
+        return;
+    };
+    for (cfg, label) in f16_runs {
+        let shape = tidepool::kernels::AttentionShape {
+            b: cfg.batch,
+            t: cfg.context,
+            c: cfg.width,
+            heads: cfg.heads,
+        };
+        if let Err(why) = tidepool::kernels::Attention::coop_runs(&ctx, shape) {
+            eprintln!("note: --f16-attention: {label}'s attention stays f32 here: {why}");
+        }
+    }
+}
+
 async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
-    for (cfg, label) in preset_runs(&args.runs.presets, &args.precision)? {
+    let runs = preset_runs(&args.runs.presets, &args.precision)?;
+    note_f16_attention(options, &runs).await;
+    for (cfg, label) in runs {
         let rows = if !args.at_once.is_empty() {
             let cfg = match args.submit_every.first() {
                 Some(&submit_every) => TrainConfig {
@@ -352,7 +389,9 @@ async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
 async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
-    for (cfg, label) in preset_runs(&args.runs.presets, &args.precision)? {
+    let runs = preset_runs(&args.runs.presets, &args.precision)?;
+    note_f16_attention(options, &runs).await;
+    for (cfg, label) in runs {
         let cfg = TrainConfig {
             policy: args.policy.unwrap_or(cfg.policy),
             ..cfg

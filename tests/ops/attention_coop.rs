@@ -148,7 +148,10 @@ fn emulated(name: &str, own: &str) -> Kernel {
         .into_iter()
         .find(|k| k.name == name)
         .unwrap_or_else(|| panic!("no kernel {name}"));
-    let (body, _) = real.source.split_once(MARK).expect("the kernel marks its section");
+    let (body, _) = real
+        .source
+        .split_once(MARK)
+        .expect("the kernel marks its section");
     let mut source = body.to_string();
     for (from, to) in [
         ("enable wgpu_cooperative_matrix;\n", ""),
@@ -162,7 +165,14 @@ fn emulated(name: &str, own: &str) -> Kernel {
     }
     // An accumulator passed to a helper outside the section (the backward's flush).
     source = source.replace("coop_mat16x16<f32, C>", "Emu8");
-    for op in ["coop_mat", "coopLoad", "coopStore", "coopMultiplyAdd", "@builtin(subgroup", "subgroupShuffle"] {
+    for op in [
+        "coop_mat",
+        "coopLoad",
+        "coopStore",
+        "coopMultiplyAdd",
+        "@builtin(subgroup",
+        "subgroupShuffle",
+    ] {
         assert!(!source.contains(op), "{name}: {op} left unemulated");
     }
     Kernel {
@@ -237,7 +247,12 @@ fn coop_attention_logic_on_emulated_matrices() {
 fn coop_attention_matches_reference_where_the_device_runs_it() {
     pollster::block_on(async {
         let ctx = f16_context().await;
-        let shape = AttentionShape { b: 1, t: 1, c: 64, heads: 1 };
+        let shape = AttentionShape {
+            b: 1,
+            t: 1,
+            c: 64,
+            heads: 1,
+        };
         if let Err(why) = Attention::coop_runs(&ctx, shape) {
             common::note(&format!("no tensor-core attention here: {why}"));
             assert!(

@@ -4,8 +4,8 @@
 
 use super::operands::{Fusion, Layout, Linear};
 use super::source::{
-    binds_views, dweight_bias, dweight_bias_reads_views, fuse, kernel, kernel_f16_weights, specialized, COLSUM,
-    SUM_SPLITS_FUSED,
+    binds_views, dweight_bias, dweight_bias_reads_views, fuse, kernel, kernel_f16_weights,
+    specialized, COLSUM, SUM_SPLITS_FUSED,
 };
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
@@ -201,7 +201,14 @@ pub(super) fn forward(
             (&out).into(),
             resid_or_any.into(),
         ];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, (&bound, &[]), groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
@@ -212,7 +219,14 @@ pub(super) fn forward(
             (&part).into(),
             resid_or_any.into(),
         ];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, (&bound, &[]), groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -265,12 +279,26 @@ pub(super) fn dinp(
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
         let bound = [dout.into(), weight, (&dinp).into(), aux.into()];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, (&bound, &[]), groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
         let bound = [dout.into(), weight, (&part).into(), aux.into()];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, (&bound, &[]), groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
         if epilogue == 0 {
             sum_splits(ctx, (&part).into(), (&dinp).into(), rows * k, splits);
         } else {
@@ -334,7 +362,14 @@ pub(super) fn weight_partials<'d>(
     } else {
         ([&bound[..], &sums].concat(), Vec::new())
     };
-    dispatch_gemm(ctx, (variant, kernel, views), None, params, (&bound, &tail), groups);
+    dispatch_gemm(
+        ctx,
+        (variant, kernel, views),
+        None,
+        params,
+        (&bound, &tail),
+        groups,
+    );
     let dbias = match (dbias, dests.bias) {
         (Some(fused), _) => Some(fused),
         (None, Some(dest)) => Some(dbias_partials(ctx, variant, dout, shape, dest)),

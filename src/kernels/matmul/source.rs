@@ -74,7 +74,11 @@ const COOP_ENABLE: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 /// matmul_tn_sums.wgsl's kernel sums A, the other preludes say so and the dweight
 /// one says no here.
 fn summing_core(layout: Layout) -> String {
-    format!("{}{}", no_sums(layout), select(TILED, TILED_TAGS, &TILED_F32))
+    format!(
+        "{}{}",
+        no_sums(layout),
+        select(TILED, TILED_TAGS, &TILED_F32)
+    )
 }
 
 /// `Coop2`'s core, which can sum A too (its `A_SUMS` lines), for `layout`'s kernel
