@@ -41,6 +41,7 @@ test: setup test-native test-examples test-web-and-crate test-e2e test-types tes
 	test-package-dry
 
 test-native:
+	cargo fmt --check
 	cargo test --release
 	# The measurement tools the GPU suites pack (nothing else builds them here).
 	cargo build --release --bench matmul_bench --bench gemm_ceiling --bench kernel_stats \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what `make demo` and `make test` need on a fresh Debian machine, and nothing
 # that is already there: run it as often as you like. Quiet when all is present.
-#   scripts/setup.sh native   lavapipe (CPU Vulkan) for native wgpu tests
+#   scripts/setup.sh native   lavapipe (CPU Vulkan) for native wgpu tests; rustfmt
 #   scripts/setup.sh web      wasm target, wasm-pack, wasm-bindgen CLI, wasm-opt, npm deps
 #   scripts/setup.sh browser  Chromium + ChromeDriver for headless tests
 # With no argument: all of them.
@@ -29,6 +29,9 @@ wasm_bindgen_version() {
 
 native() {
   apt_install mesa-vulkan-drivers libvulkan1
+  # `make test` checks the formatting (a minimal rustup profile leaves rustfmt out).
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' \
+    || { say "adding rust component rustfmt"; rustup component add rustfmt >/dev/null; }
 }
 
 browser() {
