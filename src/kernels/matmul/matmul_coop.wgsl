@@ -41,7 +41,11 @@
 // workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
 // the f16 step 28.5 ms against 23.0, c_fc's input gradient 0.266 ms against 0.173
 // (bench-results/gemm-vs-cublas/2026-12-04-coop2-64-rows): the loop is held by its
-// work a workgroup, not by how many workgroups share an SM.
+// work a workgroup, not by how many workgroups share an SM. Summing dbias in the
+// dweight's first column of tiles, as the tiled core does, lost as well: that kernel
+// took 4.42 GPU ms a step against 3.81, as much as the 24 column-sum passes it
+// replaced, and the f16 step 22.83 ms against 22.68 (bench-results/step-vs-torch/
+// 2026-12-05-f16-ab): those tiles' extra work makes a tail on one workgroup an SM.
 //
 // A_SCALE: the A operand is multiplied by it (a power of two) before rounding and
 // the sums by 1 / A_SCALE after: in the backward GEMMs A is a gradient, whose
@@ -233,12 +237,6 @@ fn main(
 #C2     var ra0: vec4<f32>; var ra1: vec4<f32>; var ra2: vec4<f32>; var ra3: vec4<f32>;
 #C2     var rb0: BVec; var rb1: BVec; var rb2: BVec; var rb3: BVec;
 #C2     fetch(m0, n0, k_begin, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
-#C2     // A_SUMS (dweight, matmul_tn_sums.wgsl): the first column of tiles also sums A
-#C2     // (dout) over the split, in f32 as loaded: every load of thread t is of
-#C2     // columns (t % 32) * 4 .. + 4 (A is read across k). A uniform branch.
-#C2     let a_sums = A_SUMS && wg.x == 0u;
-#C2     var asum = vec4<f32>(0.0);
-#C2     if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
 #C2     stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
 #C2     workgroupBarrier();
 
@@ -254,7 +252,6 @@ fn main(
 #C1             rb1 = load_b(n0, k0 + 8u, k_end, t);
 #C2             fetch(m0, n0, k_begin + (step + 1u) * BK, k_end, interior, t,
 #C2                 &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
-#C2             if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
         }
 #C1         let a_at = cur * A_BUF + sm * A_STRIDE;
 #C1         let b_at = cur * B_BUF + sn;
@@ -293,23 +290,6 @@ fn main(
         }
         workgroupBarrier();
     }
-
-#C2     // The 8 threads of each 4 columns add their sums through Cs (free after the
-#C2     // loop's last barrier, and again before the staging), in a fixed order.
-#C2     if (a_sums) {
-#C2         Cs[4u * t] = asum.x; Cs[4u * t + 1u] = asum.y;
-#C2         Cs[4u * t + 2u] = asum.z; Cs[4u * t + 3u] = asum.w;
-#C2         workgroupBarrier();
-#C2         if (t < 32u) {
-#C2             var sum = vec4<f32>(Cs[4u * t], Cs[4u * t + 1u], Cs[4u * t + 2u], Cs[4u * t + 3u]);
-#C2             for (var q = 1u; q < 8u; q++) {
-#C2                 let at = 4u * (t + 32u * q);
-#C2                 sum += vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]);
-#C2             }
-#C2             write_a_sums(z, m0 + t * 4u, sum);
-#C2         }
-#C2         workgroupBarrier();
-#C2     }
 
     let r0 = m0 + sm;
     let c0 = n0 + sn;
