@@ -123,8 +123,8 @@ def step_vs_torch(s):
                 precision = "f16" if r["preset"].endswith("f16") else "f32"
                 if "f16_attention" in r.get("run", ""):
                     precision += " with attention on tensor cores"
-                if "no_f16_weights" in r.get("run", ""):
-                    precision += " without the weights' f16 copy"
+                if "f16_weights" in r.get("run", ""):
+                    precision += " reading the weights' f16 copy"
                 name = f"tidepool {precision}, {r['variant']}" + (" (earlier build)" if b == "against" else "")
                 rows.append([name, f(r["median_ms"], 2), f"{round(r['tokens_per_s']):,}", f(r["buffers_created_per_step"], 0),
                              f(base["median_ms"] / r["median_ms"], 2) if base else ""])

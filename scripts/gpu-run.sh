@@ -270,13 +270,13 @@ suite_step_vs_torch() {
         run step-vs-torch "step_${big}_$round" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
           --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
       done
-      # The f16 step with attention on tensor cores, and without the weights' f16
-      # copy, in the same turns (this build; ContextOptions::f16_attention is off by
-      # default until this measures it).
+      # The f16 step with attention on tensor cores, and reading the weights' f16
+      # copy, in the same turns (this build; both are ContextOptions that are off by
+      # default, since neither measured faster).
       run step-vs-torch "step_${big}_f16_attention_$round" this "$tidepool_this" bench step --presets "$big" \
         --precision f16 --f16-attention --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
-      run step-vs-torch "step_${big}_no_f16_weights_$round" this "$tidepool_this" bench step --presets "$big" \
-        --precision f16 --no-f16-weights --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+      run step-vs-torch "step_${big}_f16_weights_$round" this "$tidepool_this" bench step --presets "$big" \
+        --precision f16 --f16-weights --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
     done
     for b in "${builds[@]}"; do
       run step-vs-torch "peaks_$big" "$b" bash -c "\"\$0\" train ${train_big[*]} --steps 3 --corpus \"\$1\" --json | tail -n 1" \

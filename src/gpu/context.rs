@@ -56,7 +56,9 @@ pub struct ContextOptions {
     /// The f16 matmuls whose core can read an f16 copy of the weights (written once
     /// a step: [`crate::kernels::ParamArena`]) read it in place of the f32 weights:
     /// the same halves (the cores round a loaded weight to f16 anyway), half the
-    /// bytes. `false` reads the f32 weights (`tidepool bench --no-f16-weights`).
+    /// bytes (`tidepool bench --f16-weights`). Off by default: on the H200 the
+    /// tensor-core kernels that read the copy ran 1-2% slower than those reading
+    /// the f32 weights, and the f16 step no faster (docs/precision.md).
     pub f16_weights: bool,
     /// Under `Precision::F16`, attention on tensor cores where the device runs the
     /// tensor-core GEMMs (q, k, v, the weights and ds rounded to f16, the products
@@ -84,7 +86,7 @@ impl Default for ContextOptions {
             subgroups: true,
             kernels: None,
             f16_core: None,
-            f16_weights: true,
+            f16_weights: false,
             f16_attention: false,
             read_write_bindings: false,
         }

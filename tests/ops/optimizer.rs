@@ -572,6 +572,7 @@ async fn f16_copy_body() {
     use tidepool::config::Precision;
     let options = tidepool::gpu::ContextOptions {
         precision: Precision::F16,
+        f16_weights: true,
         ..Default::default()
     };
     let ctx = match WgpuContext::with_options(options).await {
