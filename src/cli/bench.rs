@@ -128,7 +128,7 @@ struct Device {
     #[arg(long)]
     f16_weights: bool,
     /// Attention on tensor cores in f16 where the device runs the tensor-core
-    /// GEMMs (f16 runs only; off by default until measured).
+    /// GEMMs (f16 runs only; off by default: slower on an H200).
     #[arg(long)]
     f16_attention: bool,
     /// How storage operands are bound: `declared` (read-only where a kernel only

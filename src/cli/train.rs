@@ -35,7 +35,8 @@ pub struct TrainArgs {
     )]
     sample: usize,
     /// Under --precision f16, attention on tensor cores where the device has them
-    /// (ContextOptions::f16_attention; off by default until measured on an H200).
+    /// (ContextOptions::f16_attention; off by default: slower on an H200, and its
+    /// learning curve further from f32's; docs/precision.md).
     #[arg(long, help_heading = "Training", conflicts_with = "resume")]
     f16_attention: bool,
     #[command(flatten)]
