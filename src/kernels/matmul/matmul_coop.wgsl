@@ -45,7 +45,9 @@
 // dweight's first column of tiles, as the tiled core does, lost as well: that kernel
 // took 4.42 GPU ms a step against 3.81, as much as the 24 column-sum passes it
 // replaced, and the f16 step 22.83 ms against 22.68 (bench-results/step-vs-torch/
-// 2026-12-05-f16-ab): those tiles' extra work makes a tail on one workgroup an SM.
+// 2026-12-05-f16-ab). It added each step's loads into the sums as they were issued,
+// so those workgroups waited for them before the products: summing where the loads
+// are stored, after the products, is untried.
 //
 // A_SCALE: the A operand is multiplied by it (a power of two) before rounding and
 // the sums by 1 / A_SCALE after: in the backward GEMMs A is a gradient, whose
