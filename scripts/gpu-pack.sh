@@ -8,6 +8,9 @@
 #   - with --against COMMIT|DIR, an earlier build in .gpu/against: built here from a
 #     commit, or copied from a folder that holds `tidepool` and `pkg/` (and, where it has
 #     them, `matmul_bench` and its own bench-dawn.mjs / readback.mjs);
+#   - with --candidate NAME=COMMIT (repeatable), that commit's `tidepool` and f16 GEMM
+#     tests (`matmul_f16`) in .gpu/candidates/NAME, for scripts/gpu-ab.sh: candidates
+#     of one change taking turns with this build in one call;
 #   - with --chromium, Debian's Chromium in parts of 50 MiB (.chr/part-*) for a page on
 #     the GPU (gpu-run.sh browser-vs-native): a call carries at most 64 MiB, so earlier
 #     calls each carry one part and leave it in /tmp/chr-parts on the warm machine
@@ -15,7 +18,7 @@
 #     after the one before (the machine goes back when idle); the last part fits
 #     beside .gpu. Parts of the same Chromium are kept from one pack to the next.
 #
-#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--chromium]
+#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--candidate NAME=COMMIT]... [--chromium]
 #
 # Binaries travel xz-packed (gpu-run.sh unpacks them); the whole folder must stay under
 # the 64 MiB a call carries, with the repository's own files.
@@ -24,15 +27,24 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 
-against="" chromium=0
+against="" chromium=0 candidates=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --against) against=${2:?--against needs a commit or a folder}; shift ;;
     --against=*) against=${1#--against=} ;;
+    --candidate) candidates+=("${2:?--candidate needs NAME=COMMIT}"); shift ;;
+    --candidate=*) candidates+=("${1#--candidate=}") ;;
     --chromium) chromium=1 ;;
-    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --chromium)" >&2; exit 2 ;;
+    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --candidate NAME=COMMIT, --chromium)" >&2; exit 2 ;;
   esac
   shift
+done
+for c in "${candidates[@]}"; do
+  name=${c%%=*}
+  [[ "$c" == *=* && "$name" =~ ^[A-Za-z0-9_-]+$ ]] \
+    || { echo "gpu-pack: --candidate $c: give NAME=COMMIT, NAME of letters, digits, - and _" >&2; exit 2; }
+  git rev-parse --verify -q "${c#*=}^{commit}" > /dev/null \
+    || { echo "gpu-pack: --candidate $c: no commit ${c#*=}" >&2; exit 2; }
 done
 
 # The shared GPU kit sits beside the checkout: ../shared from the main checkout and
@@ -121,6 +133,25 @@ if [ -n "$against" ]; then
     rm -rf "$tree"
   fi
 fi
+
+# Candidates: each commit's tree built as --against's is (in target/against, whose
+# dependencies they share), its tidepool and f16 GEMM tests packed.
+rm -rf "$G/candidates"
+for c in "${candidates[@]}"; do
+  name=${c%%=*} commit=$(git rev-parse --verify "${c#*=}^{commit}")
+  mkdir -p "$G/candidates/$name"
+  tree=$(mktemp -d)
+  git archive "$commit" | tar x -C "$tree"
+  f=$(bench_features "$tree")
+  (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against cargo build --release --bin tidepool $f)
+  pack_binary "$repo/target/against/release/tidepool" "$G/candidates/$name/tidepool"
+  if [ -f "$tree/tests/matmul_f16.rs" ]; then
+    t=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable matmul_f16 test --release --no-run --test matmul_f16 $f)
+    [ -n "$t" ] && pack_binary "$t" "$G/candidates/$name/matmul_f16"
+  fi
+  echo "$commit $(git log -1 --format=%s "$commit")" > "$G/candidates/$name/BUILD"
+  rm -rf "$tree"
+done
 
 rm -rf "$G/playwright-core.tar.xz" "$G/uplot-dist" "$G/fonts"
 if [ "$chromium" = 1 ]; then

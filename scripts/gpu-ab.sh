@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Candidates of one change against this build, in one call on the GPU machine: the
+# builds scripts/gpu-pack.sh packed (this one in .gpu/, each `--candidate NAME=COMMIT`
+# in .gpu/candidates/NAME/) take turns at the step, f32 and f16, ROUNDS times, so that
+# the GPU's drift over the call falls on all of them alike; then each build's kernels
+# (`bench kernels`), and each candidate's f16 GEMM tests where it brought them (the
+# tensor-core cores run only there).
+#
+#   bash scripts/gpu-ab.sh [--local]
+#
+# --local: here, on lavapipe, with the tiny preset and GPU_DIR's builds (a dry run of the
+# script). Writes $OUT (default target/bench/ab): ab.jsonl (every JSON line of the runs,
+# each led by "build" and "round"), ab.md (the step's median ms a build and round and
+# their means; the kernels side by side), tests-NAME.txt, ab.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+local_run=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --local) local_run=1 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-ab: unknown argument $1 (--local)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+G=${GPU_DIR:-.gpu}
+out=${OUT:-target/bench/ab}
+mkdir -p "$out"
+log=$out/ab.log
+jsonl=$out/ab.jsonl
+: > "$log"
+: > "$jsonl"
+
+# Binaries travel xz-packed (the machine has no xz; python's lzma unpacks them).
+for f in "$G"/tidepool.bin.xz "$G"/candidates/*/*.bin.xz; do
+  [ -f "$f" ] || continue
+  python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$f" "${f%.bin.xz}"
+  chmod +x "${f%.bin.xz}"
+done
+
+if [ "$local_run" = 1 ]; then
+  export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp/tidepool-xdg}
+  mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+  preset=tiny warmup=1 steps=2 kernel_steps=1 rounds=${ROUNDS:-1}
+else
+  # shellcheck disable=SC1091
+  source "$G/prelude.sh" >> "$log" 2>&1
+  preset=shakespeare warmup=3 steps=20 kernel_steps=10 rounds=${ROUNDS:-3}
+fi
+corpus=data/tinyshakespeare.txt
+
+names=(this) dirs=("$G")
+for d in "$G"/candidates/*/; do
+  [ -x "$d/tidepool" ] || continue
+  names+=("$(basename "$d")") dirs+=("${d%/}")
+done
+[ ${#names[@]} -gt 1 ] || echo "gpu-ab: no candidates in $G/candidates (gpu-pack.sh --candidate NAME=COMMIT)" >&2
+
+# tagged BUILD ROUND COMMAND...: the command's JSON lines, each led by build and round.
+tagged() {
+  local build=$1 round=$2
+  shift 2
+  echo "== $build, round $round: $*" >> "$log"
+  timeout "${RUN_SECONDS:-120}" "$@" 2>> "$log" \
+    | sed -n "s/^{/{\"build\":\"$build\",\"round\":$round,/p" >> "$jsonl"
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for i in "${!names[@]}"; do
+    echo "gpu-ab: round $r of $rounds, ${names[$i]}" >&2
+    tagged "${names[$i]}" "$r" "${dirs[$i]}/tidepool" bench step --presets "$preset" --precision f32,f16 \
+      --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+  done
+done
+for i in "${!names[@]}"; do
+  echo "gpu-ab: kernels, ${names[$i]}" >&2
+  tagged "${names[$i]}" 0 "${dirs[$i]}/tidepool" bench kernels --presets "$preset" --precision f32,f16 \
+    --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
+done
+for i in "${!names[@]}"; do
+  t=${dirs[$i]}/matmul_f16
+  [ "${names[$i]}" != this ] && [ -x "$t" ] || continue
+  echo "gpu-ab: f16 GEMM tests, ${names[$i]}" >&2
+  timeout "${RUN_SECONDS:-120}" "$t" --test-threads 1 > "$out/tests-${names[$i]}.txt" 2>&1
+  echo "{\"build\":\"${names[$i]}\",\"tests\":\"matmul_f16\",\"exit\":$?}" >> "$jsonl"
+done
+
+python3 - "$jsonl" "${names[@]}" > "$out/ab.md" <<'EOF'
+import collections, json, sys
+path, names = sys.argv[1], sys.argv[2:]
+steps = collections.defaultdict(dict)   # preset -> (build, round) -> ms
+kernels = collections.defaultdict(dict)  # (preset, kernel) -> build -> ms
+tests = {}
+for line in open(path):
+    d = json.loads(line)
+    if "tests" in d:
+        tests[d["build"]] = "passed" if d["exit"] == 0 else f"FAILED (exit {d['exit']})"
+    elif "median_ms" in d:
+        steps[d["preset"]][(d["build"], d["round"])] = d["median_ms"]
+    elif "kernel" in d and "ms_per_step" in d:
+        kernels[(d["preset"], d["kernel"])][d["build"]] = d["ms_per_step"]
+out = ["Median ms a step, each round, and the mean:\n",
+       "| preset | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+for preset, runs in steps.items():
+    cells = []
+    for b in names:
+        ms = [v for (bb, _), v in sorted(runs.items()) if bb == b]
+        cells.append(", ".join(f"{v:.2f}" for v in ms) + (f" (mean {sum(ms) / len(ms):.2f})" if ms else ""))
+    out.append(f"| {preset} | " + " | ".join(cells) + " |")
+out += ["", "GPU ms a step by kernel (`bench kernels`; `all` is the sum):\n",
+        "| preset | kernel | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+for (preset, kernel), by in sorted(kernels.items(), key=lambda kv: (kv[0][0], -max(kv[1].values()))):
+    out.append(f"| {preset} | {kernel} | " + " | ".join(f"{by[b]:.3f}" if b in by else "" for b in names) + " |")
+if tests:
+    out += ["", "f16 GEMM tests: " + ", ".join(f"{b} {r}" for b, r in tests.items())]
+print("\n".join(out))
+EOF
+echo "gpu-ab: $out (ab.md, ab.jsonl, ab.log)" >&2
+cat "$out/ab.md"
