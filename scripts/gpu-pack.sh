@@ -69,6 +69,15 @@ executable() {
   cargo "$@" --message-format=json | grep -F "\"name\":\"$name\"" \
     | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
 }
+# build_commit COMMIT: that commit's tree in a folder of its own ($tree) and its tidepool
+# built there with this checkout's target/against (the dependencies they share are not
+# built again), `--features bench` where it has it ($f).
+build_commit() {
+  tree=$(mktemp -d)
+  git archive "$1" | tar x -C "$tree"
+  f=$(bench_features "$tree")
+  (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against cargo build --release --bin tidepool $f)
+}
 pack_binary() { # pack_binary FILE DEST: stripped and xz-packed as DEST.bin.xz
   local tmp
   tmp=$(mktemp)
@@ -111,13 +120,8 @@ if [ -n "$against" ]; then
     cp "$src"/*.mjs "$G/against/" 2>/dev/null || true
     cat "$src/COMMIT" > "$G/against/BUILD" 2>/dev/null || echo "$src" > "$G/against/BUILD"
   else
-    # A commit: its tree built in a folder of its own, with this checkout's target
-    # folder so that the dependencies it shares with this build are not built again.
     commit=$(git rev-parse --verify "$against^{commit}")
-    tree=$(mktemp -d)
-    git archive "$commit" | tar x -C "$tree"
-    f=$(bench_features "$tree")
-    (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against cargo build --release --bin tidepool $f)
+    build_commit "$commit"
     pack_binary "$repo/target/against/release/tidepool" "$G/against/tidepool"
     # the matmul benchmark is a bench target, or an example in older trees
     if [ -f "$tree/benches/matmul_bench.rs" ]; then
@@ -134,16 +138,12 @@ if [ -n "$against" ]; then
   fi
 fi
 
-# Candidates: each commit's tree built as --against's is (in target/against, whose
-# dependencies they share), its tidepool and f16 GEMM tests packed.
+# Candidates: each commit built as --against's is, its tidepool and f16 GEMM tests packed.
 rm -rf "$G/candidates"
 for c in "${candidates[@]}"; do
   name=${c%%=*} commit=$(git rev-parse --verify "${c#*=}^{commit}")
   mkdir -p "$G/candidates/$name"
-  tree=$(mktemp -d)
-  git archive "$commit" | tar x -C "$tree"
-  f=$(bench_features "$tree")
-  (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against cargo build --release --bin tidepool $f)
+  build_commit "$commit"
   pack_binary "$repo/target/against/release/tidepool" "$G/candidates/$name/tidepool"
   if [ -f "$tree/tests/matmul_f16.rs" ]; then
     t=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable matmul_f16 test --release --no-run --test matmul_f16 $f)
