@@ -124,7 +124,7 @@ struct Device {
     #[arg(long)]
     no_subgroups: bool,
     /// The f16 matmuls read an f16 copy of the weights where their core can (f16
-    /// runs only; off by default: on the H200 it measured no faster).
+    /// runs only; off by default: on the H200 it measured slower).
     #[arg(long)]
     f16_weights: bool,
     /// Attention on tensor cores in f16 where the device runs the tensor-core

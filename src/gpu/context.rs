@@ -58,7 +58,7 @@ pub struct ContextOptions {
     /// the same halves (the cores round a loaded weight to f16 anyway), half the
     /// bytes (`tidepool bench --f16-weights`). Off by default: on the H200 the
     /// tensor-core kernels that read the copy ran 1-2% slower than those reading
-    /// the f32 weights, and the f16 step no faster (docs/precision.md).
+    /// the f32 weights, and the f16 step 0.17 ms slower (docs/precision.md).
     pub f16_weights: bool,
     /// Under `Precision::F16`, attention on tensor cores where the device runs the
     /// tensor-core GEMMs (q, k, v, the weights and ds rounded to f16, the products
