@@ -383,6 +383,43 @@ fn f16_attention_says_where_it_does_not_apply() {
     assert_eq!(out.code, Some(2), "{}", out.stderr);
 }
 
+/// bench says where its f16 flags change nothing: with no f16 run, both flags in one
+/// note; with one, `--f16-weights` only where the f16 core reads the f32 weights.
+#[test]
+fn bench_notes_f16_flags_that_change_nothing() {
+    let bench = |extra: &[&str]| {
+        let base = ["bench", "step", "--presets", "tiny", "--at-once", "1"];
+        let out = tidepool(&[&base[..], &["--warmup", "0", "--steps", "1"], extra].concat());
+        assert_eq!(out.code, Some(0), "tidepool bench failed: {}", out.stderr);
+        out.stderr
+    };
+    let none = "changes only f16 runs (--precision f16), and none runs here";
+    assert!(bench(&["--f16-weights"]).contains(&format!("note: --f16-weights {none}")));
+    let both = bench(&["--f16-weights", "--f16-attention"]);
+    assert!(
+        both.contains("note: --f16-weights and --f16-attention change only f16 runs"),
+        "{both}"
+    );
+    assert!(!bench(&[]).contains("note: --f16"));
+    // With an f16 run: a note exactly where the device's f16 core cannot read the copy.
+    let options = tidepool::ContextOptions {
+        precision: tidepool::config::Precision::F16,
+        f16_weights: true,
+        ..Default::default()
+    };
+    // Without shader-f16 the run itself refuses f16, and says so.
+    let Ok(ctx) = pollster::block_on(tidepool::WgpuContext::with_options(options)) else {
+        return;
+    };
+    let copy = tidepool::kernels::matmul::reads_f16_weights(&ctx);
+    let f16 = bench(&["--precision", "f16", "--f16-weights"]);
+    assert_eq!(
+        f16.contains("note: --f16-weights: the f16 matmuls here read the f32 weights"),
+        !copy,
+        "{f16}"
+    );
+}
+
 #[test]
 fn recompute_is_stated_and_trains_the_same_losses() {
     let json_lines = |extra: &[&str]| {

@@ -298,11 +298,19 @@ fn preset_runs(
     Ok(runs)
 }
 
-/// Where `--f16-attention` leaves an f16 run's attention in f32 (no cooperative
-/// matrices, or heads they do not take), a note on stderr: that run's rows must not
-/// pass for a measurement of the tensor-core kernels.
-async fn note_f16_attention(options: &ContextOptions, runs: &[(TrainConfig, String)]) {
-    if !options.f16_attention {
+/// Where a flag for f16 runs changes nothing, a note on stderr, so that no row passes
+/// for a measurement of what the flag asks for: no run is f16; `--f16-weights` where
+/// the device's f16 core reads the f32 weights; `--f16-attention` where an f16 run's
+/// attention stays f32 (no cooperative matrices, or heads they do not take).
+async fn note_f16_options(options: &ContextOptions, runs: &[(TrainConfig, String)]) {
+    let flags: Vec<&str> = [
+        (options.f16_weights, "--f16-weights"),
+        (options.f16_attention, "--f16-attention"),
+    ]
+    .into_iter()
+    .filter_map(|(on, flag)| on.then_some(flag))
+    .collect();
+    if flags.is_empty() {
         return;
     }
     let f16_runs: Vec<_> = runs
@@ -310,6 +318,15 @@ async fn note_f16_attention(options: &ContextOptions, runs: &[(TrainConfig, Stri
         .filter(|(c, _)| c.precision == Precision::F16)
         .collect();
     if f16_runs.is_empty() {
+        let verb = if flags.len() == 1 {
+            "changes"
+        } else {
+            "change"
+        };
+        eprintln!(
+            "note: {} {verb} only f16 runs (--precision f16), and none runs here",
+            flags.join(" and ")
+        );
         return;
     }
     let f16 = ContextOptions {
@@ -320,6 +337,12 @@ async fn note_f16_attention(options: &ContextOptions, runs: &[(TrainConfig, Stri
     let Ok(ctx) = WgpuContext::with_options(f16).await else {
         return;
     };
+    if options.f16_weights && !tidepool::kernels::matmul::reads_f16_weights(&ctx) {
+        eprintln!("note: --f16-weights: the f16 matmuls here read the f32 weights (their core has no form that reads the copy)");
+    }
+    if !options.f16_attention {
+        return;
+    }
     for (cfg, label) in f16_runs {
         let shape = tidepool::kernels::AttentionShape {
             b: cfg.batch,
@@ -337,7 +360,7 @@ async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
     let runs = preset_runs(&args.runs.presets, &args.precision)?;
-    note_f16_attention(options, &runs).await;
+    note_f16_options(options, &runs).await;
     for (cfg, label) in runs {
         let rows = if !args.at_once.is_empty() {
             let cfg = match args.submit_every.first() {
@@ -390,7 +413,7 @@ async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
     let runs = preset_runs(&args.runs.presets, &args.precision)?;
-    note_f16_attention(options, &runs).await;
+    note_f16_options(options, &runs).await;
     for (cfg, label) in runs {
         let cfg = TrainConfig {
             policy: args.policy.unwrap_or(cfg.policy),
