@@ -821,6 +821,9 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                 .iter()
                 .any(|k| k.name == name)
         };
+        // Where the core has it, its dweight that also sums dbias's partials.
+        let sums_name = format!("matmul_dweight_{core}_bias");
+        let dweight_sums = has(&sums_name).then(|| kernel(&sums_name, rules));
         let twins = has(&format!("matmul_forward_{core}_w16")).then(|| {
             (
                 kernel(&format!("matmul_forward_{core}_w16"), rules),
@@ -985,6 +988,37 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
                     err <= FWD_TOL,
                     "dinp {what} splits {splits}: {err:e} (seed {seed})"
                 );
+            }
+            // The dweight that sums dbias too (its partials bound after the views),
+            // unsplit and in two row splits: dbias from dout as loaded, in f32.
+            if let Some(sums) = &dweight_sums {
+                for (splits, chunk) in [(1, rows), (2, rows.div_ceil(2).div_ceil(32) * 32)] {
+                    let splits = if chunk >= rows { 1 } else { splits };
+                    let (part, part_b) = poisoned(&ctx, &[splits * n * k, splits * n], || {
+                        let part = ctx.create_pooled(splits * n * k * 4);
+                        let part_b = ctx.create_pooled(splits * n * 4);
+                        let p = params(n, k, rows, chunk, 0);
+                        let mut bound = with_views(views, &[&g_dout, &g_inp, &part]);
+                        bound.push(&part_b);
+                        ctx.dispatch(sums, &p, &bound, grid(n, k, splits));
+                        (part, part_b)
+                    });
+                    let got = sum_splits(&read(&ctx, &part, splits * n * k).await, n * k, splits);
+                    let err = max_rel_error(&got, &dweight_ref(&dout, &inp, rows, k, n));
+                    assert!(
+                        err <= DW_TOL,
+                        "dweight with dbias {what} splits {splits}: {err:e} (seed {seed})"
+                    );
+                    let got = sum_splits(&read(&ctx, &part_b, splits * n).await, n, splits);
+                    let want: Vec<f32> = (0..n)
+                        .map(|j| (0..rows).map(|r| dout[r * n + j] as f64).sum::<f64>() as f32)
+                        .collect();
+                    let err = max_rel_error(&got, &want);
+                    assert!(
+                        err <= FWD_TOL,
+                        "dbias beside dweight {what} splits {splits}: {err:e} (seed {seed})"
+                    );
+                }
             }
             // The twins reading the f16 copy (made here) in B's view, unsplit.
             if let Some((forward16, dinp16)) = &twins {

@@ -4,8 +4,8 @@
 
 use super::operands::{Fusion, Layout, Linear};
 use super::source::{
-    binds_views, dweight_bias, fuse, kernel, kernel_f16_weights, specialized, COLSUM,
-    SUM_SPLITS_FUSED,
+    binds_views, dweight_bias, dweight_bias_reads_views, fuse, kernel, kernel_f16_weights,
+    specialized, COLSUM, SUM_SPLITS_FUSED,
 };
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
@@ -103,7 +103,7 @@ fn with_views<'a>(
 
 /// Dispatches `variant`'s `kernel` (unspecialized) with `params` over `bound`, the
 /// operands' vec4 views added where `views` and the core reads them (B's from
-/// `b_view` where given), and with
+/// `b_view` where given), then `tail` (bindings after the views), and with
 /// `fuse::WHOLE_TILES` where every tile and step lies inside the product and the
 /// views will be bound as they are (a dispatch that binds everything read_write puts
 /// stand-ins in their place, and then the guarded loads run).
@@ -112,14 +112,15 @@ fn dispatch_gemm<'a>(
     (variant, kernel, views): (MatmulVariant, &'static Kernel, bool),
     b_view: Option<Slice<'a>>,
     mut params: GemmParams,
-    bound: &[Slice<'a>],
+    (bound, tail): (&[Slice<'a>], &[Slice<'a>]),
     groups: [u32; 3],
 ) {
-    let bound = if views {
+    let mut bound = if views {
         with_views(ctx, variant, bound, b_view)
     } else {
         bound.to_vec()
     };
+    bound.extend_from_slice(tail);
     let size = |x: u32| x as usize;
     let (m, n, k, chunk) = (
         size(params.m),
@@ -200,7 +201,14 @@ pub(super) fn forward(
             (&out).into(),
             resid_or_any.into(),
         ];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
     } else {
         let params = GemmParams::new(rows, n, k, chunk, prologue);
         let part = ctx.create_pooled(splits * rows * n * 4);
@@ -211,7 +219,14 @@ pub(super) fn forward(
             (&part).into(),
             resid_or_any.into(),
         ];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
@@ -264,12 +279,26 @@ pub(super) fn dinp(
     if splits == 1 {
         let params = GemmParams::new(rows, k, n, chunk, epilogue);
         let bound = [dout.into(), weight, (&dinp).into(), aux.into()];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
     } else {
         let params = GemmParams::new(rows, k, n, chunk, 0);
         let part = ctx.create_pooled(splits * rows * k * 4);
         let bound = [dout.into(), weight, (&part).into(), aux.into()];
-        dispatch_gemm(ctx, (variant, kernel, true), b_view, params, &bound, groups);
+        dispatch_gemm(
+            ctx,
+            (variant, kernel, true),
+            b_view,
+            params,
+            (&bound, &[]),
+            groups,
+        );
         if epilogue == 0 {
             sum_splits(ctx, (&part).into(), (&dinp).into(), rows * k, splits);
         } else {
@@ -316,18 +345,31 @@ pub(super) fn weight_partials<'d>(
     let fused_bias = dests.bias.filter(|_| variant.sums_bias());
     let params = GemmParams::new(n, k, rows, chunk, prologue);
     let kernel = if fused_bias.is_some() {
-        dweight_bias()
+        dweight_bias(variant)
     } else {
         kernel(variant, Layout::Dweight)
     };
     let groups = variant.launch_grid(n, k, splits);
     let dweight = Partials::new(ctx, n * k, splits, dests.dweight);
     let dbias = fused_bias.map(|dest| Partials::new(ctx, n, splits, dest));
-    let mut bound = vec![dout.into(), inp.into(), dweight.target()];
-    bound.extend(dbias.as_ref().map(Partials::target));
-    // The dweight that sums dbias too reads no views (its binding 4 is dbias's).
-    let views = fused_bias.is_none();
-    dispatch_gemm(ctx, (variant, kernel, views), None, params, &bound, groups);
+    let bound = [dout.into(), inp.into(), dweight.target()];
+    let sums: Vec<Slice> = dbias.iter().map(Partials::target).collect();
+    // The tiled dweight that sums dbias too reads no views (its binding 4 is
+    // dbias's); the tensor-core one binds dbias's after its views.
+    let views = fused_bias.is_none() || dweight_bias_reads_views(variant);
+    let (bound, tail) = if views {
+        (bound.to_vec(), sums)
+    } else {
+        ([&bound[..], &sums].concat(), Vec::new())
+    };
+    dispatch_gemm(
+        ctx,
+        (variant, kernel, views),
+        None,
+        params,
+        (&bound, &tail),
+        groups,
+    );
     let dbias = match (dbias, dests.bias) {
         (Some(fused), _) => Some(fused),
         (None, Some(dest)) => Some(dbias_partials(ctx, variant, dout, shape, dest)),

@@ -41,13 +41,13 @@
 // workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
 // the f16 step 28.5 ms against 23.0, c_fc's input gradient 0.266 ms against 0.173
 // (bench-results/gemm-vs-cublas/2026-12-04-coop2-64-rows): the loop is held by its
-// work a workgroup, not by how many workgroups share an SM. Summing dbias in the
-// dweight's first column of tiles, as the tiled core does, lost as well: that kernel
-// took 4.42 GPU ms a step against 3.81, as much as the 24 column-sum passes it
-// replaced, and the f16 step 22.83 ms against 22.68 (bench-results/step-vs-torch/
-// 2026-12-05-f16-ab). It added each step's loads into the sums as they were issued,
-// so those workgroups waited for them before the products: summing where the loads
-// are stored, after the products, is untried.
+// work a workgroup, not by how many workgroups share an SM. The dweight sums dbias
+// in its first column of tiles, as the tiled core does, adding each step's A tile into
+// the sums where it is stored, after the products: added as the loads were issued,
+// those workgroups waited for global memory before their math, and the kernel took
+// 4.42 GPU ms a step against 3.81 for the plain one with 0.47 of column sums beside
+// it; added after the math it takes 3.83-3.94 and the column sums are gone
+// (bench-results/step-vs-torch/2026-12-05-loads-after-math).
 //
 // A_SCALE: the A operand is multiplied by it (a power of two) before rounding and
 // the sums by 1 / A_SCALE after: in the backward GEMMs A is a gradient, whose
@@ -239,6 +239,12 @@ fn main(
 #C2     var ra0: vec4<f32>; var ra1: vec4<f32>; var ra2: vec4<f32>; var ra3: vec4<f32>;
 #C2     var rb0: BVec; var rb1: BVec; var rb2: BVec; var rb3: BVec;
 #C2     fetch(m0, n0, k_begin, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
+#C2     // A_SUMS (dweight, matmul_tn_sums.wgsl): the first column of tiles also sums A
+#C2     // (dout) over the split, in f32 as loaded: every load of thread t is of
+#C2     // columns (t % 32) * 4 .. + 4 (A is read across k). A uniform branch.
+#C2     let a_sums = A_SUMS && wg.x == 0u;
+#C2     var asum = vec4<f32>(0.0);
+#C2     if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
 #C2     stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
 #C2     workgroupBarrier();
 
@@ -285,6 +291,9 @@ fn main(
 #C2         c10 = coopMultiplyAdd(a1, b0, c10); c11 = coopMultiplyAdd(a1, b1, c11);
 #C2         c12 = coopMultiplyAdd(a1, b2, c12); c13 = coopMultiplyAdd(a1, b3, c13);
         if (more) {
+            // The sums wait for the loads here, after the products (as the tiled
+            // core's do).
+#C2             if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
             // The other buffers were last read in step - 1, before the barrier.
 #C1             put_a(1u - cur, 0u, t, ra0); put_a(1u - cur, 8u, t, ra1);
 #C1             put_b(1u - cur, 0u, t, rb0); put_b(1u - cur, 8u, t, rb1);
@@ -292,6 +301,23 @@ fn main(
         }
         workgroupBarrier();
     }
+
+#C2     // The 8 threads of each 4 columns add their sums through Cs (free after the
+#C2     // loop's last barrier, and again before the staging), in a fixed order.
+#C2     if (a_sums) {
+#C2         Cs[4u * t] = asum.x; Cs[4u * t + 1u] = asum.y;
+#C2         Cs[4u * t + 2u] = asum.z; Cs[4u * t + 3u] = asum.w;
+#C2         workgroupBarrier();
+#C2         if (t < 32u) {
+#C2             var sum = vec4<f32>(Cs[4u * t], Cs[4u * t + 1u], Cs[4u * t + 2u], Cs[4u * t + 3u]);
+#C2             for (var q = 1u; q < 8u; q++) {
+#C2                 let at = 4u * (t + 32u * q);
+#C2                 sum += vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]);
+#C2             }
+#C2             write_a_sums(z, m0 + t * 4u, sum);
+#C2         }
+#C2         workgroupBarrier();
+#C2     }
 
     let r0 = m0 + sm;
     let c0 = n0 + sn;

@@ -157,7 +157,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #WIDE             ra = fetch_a(m0, k_begin + (s + 1u) * BK, k_end, t);
 #NARROW             if (loads_a) { ra = fetch_a(m0, k_begin + (s + 1u) * BK, k_end, ta); }
             rb = fetch_b(n0, k_begin + (s + 1u) * BK, k_end, t);
-#SUMS             if (a_sums) { asum += ra; }
         }
         for (var kk = 0u; kk < BK; kk++) {
 #NARROW             let a0 = As[(cur * BK + kk) * 16u + ty];
@@ -176,6 +175,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #WIDE             c70 += a1.w * b0; c71 += a1.w * b1;
         }
         if (more) {
+            // The sums wait for the loads here, after the math: added as the loads
+            // were issued, they stalled the first column's workgroups on every step.
+#SUMS             if (a_sums) { asum += ra; }
             // The other buffer was last read in step s - 1, before the barrier.
 #WIDE             put_a(1u - cur, t, ra);
 #NARROW             if (loads_a) { put_a(1u - cur, t, ra); }

@@ -74,13 +74,28 @@ const COOP_ENABLE: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 /// matmul_tn_sums.wgsl's kernel sums A, the other preludes say so and the dweight
 /// one says no here.
 fn summing_core(layout: Layout) -> String {
-    let no_sums = match layout {
+    format!(
+        "{}{}",
+        no_sums(layout),
+        select(TILED, TILED_TAGS, &TILED_F32)
+    )
+}
+
+/// `Coop2`'s core, which can sum A too (its `A_SUMS` lines), for `layout`'s kernel
+/// (the dweight one says no here, as in [`summing_core`]).
+fn coop2_core(layout: Layout) -> String {
+    format!("{}{}", no_sums(layout), select(COOP, COOP_TAGS, &["C2"]))
+}
+
+/// What a summing core's dweight kernel is told where it does not sum A (the other
+/// preludes say so themselves).
+fn no_sums(layout: Layout) -> &'static str {
+    match layout {
         Layout::Dweight => {
             "const A_SUMS: bool = false;\nfn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}\n"
         }
         _ => "",
-    };
-    format!("{no_sums}{}", select(TILED, TILED_TAGS, &TILED_F32))
+    }
 }
 
 /// The cores, in [`core_index`]'s order.
@@ -167,7 +182,7 @@ const CORES: [Core; 8] = [
         f16: true,
         views: true,
         f16_weights: true,
-        own: |_| select(COOP, COOP_TAGS, &["C2"]),
+        own: coop2_core,
     },
     Core {
         names: [
@@ -318,23 +333,49 @@ fn build(c: usize, layout: Layout, views: Views, name: &'static str) -> Kernel {
     }
 }
 
-/// `Tiled`'s dweight that also sums dbias's partials (`MatmulVariant::sums_bias`):
-/// matmul_tn_sums.wgsl between the prelude and the core.
-pub(super) fn dweight_bias() -> &'static Kernel {
-    static KERNEL: OnceLock<Kernel> = OnceLock::new();
-    KERNEL.get_or_init(|| {
-        let core = select(TILED, TILED_TAGS, &TILED_F32);
-        let sums = include_str!("matmul_tn_sums.wgsl");
-        Kernel {
-            name: "matmul_backward_dweight_bias",
-            source: leak(format!(
-                "{}{sums}{core}",
-                prelude(Layout::Dweight, Views::None)
-            )),
-            entry: "main",
-            unchecked: UNCHECKED,
-        }
-    })
+/// The dweight of `variant` that also sums dbias's partials
+/// (`MatmulVariant::sums_bias`): matmul_tn_sums.wgsl between the prelude and the
+/// core. `Tiled`'s (and `SplitK`'s) reads no views and binds dbias's partials at 4;
+/// `Coop2`'s reads its views at 4 and 5 ([`dweight_bias_reads_views`]) and binds
+/// them at 6.
+pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
+    static TILED_KERNEL: OnceLock<Kernel> = OnceLock::new();
+    static COOP2_KERNEL: OnceLock<Kernel> = OnceLock::new();
+    const SUMS: &str = include_str!("matmul_tn_sums.wgsl");
+    match variant {
+        MatmulVariant::Tiled | MatmulVariant::SplitK => TILED_KERNEL.get_or_init(|| {
+            let core = select(TILED, TILED_TAGS, &TILED_F32);
+            Kernel {
+                name: "matmul_backward_dweight_bias",
+                source: leak(format!(
+                    "{}{SUMS}{core}",
+                    prelude(Layout::Dweight, Views::None)
+                )),
+                entry: "main",
+                unchecked: UNCHECKED,
+            }
+        }),
+        MatmulVariant::Coop2 { .. } => COOP2_KERNEL.get_or_init(|| {
+            let sums = SUMS.replace("@binding(4)", "@binding(6)");
+            assert_ne!(sums, SUMS, "matmul_tn_sums.wgsl binds its partials at 4");
+            Kernel {
+                name: "matmul_dweight_coop2_bias",
+                source: leak(format!(
+                    "{COOP_ENABLE}const A_SCALE: f32 = {GRAD_SCALE:.1};\n{}{sums}{}",
+                    prelude(Layout::Dweight, Views::F32),
+                    select(COOP, COOP_TAGS, &["C2"])
+                )),
+                entry: "main",
+                unchecked: UNCHECKED,
+            }
+        }),
+        _ => panic!("{} sums no dbias beside dweight", variant.name()),
+    }
+}
+
+/// Whether [`dweight_bias`]'s kernel of `variant` reads the operands' vec4 views.
+pub(super) fn dweight_bias_reads_views(variant: MatmulVariant) -> bool {
+    matches!(variant, MatmulVariant::Coop2 { .. })
 }
 
 /// `matmul_reduce.wgsl` with the fusions' helpers (its fused sum applies epilogues).
@@ -436,7 +477,11 @@ pub(super) fn catalog() -> Vec<Kernel> {
             with_flags(k, &with(&[GELU_GRAD]));
         }
     }
-    with_flags(dweight_bias(), &subsets(&[GELU_INP]));
+    with_flags(dweight_bias(MatmulVariant::Tiled), &subsets(&[GELU_INP]));
+    with_flags(
+        dweight_bias(MatmulVariant::Coop2 { split: false }),
+        &subsets(&[GELU_INP, WHOLE_TILES]),
+    );
     let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);
     reduce.push(GELU_GRAD);
     with_flags(&SUM_SPLITS_FUSED, &reduce);

@@ -299,9 +299,13 @@ impl MatmulVariant {
     }
 
     /// Whether this variant's dweight core also sums dout's columns, giving dbias
-    /// (`source::dweight_bias`, matmul_tn_sums.wgsl): `Tiled`'s (and `SplitK`'s).
+    /// (`source::dweight_bias`, matmul_tn_sums.wgsl): `Tiled`'s (and `SplitK`'s),
+    /// and the tensor-core `Coop2`'s, which the f16 step's dweights run.
     pub(super) fn sums_bias(self) -> bool {
-        matches!(self, MatmulVariant::Tiled | MatmulVariant::SplitK)
+        matches!(
+            self,
+            MatmulVariant::Tiled | MatmulVariant::SplitK | MatmulVariant::Coop2 { .. }
+        )
     }
 
     /// Whether this is one of the CPU adapters' cores.
