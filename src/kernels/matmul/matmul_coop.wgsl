@@ -78,7 +78,7 @@ var<workgroup> Cs: array<f32, 2048>;
 
 // Stores the 4 floats thread t loaded for k offsets k8 .. k8 + 8 of buffer buf.
 fn put_a(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
-    let h = vec4<f16>(v * A_SCALE);
+    let h = vec4<f16>(prologue_a(v) * A_SCALE);
 #C2     var at: u32;
     if (A_ALONG_K) {
         // Row t / 2, k offsets (t % 2) * 4 .. + 4.
@@ -99,7 +99,7 @@ fn put_a(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 }
 
 fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
-    let h = vec4<f16>(v);
+    let h = vec4<f16>(prologue_b(v));
 #C2     var at: u32;
     if (B_ALONG_K) {
         // Column t / 2, k offsets (t % 2) * 4 .. + 4.

@@ -88,13 +88,13 @@ fn slot(along_k: bool, buf: u32, k8: u32, u: u32) -> u32 {
 }
 
 fn put_a(buf: u32, k8: u32, u: u32, v: vec4<f32>) {
-    let h = vec4<f16>(v * A_SCALE);
+    let h = vec4<f16>(prologue_a(v) * A_SCALE);
     let at = slot(A_ALONG_K, buf, k8, u);
     As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
 }
 
 fn put_b(buf: u32, k8: u32, u: u32, v: vec4<f32>) {
-    let h = vec4<f16>(v);
+    let h = vec4<f16>(prologue_b(v));
     let at = slot(B_ALONG_K, buf, k8, u);
     Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
 }

@@ -68,6 +68,10 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
 
 const B_ALONG_K: bool = false;
 
+// What the cores apply to a load as they store it (see matmul_nt.wgsl): nothing here.
+fn prologue_a(v: vec4<f32>) -> vec4<f32> { return v; }
+fn prologue_b(v: BVec) -> BVec { return v; }
+
 #VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> BVec {
 #VEC4     return weight4[((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) / 4u];
 #VEC4 }

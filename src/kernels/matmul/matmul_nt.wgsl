@@ -37,10 +37,17 @@ fn load_a(m0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
         if (k + 2u < k_end) { v.z = inp[base + 2u]; }
         if (k + 3u < k_end) { v.w = inp[base + 3u]; }
     }
-    // Padding stays 0: gelu(0) = 0.
+    return v;
+}
+
+// What the cores apply to a load as they store it, after the step's math (applied as
+// the loads were issued, it made each thread wait for them before the math): GELU
+// on A with FUSE_GELU_INP. Padding stays 0: gelu(0) = 0.
+fn prologue_a(v: vec4<f32>) -> vec4<f32> {
     if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
     return v;
 }
+fn prologue_b(v: BVec) -> BVec { return v; }
 
 // Both operands are read along k (rows of A, rows of `weight`).
 const A_ALONG_K: bool = true;
@@ -53,9 +60,7 @@ fn write_a_sums(z: u32, j: u32, v: vec4<f32>) {}
 // (the 128 x 8 tile inside m, n and the split; m, n, k and k0 multiples of 4, so the
 // 4 floats are one vec4).
 #VEC4 fn load_a_fast(m0: u32, k0: u32, t: u32) -> vec4<f32> {
-#VEC4     let v = inp4[((m0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) / 4u];
-#VEC4     if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
-#VEC4     return v;
+#VEC4     return inp4[((m0 + t / 2u) * p.k + k0 + (t % 2u) * 4u) / 4u];
 #VEC4 }
 
 fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {

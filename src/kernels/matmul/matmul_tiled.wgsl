@@ -74,13 +74,15 @@ fn put_cols_b(buf: u32, t: u32, v: vec4<{F32:f32}{F16:f16}>) {
 
 // Where a prelude's loads go: its layout constants pick the store (constant-folded).
 // In f16, A is scaled by A_SCALE (a power of two) before the rounding, B not.
-fn put_a(buf: u32, t: u32, v: vec4<f32>) {
+fn put_a(buf: u32, t: u32, loaded: vec4<f32>) {
+    let v = prologue_a(loaded);
 #F16     let h = vec4<f16>(v * A_SCALE);
     if (A_ALONG_K) { put_rows_a(buf, t, {F32:v}{F16:h}); } else { put_cols_a(buf, t, {F32:v}{F16:h}); }
 }
 
 // B's loads are BVec: vec4<f16> where the F16 core reads an f16 copy of the weights.
-fn put_b(buf: u32, t: u32, v: BVec) {
+fn put_b(buf: u32, t: u32, loaded: BVec) {
+    let v = prologue_b(loaded);
 #F16     let h = vec4<f16>(v);
     if (B_ALONG_K) { put_rows_b(buf, t, {F32:v}{F16:h}); } else { put_cols_b(buf, t, {F32:v}{F16:h}); }
 }

@@ -1,7 +1,7 @@
 // dweight = doutᵀ · inp, Aᵀ·B: dweight[j, i] = sum_r dout[r, j] * inp[r, i], split
 // over r: split z sums rows z*k_chunk .. and writes its own slice of `part`
 // ([splits, n, k]); matmul_reduce.wgsl adds the slices in a fixed order.
-// With FUSE_GELU_INP, inp goes through GELU as it is loaded (as in the forward).
+// With FUSE_GELU_INP, inp goes through GELU as it is stored (as in the forward).
 // GEMM m = n (dweight's rows), n = k, k = rows.
 struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, threshold: u32, scale: f32 }
 
@@ -56,18 +56,23 @@ fn load_b(n0: u32, k0: u32, k_end: u32, t: u32) -> vec4<f32> {
         if (i + 2u < p.n) { v.z = inp[base + 2u]; }
         if (i + 3u < p.n) { v.w = inp[base + 3u]; }
     }
-    // Padding stays 0: gelu(0) = 0.
-    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
     return v;
 }
 
 const B_ALONG_K: bool = false;
 
+// What the cores apply to a load as they store it, after the step's math (see
+// matmul_nt.wgsl): GELU on B with FUSE_GELU_INP (BVec is vec4<f32> here). Padding
+// stays 0: gelu(0) = 0.
+fn prologue_a(v: vec4<f32>) -> vec4<f32> { return v; }
+fn prologue_b(v: BVec) -> BVec {
+    if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
+    return v;
+}
+
 #VEC4 // B is an activation: BVec is vec4<f32> here.
 #VEC4 fn load_b_fast(n0: u32, k0: u32, t: u32) -> BVec {
-#VEC4     let v = inp4[((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) / 4u];
-#VEC4     if (fused(p.flags, FUSE_GELU_INP)) { return gelu4(v); }
-#VEC4     return v;
+#VEC4     return inp4[((k0 + t / 32u) * p.n + n0 + (t % 32u) * 4u) / 4u];
 #VEC4 }
 
 // A(m, k) and B(k, n), unguarded: for matmul_cpu.wgsl, which clamps its indices.
