@@ -187,46 +187,36 @@ pub(super) fn forward(
     // Bindings a launch does not use still need a buffer; the shader never reads it.
     let bias_or_any = bias.unwrap_or(inp.into());
     let resid_or_any = fusion.residual.unwrap_or(inp);
-    if splits == 1 {
-        let params = GemmParams {
-            seed,
-            threshold,
-            scale,
-            ..GemmParams::new(rows, n, k, chunk, prologue | epilogue)
-        };
-        let bound = [
-            inp.into(),
-            weight,
-            bias_or_any,
-            (&out).into(),
-            resid_or_any.into(),
-        ];
-        dispatch_gemm(
-            ctx,
-            (variant, kernel, true),
-            b_view,
-            params,
-            (&bound, &[]),
-            groups,
-        );
-    } else {
-        let params = GemmParams::new(rows, n, k, chunk, prologue);
-        let part = ctx.create_pooled(splits * rows * n * 4);
-        let bound = [
-            inp.into(),
-            weight,
-            bias_or_any,
-            (&part).into(),
-            resid_or_any.into(),
-        ];
-        dispatch_gemm(
-            ctx,
-            (variant, kernel, true),
-            b_view,
-            params,
-            (&bound, &[]),
-            groups,
-        );
+    // Split, the GEMM writes each split's partials and the epilogue runs on their sum.
+    let part = (splits > 1).then(|| ctx.create_pooled(splits * rows * n * 4));
+    let (params, dest) = match &part {
+        None => (
+            GemmParams {
+                seed,
+                threshold,
+                scale,
+                ..GemmParams::new(rows, n, k, chunk, prologue | epilogue)
+            },
+            &out,
+        ),
+        Some(part) => (GemmParams::new(rows, n, k, chunk, prologue), part),
+    };
+    let bound = [
+        inp.into(),
+        weight,
+        bias_or_any,
+        dest.into(),
+        resid_or_any.into(),
+    ];
+    dispatch_gemm(
+        ctx,
+        (variant, kernel, true),
+        b_view,
+        params,
+        (&bound, &[]),
+        groups,
+    );
+    if let Some(part) = part {
         let reduce = ReduceParams {
             row_chunk: u32_of(n, "n"),
             seed,
