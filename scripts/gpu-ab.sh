@@ -11,7 +11,8 @@
 # --local: here, on lavapipe, with the tiny preset and GPU_DIR's builds (a dry run of the
 # script). Writes $OUT (default target/bench/ab): ab.jsonl (every JSON line of the runs,
 # each led by "build" and "round"), ab.md (the step's median ms a build and round and
-# their means; the kernels side by side), tests-NAME.txt, ab.log.
+# their means; each build's loss after the last step, flagged where a candidate's differs
+# from this build's; the kernels side by side), tests-NAME.txt, ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,12 +34,16 @@ jsonl=$out/ab.jsonl
 : > "$log"
 : > "$jsonl"
 
-# Binaries travel xz-packed (the machine has no xz; python's lzma unpacks them).
+# Binaries travel xz-packed (the machine has no xz; python's lzma unpacks them). Here
+# (--local) they go again at the end: unpacked, .gpu outgrows the 64 MiB a call carries.
+packed=()
 for f in "$G"/tidepool.bin.xz "$G"/candidates/*/*.bin.xz; do
   [ -f "$f" ] || continue
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$f" "${f%.bin.xz}"
   chmod +x "${f%.bin.xz}"
+  packed+=("${f%.bin.xz}")
 done
+[ "$local_run" = 1 ] && trap 'rm -f "${packed[@]}"' EXIT
 
 if [ "$local_run" = 1 ]; then
   export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp/tidepool-xdg}
@@ -91,6 +96,7 @@ python3 - "$jsonl" "${names[@]}" > "$out/ab.md" <<'EOF'
 import collections, json, sys
 path, names = sys.argv[1], sys.argv[2:]
 steps = collections.defaultdict(dict)   # preset -> (build, round) -> ms
+losses = collections.defaultdict(lambda: collections.defaultdict(set))  # preset -> build -> losses
 kernels = collections.defaultdict(dict)  # (preset, kernel) -> build -> ms
 tests = {}
 for line in open(path):
@@ -99,6 +105,8 @@ for line in open(path):
         tests[d["build"]] = "passed" if d["exit"] == 0 else f"FAILED (exit {d['exit']})"
     elif "median_ms" in d:
         steps[d["preset"]][(d["build"], d["round"])] = d["median_ms"]
+        if "final_loss" in d:
+            losses[d["preset"]][d["build"]].add(d["final_loss"])
     elif "kernel" in d and "ms_per_step" in d:
         kernels[(d["preset"], d["kernel"])][d["build"]] = d["ms_per_step"]
 out = ["Median ms a step, each round, and the mean:\n",
@@ -108,6 +116,18 @@ for preset, runs in steps.items():
     for b in names:
         ms = [v for (bb, _), v in sorted(runs.items()) if bb == b]
         cells.append(", ".join(f"{v:.2f}" for v in ms) + (f" (mean {sum(ms) / len(ms):.2f})" if ms else ""))
+    out.append(f"| {preset} | " + " | ".join(cells) + " |")
+# The same seed every run: a change that keeps every sum in its order keeps the loss
+# bit for bit, so a candidate's loss that differs from this build's says its numbers
+# moved (expected where it reorders sums; a defect where it should not).
+out += ["", "Loss after the last step, every round (the same seed in each):\n",
+        "| preset | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
+for preset, by in losses.items():
+    base = by.get(names[0], set())
+    cells = []
+    for b in names:
+        vals = ", ".join(f"{v:.7g}" for v in sorted(by.get(b, ())))
+        cells.append(vals + (" (differs from this)" if b != names[0] and by.get(b) != base else ""))
     out.append(f"| {preset} | " + " | ".join(cells) + " |")
 out += ["", "GPU ms a step by kernel (`bench kernels`; `all` is the sum):\n",
         "| preset | kernel | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
