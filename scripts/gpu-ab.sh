@@ -3,8 +3,8 @@
 # builds scripts/gpu-pack.sh packed (this one in .gpu/, each `--candidate NAME=COMMIT`
 # in .gpu/candidates/NAME/) take turns at the step, f32 and f16, ROUNDS times, so that
 # the GPU's drift over the call falls on all of them alike; then each build's kernels
-# (`bench kernels`), and each candidate's f16 GEMM tests where it brought them (the
-# tensor-core cores run only there).
+# (`bench kernels`), and each candidate's GPU tests where it brought them (the f16
+# GEMMs, whose tensor-core cores run only there, and the ops against their references).
 #
 #   bash scripts/gpu-ab.sh [--local]
 #
@@ -12,7 +12,7 @@
 # script). Writes $OUT (default target/bench/ab): ab.jsonl (every JSON line of the runs,
 # each led by "build" and "round"), ab.md (the step's median ms a build and round and
 # their means; each build's loss after the last step, flagged where a candidate's differs
-# from this build's; the kernels side by side), tests-NAME.txt, ab.log.
+# from this build's; the kernels side by side), tests-NAME-TEST.txt, ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,11 +85,14 @@ for i in "${!names[@]}"; do
     --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
 done
 for i in "${!names[@]}"; do
-  t=${dirs[$i]}/matmul_f16
-  [ "${names[$i]}" != this ] && [ -x "$t" ] || continue
-  echo "gpu-ab: f16 GEMM tests, ${names[$i]}" >&2
-  timeout "${RUN_SECONDS:-120}" "$t" --test-threads 1 > "$out/tests-${names[$i]}.txt" 2>&1
-  echo "{\"build\":\"${names[$i]}\",\"tests\":\"matmul_f16\",\"exit\":$?}" >> "$jsonl"
+  [ "${names[$i]}" != this ] || continue
+  for test in matmul_f16 ops; do
+    t=${dirs[$i]}/$test
+    [ -x "$t" ] || continue
+    echo "gpu-ab: $test tests, ${names[$i]}" >&2
+    timeout "${RUN_SECONDS:-120}" "$t" --test-threads 1 > "$out/tests-${names[$i]}-$test.txt" 2>&1
+    echo "{\"build\":\"${names[$i]}\",\"tests\":\"$test\",\"exit\":$?}" >> "$jsonl"
+  done
 done
 
 python3 - "$jsonl" "${names[@]}" > "$out/ab.md" <<'EOF'
@@ -102,7 +105,7 @@ tests = {}
 for line in open(path):
     d = json.loads(line)
     if "tests" in d:
-        tests[d["build"]] = "passed" if d["exit"] == 0 else f"FAILED (exit {d['exit']})"
+        tests[(d["build"], d["tests"])] = "passed" if d["exit"] == 0 else f"FAILED (exit {d['exit']})"
     elif "median_ms" in d:
         steps[d["preset"]][(d["build"], d["round"])] = d["median_ms"]
         if "final_loss" in d:
@@ -134,7 +137,7 @@ out += ["", "GPU ms a step by kernel (`bench kernels`; `all` is the sum):\n",
 for (preset, kernel), by in sorted(kernels.items(), key=lambda kv: (kv[0][0], -max(kv[1].values()))):
     out.append(f"| {preset} | {kernel} | " + " | ".join(f"{by[b]:.3f}" if b in by else "" for b in names) + " |")
 if tests:
-    out += ["", "f16 GEMM tests: " + ", ".join(f"{b} {r}" for b, r in tests.items())]
+    out += ["", "GPU tests: " + ", ".join(f"{b} {t} {r}" for (b, t), r in tests.items())]
 print("\n".join(out))
 EOF
 echo "gpu-ab: $out (ab.md, ab.jsonl, ab.log)" >&2

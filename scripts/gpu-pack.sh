@@ -8,9 +8,13 @@
 #   - with --against COMMIT|DIR, an earlier build in .gpu/against: built here from a
 #     commit, or copied from a folder that holds `tidepool` and `pkg/` (and, where it has
 #     them, `matmul_bench` and its own bench-dawn.mjs / readback.mjs);
-#   - with --candidate NAME=COMMIT (repeatable), that commit's `tidepool` and f16 GEMM
-#     tests (`matmul_f16`) in .gpu/candidates/NAME, for scripts/gpu-ab.sh: candidates
+#   - with --candidate NAME=COMMIT (repeatable), that commit's `tidepool` and GPU test
+#     binaries (CANDIDATE_TESTS, default `matmul_f16 ops`: the f16 GEMMs and every op
+#     against its reference) in .gpu/candidates/NAME, for scripts/gpu-ab.sh: candidates
 #     of one change taking turns with this build in one call;
+#   - with --no-browser, none of the browser's part (Node.js, Dawn, the wasm package):
+#     what scripts/gpu-ab.sh and the native suites need, in 25 MiB less, which leaves
+#     room for more candidates in one call;
 #   - with --chromium, Debian's Chromium in parts of 50 MiB (.chr/part-*) for a page on
 #     the GPU (gpu-run.sh browser-vs-native): a call carries at most 64 MiB, so earlier
 #     calls each carry one part and leave it in /tmp/chr-parts on the warm machine
@@ -18,7 +22,8 @@
 #     after the one before (the machine goes back when idle); the last part fits
 #     beside .gpu. Parts of the same Chromium are kept from one pack to the next.
 #
-#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--candidate NAME=COMMIT]... [--chromium]
+#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--candidate NAME=COMMIT]... [--no-browser]
+#                       [--chromium]
 #
 # Binaries travel xz-packed (gpu-run.sh unpacks them); the whole folder must stay under
 # the 64 MiB a call carries, with the repository's own files.
@@ -27,7 +32,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 export PATH="$HOME/.cargo/bin:$PWD/node_modules/.bin:$PATH"
 
-against="" chromium=0 candidates=()
+against="" chromium=0 browser=1 candidates=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --against) against=${2:?--against needs a commit or a folder}; shift ;;
@@ -35,10 +40,12 @@ while [ $# -gt 0 ]; do
     --candidate) candidates+=("${2:?--candidate needs NAME=COMMIT}"); shift ;;
     --candidate=*) candidates+=("${1#--candidate=}") ;;
     --chromium) chromium=1 ;;
-    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --candidate NAME=COMMIT, --chromium)" >&2; exit 2 ;;
+    --no-browser) browser=0 ;;
+    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --candidate NAME=COMMIT, --no-browser, --chromium)" >&2; exit 2 ;;
   esac
   shift
 done
+[ "$browser" = 1 ] || [ "$chromium" = 0 ] || { echo "gpu-pack: --chromium runs the page: it needs the browser's part (drop --no-browser)" >&2; exit 2; }
 for c in "${candidates[@]}"; do
   name=${c%%=*}
   [[ "$c" == *=* && "$name" =~ ^[A-Za-z0-9_-]+$ ]] \
@@ -57,7 +64,12 @@ done
 
 G=.gpu
 mkdir -p "$G"
-OUT_DIR=$G bash "$shared/gpu/pack.sh" --dawn
+if [ "$browser" = 1 ]; then
+  OUT_DIR=$G bash "$shared/gpu/pack.sh" --dawn
+else
+  OUT_DIR=$G bash "$shared/gpu/pack.sh"
+  rm -rf "$G/node.xz" "$G/dawn" "$G/pkg"
+fi
 
 # `--features bench` where the build has that feature (an earlier commit may not).
 bench_features() { grep -q '^bench *=' "$1/Cargo.toml" && echo --features=bench || true; }
@@ -99,13 +111,15 @@ for t in ${GPU_TESTS:-ops op_parity gpu matmul_f16 optimizer}; do
   [ -f "tests/$t.rs" ] || [ -f "tests/$t/main.rs" ] || continue
   pack_binary "$(executable "$t" test --release --no-run --test "$t" $features)" "$G/tests/$t"
 done
-# Always rebuilt (it is incremental): a stale package would measure an older build.
-rm -rf "$G/pkg"
-wasm-pack build --release --target web --no-pack --out-dir "$G/pkg" -- $features
-cp scripts/bench-dawn.mjs scripts/readback.mjs scripts/soak-dawn.mjs scripts/soak-loop.mjs \
-  scripts/soak-options.mjs "$G/dawn/"
-dawn_node=$G/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
-[ -f "$dawn_node" ] && xz -6 -T2 -c "$dawn_node" > "$dawn_node.bin.xz" && rm "$dawn_node"
+if [ "$browser" = 1 ]; then
+  # Always rebuilt (it is incremental): a stale package would measure an older build.
+  rm -rf "$G/pkg"
+  wasm-pack build --release --target web --no-pack --out-dir "$G/pkg" -- $features
+  cp scripts/bench-dawn.mjs scripts/readback.mjs scripts/soak-dawn.mjs scripts/soak-loop.mjs \
+    scripts/soak-options.mjs "$G/dawn/"
+  dawn_node=$G/dawn/node_modules/webgpu/dist/linux-x64/dawn.node
+  [ -f "$dawn_node" ] && xz -6 -T2 -c "$dawn_node" > "$dawn_node.bin.xz" && rm "$dawn_node"
+fi
 echo "$(git describe --always --dirty) built $(date -u +%FT%TZ)" > "$G/BUILD"
 
 rm -rf "$G/against"
@@ -130,25 +144,26 @@ if [ -n "$against" ]; then
       m=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable matmul_bench build --release --example matmul_bench $f)
     fi
     [ -n "$m" ] && pack_binary "$m" "$G/against/matmul_bench"
-    (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against wasm-pack build --release --target web --no-pack \
-      --out-dir "$repo/$G/against/pkg" -- $f)
+    [ "$browser" = 0 ] || (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against wasm-pack build --release \
+      --target web --no-pack --out-dir "$repo/$G/against/pkg" -- $f)
     cp "$tree"/scripts/bench-dawn.mjs "$tree"/scripts/readback.mjs "$G/against/" 2>/dev/null || true
     echo "$commit" > "$G/against/BUILD"
     rm -rf "$tree"
   fi
 fi
 
-# Candidates: each commit built as --against's is, its tidepool and f16 GEMM tests packed.
+# Candidates: each commit built as --against's is, its tidepool and GPU tests packed.
 rm -rf "$G/candidates"
 for c in "${candidates[@]}"; do
   name=${c%%=*} commit=$(git rev-parse --verify "${c#*=}^{commit}")
   mkdir -p "$G/candidates/$name"
   build_commit "$commit"
   pack_binary "$repo/target/against/release/tidepool" "$G/candidates/$name/tidepool"
-  if [ -f "$tree/tests/matmul_f16.rs" ]; then
-    t=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable matmul_f16 test --release --no-run --test matmul_f16 $f)
-    [ -n "$t" ] && pack_binary "$t" "$G/candidates/$name/matmul_f16"
-  fi
+  for t in ${CANDIDATE_TESTS:-matmul_f16 ops}; do
+    [ -f "$tree/tests/$t.rs" ] || [ -f "$tree/tests/$t/main.rs" ] || continue
+    x=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable "$t" test --release --no-run --test "$t" $f)
+    [ -n "$x" ] && pack_binary "$x" "$G/candidates/$name/$t"
+  done
   echo "$commit $(git log -1 --format=%s "$commit")" > "$G/candidates/$name/BUILD"
   rm -rf "$tree"
 done

@@ -107,6 +107,13 @@ G=${GPU_DIR:-.gpu}
   echo "gpu-run: $G/ holds no tidepool build: run scripts/gpu-pack.sh first" >&2
   exit 2
 }
+# The suites that run the wasm build (through Dawn or a page) need the browser's part,
+# which `gpu-pack.sh --no-browser` leaves out.
+for s in "${suites[@]}"; do
+  case " browser-vs-native memory soak pool host-profile headline " in
+    *" $s "*) [ -d "$G/pkg" ] || { echo "gpu-run: $s runs the wasm build, which $G/ lacks: pack without --no-browser" >&2; exit 2; } ;;
+  esac
+done
 out=${OUT:-target/bench/$(IFS=+; echo "${suites[*]}")}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
