@@ -2,9 +2,10 @@
 # Candidates of one change against this build, in one call on the GPU machine: the
 # builds scripts/gpu-pack.sh packed (this one in .gpu/, each `--candidate NAME=COMMIT`
 # in .gpu/candidates/NAME/) take turns at the step, f32 and f16, ROUNDS times, so that
-# the GPU's drift over the call falls on all of them alike; then each build's kernels
-# (`bench kernels`), and each candidate's GPU tests where it brought them (the f16
-# GEMMs, whose tensor-core cores run only there, and the ops against their references).
+# the GPU's drift over the call falls on all of them alike; then each candidate's GPU
+# tests where it brought them (the f16 GEMMs, whose tensor-core cores run only there, and
+# the ops against their references), then each build's kernels (`bench kernels`). Parts
+# that would start past BUDGET_SECONDS (540) are skipped and named in ab.md.
 #
 #   bash scripts/gpu-ab.sh [--local]
 #
@@ -12,7 +13,8 @@
 # script). Writes $OUT (default target/bench/ab): ab.jsonl (every JSON line of the runs,
 # each led by "build" and "round"), ab.md (the step's median ms a build and round and
 # their means; each build's loss after the last step, flagged where a candidate's differs
-# from this build's; the kernels side by side), tests-NAME-TEST.txt, ab.log.
+# from this build's; the tests' results; the kernels side by side; what was skipped),
+# tests-NAME-TEST.txt, ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +22,7 @@ local_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --local) local_run=1 ;;
-    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-ab: unknown argument $1 (--local)" >&2; exit 2 ;;
   esac
   shift
@@ -72,27 +74,43 @@ tagged() {
     | sed -n "s/^{/{\"build\":\"$build\",\"round\":$round,/p" >> "$jsonl"
 }
 
+# Past BUDGET_SECONDS a part is skipped (and named in ab.md), so that a call with many
+# candidates still ends, with ab.md written, inside its time limit.
+budget=${BUDGET_SECONDS:-540}
+# within PART: whether there is time left for PART, and a note of it where there is not.
+within() {
+  [ "$SECONDS" -lt "$budget" ] && return 0
+  echo "gpu-ab: past BUDGET_SECONDS=$budget, skipping $1" >&2
+  echo "{\"skipped\":\"$1\",\"budget_seconds\":$budget}" >> "$jsonl"
+  return 1
+}
+
 for ((r = 1; r <= rounds; r++)); do
+  within "round $r" || break
   for i in "${!names[@]}"; do
     echo "gpu-ab: round $r of $rounds, ${names[$i]}" >&2
     tagged "${names[$i]}" "$r" "${dirs[$i]}/tidepool" bench step --presets "$preset" --precision f32,f16 \
       --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
   done
 done
-for i in "${!names[@]}"; do
-  echo "gpu-ab: kernels, ${names[$i]}" >&2
-  tagged "${names[$i]}" 0 "${dirs[$i]}/tidepool" bench kernels --presets "$preset" --precision f32,f16 \
-    --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
-done
+# The candidates' tests before the kernels: a candidate that fails them is not a
+# candidate, whatever its kernels take.
 for i in "${!names[@]}"; do
   [ "${names[$i]}" != this ] || continue
   for test in matmul_f16 ops; do
     t=${dirs[$i]}/$test
     [ -x "$t" ] || continue
+    within "${names[$i]}'s $test tests" || continue
     echo "gpu-ab: $test tests, ${names[$i]}" >&2
     timeout "${RUN_SECONDS:-120}" "$t" --test-threads 1 > "$out/tests-${names[$i]}-$test.txt" 2>&1
     echo "{\"build\":\"${names[$i]}\",\"tests\":\"$test\",\"exit\":$?}" >> "$jsonl"
   done
+done
+for i in "${!names[@]}"; do
+  within "${names[$i]}'s kernels" || continue
+  echo "gpu-ab: kernels, ${names[$i]}" >&2
+  tagged "${names[$i]}" 0 "${dirs[$i]}/tidepool" bench kernels --presets "$preset" --precision f32,f16 \
+    --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
 done
 
 python3 - "$jsonl" "${names[@]}" > "$out/ab.md" <<'EOF'
@@ -102,9 +120,12 @@ steps = collections.defaultdict(dict)   # preset -> (build, round) -> ms
 losses = collections.defaultdict(lambda: collections.defaultdict(set))  # preset -> build -> losses
 kernels = collections.defaultdict(dict)  # (preset, kernel) -> build -> ms
 tests = {}
+skipped = []
 for line in open(path):
     d = json.loads(line)
-    if "tests" in d:
+    if "skipped" in d:
+        skipped.append(d["skipped"])
+    elif "tests" in d:
         tests[(d["build"], d["tests"])] = "passed" if d["exit"] == 0 else f"FAILED (exit {d['exit']})"
     elif "median_ms" in d:
         steps[d["preset"]][(d["build"], d["round"])] = d["median_ms"]
@@ -132,12 +153,15 @@ for preset, by in losses.items():
         vals = ", ".join(f"{v:.7g}" for v in sorted(by.get(b, ())))
         cells.append(vals + (" (differs from this)" if b != names[0] and by.get(b) != base else ""))
     out.append(f"| {preset} | " + " | ".join(cells) + " |")
-out += ["", "GPU ms a step by kernel (`bench kernels`; `all` is the sum):\n",
-        "| preset | kernel | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
+if kernels:
+    out += ["", "GPU ms a step by kernel (`bench kernels`; `all` is the sum):\n",
+            "| preset | kernel | " + " | ".join(names) + " |", "| --- | --- |" + " ---: |" * len(names)]
 for (preset, kernel), by in sorted(kernels.items(), key=lambda kv: (kv[0][0], -max(kv[1].values()))):
     out.append(f"| {preset} | {kernel} | " + " | ".join(f"{by[b]:.3f}" if b in by else "" for b in names) + " |")
 if tests:
     out += ["", "GPU tests: " + ", ".join(f"{b} {t} {r}" for (b, t), r in tests.items())]
+if skipped:
+    out += ["", "Skipped past BUDGET_SECONDS: " + ", ".join(skipped)]
 print("\n".join(out))
 EOF
 echo "gpu-ab: $out (ab.md, ab.jsonl, ab.log)" >&2
