@@ -13,6 +13,9 @@
 //!   operand before the step's products, as four loads of a float each (`floats`) or
 //!   one vec4 (`vec4s`), or the same 32 halves stored as f16 in two loads of 16 bytes
 //!   (`f16 operands`: what storing the operands in f16 would give);
+//! - `vec4<f16> tiles`: the stash and its `+loads (vec4s)` with the tiles declared as
+//!   vec4<f16>, each thread's 4 halves one store (the fragments loaded from the
+//!   vectors), against 4 stores of a half;
 //! - each at 256 threads a workgroup (`coop2`'s) and at 128 (more workgroups an SM
 //!   where registers are what limits them).
 //!
@@ -62,8 +65,16 @@ enable wgpu_cooperative_matrix;
 const LD: u32 = 40u;
 const BUF: u32 = 5120u;
 const K: u32 = 384u;
-var<workgroup> As: array<f16, 10240>;
-var<workgroup> Bs: array<f16, 10240>;
+// The tiles as halves, or (P) as vec4<f16>, `coop2`'s, stored 4 halves at once; tile()
+// and LDT give offsets and strides in the tiles' own elements.
+#Q var<workgroup> As: array<f16, 10240>;
+#Q var<workgroup> Bs: array<f16, 10240>;
+#Q fn tile(h: u32) -> u32 { return h; }
+#Q const LDT: u32 = LD;
+#P var<workgroup> As: array<vec4<f16>, 2560>;
+#P var<workgroup> Bs: array<vec4<f16>, 2560>;
+#P fn tile(h: u32) -> u32 { return h / 4u; }
+#P const LDT: u32 = LD / 4u;
 
 // 4 floats of row `row`, k offsets k .. + 4 of a 16384 x K operand.
 fn fetch4(row: u32, k: u32) -> vec4<f32> {
@@ -86,8 +97,10 @@ fn main(
 ) {
     // Something real in workgroup memory.
     for (var i = t; i < 10240u; i += WG) {
-        As[i] = f16(src[i % 4096u]);
-        Bs[i] = f16(src4[i % 1024u].y) + f16(f32(src8[i % 512u].x & 1u));
+#Q        As[i] = f16(src[i % 4096u]);
+#Q        Bs[i] = f16(src4[i % 1024u].y) + f16(f32(src8[i % 512u].x & 1u));
+#P        As[i / 4u][i % 4u] = f16(src[i % 4096u]);
+#P        Bs[i / 4u][i % 4u] = f16(src4[i % 1024u].y) + f16(f32(src8[i % 512u].x & 1u));
     }
     workgroupBarrier();
     let sm = (s % 4u) * 32u;
@@ -100,12 +113,12 @@ fn main(
     var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
-    var a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[sm * LD], LD);
-    var a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[(sm + 16u) * LD], LD);
-    var b0 = coopLoad<coop_mat16x16<f16, B>>(&Bs[sn * LD], LD);
-    var b1 = coopLoad<coop_mat16x16<f16, B>>(&Bs[(sn + 16u) * LD], LD);
-    var b2 = coopLoad<coop_mat16x16<f16, B>>(&Bs[(sn + 32u) * LD], LD);
-    var b3 = coopLoad<coop_mat16x16<f16, B>>(&Bs[(sn + 48u) * LD], LD);
+    var a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[tile(sm * LD)], LDT);
+    var a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[tile((sm + 16u) * LD)], LDT);
+    var b0 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile(sn * LD)], LDT);
+    var b1 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile((sn + 16u) * LD)], LDT);
+    var b2 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile((sn + 32u) * LD)], LDT);
+    var b3 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile((sn + 48u) * LD)], LDT);
     var x0 = vec4<f32>(0.0); var x1 = vec4<f32>(0.0); var x2 = vec4<f32>(0.0); var x3 = vec4<f32>(0.0);
     var y0 = vec4<f32>(0.0); var y1 = vec4<f32>(0.0); var y2 = vec4<f32>(0.0); var y3 = vec4<f32>(0.0);
     for (var st = 0u; st < STEPS; st++) {
@@ -122,12 +135,12 @@ fn main(
 #H        y0 = halves(hb0.x, hb0.y); y1 = halves(hb0.z, hb0.w); y2 = halves(hb1.x, hb1.y); y3 = halves(hb1.z, hb1.w);
         for (var h = 0u; h < 2u; h++) {
             let kk = h * 16u;
-#F            a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[cur * BUF + sm * LD + kk], LD);
-#F            a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[cur * BUF + (sm + 16u) * LD + kk], LD);
-#F            b0 = coopLoad<coop_mat16x16<f16, B>>(&Bs[cur * BUF + sn * LD + kk], LD);
-#F            b1 = coopLoad<coop_mat16x16<f16, B>>(&Bs[cur * BUF + (sn + 16u) * LD + kk], LD);
-#F            b2 = coopLoad<coop_mat16x16<f16, B>>(&Bs[cur * BUF + (sn + 32u) * LD + kk], LD);
-#F            b3 = coopLoad<coop_mat16x16<f16, B>>(&Bs[cur * BUF + (sn + 48u) * LD + kk], LD);
+#F            a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[tile(cur * BUF + sm * LD + kk)], LDT);
+#F            a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[tile(cur * BUF + (sm + 16u) * LD + kk)], LDT);
+#F            b0 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile(cur * BUF + sn * LD + kk)], LDT);
+#F            b1 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile(cur * BUF + (sn + 16u) * LD + kk)], LDT);
+#F            b2 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile(cur * BUF + (sn + 32u) * LD + kk)], LDT);
+#F            b3 = coopLoad<coop_mat16x16<f16, B>>(&Bs[tile(cur * BUF + (sn + 48u) * LD + kk)], LDT);
             c00 = coopMultiplyAdd(a0, b0, c00); c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02); c03 = coopMultiplyAdd(a0, b3, c03);
             c10 = coopMultiplyAdd(a1, b0, c10); c11 = coopMultiplyAdd(a1, b1, c11);
@@ -140,8 +153,10 @@ fn main(
 #S        let ys = array(vec4<f16>(y0), vec4<f16>(y1), vec4<f16>(y2), vec4<f16>(y3));
 #S        for (var q = 0u; q < 4u; q++) {
 #S            let at = other + q * 8u;
-#S            As[at] = xs[q].x; As[at + 1u] = xs[q].y; As[at + 2u] = xs[q].z; As[at + 3u] = xs[q].w;
-#S            Bs[at] = ys[q].x; Bs[at + 1u] = ys[q].y; Bs[at + 2u] = ys[q].z; Bs[at + 3u] = ys[q].w;
+#U            As[at] = xs[q].x; As[at + 1u] = xs[q].y; As[at + 2u] = xs[q].z; As[at + 3u] = xs[q].w;
+#U            Bs[at] = ys[q].x; Bs[at + 1u] = ys[q].y; Bs[at + 2u] = ys[q].z; Bs[at + 3u] = ys[q].w;
+#P            As[at / 4u] = xs[q];
+#P            Bs[at / 4u] = ys[q];
 #S        }
 #S        workgroupBarrier();
     }
@@ -260,14 +275,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     /// A probe: its family, name, the tags of the parts it keeps (F fragment loads,
     /// D workgroup reads, S stash and barrier (f32: with R or C, its stores), L
     /// global loads, G as floats or V as vec4s; H loads of operands stored as f16, 16
-    /// bytes each) and threads a workgroup.
-    const PROBES: [(Family, &str, &str, u32); 18] = [
+    /// bytes each; P the tiles as vec4<f16>, each stash store 4 halves, where Q lines
+    /// (the tiles as halves) and U lines (their stash stores) go) and threads a
+    /// workgroup.
+    const PROBES: [(Family, &str, &str, u32); 20] = [
         (Family::Coop, "mma", "", 256),
         (Family::Coop, "mma+frag", "F", 256),
         (Family::Coop, "mma+frag+stash", "FS", 256),
         (Family::Coop, "+loads (floats)", "FSLG", 256),
         (Family::Coop, "+loads (vec4s)", "FSLV", 256),
         (Family::Coop, "+loads (f16 operands)", "FSH", 256),
+        (Family::Coop, "mma+frag+stash (vec4<f16> tiles)", "FSP", 256),
+        (Family::Coop, "+loads, vec4<f16> tiles", "FSLVP", 256),
         (Family::Coop, "mma", "", 128),
         (Family::Coop, "mma+frag", "F", 128),
         (Family::Coop, "mma+frag+stash", "FS", 128),
@@ -303,6 +322,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         for line in template.lines() {
             let kept = match line.strip_prefix('#').and_then(|l| l.chars().next()) {
                 Some('N') => !loads,
+                Some('Q') => !parts.contains('P'),
+                Some('U') => parts.contains('S') && !parts.contains('P'),
                 Some(tag) => parts.contains(tag),
                 None => true,
             };
