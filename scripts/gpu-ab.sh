@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Candidates of one change against this build, in one call on the GPU machine: the
-# builds scripts/gpu-pack.sh packed (this one in .gpu/, each `--candidate NAME=COMMIT`
+# builds scripts/gpu-pack.sh packed (this one in .gpu/, each `--candidate NAME=COMMIT[:TESTS]`
 # in .gpu/candidates/NAME/) take turns at the step, f32 and f16, ROUNDS times, so that
 # the GPU's drift over the call falls on all of them alike; then each candidate's GPU
 # tests where it brought them (the f16 GEMMs, whose tensor-core cores run only there, and

@@ -8,10 +8,11 @@
 #   - with --against COMMIT|DIR, an earlier build in .gpu/against: built here from a
 #     commit, or copied from a folder that holds `tidepool` and `pkg/` (and, where it has
 #     them, `matmul_bench` and its own bench-dawn.mjs / readback.mjs);
-#   - with --candidate NAME=COMMIT (repeatable), that commit's `tidepool` and GPU test
-#     binaries (CANDIDATE_TESTS, default `matmul_f16 ops`: the f16 GEMMs and every op
-#     against its reference) in .gpu/candidates/NAME, for scripts/gpu-ab.sh: candidates
-#     of one change taking turns with this build in one call;
+#   - with --candidate NAME=COMMIT[:TEST,...] (repeatable), that commit's `tidepool` and
+#     GPU test binaries (the TESTs named, else CANDIDATE_TESTS, default `matmul_f16 ops`:
+#     the f16 GEMMs and every op against its reference; a GEMM-only candidate needs
+#     only `matmul_f16`, 2 MiB less) in .gpu/candidates/NAME, for scripts/gpu-ab.sh:
+#     candidates of one change taking turns with this build in one call;
 #   - with --no-browser, none of the browser's part (Node.js, Dawn, the wasm package):
 #     what scripts/gpu-ab.sh and the native suites need, in 25 MiB less, which leaves
 #     room for more candidates in one call;
@@ -22,7 +23,8 @@
 #     after the one before (the machine goes back when idle); the last part fits
 #     beside .gpu. Parts of the same Chromium are kept from one pack to the next.
 #
-#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--candidate NAME=COMMIT]... [--no-browser]
+#   scripts/gpu-pack.sh [--against COMMIT|DIR] [--candidate NAME=COMMIT[:TEST,...]]...
+#                       [--no-browser]
 #                       [--chromium]
 #
 # Binaries travel xz-packed (gpu-run.sh unpacks them); the whole folder must stay under
@@ -46,12 +48,17 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ "$browser" = 1 ] || [ "$chromium" = 0 ] || { echo "gpu-pack: --chromium runs the page: it needs the browser's part (drop --no-browser)" >&2; exit 2; }
+# A commit cannot hold ':' (git check-ref-format), so NAME=COMMIT:TESTS splits cleanly.
 for c in "${candidates[@]}"; do
-  name=${c%%=*}
+  name=${c%%=*} rest=${c#*=}
   [[ "$c" == *=* && "$name" =~ ^[A-Za-z0-9_-]+$ ]] \
-    || { echo "gpu-pack: --candidate $c: give NAME=COMMIT, NAME of letters, digits, - and _" >&2; exit 2; }
-  git rev-parse --verify -q "${c#*=}^{commit}" > /dev/null \
-    || { echo "gpu-pack: --candidate $c: no commit ${c#*=}" >&2; exit 2; }
+    || { echo "gpu-pack: --candidate $c: give NAME=COMMIT[:TEST,...], NAME of letters, digits, - and _" >&2; exit 2; }
+  git rev-parse --verify -q "${rest%%:*}^{commit}" > /dev/null \
+    || { echo "gpu-pack: --candidate $c: no commit ${rest%%:*}" >&2; exit 2; }
+  if [[ "$rest" == *:* ]]; then
+    [[ "${rest#*:}" =~ ^[A-Za-z0-9_]+(,[A-Za-z0-9_]+)*$ ]] \
+      || { echo "gpu-pack: --candidate $c: name its tests as TEST,TEST (test targets in tests/)" >&2; exit 2; }
+  fi
 done
 
 # The shared GPU kit sits beside the checkout: ../shared from the main checkout and
@@ -155,12 +162,19 @@ fi
 # Candidates: each commit built as --against's is, its tidepool and GPU tests packed.
 rm -rf "$G/candidates"
 for c in "${candidates[@]}"; do
-  name=${c%%=*} commit=$(git rev-parse --verify "${c#*=}^{commit}")
+  name=${c%%=*} rest=${c#*=}
+  commit=$(git rev-parse --verify "${rest%%:*}^{commit}")
+  tests=${CANDIDATE_TESTS:-matmul_f16 ops} named=0
+  if [[ "$rest" == *:* ]]; then tests=${rest#*:} tests=${tests//,/ } named=1; fi
   mkdir -p "$G/candidates/$name"
   build_commit "$commit"
   pack_binary "$repo/target/against/release/tidepool" "$G/candidates/$name/tidepool"
-  for t in ${CANDIDATE_TESTS:-matmul_f16 ops}; do
-    [ -f "$tree/tests/$t.rs" ] || [ -f "$tree/tests/$t/main.rs" ] || continue
+  for t in $tests; do
+    # A default test an older commit lacks is left out; a named one must be there.
+    if [ ! -f "$tree/tests/$t.rs" ] && [ ! -f "$tree/tests/$t/main.rs" ]; then
+      [ "$named" = 0 ] && continue
+      echo "gpu-pack: --candidate $c: $commit has no test target $t" >&2; exit 2
+    fi
     x=$(cd "$tree" && CARGO_TARGET_DIR=$repo/target/against executable "$t" test --release --no-run --test "$t" $f)
     [ -n "$x" ] && pack_binary "$x" "$G/candidates/$name/$t"
   done
