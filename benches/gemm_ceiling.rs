@@ -285,7 +285,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         (Family::Coop, "+loads (floats)", "FSLG", 256),
         (Family::Coop, "+loads (vec4s)", "FSLV", 256),
         (Family::Coop, "+loads (f16 operands)", "FSH", 256),
-        (Family::Coop, "mma+frag+stash (vec4<f16> tiles)", "FSP", 256),
+        (Family::Coop, "stash, vec4<f16> tiles", "FSP", 256),
         (Family::Coop, "+loads, vec4<f16> tiles", "FSLVP", 256),
         (Family::Coop, "mma", "", 128),
         (Family::Coop, "mma+frag", "F", 128),

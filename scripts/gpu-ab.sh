@@ -4,8 +4,9 @@
 # in .gpu/candidates/NAME/) take turns at the step, f32 and f16, ROUNDS times, so that
 # the GPU's drift over the call falls on all of them alike; then each candidate's GPU
 # tests where it brought them (the f16 GEMMs, whose tensor-core cores run only there, and
-# the ops against their references), then each build's kernels (`bench kernels`). Parts
-# that would start past BUDGET_SECONDS (540) are skipped and named in ab.md.
+# the ops against their references), then each build's kernels (`bench kernels`), then
+# this build's GEMM loop probes (benches/gemm_ceiling.rs, where packed). Parts that would
+# start past BUDGET_SECONDS (540) are skipped and named in ab.md.
 #
 #   bash scripts/gpu-ab.sh [--local]
 #
@@ -13,7 +14,8 @@
 # script). Writes $OUT (default target/bench/ab): ab.jsonl (every JSON line of the runs,
 # each led by "build" and "round"), ab.md (the step's median ms a build and round and
 # their means; each build's loss after the last step, flagged where a candidate's differs
-# from this build's; the tests' results; the kernels side by side; what was skipped),
+# from this build's; the tests' results; the kernels side by side; the probes; what was
+# skipped),
 # tests-NAME-TEST.txt, ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +41,7 @@ jsonl=$out/ab.jsonl
 # Binaries travel xz-packed (the machine has no xz; python's lzma unpacks them). Here
 # (--local) they go again at the end: unpacked, .gpu outgrows the 64 MiB a call carries.
 packed=()
-for f in "$G"/tidepool.bin.xz "$G"/candidates/*/*.bin.xz; do
+for f in "$G"/tidepool.bin.xz "$G"/gemm_ceiling.bin.xz "$G"/candidates/*/*.bin.xz; do
   [ -f "$f" ] || continue
   python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'))" "$f" "${f%.bin.xz}"
   chmod +x "${f%.bin.xz}"
@@ -112,6 +114,11 @@ for i in "${!names[@]}"; do
   tagged "${names[$i]}" 0 "${dirs[$i]}/tidepool" bench kernels --presets "$preset" --precision f32,f16 \
     --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
 done
+# The GEMM loops with parts taken away (seconds; on a CPU adapter it only validates them).
+if [ -x "$G/gemm_ceiling" ] && within "the GEMM loop probes"; then
+  echo "gpu-ab: GEMM loop probes" >&2
+  tagged this 0 "$G/gemm_ceiling" --json
+fi
 
 python3 - "$jsonl" "${names[@]}" > "$out/ab.md" <<'EOF'
 import collections, json, sys
@@ -120,6 +127,7 @@ steps = collections.defaultdict(dict)   # preset -> (build, round) -> ms
 losses = collections.defaultdict(lambda: collections.defaultdict(set))  # preset -> build -> losses
 kernels = collections.defaultdict(dict)  # (preset, kernel) -> build -> ms
 tests = {}
+probes = []
 skipped = []
 for line in open(path):
     d = json.loads(line)
@@ -133,6 +141,8 @@ for line in open(path):
             losses[d["preset"]][d["build"]].add(d["final_loss"])
     elif "kernel" in d and "ms_per_step" in d:
         kernels[(d["preset"], d["kernel"])][d["build"]] = d["ms_per_step"]
+    elif "probe" in d and "tflops" in d:
+        probes.append(d)
 out = ["Median ms a step, each round, and the mean:\n",
        "| preset | " + " | ".join(names) + " |", "| --- |" + " ---: |" * len(names)]
 for preset, runs in steps.items():
@@ -160,6 +170,10 @@ for (preset, kernel), by in sorted(kernels.items(), key=lambda kv: (kv[0][0], -m
     out.append(f"| {preset} | {kernel} | " + " | ".join(f"{by[b]:.3f}" if b in by else "" for b in names) + " |")
 if tests:
     out += ["", "GPU tests: " + ", ".join(f"{b} {t} {r}" for (b, t), r in tests.items())]
+if probes:
+    out += ["", "This build's GEMM loop probes (benches/gemm_ceiling.rs):\n",
+            "| family | probe | threads | ms | TFLOP/s |", "| --- | --- | ---: | ---: | ---: |"]
+    out += [f"| {d['family']} | {d['probe']} | {d['threads']} | {d['ms']:.3f} | {d['tflops']:.1f} |" for d in probes]
 if skipped:
     out += ["", "Skipped past BUDGET_SECONDS: " + ", ".join(skipped)]
 print("\n".join(out))
