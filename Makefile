@@ -46,6 +46,8 @@ test-native:
 	# The measurement tools the GPU suites pack (nothing else builds them here).
 	cargo build --release --bench matmul_bench --bench gemm_ceiling --bench kernel_stats \
 		--bench attention_timing --bench dispatch_overhead
+	# The GEMM loop probes' WGSL, which only a GPU run would otherwise compile.
+	cargo bench --bench gemm_ceiling -- --validate
 
 # SwiftShader (a CPU Vulkan) runs WebGPU here: .cargo/config.toml gives each browser
 # test time, so this is the command a user types.

@@ -27,7 +27,8 @@
 //! with the untransposed stores of k-major tiles, what each costs apart.
 //!
 //! The GEMMs themselves are `matmul_bench`'s (gemm-sweep runs both in one call).
-//! `cargo bench --bench gemm_ceiling [-- --json]`; the tensor-core family needs
+//! `cargo bench --bench gemm_ceiling [-- --json | --validate]` (`--validate`: only check the
+//! probes' WGSL, as make test does); the tensor-core family needs
 //! shader-f16, 16x16x16 f16 -> f32 cooperative matrices and subgroups of 32, and
 //! neither family runs on a CPU adapter (there their WGSL is only validated).
 
@@ -362,6 +363,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 
     pub async fn run() {
         let json = std::env::args().any(|a| a == "--json");
+        // --validate: only parse and validate the probes (make test runs this, with no
+        // adapter needed).
+        if std::env::args().any(|a| a == "--validate") {
+            validate_sources();
+            return;
+        }
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
