@@ -14,9 +14,8 @@
 # script). Writes $OUT (default target/bench/ab): ab.jsonl (every JSON line of the runs,
 # each led by "build" and "round"), ab.md (the step's median ms a build and round and
 # their means; each build's loss after the last step, flagged where a candidate's differs
-# from this build's; the tests' results; the kernels side by side; the probes; what was
-# skipped),
-# tests-NAME-TEST.txt, ab.log.
+# from this build's; the tests' results; the probes; the kernels side by side; what was
+# skipped), tests-NAME-TEST.txt, ab.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --candidate=*) candidates+=("${1#--candidate=}") ;;
     --chromium) chromium=1 ;;
     --no-browser) browser=0 ;;
-    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --candidate NAME=COMMIT, --no-browser, --chromium)" >&2; exit 2 ;;
+    *) echo "gpu-pack: unknown argument $1 (--against COMMIT|DIR, --candidate NAME=COMMIT[:TEST,...], --no-browser, --chromium)" >&2; exit 2 ;;
   esac
   shift
 done
