@@ -38,3 +38,7 @@ fn gelu_grad(v: f32) -> f32 {
     let local = s + 2.0 * inner * s * (se.y * s) * du;
     return select(local, select(0.0, 1.0, v > 0.0), abs(v) > GELU_TAIL);
 }
+
+fn gelu_grad4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(gelu_grad(v.x), gelu_grad(v.y), gelu_grad(v.z), gelu_grad(v.w));
+}

@@ -182,19 +182,26 @@ async fn branch_body() {
 gpu_test!(residual_branch_dropout_mask_is_exact, exact_mask_body());
 /// With a weight that picks one input column per output (one-hot rows: every sum
 /// is exact, split or not), `resid + dropout(x + bias)` must equal the reference
-/// bit for bit: the same mask elements, the same f32 rounding, in every variant.
+/// bit for bit: the same mask elements, the same f32 rounding, in every variant,
+/// column by column (n = 67) and 4 columns a vec4 (n = 68, `fuse::OUT_VEC4`).
 async fn exact_mask_body() {
     let ctx = context().await;
     let seed = fresh_seed();
     let mut rng = Rng::new(seed);
-    let (rows, k, n) = (301, 300, 67);
-    let inp = normals(&mut rng, rows * k, 1.0);
+    for n in [67, 68] {
+        exact_mask_of_width(&ctx, &mut rng, seed, n).await;
+    }
+}
+
+async fn exact_mask_of_width(ctx: &WgpuContext, rng: &mut Rng, seed: u64, n: usize) {
+    let (rows, k) = (301, 300);
+    let inp = normals(rng, rows * k, 1.0);
     let mut weight = vec![0.0f32; n * k];
     for j in 0..n {
         weight[j * k + (j * 7 + 3) % k] = 1.0;
     }
-    let bias = normals(&mut rng, n, 1.0);
-    let resid = normals(&mut rng, rows * n, 1.0);
+    let bias = normals(rng, n, 1.0);
+    let resid = normals(rng, rows * n, 1.0);
     let g = |x: &[f32]| ctx.upload(x);
     let (g_inp, g_w, g_b, g_r) = (g(&inp), g(&weight), g(&bias), g(&resid));
     let shape = MatmulShape { rows, k, n };
@@ -209,11 +216,11 @@ async fn exact_mask_body() {
                 dropout: mask,
                 residual: Some(&g_r),
             };
-            let out = poisoned(&ctx, &[rows * n], || {
+            let out = poisoned(ctx, &[rows * n], || {
                 let x = linear(&g_inp, &g_w, Some(&g_b));
-                by(variant, fusion).forward(&ctx, x, shape)
+                by(variant, fusion).forward(ctx, x, shape)
             });
-            let got = read(&ctx, &out, rows * n).await;
+            let got = read(ctx, &out, rows * n).await;
             let want = reference::residual_branch_forward(
                 &resid,
                 &inp,
@@ -222,7 +229,7 @@ async fn exact_mask_body() {
                 false,
                 mask,
             );
-            assert_eq!(got, want, "{variant:?} p {p} (seed {seed})");
+            assert_eq!(got, want, "{variant:?} n {n} p {p} (seed {seed})");
         }
     }
 }

@@ -5,7 +5,7 @@
 use super::operands::{Fusion, Layout, Linear};
 use super::source::{
     binds_views, dweight_bias, dweight_bias_reads_views, fuse, kernel, kernel_f16_weights,
-    specialized, COLSUM, SUM_SPLITS_FUSED,
+    specialized, writes_vec4, COLSUM, SUM_SPLITS_FUSED,
 };
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
@@ -133,6 +133,15 @@ fn dispatch_gemm<'a>(
         let whole = specialized(kernel, params.flags | fuse::WHOLE_TILES);
         if !ctx.binds_read_write(whole, &bound) {
             params.flags |= fuse::WHOLE_TILES;
+        }
+    }
+    // The OUT4 twin reads and writes 4 columns as one vec4: the output's width a
+    // multiple of 4, and the stand-ins of absent epilogue operands (A, m x k) 16
+    // bytes or more, as a vec4 array needs.
+    if !empty && n % 4 == 0 && m * k >= 4 && writes_vec4(kernel) {
+        let out4 = specialized(kernel, params.flags | fuse::OUT_VEC4);
+        if !ctx.binds_read_write(out4, &bound) {
+            params.flags |= fuse::OUT_VEC4;
         }
     }
     ctx.dispatch_slices(specialized(kernel, params.flags), &params, &bound, groups);

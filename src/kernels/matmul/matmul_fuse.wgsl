@@ -12,6 +12,9 @@ const FUSE_GELU_GRAD: u32 = 16u; // dinp: times gelu'(aux), the gradient through
 // cores' every tile lies inside m and n and every step inside k, and the operands'
 // vec4 views are bound (not stand-ins), so every load is one unguarded vec4.
 const WHOLE_TILES: u32 = 32u;
+// Also a fact of the launch: the output's width is a multiple of 4 and every buffer
+// is bound whole, so the preludes' OUT4 twins read and write 4 columns as one vec4.
+const OUT_VEC4: u32 = 64u;
 
 fn fused(flags: u32, bit: u32) -> bool {
     return (flags & bit) != 0u;
@@ -20,4 +23,14 @@ fn fused(flags: u32, bit: u32) -> bool {
 // Inverted dropout of v, element i of the mask seeded `seed` (hash.wgsl's `kept`).
 fn dropout_at(v: f32, i: u32, seed: u32, threshold: u32, scale: f32) -> f32 {
     return select(0.0, v * scale, kept(seed, i, threshold));
+}
+
+// dropout_at of 4 consecutive elements, i .. i + 3.
+fn dropout4_at(v: vec4<f32>, i: u32, seed: u32, threshold: u32, scale: f32) -> vec4<f32> {
+    return vec4<f32>(
+        dropout_at(v.x, i, seed, threshold, scale),
+        dropout_at(v.y, i + 1u, seed, threshold, scale),
+        dropout_at(v.z, i + 2u, seed, threshold, scale),
+        dropout_at(v.w, i + 3u, seed, threshold, scale),
+    );
 }

@@ -7,9 +7,10 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dinp: array<f32>;
+// OUT4 (launches with `OUT_VEC4`): dinp and aux as vec4s, see write4.
+@group(0) @binding(3) var<storage, read_write> dinp: array<{OUT1:f32}{OUT4:vec4<f32>}>;
 // Bound to `dout` again without FUSE_GELU_GRAD.
-@group(0) @binding(4) var<storage, read> aux: array<f32>;
+@group(0) @binding(4) var<storage, read> aux: array<{OUT1:f32}{OUT4:vec4<f32>}>;
 // VEC4 (the tensor-core cores): bindings 5 and 6 hold the same buffers as 1 and 2,
 // read as vec4s: one 16-byte load where four loads of a float would issue four (the
 // driver does not merge them), for the unguarded interior steps below. Binding 6
@@ -80,18 +81,26 @@ fn prologue_b(v: BVec) -> BVec { return v; }
 fn a_at(m: u32, k: u32) -> f32 { return dout[m * p.k + k]; }
 fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 
-fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
-    if (r >= p.m) { return; }
-    // Split-K: split z writes its own slice of `dinp` ([splits, m, n]), without the
-    // epilogue (matmul_reduce.wgsl applies it to the sum).
-    let base = (z * p.m + r) * p.n + i;
-    let grad = fused(p.flags, FUSE_GELU_GRAD);
-    for (var c = 0u; c < 4u; c++) {
-        if (i + c < p.n) {
-            var w = v[c];
-            if (grad) { w *= gelu_grad(aux[r * p.n + i + c]); }
-            dinp[base + c] = w;
-        }
-    }
-}
+#OUT1 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
+#OUT1     if (r >= p.m) { return; }
+#OUT1     // Split-K: split z writes its own slice of `dinp` ([splits, m, n]), without the
+#OUT1     // epilogue (matmul_reduce.wgsl applies it to the sum).
+#OUT1     let base = (z * p.m + r) * p.n + i;
+#OUT1     let grad = fused(p.flags, FUSE_GELU_GRAD);
+#OUT1     for (var c = 0u; c < 4u; c++) {
+#OUT1         if (i + c < p.n) {
+#OUT1             var w = v[c];
+#OUT1             if (grad) { w *= gelu_grad(aux[r * p.n + i + c]); }
+#OUT1             dinp[base + c] = w;
+#OUT1         }
+#OUT1     }
+#OUT1 }
 
+// OUT_VEC4: n is a multiple of 4 and every buffer is bound whole: a thread's 4
+// columns are one 16-byte load of aux and one store (as in matmul_nt.wgsl).
+#OUT4 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
+#OUT4     if (r >= p.m || i >= p.n) { return; }
+#OUT4     var w = v;
+#OUT4     if (fused(p.flags, FUSE_GELU_GRAD)) { w *= gelu_grad4(aux[(r * p.n + i) / 4u]); }
+#OUT4     dinp[((z * p.m + r) * p.n + i) / 4u] = w;
+#OUT4 }

@@ -9,10 +9,11 @@ struct Params { m: u32, n: u32, k: u32, k_chunk: u32, flags: u32, seed: u32, thr
 @group(0) @binding(1) var<storage, read> inp: array<f32>;
 @group(0) @binding(2) var<storage, read> weight: array<f32>;
 // Bound to `inp` again when there is no bias.
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+// OUT4 (launches with `OUT_VEC4`): bias, out and resid as vec4s, see write4.
+@group(0) @binding(3) var<storage, read> bias: array<{OUT1:f32}{OUT4:vec4<f32>}>;
+@group(0) @binding(4) var<storage, read_write> out: array<{OUT1:f32}{OUT4:vec4<f32>}>;
 // Bound to `inp` again without FUSE_RESIDUAL.
-@group(0) @binding(5) var<storage, read> resid: array<f32>;
+@group(0) @binding(5) var<storage, read> resid: array<{OUT1:f32}{OUT4:vec4<f32>}>;
 // VEC4 (the tensor-core cores): bindings 6 and 7 hold the same buffers as 1 and 2,
 // read as vec4s: one 16-byte load where four loads of a float would issue four (the
 // driver does not merge them), for the unguarded interior steps below. Binding 7
@@ -90,19 +91,32 @@ const B_ALONG_K: bool = true;
 fn a_at(m: u32, k: u32) -> f32 { return inp[m * p.k + k]; }
 fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 
-fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
-    if (r >= p.m) { return; }
-    // Split-K: split z writes its own slice of `out` ([splits, m, n]), without the
-    // epilogue (matmul_reduce.wgsl applies it to the sum).
-    let base = (z * p.m + r) * p.n + j;
-    for (var i = 0u; i < 4u; i++) {
-        if (j + i < p.n) {
-            let at = r * p.n + j + i;
-            var w = v[i];
-            if (fused(p.flags, FUSE_BIAS)) { w += bias[j + i]; }
-            if (fused(p.flags, FUSE_DROPOUT)) { w = dropout_at(w, at, p.seed, p.threshold, p.scale); }
-            if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at] + w; }
-            out[base + i] = w;
-        }
-    }
-}
+#OUT1 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
+#OUT1     if (r >= p.m) { return; }
+#OUT1     // Split-K: split z writes its own slice of `out` ([splits, m, n]), without the
+#OUT1     // epilogue (matmul_reduce.wgsl applies it to the sum).
+#OUT1     let base = (z * p.m + r) * p.n + j;
+#OUT1     for (var i = 0u; i < 4u; i++) {
+#OUT1         if (j + i < p.n) {
+#OUT1             let at = r * p.n + j + i;
+#OUT1             var w = v[i];
+#OUT1             if (fused(p.flags, FUSE_BIAS)) { w += bias[j + i]; }
+#OUT1             if (fused(p.flags, FUSE_DROPOUT)) { w = dropout_at(w, at, p.seed, p.threshold, p.scale); }
+#OUT1             if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at] + w; }
+#OUT1             out[base + i] = w;
+#OUT1         }
+#OUT1     }
+#OUT1 }
+
+// OUT_VEC4: n is a multiple of 4 and every buffer is bound whole, so a thread's 4
+// columns (j a multiple of 4) are one 16-byte load of bias and resid and one store:
+// four stores of a float are four store instructions on the H200's driver.
+#OUT4 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
+#OUT4     if (r >= p.m || j >= p.n) { return; }
+#OUT4     let at = r * p.n + j;
+#OUT4     var w = v;
+#OUT4     if (fused(p.flags, FUSE_BIAS)) { w += bias[j / 4u]; }
+#OUT4     if (fused(p.flags, FUSE_DROPOUT)) { w = dropout4_at(w, at, p.seed, p.threshold, p.scale); }
+#OUT4     if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at / 4u] + w; }
+#OUT4     out[((z * p.m + r) * p.n + j) / 4u] = w;
+#OUT4 }

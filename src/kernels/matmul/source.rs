@@ -5,7 +5,8 @@
 //! `matmul_coop.wgsl` (`Coop`, `Coop2`), `matmul_coop3.wgsl` (`Coop3`) and
 //! `matmul_cpu.wgsl` (`Cpu16`, `Cpu32`).
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use super::operands::Layout;
 use super::variant::MatmulVariant;
@@ -233,9 +234,10 @@ enum Views {
 }
 
 /// The layout prelude of `layout`'s product, with what its fusions call in front,
-/// reading its operands through `views`. It names the type of B's loads `BVec`:
-/// `vec4<f16>` where B's view is an f16 copy, else `vec4<f32>`.
-fn prelude(layout: Layout, views: Views) -> String {
+/// reading its operands through `views`, its output and epilogue operands as vec4s
+/// where `out4` (`#OUT4` lines and spans, else `#OUT1`). It names the type of B's
+/// loads `BVec`: `vec4<f16>` where B's view is an f16 copy, else `vec4<f32>`.
+fn prelude(layout: Layout, views: Views, out4: bool) -> String {
     let prelude = match layout {
         Layout::Forward => gemm_prelude!("matmul_nt.wgsl"),
         Layout::Dinp => gemm_prelude!("matmul_nn.wgsl"),
@@ -246,9 +248,10 @@ fn prelude(layout: Layout, views: Views) -> String {
         _ => "f32",
     };
     let alias = format!("alias BVec = vec4<{b}>;\n");
+    let out = if out4 { "OUT4" } else { "OUT1" };
     match views {
-        Views::None => alias + &select(prelude, &["VEC4"], &[]) + NO_VIEWS,
-        _ => alias + &select(prelude, &["VEC4"], &["VEC4"]),
+        Views::None => alias + &select(prelude, &["VEC4", "OUT4", "OUT1"], &[out]) + NO_VIEWS,
+        _ => alias + &select(prelude, &["VEC4", "OUT4", "OUT1"], &["VEC4", out]),
     }
 }
 
@@ -310,7 +313,9 @@ pub(super) fn kernel_f16_weights(
     }))
 }
 
-/// Core `c`'s kernel of `layout`'s product, reading through `views`.
+/// Core `c`'s kernel of `layout`'s product, reading through `views`. Where the core
+/// reads views and the layout has an epilogue (forward, dinp), its `OUT4` twin's
+/// source is kept for [`specialized`] launches with `fuse::OUT_VEC4`.
 fn build(c: usize, layout: Layout, views: Views, name: &'static str) -> Kernel {
     let core = &CORES[c];
     // The forward's A is an activation: no scale (see GRAD_SCALE).
@@ -319,18 +324,37 @@ fn build(c: usize, layout: Layout, views: Views, name: &'static str) -> Kernel {
         (true, Layout::Forward) => "const A_SCALE: f32 = 1.0;\n".into(),
         (true, _) => format!("const A_SCALE: f32 = {GRAD_SCALE:.1};\n"),
     };
-    let source = format!(
-        "{}{scale}{}{}",
-        core.enable,
-        prelude(layout, views),
-        (core.own)(layout)
-    );
+    let source = |out4| {
+        let prelude = prelude(layout, views, out4);
+        leak(format!(
+            "{}{scale}{prelude}{}",
+            core.enable,
+            (core.own)(layout)
+        ))
+    };
+    if views != Views::None && layout != Layout::Dweight {
+        vec4_out_sources().insert(name, source(true));
+    }
     Kernel {
         name,
-        source: leak(source),
+        source: source(false),
         entry: "main",
         unchecked: UNCHECKED,
     }
+}
+
+/// The `OUT4` twins' sources by kernel name ([`build`]).
+fn vec4_out_sources() -> std::sync::MutexGuard<'static, HashMap<&'static str, &'static str>> {
+    static SOURCES: OnceLock<Mutex<HashMap<&'static str, &'static str>>> = OnceLock::new();
+    SOURCES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether `kernel` has an `OUT4` twin: launches of it may add `fuse::OUT_VEC4`.
+pub(super) fn writes_vec4(kernel: &Kernel) -> bool {
+    vec4_out_sources().contains_key(kernel.name)
 }
 
 /// The dweight of `variant` that also sums dbias's partials
@@ -349,7 +373,7 @@ pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
                 name: "matmul_backward_dweight_bias",
                 source: leak(format!(
                     "{}{SUMS}{core}",
-                    prelude(Layout::Dweight, Views::None)
+                    prelude(Layout::Dweight, Views::None, false)
                 )),
                 entry: "main",
                 unchecked: UNCHECKED,
@@ -362,7 +386,7 @@ pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
                 name: "matmul_dweight_coop2_bias",
                 source: leak(format!(
                     "{COOP_ENABLE}const A_SCALE: f32 = {GRAD_SCALE:.1};\n{}{sums}{}",
-                    prelude(Layout::Dweight, Views::F32),
+                    prelude(Layout::Dweight, Views::F32, false),
                     select(COOP, COOP_TAGS, &["C2"])
                 )),
                 entry: "main",
@@ -398,11 +422,10 @@ pub(super) const COLSUM: Kernel = Kernel {
 /// launch's literal, so the shader compiler drops the loads' and the epilogue's
 /// branches a launch does not take (tested through the uniform, they slowed the f32
 /// core on the H200; BENCHMARKS.md has the figures). The uniform keeps the flags, so
-/// the unspecialized source still runs (the tests compile it). One leaked
+/// the unspecialized source still runs (the tests compile it). With
+/// `fuse::OUT_VEC4` the source is the kernel's `OUT4` twin. One leaked
 /// kernel per (kernel, flags) pair a run launches: a handful, each built once.
 pub(super) fn specialized(kernel: &'static Kernel, flags: u32) -> &'static Kernel {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
     type Cache = Mutex<HashMap<(&'static str, u32), &'static Kernel>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let mut cache = CACHE
@@ -410,7 +433,13 @@ pub(super) fn specialized(kernel: &'static Kernel, flags: u32) -> &'static Kerne
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     cache.entry((kernel.name, flags)).or_insert_with(|| {
-        let source = kernel.source.replace("p.flags", &format!("{flags}u"));
+        let source = if flags & fuse::OUT_VEC4 == 0 {
+            kernel.source
+        } else {
+            let twin = vec4_out_sources().get(kernel.name).copied();
+            twin.unwrap_or_else(|| panic!("{} has no OUT4 twin", kernel.name))
+        };
+        let source = source.replace("p.flags", &format!("{flags}u"));
         Box::leak(Box::new(Kernel {
             name: Box::leak(format!("{}#{flags}", kernel.name).into_boxed_str()),
             source: Box::leak(source.into_boxed_str()),
@@ -429,6 +458,9 @@ pub(super) mod fuse {
     /// Every tile and step inside the product, the vec4 views bound
     /// (`MatmulVariant::whole_tiles`).
     pub const WHOLE_TILES: u32 = 32;
+    /// The output's width a multiple of 4 and every buffer bound whole: the source
+    /// is the kernel's `OUT4` twin, 4 columns one vec4 (`source::writes_vec4`).
+    pub const OUT_VEC4: u32 = 64;
 }
 
 /// Every GEMM kernel as launched: each variant's kernel for each layout (with
@@ -457,24 +489,35 @@ pub(super) fn catalog() -> Vec<Kernel> {
     let every = MatmulVariant::ALL.iter().chain(&MatmulVariant::F16_ALL);
     let unsplit = every.filter(|v| !v.is_split());
     for &variant in unsplit {
-        // The tiled cores read WHOLE_TILES too.
+        // The tiled cores read WHOLE_TILES too; forward and dinp kernels with an
+        // OUT4 twin launch it with OUT_VEC4.
         let whole: &[u32] = if variant.has_whole_tiles() {
             &[WHOLE_TILES]
         } else {
             &[]
         };
-        let with = |bits: &[u32]| subsets(&[bits, whole].concat());
+        let with = |kernel: &Kernel, bits: &[u32]| {
+            let out4: &[u32] = if writes_vec4(kernel) {
+                &[OUT_VEC4]
+            } else {
+                &[]
+            };
+            subsets(&[bits, whole, out4].concat())
+        };
+        let forward = kernel(variant, Layout::Forward);
         with_flags(
-            kernel(variant, Layout::Forward),
-            &with(&[BIAS, GELU_INP, RESIDUAL, DROPOUT]),
+            forward,
+            &with(forward, &[BIAS, GELU_INP, RESIDUAL, DROPOUT]),
         );
-        with_flags(kernel(variant, Layout::Dinp), &with(&[GELU_GRAD]));
-        with_flags(kernel(variant, Layout::Dweight), &with(&[GELU_INP]));
+        let dinp = kernel(variant, Layout::Dinp);
+        with_flags(dinp, &with(dinp, &[GELU_GRAD]));
+        let dweight = kernel(variant, Layout::Dweight);
+        with_flags(dweight, &with(dweight, &[GELU_INP]));
         if let Some(k) = kernel_f16_weights(variant, Layout::Forward) {
-            with_flags(k, &with(&[BIAS, GELU_INP, RESIDUAL, DROPOUT]));
+            with_flags(k, &with(k, &[BIAS, GELU_INP, RESIDUAL, DROPOUT]));
         }
         if let Some(k) = kernel_f16_weights(variant, Layout::Dinp) {
-            with_flags(k, &with(&[GELU_GRAD]));
+            with_flags(k, &with(k, &[GELU_GRAD]));
         }
     }
     with_flags(dweight_bias(MatmulVariant::Tiled), &subsets(&[GELU_INP]));
