@@ -9,6 +9,7 @@ pub(super) const SOURCE: &str = concat!(
     include_str!("../gpu/prelude.wgsl"),
     include_str!("hash.wgsl"),
     include_str!("layernorm_common.wgsl"),
+    include_str!("layernorm_bindings.wgsl"),
     include_str!("layernorm.wgsl")
 );
 
@@ -18,18 +19,22 @@ const FORWARD: Kernel = Kernel {
     entry: "forward",
     unchecked: false,
 };
-/// The forward with a subgroup a row (layernorm_subgroups.wgsl), where the context
-/// reduces by subgroups ([`forward_subgroups`]). Browsers want the subgroups
-/// extension enabled first in the module; naga (native) rejects the directive.
+/// `concat!` of a shader that uses subgroups: browsers want the extension enabled
+/// first in the module; naga (native) rejects the directive.
 #[cfg(target_arch = "wasm32")]
-const SUBGROUPS_SOURCE: &str = concat!(
-    "enable subgroups;\n",
-    include_str!("layernorm_common.wgsl"),
-    include_str!("layernorm_subgroups.wgsl")
-);
+macro_rules! with_subgroups {
+    ($($part:expr),* $(,)?) => { concat!("enable subgroups;\n", $($part),*) };
+}
 #[cfg(not(target_arch = "wasm32"))]
-const SUBGROUPS_SOURCE: &str = concat!(
+macro_rules! with_subgroups {
+    ($($part:expr),* $(,)?) => { concat!($($part),*) };
+}
+
+/// The forward with a subgroup a row (layernorm_subgroups.wgsl), where the context
+/// reduces by subgroups ([`forward_subgroups`]).
+const SUBGROUPS_SOURCE: &str = with_subgroups!(
     include_str!("layernorm_common.wgsl"),
+    include_str!("layernorm_bindings.wgsl"),
     include_str!("layernorm_subgroups.wgsl")
 );
 const FORWARD_SUBGROUPS: Kernel = Kernel {
@@ -72,6 +77,69 @@ const BACKWARD_DINP_PARAMS: Kernel = Kernel {
     name: "layernorm_backward_dinp_params",
     source: SOURCE,
     entry: "backward_dinp_params",
+    unchecked: false,
+};
+
+/// layernorm_held.wgsl with `const HELD` joined in front (identical sources are
+/// one string in the binary).
+macro_rules! held_source {
+    ($held:literal) => {
+        with_subgroups!(
+            "const HELD: u32 = ",
+            $held,
+            "u;\n",
+            include_str!("layernorm_common.wgsl"),
+            include_str!("hash.wgsl"),
+            include_str!("layernorm_held.wgsl")
+        )
+    };
+}
+/// layernorm_held.wgsl with `HELD` vec4s a lane: its forward and backward.
+macro_rules! held_kernels {
+    ($held:literal) => {
+        HeldKernels {
+            held: $held,
+            forward: Kernel {
+                name: concat!("layernorm_forward_held", $held),
+                source: held_source!($held),
+                entry: "forward_held",
+                unchecked: false,
+            },
+            backward: Kernel {
+                name: concat!("layernorm_backward_held", $held),
+                source: held_source!($held),
+                entry: "backward_held",
+                unchecked: false,
+            },
+        }
+    };
+}
+
+/// The held kernels of one size: up to `held` vec4s a lane, rows of up to
+/// `4 * held * width` channels on subgroups `width` wide.
+#[derive(Clone, Copy)]
+struct HeldKernels {
+    held: usize,
+    forward: Kernel,
+    backward: Kernel,
+}
+
+/// The sizes compiled: each row takes the first that holds it (3 and 6: 384 and
+/// 768 channels on 32-wide subgroups, which take no padding lanes).
+const HELD: [HeldKernels; 7] = [
+    held_kernels!(1),
+    held_kernels!(2),
+    held_kernels!(3),
+    held_kernels!(4),
+    held_kernels!(6),
+    held_kernels!(8),
+    held_kernels!(16),
+];
+
+const FINAL_HELD: Kernel = Kernel {
+    name: "layernorm_backward_final_held",
+    source: held_source!(1),
+    entry: "final_held",
     unchecked: false,
 };
 
@@ -145,6 +213,50 @@ fn forward_subgroups(ctx: &WgpuContext) -> Option<u32> {
     (ctx.subgroups() && divides(min) && divides(max)).then(|| WG / max)
 }
 
+/// Rows a workgroup of `backward_held` takes (`ROWS` in layernorm_held.wgsl).
+const HELD_ROWS: usize = 32;
+
+/// Most channels `backward_held` sums in workgroup memory (4 * `RED_C4`).
+const HELD_MAX_C: usize = 1024;
+
+/// Storage buffers `backward_held` binds: WebGPU's default is 8.
+const HELD_STORAGE_BUFFERS: u32 = 9;
+
+/// The held kernels (layernorm_held.wgsl) for rows of `c` channels: on GPUs that
+/// reduce by subgroups at least WG / `HELD_ROWS` wide, for c a multiple of 4, the
+/// fewest vec4s a lane that hold a row on the narrowest subgroups the device picks.
+fn held(ctx: &WgpuContext, target: Target, c: usize) -> Option<HeldKernels> {
+    let narrowest = ctx.adapter_info().subgroup_min_size as usize;
+    let usable = target == Target::Gpu
+        && forward_subgroups(ctx).is_some()
+        && narrowest >= WG as usize / HELD_ROWS
+        && c.is_multiple_of(4);
+    let c4 = c / 4;
+    HELD.into_iter()
+        .find(|h| h.held * narrowest >= c4)
+        .filter(|_| usable)
+}
+
+/// The held backward for `rows` rows of `c`, where the dinp pass does not sum the
+/// weight gradients itself (past 4096 rows): dinp and a partial sum of the weight
+/// gradients a block of 32 rows, read once, then a subgroup a channel adds the
+/// blocks.
+fn held_backward(ctx: &WgpuContext, target: Target, rows: usize, c: usize) -> Option<Kernel> {
+    let fits = !params_in_dinp(ctx, target, rows)
+        && c <= HELD_MAX_C
+        && ctx.limits().max_storage_buffers_per_shader_stage >= HELD_STORAGE_BUFFERS;
+    held(ctx, target, c).filter(|_| fits).map(|h| h.backward)
+}
+
+/// Rows a partial sum of the weight gradients covers, where the backward takes them
+/// in blocks: the held backward's workgroup, else a thread of `backward_partial`.
+fn block_rows(ctx: &WgpuContext, target: Target, rows: usize, c: usize) -> usize {
+    match held_backward(ctx, target, rows, c) {
+        Some(_) => HELD_ROWS,
+        None => CHUNK_ROWS,
+    }
+}
+
 /// GPUs: one workgroup a row. CPU adapters: one thread a row.
 fn row_grid(target: Target, rows: usize) -> [u32; 3] {
     match target {
@@ -208,9 +320,11 @@ impl LayerNorm<'_> {
         let mean = ctx.create_pooled(rows * 4);
         let rstd = ctx.create_pooled(rows * 4);
         let params = Params::new(rows, c, 0, 0);
+        let held = held(ctx, target, c);
         let (kernel, grid) = match (target, forward_subgroups(ctx)) {
             (Target::Gpu, Some(rows_a_workgroup)) => {
-                (&FORWARD_SUBGROUPS, grid_1d(rows as u32, rows_a_workgroup))
+                let kernel = held.as_ref().map_or(&FORWARD_SUBGROUPS, |h| &h.forward);
+                (kernel, grid_1d(rows as u32, rows_a_workgroup))
             }
             (Target::Gpu, None) => (&FORWARD, row_grid(target, rows)),
             (Target::Cpu, _) => (&FORWARD_ROWS, row_grid(target, rows)),
@@ -232,21 +346,24 @@ impl LayerNorm<'_> {
     }
 
     /// Floats of pooled scratch the backward draws for its weight gradients: 0
-    /// where the dinp pass sums them (GPUs, up to 4096 rows), else two passes'
-    /// `2 * ceil(rows / 64) * c` partial sums.
+    /// where the dinp pass sums them (GPUs, up to 4096 rows), else the partial sums
+    /// of blocks of rows: `2 * ceil(rows / 32) * c` for the held backward (GPUs with
+    /// subgroups), `2 * ceil(rows / 64) * c` for the two passes of its own.
     pub fn backward_scratch(&self, ctx: &WgpuContext, shape: LayerNormShape) -> usize {
         let LayerNormShape { rows, c } = shape;
-        if params_in_dinp(ctx, self.target(ctx), rows) {
+        let target = self.target(ctx);
+        if params_in_dinp(ctx, target, rows) {
             0
         } else {
-            2 * rows.div_ceil(CHUNK_ROWS).max(1) * c
+            2 * rows.div_ceil(block_rows(ctx, target, rows, c)).max(1) * c
         }
     }
 
     /// The most scratch [`LayerNorm::backward_scratch`] gives for `rows` rows of `c`
-    /// channels on any device (its two passes' partial sums), in u64 for the planner.
+    /// channels on any device (the held backward's partial sums), in u64 for the
+    /// planner.
     pub fn most_scratch_floats(rows: u64, c: u64) -> u64 {
-        2 * rows.div_ceil(CHUNK_ROWS as u64).max(1) * c
+        2 * rows.div_ceil(HELD_ROWS as u64).max(1) * c
     }
 
     /// The gradients of [`LayerNorm::forward`] from `dout`.
@@ -318,8 +435,10 @@ impl LayerNorm<'_> {
             (None, Some(dests)) => dests,
             (None, None) => unreachable!(),
         };
-        let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
-        let mut params = Params::new(rows, c, chunks, CHUNK_ROWS);
+        let held = held_backward(ctx, target, rows, c);
+        let chunk_rows = block_rows(ctx, target, rows, c);
+        let chunks = rows.div_ceil(chunk_rows).max(1);
+        let mut params = Params::new(rows, c, chunks, chunk_rows);
         if let Some(resid) = resid {
             assert!(
                 resid.size_class() >= rows * c * 4,
@@ -352,6 +471,27 @@ impl LayerNorm<'_> {
             resid_or_any.into(),
             masked_or_any.into(),
         ];
+        if let Some(kernel) = held {
+            // Its partial sums take `scratch`, so without a mask `masked` is bound to a
+            // stand-in of one vec4 of its own.
+            let stand_in = masked.is_none().then(|| ctx.create_pooled(16));
+            bound[7] = masked
+                .as_ref()
+                .or(stand_in.as_ref())
+                .unwrap_or(&scratch)
+                .into();
+            bound.push((&scratch).into());
+            ctx.dispatch_slices(&kernel, &params, &bound, grid_1d(chunks as u32, 1));
+            let series_a_workgroup =
+                forward_subgroups(ctx).expect("held kernels reduce by subgroups");
+            ctx.dispatch_slices(
+                &FINAL_HELD,
+                &params,
+                &[(&scratch).into(), dweight, dbias],
+                grid_1d(2 * c as u32, series_a_workgroup),
+            );
+            return (dinp, masked, made);
+        }
         if in_dinp {
             bound.extend([dweight, dbias]);
             let groups = rows + c.div_ceil(PARAMS_CHANNELS);
@@ -396,5 +536,9 @@ pub(super) fn catalog() -> Vec<Kernel> {
         BACKWARD_PARTIAL,
         BACKWARD_FINAL,
         BACKWARD_DINP_PARAMS,
+        FINAL_HELD,
     ]
+    .into_iter()
+    .chain(HELD.iter().flat_map(|h| [h.forward, h.backward]))
+    .collect()
 }

@@ -20,8 +20,8 @@
 // Every output element has one writer, so the row reduction needs no atomics.
 // Entry points share bindings; each uses exactly those its launcher passes.
 
-// The uniform, the forward's bindings, EPS and WG: layernorm_common.wgsl (joined in
-// front).
+// The uniform, EPS and WG: layernorm_common.wgsl; the forward's bindings:
+// layernorm_bindings.wgsl (both joined in front).
 
 // backward_dinp: dout, inp, weight, mean, rstd, dinp
 @group(0) @binding(1) var<storage, read> dout: array<f32>;

@@ -12,8 +12,8 @@
 // against 44.40 ms in one call, bench-results/step-vs-torch/2026-12-04-layernorm-dinp-
 // subgroups): that pass reads three tensors and writes two, and stays as it is.
 
-// The uniform, the forward's bindings, EPS and WG: layernorm_common.wgsl (joined in
-// front).
+// The uniform, EPS and WG: layernorm_common.wgsl; the forward's bindings:
+// layernorm_bindings.wgsl (both joined in front).
 
 @compute @workgroup_size(WG)
 fn forward_subgroups(

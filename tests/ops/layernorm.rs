@@ -11,18 +11,22 @@ use tidepool::rng::Rng;
 
 /// (rows, c): every pairing of rows {1, 7, 130} and c {3, 48, 130, 384}, plus
 /// natively a training-sized one whose rows are not a multiple of the 64-row chunk.
-/// Fixed shapes plus fresh random ones, odd (never a power of two): one with more
-/// than 4 row chunks of 64 so the weight gradients' unrolled loops and their tails
-/// both run on every target, and one past the 4096 rows whose weight gradients
-/// GPUs sum in one pass, so that both ways run on GPUs.
+/// Fixed shapes plus fresh random ones, never a power of two: one with more than 4
+/// row chunks of 64 so the weight gradients' unrolled loops and their tails both
+/// run on every target, and two past the 4096 rows whose weight gradients GPUs sum
+/// in one pass, so that every way runs on GPUs (rows of whole vec4s held in
+/// registers on GPUs with subgroups).
 fn shapes(rng: &mut Rng) -> Vec<(usize, usize)> {
     let mut shapes: Vec<_> = [1, 7, 130]
         .iter()
         .flat_map(|&r| [3, 48, 130, 384].map(|c| (r, c)))
         .collect();
     shapes.push((257 + 2 * rng.below(200), 3 + 2 * rng.below(200)));
-    // Past the 4096 rows that GPUs sum in one pass, narrow enough for the browser.
+    // Past the 4096 rows that GPUs sum in one pass, narrow enough for the browser:
+    // one of odd width, one of whole vec4s (4 times an odd number, never a power of
+    // two), which GPUs with subgroups hold in registers.
     shapes.push((4097 + 2 * rng.below(300), 3 + 2 * rng.below(10)));
+    shapes.push((4097 + 2 * rng.below(300), 4 * (3 + 2 * rng.below(10))));
     if cfg!(not(target_arch = "wasm32")) {
         shapes.push((16_000 + 37, 384));
     }
@@ -207,6 +211,9 @@ async fn residual_body() {
             .collect();
         // Odd, so never a power of two.
         shapes.push((3 + 2 * rng.below(149), 5 + 2 * rng.below(150)));
+        // Past 4096 rows, of whole vec4s (4 times an odd number): the residual and
+        // the mask through the held backward on GPUs with subgroups.
+        shapes.push((4097 + 2 * rng.below(100), 4 * (3 + 2 * rng.below(3))));
         for (rows, c) in shapes {
             for target in Target::ALL {
                 for (with_resid, p) in [(true, 0.0f32), (true, 0.2), (false, 0.5)] {
