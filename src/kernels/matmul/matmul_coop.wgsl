@@ -32,12 +32,16 @@
 // A workgroup of 256 threads in 8 subgroups of 32 (the launcher runs these cores
 // only where subgroups are exactly 32 wide) computes a 128x128 tile of C. Subgroup s
 // owns rows (s / 2) * 32 .. + 32 and columns (s % 2) * 64 .. + 64 of the tile: 2 x 4
-// accumulators, 2 A and 4 B fragments a 16-deep product. The next step's global
-// loads are issued before this step's math (two shared buffers, one barrier a
-// step). At the end each accumulator goes through workgroup memory, 16x16 floats a
+// accumulators, 2 A and 4 B fragments a 16-deep product. C1 issues the next step's
+// global loads before this step's math (two shared buffers, one barrier a step); C2
+// issues them two steps ahead, in two sets of registers. C2 runs one workgroup an SM
+// (its 48 KiB of workgroup memory and 256 threads of 177-200 registers, below), so
+// registers up to 255 a thread cost no occupancy, and its loads (32 KiB a step from
+// L2) waited through one step's products; through two, twice the bytes are in
+// flight. At the end each accumulator goes through workgroup memory, 16x16 floats a
 // subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
-// On the H200 (benches/kernel_stats.rs) C2 takes 177-200 registers a thread: one
-// workgroup an SM. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
+// On the H200 (benches/kernel_stats.rs) C2 took 177-200 registers a thread with
+// one set of loads in flight: one workgroup an SM. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
 // workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
 // the f16 step 28.5 ms against 23.0, c_fc's input gradient 0.266 ms against 0.173
 // (bench-results/gemm-vs-cublas/2026-12-04-coop2-64-rows): the loop is held by its
@@ -236,8 +240,13 @@ fn main(
     var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
+#C2     // Two sets of loads in flight: r* and y*, each a step's 4 + 4 vec4s. A step's
+#C2     // loads are issued two steps before it is worked on (set by the step's parity:
+#C2     // odd steps in y*, even in r*), so each waits through two steps' products, not one.
 #C2     var ra0: vec4<f32>; var ra1: vec4<f32>; var ra2: vec4<f32>; var ra3: vec4<f32>;
 #C2     var rb0: BVec; var rb1: BVec; var rb2: BVec; var rb3: BVec;
+#C2     var ya0: vec4<f32>; var ya1: vec4<f32>; var ya2: vec4<f32>; var ya3: vec4<f32>;
+#C2     var yb0: BVec; var yb1: BVec; var yb2: BVec; var yb3: BVec;
 #C2     fetch(m0, n0, k_begin, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
 #C2     // A_SUMS (dweight, matmul_tn_sums.wgsl): the first column of tiles also sums A
 #C2     // (dout) over the split, in f32 as loaded: every load of thread t is of
@@ -246,6 +255,9 @@ fn main(
 #C2     var asum = vec4<f32>(0.0);
 #C2     if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
 #C2     stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2     if (steps > 1u) {
+#C2         fetch(m0, n0, k_begin + BK, k_end, interior, t, &ya0, &ya1, &ya2, &ya3, &yb0, &yb1, &yb2, &yb3);
+#C2     }
 #C2     workgroupBarrier();
 
     // No cooperative operation under a branch: they need uniform control flow.
@@ -258,9 +270,16 @@ fn main(
 #C1             ra1 = load_a(m0, k0 + 8u, k_end, t);
 #C1             rb0 = load_b(n0, k0, k_end, t);
 #C1             rb1 = load_b(n0, k0 + 8u, k_end, t);
-#C2             fetch(m0, n0, k_begin + (step + 1u) * BK, k_end, interior, t,
-#C2                 &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
         }
+#C2         // Step + 2's loads, into the set step's own loads left (stashed last step).
+#C2         if (step + 2u < steps) {
+#C2             let k2 = k_begin + (step + 2u) * BK;
+#C2             if (cur == 0u) {
+#C2                 fetch(m0, n0, k2, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
+#C2             } else {
+#C2                 fetch(m0, n0, k2, k_end, interior, t, &ya0, &ya1, &ya2, &ya3, &yb0, &yb1, &yb2, &yb3);
+#C2             }
+#C2         }
 #C1         let a_at = cur * A_BUF + sm * A_STRIDE;
 #C1         let b_at = cur * B_BUF + sn;
 #C1         let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[a_at], A_STRIDE);
@@ -293,11 +312,17 @@ fn main(
         if (more) {
             // The sums wait for the loads here, after the products (as the tiled
             // core's do).
-#C2             if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
             // The other buffers were last read in step - 1, before the barrier.
 #C1             put_a(1u - cur, 0u, t, ra0); put_a(1u - cur, 8u, t, ra1);
 #C1             put_b(1u - cur, 0u, t, rb0); put_b(1u - cur, 8u, t, rb1);
-#C2             stash(1u - cur, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2             // Step + 1's loads: odd steps' are in y*, even steps' in r*.
+#C2             if (cur == 0u) {
+#C2                 if (a_sums) { asum += (ya0 + ya1) + (ya2 + ya3); }
+#C2                 stash(1u, t, ya0, ya1, ya2, ya3, yb0, yb1, yb2, yb3);
+#C2             } else {
+#C2                 if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
+#C2                 stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2             }
         }
         workgroupBarrier();
     }
