@@ -23,10 +23,10 @@
 //       gemm-vs-cublas/2026-12-04-coop-whole-rows). Holding A's 4 vec4s over the
 //       first 16-deep product and B's over the second (half the registers for
 //       loads) lost: the f16 step 25.7 ms against 23.2, every coop2 GEMM slower
-//       (.../2026-12-04-coop-half-loads). Each operand is stored in the
-//       order the hook delivers it (4 consecutive halves a thread, no transposing
-//       stores): along k as [mn][k], otherwise as [k][mn]; the fragments are loaded
-//       row- or column-major to match. Row strides 40 halves ([mn][k]) and 136
+//       (.../2026-12-04-coop-half-loads). Each operand is stored in the order
+//       the hook delivers it (4 consecutive halves a thread, one vec4<f16> store,
+//       no transposing): along k as [mn][k], otherwise as [k][mn]; the fragments
+//       are loaded row- or column-major to match. Row strides 40 halves ([mn][k]) and 136
 //       ([k][mn]): the 8 rows of a fragment's 16-byte rows fall in distinct banks.
 //
 // A workgroup of 256 threads in 8 subgroups of 32 (the launcher runs these cores
@@ -75,9 +75,15 @@ const BK: u32 = {C1:16u}{C2:32u};
 #C2 const LD_MN: u32 = 136u;
 // Halves of one buffer: max(128 * LD_K, BK * LD_MN).
 #C2 const BUF: u32 = 5120u;
+// The same in the tiles' vec4s (every offset below is a multiple of 4 halves).
+#C2 const LD_K4: u32 = 10u;
+#C2 const LD_MN4: u32 = 34u;
 
-var<workgroup> As: array<f16, {C1:6144}{C2:10240}>;
-var<workgroup> Bs: array<f16, {C1:4352}{C2:10240}>;
+// C2 keeps its tiles as vec4<f16>: each put is one 8-byte store where 4 stores of a
+// half are 4 instructions (C1's), and the fragments load them with offsets and strides
+// in vec4s (a cooperative load of a vector array reads its components in order).
+var<workgroup> As: array<{C1:f16, 6144}{C2:vec4<f16>, 2560}>;
+var<workgroup> Bs: array<{C1:f16, 4352}{C2:vec4<f16>, 2560}>;
 var<workgroup> Cs: array<f32, 2048>;
 
 // Stores the 4 floats thread t loaded for k offsets k8 .. k8 + 8 of buffer buf.
@@ -99,7 +105,7 @@ fn put_a(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2         // k offset t / 32, rows (t % 32) * 4 .. + 4.
 #C2         at = buf * BUF + (k8 + t / 32u) * LD_MN + (t % 32u) * 4u;
     }
-#C2     As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
+#C2     As[at / 4u] = h;
 }
 
 fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
@@ -120,7 +126,7 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 #C2         // k offset t / 32, columns (t % 32) * 4 .. + 4.
 #C2         at = buf * BUF + (k8 + t / 32u) * LD_MN + (t % 32u) * 4u;
     }
-#C2     Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
+#C2     Bs[at / 4u] = h;
 }
 
 // Which of the 32-deep step's 8-deep slices (its first k offset) and which prelude
@@ -181,17 +187,17 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 // The A fragment of rows row .. + 16, k offsets kk .. + 16 of buffer buf.
 #C2 fn frag_a(buf: u32, row: u32, kk: u32) -> coop_mat16x16<f16, A> {
 #C2     if (A_ALONG_K) {
-#C2         return coopLoadT<coop_mat16x16<f16, A>>(&As[buf * BUF + row * LD_K + kk], LD_K);
+#C2         return coopLoadT<coop_mat16x16<f16, A>>(&As[(buf * BUF + row * LD_K + kk) / 4u], LD_K4);
 #C2     }
-#C2     return coopLoad<coop_mat16x16<f16, A>>(&As[buf * BUF + kk * LD_MN + row], LD_MN);
+#C2     return coopLoad<coop_mat16x16<f16, A>>(&As[(buf * BUF + kk * LD_MN + row) / 4u], LD_MN4);
 #C2 }
 
 // The B fragment of k offsets kk .. + 16, columns col .. + 16 of buffer buf.
 #C2 fn frag_b(buf: u32, kk: u32, col: u32) -> coop_mat16x16<f16, B> {
 #C2     if (B_ALONG_K) {
-#C2         return coopLoad<coop_mat16x16<f16, B>>(&Bs[buf * BUF + col * LD_K + kk], LD_K);
+#C2         return coopLoad<coop_mat16x16<f16, B>>(&Bs[(buf * BUF + col * LD_K + kk) / 4u], LD_K4);
 #C2     }
-#C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[buf * BUF + kk * LD_MN + col], LD_MN);
+#C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[(buf * BUF + kk * LD_MN + col) / 4u], LD_MN4);
 #C2 }
 
 // Through this subgroup's 16x16 staging block to write4: lane l writes rows
