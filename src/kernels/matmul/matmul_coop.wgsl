@@ -194,7 +194,7 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 // (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4. The block is the
 // subgroup's own, so only its lanes meet, at subgroup barriers: a workgroup barrier
 // pair an accumulator made all 8 subgroups wait for each other 16 times after the
-// loop, more barriers than the loop's own at k = 384. naga gives subgroupBarrier
+// loop, more barriers than the loop's own at k = 384. naga gives the subgroup barrier
 // subgroup memory semantics, not workgroup memory's; that NVIDIA's compiler keeps
 // workgroup-memory accesses on their side of it (as CUDA's __syncwarp does) is
 // what the f16 GEMM tests on the tensor cores check.
