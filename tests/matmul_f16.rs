@@ -715,12 +715,16 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
             assert!(out.contains(from), "the core has no {from:?} any more");
             out = out.replace(from, to);
         }
+        // An emulated subgroup is 32 invocations, whatever the device's are: where a
+        // core meets its subgroup's lanes, the workgroup meets.
+        out = out.replace("subgroupBarrier()", "workgroupBarrier()");
         for op in [
             "coop_mat",
             "coopLoad",
             "coopStore",
             "coopMultiplyAdd",
             "@builtin(subgroup",
+            "subgroupBarrier",
         ] {
             assert!(!out.contains(op), "{op} left unemulated");
         }

@@ -201,16 +201,22 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 #C2 }
 
 // Through this subgroup's 16x16 staging block to write4: lane l writes rows
-// (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4.
+// (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4. The block is the
+// subgroup's own, so only its lanes meet, at subgroup barriers: a workgroup barrier
+// pair an accumulator made all 8 subgroups wait for each other 16 times after the
+// loop, more barriers than the loop's own at k = 384. naga gives the subgroup barrier
+// subgroup memory semantics, not workgroup memory's; that NVIDIA's compiler keeps
+// workgroup-memory accesses on their side of it (as CUDA's __syncwarp does) is
+// what the f16 GEMM tests on the tensor cores check.
 fn flush(z: u32, s: u32, lane: u32, width: u32, r0: u32, c0: u32, acc: coop_mat16x16<f32, C>) {
     coopStoreT(acc, &Cs[s * 256u], 16u);
-    workgroupBarrier();
+    subgroupBarrier();
     for (var i = lane; i < 64u; i += width) {
         let at = s * 256u + (i / 4u) * 16u + (i % 4u) * 4u;
         let v = vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]) * (1.0 / A_SCALE);
         write4(z, r0 + i / 4u, c0 + (i % 4u) * 4u, v);
     }
-    workgroupBarrier();
+    subgroupBarrier();
 }
 
 @compute @workgroup_size(256)
