@@ -595,6 +595,9 @@ alias Emu8 = array<f32, 8>;
 // between the load and the product.
 fn emu_rm(at: u32, stride: u32) -> vec3<u32> { return vec3<u32>(at, stride, 1u); }
 fn emu_cm(at: u32, stride: u32) -> vec3<u32> { return vec3<u32>(at, 1u, stride); }
+// The same from tiles of vec4<f16>, whose offsets and strides count vec4s.
+fn emu_rm4(at: u32, stride: u32) -> vec3<u32> { return vec3<u32>(4u * at, 4u * stride, 1u); }
+fn emu_cm4(at: u32, stride: u32) -> vec3<u32> { return vec3<u32>(4u * at, 1u, 4u * stride); }
 
 fn emu_mma(lane: u32, a: vec3<u32>, b: vec3<u32>, c: Emu8) -> Emu8 {
     var out = c;
@@ -602,8 +605,8 @@ fn emu_mma(lane: u32, a: vec3<u32>, b: vec3<u32>, c: Emu8) -> Emu8 {
         let i = lane + 32u * j;
         var sum = out[j];
         for (var k = 0u; k < 16u; k++) {
-            sum += f32(As[a.x + (i / 16u) * a.y + k * a.z])
-                * f32(Bs[b.x + k * b.y + (i % 16u) * b.z]);
+            sum += emu_a(a.x + (i / 16u) * a.y + k * a.z)
+                * emu_b(b.x + k * b.y + (i % 16u) * b.z);
         }
         out[j] = sum;
     }
@@ -618,6 +621,18 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
 }
 "#;
 
+    /// Half i of the tiles, where they are arrays of f16.
+    const HALF_TILES: &str = r#"
+fn emu_a(i: u32) -> f32 { return f32(As[i]); }
+fn emu_b(i: u32) -> f32 { return f32(Bs[i]); }
+"#;
+
+    /// Half i of the tiles, where they are arrays of vec4<f16>.
+    const VEC4_TILES: &str = r#"
+fn emu_a(i: u32) -> f32 { return f32(As[i / 4u][i % 4u]); }
+fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
+"#;
+
     /// The rewrite of the C1 core's own cooperative operations.
     const COOP_RULES: &[(&str, &str)] = &[
         ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
@@ -630,31 +645,35 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
         ),
     ];
 
-    /// The same for the C2 core (row- and column-major fragments).
+    /// The same for the C2 core (row- and column-major fragments of vec4<f16> tiles).
     const COOP2_RULES: &[(&str, &str)] = &[
         ("-> coop_mat16x16<f16, A>", "-> vec3<u32>"),
         ("-> coop_mat16x16<f16, B>", "-> vec3<u32>"),
-        ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
-        ("coopLoad<coop_mat16x16<f16, A>>(&As[", "emu_cm("),
-        ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "emu_rm("),
-        ("coopLoad<coop_mat16x16<f16, B>>(&Bs[", "emu_cm("),
-        ("], LD_K)", ", LD_K)"),
-        ("], LD_MN)", ", LD_MN)"),
+        ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm4("),
+        ("coopLoad<coop_mat16x16<f16, A>>(&As[", "emu_cm4("),
+        ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "emu_rm4("),
+        ("coopLoad<coop_mat16x16<f16, B>>(&Bs[", "emu_cm4("),
+        ("], LD_K4)", ", LD_K4)"),
+        ("], LD_MN4)", ", LD_MN4)"),
         (
             "coopStoreT(acc, &Cs[s * 256u], 16u);",
             "emu_store_cs(acc, s * 256u, 16u, lane);",
         ),
     ];
 
-    /// The same for matmul_coop3.wgsl: C2's fragment loads (the same names), and its
+    /// The same for matmul_coop3.wgsl: C2's fragment loads from f16 tiles, and its
     /// output staged a 16x64 strip at a time.
     fn coop3_rules() -> Vec<(&'static str, &'static str)> {
-        let staging = "coopStoreT(acc, &Cs[s * 256u], 16u);";
-        let mut rules: Vec<_> = COOP2_RULES
-            .iter()
-            .copied()
-            .filter(|&(from, _)| from != staging)
-            .collect();
+        let mut rules = vec![
+            ("-> coop_mat16x16<f16, A>", "-> vec3<u32>"),
+            ("-> coop_mat16x16<f16, B>", "-> vec3<u32>"),
+            ("coopLoadT<coop_mat16x16<f16, A>>(&As[", "emu_rm("),
+            ("coopLoad<coop_mat16x16<f16, A>>(&As[", "emu_cm("),
+            ("coopLoadT<coop_mat16x16<f16, B>>(&Bs[", "emu_rm("),
+            ("coopLoad<coop_mat16x16<f16, B>>(&Bs[", "emu_cm("),
+            ("], LD_K)", ", LD_K)"),
+            ("], LD_MN)", ", LD_MN)"),
+        ];
         rules.extend([
             (
                 "coopStoreT(acc0, &Cs[at], STRIP_LD);",
@@ -696,16 +715,25 @@ fn emu_store_cs(m: Emu8, at: u32, stride: u32, lane: u32) {
             assert!(out.contains(from), "the core has no {from:?} any more");
             out = out.replace(from, to);
         }
+        // An emulated subgroup is 32 invocations, whatever the device's are: where a
+        // core meets its subgroup's lanes, the workgroup meets.
+        out = out.replace("subgroupBarrier()", "workgroupBarrier()");
         for op in [
             "coop_mat",
             "coopLoad",
             "coopStore",
             "coopMultiplyAdd",
             "@builtin(subgroup",
+            "subgroupBarrier",
         ] {
             assert!(!out.contains(op), "{op} left unemulated");
         }
-        out + EMULATION
+        let tiles = if out.contains("var<workgroup> As: array<vec4<f16>") {
+            VEC4_TILES
+        } else {
+            HALF_TILES
+        };
+        out + EMULATION + tiles
     }
 
     fn kernel(name: &str, rules: &[(&str, &str)]) -> Kernel {

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 /// The device features `precision` needs from an adapter offering `offered`:
 /// subgroups wherever offered (the block reductions); for f16 shader-f16 (refused
 /// without it), plus cooperative matrices where the adapter has them with subgroups
-/// (the tensor-core matmul core).
+/// and subgroup barriers (the tensor-core matmul core).
 pub(super) fn device_features(
     precision: Precision,
     offered: wgpu::Features,
@@ -24,7 +24,7 @@ pub(super) fn device_features(
             info.name, info.backend
         ))),
         Precision::F16 => {
-            let coop = F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            let coop = F::SUBGROUP | F::SUBGROUP_BARRIER | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
             Ok(F::SHADER_F16
                 | subgroups
                 | if offered.contains(coop) {
@@ -170,9 +170,14 @@ mod tests {
     #[test]
     fn f16_asks_for_what_the_adapter_has_and_is_refused_without_shader_f16() {
         let info = adapter();
-        let coop = F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        let coop = F::SUBGROUP | F::SUBGROUP_BARRIER | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
         let all = F::SHADER_F16 | coop;
         assert_eq!(device_features(Precision::F16, all, &info).unwrap(), all);
+        // Cooperative matrices without subgroup barriers: the matmul core needs both.
+        assert_eq!(
+            device_features(Precision::F16, all - F::SUBGROUP_BARRIER, &info).unwrap(),
+            F::SHADER_F16 | F::SUBGROUP
+        );
         assert_eq!(
             device_features(Precision::F16, F::SHADER_F16 | F::SUBGROUP, &info).unwrap(),
             F::SHADER_F16 | F::SUBGROUP

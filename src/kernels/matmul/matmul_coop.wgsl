@@ -23,21 +23,25 @@
 //       gemm-vs-cublas/2026-12-04-coop-whole-rows). Holding A's 4 vec4s over the
 //       first 16-deep product and B's over the second (half the registers for
 //       loads) lost: the f16 step 25.7 ms against 23.2, every coop2 GEMM slower
-//       (.../2026-12-04-coop-half-loads). Each operand is stored in the
-//       order the hook delivers it (4 consecutive halves a thread, no transposing
-//       stores): along k as [mn][k], otherwise as [k][mn]; the fragments are loaded
-//       row- or column-major to match. Row strides 40 halves ([mn][k]) and 136
+//       (.../2026-12-04-coop-half-loads). Each operand is stored in the order
+//       the hook delivers it (4 consecutive halves a thread, one vec4<f16> store,
+//       no transposing): along k as [mn][k], otherwise as [k][mn]; the fragments
+//       are loaded row- or column-major to match. Row strides 40 halves ([mn][k]) and 136
 //       ([k][mn]): the 8 rows of a fragment's 16-byte rows fall in distinct banks.
 //
 // A workgroup of 256 threads in 8 subgroups of 32 (the launcher runs these cores
 // only where subgroups are exactly 32 wide) computes a 128x128 tile of C. Subgroup s
 // owns rows (s / 2) * 32 .. + 32 and columns (s % 2) * 64 .. + 64 of the tile: 2 x 4
-// accumulators, 2 A and 4 B fragments a 16-deep product. The next step's global
-// loads are issued before this step's math (two shared buffers, one barrier a
-// step). At the end each accumulator goes through workgroup memory, 16x16 floats a
+// accumulators, 2 A and 4 B fragments a 16-deep product. C1 issues the next step's
+// global loads before this step's math (two shared buffers, one barrier a step); C2
+// issues them two steps ahead, in two sets of registers. C2 runs one workgroup an SM
+// (its 48 KiB of workgroup memory and 256 threads of 177-200 registers, below), so
+// registers up to 255 a thread cost no occupancy, and its loads (32 KiB a step from
+// L2) waited through one step's products; through two, twice the bytes are in
+// flight. At the end each accumulator goes through workgroup memory, 16x16 floats a
 // subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
-// On the H200 (benches/kernel_stats.rs) C2 takes 177-200 registers a thread: one
-// workgroup an SM. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
+// On the H200 (benches/kernel_stats.rs) C2 took 177-200 registers a thread with
+// one set of loads in flight: one workgroup an SM. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
 // workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
 // the f16 step 28.5 ms against 23.0, c_fc's input gradient 0.266 ms against 0.173
 // (bench-results/gemm-vs-cublas/2026-12-04-coop2-64-rows): the loop is held by its
@@ -71,9 +75,15 @@ const BK: u32 = {C1:16u}{C2:32u};
 #C2 const LD_MN: u32 = 136u;
 // Halves of one buffer: max(128 * LD_K, BK * LD_MN).
 #C2 const BUF: u32 = 5120u;
+// The same in the tiles' vec4s (every offset below is a multiple of 4 halves).
+#C2 const LD_K4: u32 = 10u;
+#C2 const LD_MN4: u32 = 34u;
 
-var<workgroup> As: array<f16, {C1:6144}{C2:10240}>;
-var<workgroup> Bs: array<f16, {C1:4352}{C2:10240}>;
+// C2 keeps its tiles as vec4<f16>: each put is one 8-byte store where 4 stores of a
+// half are 4 instructions (C1's), and the fragments load them with offsets and strides
+// in vec4s (a cooperative load of a vector array reads its components in order).
+var<workgroup> As: array<{C1:f16, 6144}{C2:vec4<f16>, 2560}>;
+var<workgroup> Bs: array<{C1:f16, 4352}{C2:vec4<f16>, 2560}>;
 var<workgroup> Cs: array<f32, 2048>;
 
 // Stores the 4 floats thread t loaded for k offsets k8 .. k8 + 8 of buffer buf.
@@ -95,7 +105,7 @@ fn put_a(buf: u32, k8: u32, t: u32, v: vec4<f32>) {
 #C2         // k offset t / 32, rows (t % 32) * 4 .. + 4.
 #C2         at = buf * BUF + (k8 + t / 32u) * LD_MN + (t % 32u) * 4u;
     }
-#C2     As[at] = h.x; As[at + 1u] = h.y; As[at + 2u] = h.z; As[at + 3u] = h.w;
+#C2     As[at / 4u] = h;
 }
 
 fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
@@ -116,7 +126,7 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 #C2         // k offset t / 32, columns (t % 32) * 4 .. + 4.
 #C2         at = buf * BUF + (k8 + t / 32u) * LD_MN + (t % 32u) * 4u;
     }
-#C2     Bs[at] = h.x; Bs[at + 1u] = h.y; Bs[at + 2u] = h.z; Bs[at + 3u] = h.w;
+#C2     Bs[at / 4u] = h;
 }
 
 // Which of the 32-deep step's 8-deep slices (its first k offset) and which prelude
@@ -177,30 +187,36 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 // The A fragment of rows row .. + 16, k offsets kk .. + 16 of buffer buf.
 #C2 fn frag_a(buf: u32, row: u32, kk: u32) -> coop_mat16x16<f16, A> {
 #C2     if (A_ALONG_K) {
-#C2         return coopLoadT<coop_mat16x16<f16, A>>(&As[buf * BUF + row * LD_K + kk], LD_K);
+#C2         return coopLoadT<coop_mat16x16<f16, A>>(&As[(buf * BUF + row * LD_K + kk) / 4u], LD_K4);
 #C2     }
-#C2     return coopLoad<coop_mat16x16<f16, A>>(&As[buf * BUF + kk * LD_MN + row], LD_MN);
+#C2     return coopLoad<coop_mat16x16<f16, A>>(&As[(buf * BUF + kk * LD_MN + row) / 4u], LD_MN4);
 #C2 }
 
 // The B fragment of k offsets kk .. + 16, columns col .. + 16 of buffer buf.
 #C2 fn frag_b(buf: u32, kk: u32, col: u32) -> coop_mat16x16<f16, B> {
 #C2     if (B_ALONG_K) {
-#C2         return coopLoad<coop_mat16x16<f16, B>>(&Bs[buf * BUF + col * LD_K + kk], LD_K);
+#C2         return coopLoad<coop_mat16x16<f16, B>>(&Bs[(buf * BUF + col * LD_K + kk) / 4u], LD_K4);
 #C2     }
-#C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[buf * BUF + kk * LD_MN + col], LD_MN);
+#C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[(buf * BUF + kk * LD_MN + col) / 4u], LD_MN4);
 #C2 }
 
 // Through this subgroup's 16x16 staging block to write4: lane l writes rows
-// (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4.
+// (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4. The block is the
+// subgroup's own, so only its lanes meet, at subgroup barriers: a workgroup barrier
+// pair an accumulator made all 8 subgroups wait for each other 16 times after the
+// loop, more barriers than the loop's own at k = 384. naga gives the subgroup barrier
+// subgroup memory semantics, not workgroup memory's; that NVIDIA's compiler keeps
+// workgroup-memory accesses on their side of it (as CUDA's __syncwarp does) is
+// what the f16 GEMM tests on the tensor cores check.
 fn flush(z: u32, s: u32, lane: u32, width: u32, r0: u32, c0: u32, acc: coop_mat16x16<f32, C>) {
     coopStoreT(acc, &Cs[s * 256u], 16u);
-    workgroupBarrier();
+    subgroupBarrier();
     for (var i = lane; i < 64u; i += width) {
         let at = s * 256u + (i / 4u) * 16u + (i % 4u) * 4u;
         let v = vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]) * (1.0 / A_SCALE);
         write4(z, r0 + i / 4u, c0 + (i % 4u) * 4u, v);
     }
-    workgroupBarrier();
+    subgroupBarrier();
 }
 
 @compute @workgroup_size(256)
@@ -236,8 +252,13 @@ fn main(
     var c02 = coop_mat16x16<f32, C>(); var c03 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>(); var c11 = coop_mat16x16<f32, C>();
     var c12 = coop_mat16x16<f32, C>(); var c13 = coop_mat16x16<f32, C>();
+#C2     // Two sets of loads in flight: r* and y*, each a step's 4 + 4 vec4s. A step's
+#C2     // loads are issued two steps before it is worked on (set by the step's parity:
+#C2     // odd steps in y*, even in r*), so each waits through two steps' products, not one.
 #C2     var ra0: vec4<f32>; var ra1: vec4<f32>; var ra2: vec4<f32>; var ra3: vec4<f32>;
 #C2     var rb0: BVec; var rb1: BVec; var rb2: BVec; var rb3: BVec;
+#C2     var ya0: vec4<f32>; var ya1: vec4<f32>; var ya2: vec4<f32>; var ya3: vec4<f32>;
+#C2     var yb0: BVec; var yb1: BVec; var yb2: BVec; var yb3: BVec;
 #C2     fetch(m0, n0, k_begin, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
 #C2     // A_SUMS (dweight, matmul_tn_sums.wgsl): the first column of tiles also sums A
 #C2     // (dout) over the split, in f32 as loaded: every load of thread t is of
@@ -246,6 +267,9 @@ fn main(
 #C2     var asum = vec4<f32>(0.0);
 #C2     if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
 #C2     stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2     if (steps > 1u) {
+#C2         fetch(m0, n0, k_begin + BK, k_end, interior, t, &ya0, &ya1, &ya2, &ya3, &yb0, &yb1, &yb2, &yb3);
+#C2     }
 #C2     workgroupBarrier();
 
     // No cooperative operation under a branch: they need uniform control flow.
@@ -258,9 +282,16 @@ fn main(
 #C1             ra1 = load_a(m0, k0 + 8u, k_end, t);
 #C1             rb0 = load_b(n0, k0, k_end, t);
 #C1             rb1 = load_b(n0, k0 + 8u, k_end, t);
-#C2             fetch(m0, n0, k_begin + (step + 1u) * BK, k_end, interior, t,
-#C2                 &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
         }
+#C2         // Step + 2's loads, into the set step's own loads left (stashed last step).
+#C2         if (step + 2u < steps) {
+#C2             let k2 = k_begin + (step + 2u) * BK;
+#C2             if (cur == 0u) {
+#C2                 fetch(m0, n0, k2, k_end, interior, t, &ra0, &ra1, &ra2, &ra3, &rb0, &rb1, &rb2, &rb3);
+#C2             } else {
+#C2                 fetch(m0, n0, k2, k_end, interior, t, &ya0, &ya1, &ya2, &ya3, &yb0, &yb1, &yb2, &yb3);
+#C2             }
+#C2         }
 #C1         let a_at = cur * A_BUF + sm * A_STRIDE;
 #C1         let b_at = cur * B_BUF + sn;
 #C1         let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[a_at], A_STRIDE);
@@ -293,11 +324,17 @@ fn main(
         if (more) {
             // The sums wait for the loads here, after the products (as the tiled
             // core's do).
-#C2             if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
             // The other buffers were last read in step - 1, before the barrier.
 #C1             put_a(1u - cur, 0u, t, ra0); put_a(1u - cur, 8u, t, ra1);
 #C1             put_b(1u - cur, 0u, t, rb0); put_b(1u - cur, 8u, t, rb1);
-#C2             stash(1u - cur, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2             // Step + 1's loads: odd steps' are in y*, even steps' in r*.
+#C2             if (cur == 0u) {
+#C2                 if (a_sums) { asum += (ya0 + ya1) + (ya2 + ya3); }
+#C2                 stash(1u, t, ya0, ya1, ya2, ya3, yb0, yb1, yb2, yb3);
+#C2             } else {
+#C2                 if (a_sums) { asum += (ra0 + ra1) + (ra2 + ra3); }
+#C2                 stash(0u, t, ra0, ra1, ra2, ra3, rb0, rb1, rb2, rb3);
+#C2             }
         }
         workgroupBarrier();
     }

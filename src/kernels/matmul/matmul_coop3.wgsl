@@ -8,8 +8,8 @@
 // Built for throughput where cooperative matrices lower to warp MMAs (NVIDIA:
 // mma.sync fed by ldmatrix from workgroup memory). C2 reaches a small part of what
 // the H200's MMAs allow; the likely bounds are the work around each MMA (0.75
-// fragment loads an MMA: 2 A + 4 B a 16-deep product for 8 MMAs; a barrier pair
-// an accumulator to stage the output) and, at 256 threads of some 140 registers,
+// fragment loads an MMA: 2 A + 4 B a 16-deep product for 8 MMAs; a subgroup
+// barrier pair an accumulator to stage the output) and, at 256 threads of some 140 registers,
 // one workgroup an SM, which then idles at every barrier (`scripts/gpu-run.sh
 // gemm-sweep` times both beside cuBLAS). This core:
 //   - gives each subgroup a 64x64 block: 4 x 4 accumulators, so each A fragment

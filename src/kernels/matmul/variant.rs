@@ -409,10 +409,11 @@ fn split(len: usize, want: usize, align: usize, min: usize) -> (usize, usize) {
 /// Whether the tensor-core core (matmul_coop.wgsl) runs on `ctx`, or why not.
 pub fn coop_supported(ctx: &WgpuContext) -> Result<(), String> {
     use wgpu::Features as F;
-    let needed = F::SHADER_F16 | F::SUBGROUP | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    let needed =
+        F::SHADER_F16 | F::SUBGROUP | F::SUBGROUP_BARRIER | F::EXPERIMENTAL_COOPERATIVE_MATRIX;
     if !ctx.adapter_features().contains(needed) {
         return Err(format!(
-            "{} offers no cooperative matrices with shader-f16 and subgroups",
+            "{} offers no cooperative matrices with shader-f16, subgroups and subgroup barriers",
             ctx.adapter_name()
         ));
     }
