@@ -564,8 +564,10 @@ def headline(s, info):
         rows.append([f"A {big} training step{shape}, f32",
                      f"{f32['median_ms']:.1f} ms, {base['median_ms'] / f32['median_ms']:.2f}x PyTorch fp32 eager ({base['median_ms']:.1f} ms)"])
     if base and f16:
+        tf32 = torch.get("tf32")
+        beside = f" (PyTorch tf32: {tf32['median_ms']:.1f} ms, {tf32['median_ms'] / f16['median_ms']:.2f}x)" if tf32 else ""
         rows.append(["The same step with f16 GEMM operands (`--precision f16`, tensor cores)",
-                     f"{f16['median_ms']:.1f} ms, {base['median_ms'] / f16['median_ms']:.2f}x PyTorch fp32 eager"])
+                     f"{f16['median_ms']:.1f} ms, {base['median_ms'] / f16['median_ms']:.2f}x PyTorch fp32 eager{beside}"])
     nopool = steps.get((big, "no pool"))
     if f32 and nopool:
         rows.append(["Buffers a steady step creates, with the pool / without",

@@ -606,7 +606,7 @@ suite_headline() {
     case $part in
       step)
         torch_run headline torch_$big torch python3 scripts/torch_step.py --preset "$big" --steps 20 --warmup 5 \
-          --modes fp32,fp32_fused
+          --modes fp32,fp32_fused,tf32
         run headline "step_$big" this "$tidepool_this" bench step --presets "$big" --precision f32,f16 \
           --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
         run headline memory this bash -c "\"\$0\" train ${train_big[*]} --steps 3 --corpus \"\$1\" --json | tail -n 1" \
