@@ -35,13 +35,13 @@
 // accumulators, 2 A and 4 B fragments a 16-deep product. C1 issues the next step's
 // global loads before this step's math (two shared buffers, one barrier a step); C2
 // issues them two steps ahead, in two sets of registers. C2 runs one workgroup an SM
-// (its 48 KiB of workgroup memory and 256 threads of 177-200 registers, below), so
+// (its 48 KiB of workgroup memory and 256 threads of 195-213 registers, below), so
 // registers up to 255 a thread cost no occupancy, and its loads (32 KiB a step from
 // L2) waited through one step's products; through two, twice the bytes are in
 // flight. At the end each accumulator goes through workgroup memory, 16x16 floats a
 // subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
-// On the H200 (benches/kernel_stats.rs) C2 took 177-200 registers a thread with
-// one set of loads in flight: one workgroup an SM. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
+// On Hopper (benches/kernel_stats.rs) C2 took 177-200 registers a thread with
+// one set of loads in flight, 195-213 with two: one workgroup an SM either way. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
 // workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
 // the f16 step 28.5 ms against 23.0, c_fc's input gradient 0.266 ms against 0.173
 // (bench-results/gemm-vs-cublas/2026-12-04-coop2-64-rows): the loop is held by its
