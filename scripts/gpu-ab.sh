@@ -6,7 +6,9 @@
 # tests where it brought them (the f16 GEMMs, whose tensor-core cores run only there, and
 # the ops against their references), then this build's GEMM loop probes
 # (benches/gemm_ceiling.rs, where packed), then each build's kernels (`bench kernels`).
-# Parts that would start past BUDGET_SECONDS (540) are skipped and named in ab.md.
+# Parts that would start past BUDGET_SECONDS (540) are skipped and named in ab.md;
+# TEST_FILTER runs only the candidates' tests whose names hold it (`layernorm`: the
+# layernorm tests of `ops`, in seconds, for a change to layernorm alone).
 #
 #   bash scripts/gpu-ab.sh [--local]
 #
@@ -107,7 +109,8 @@ for i in "${!names[@]}"; do
     # (--local runs them); on the GPU the real ones run, in the other tests.
     skip=()
     [ "$test" = matmul_f16 ] && [ "$local_run" = 0 ] && skip=(--skip emulated)
-    timeout "${RUN_SECONDS:-120}" "$t" --test-threads 1 "${skip[@]}" > "$out/tests-${names[$i]}-$test.txt" 2>&1
+    timeout "${RUN_SECONDS:-120}" "$t" --test-threads 1 "${skip[@]}" ${TEST_FILTER:+"$TEST_FILTER"} \
+      > "$out/tests-${names[$i]}-$test.txt" 2>&1
     echo "{\"build\":\"${names[$i]}\",\"tests\":\"$test\",\"exit\":$?}" >> "$jsonl"
   done
 done
