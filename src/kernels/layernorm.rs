@@ -80,13 +80,24 @@ const BACKWARD_DINP_PARAMS: Kernel = Kernel {
     unchecked: false,
 };
 
-/// layernorm_held.wgsl with `const HELD` joined in front (identical sources are
-/// one string in the binary).
+/// Rows a workgroup of `backward_held` takes ([`HELD_ROWS`]; `ROWS` in
+/// layernorm_held.wgsl, which [`held_source`] joins in front): a macro, so that the
+/// one literal reaches both the constant and `concat!`.
+macro_rules! held_rows {
+    () => {
+        32
+    };
+}
+
+/// layernorm_held.wgsl with `const HELD` and `const ROWS` joined in front
+/// (identical sources are one string in the binary).
 macro_rules! held_source {
     ($held:literal) => {
         with_subgroups!(
             "const HELD: u32 = ",
             $held,
+            "u;\nconst ROWS: u32 = ",
+            held_rows!(),
             "u;\n",
             include_str!("layernorm_common.wgsl"),
             include_str!("hash.wgsl"),
@@ -214,7 +225,7 @@ fn forward_subgroups(ctx: &WgpuContext) -> Option<u32> {
 }
 
 /// Rows a workgroup of `backward_held` takes (`ROWS` in layernorm_held.wgsl).
-const HELD_ROWS: usize = 32;
+const HELD_ROWS: usize = held_rows!();
 
 /// Most channels `backward_held` sums in workgroup memory (4 * `RED_C4`).
 const HELD_MAX_C: usize = 1024;
@@ -239,7 +250,7 @@ fn held(ctx: &WgpuContext, target: Target, c: usize) -> Option<HeldKernels> {
 
 /// The held backward for `rows` rows of `c`, where the dinp pass does not sum the
 /// weight gradients itself (past 4096 rows): dinp and a partial sum of the weight
-/// gradients a block of 32 rows, read once, then a subgroup a channel adds the
+/// gradients a block of `HELD_ROWS` rows, read once, then a subgroup a channel adds the
 /// blocks.
 fn held_backward(ctx: &WgpuContext, target: Target, rows: usize, c: usize) -> Option<Kernel> {
     let fits = !params_in_dinp(ctx, target, rows)
@@ -347,7 +358,7 @@ impl LayerNorm<'_> {
 
     /// Floats of pooled scratch the backward draws for its weight gradients: 0
     /// where the dinp pass sums them (GPUs, up to 4096 rows), else the partial sums
-    /// of blocks of rows: `2 * ceil(rows / 32) * c` for the held backward (GPUs with
+    /// of blocks of rows: `2 * ceil(rows / HELD_ROWS) * c` for the held backward (GPUs with
     /// subgroups), `2 * ceil(rows / 64) * c` for the two passes of its own.
     pub fn backward_scratch(&self, ctx: &WgpuContext, shape: LayerNormShape) -> usize {
         let LayerNormShape { rows, c } = shape;

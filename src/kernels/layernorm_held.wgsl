@@ -21,9 +21,9 @@
 // The uniform, EPS and WG: layernorm_common.wgsl (joined in front), with
 // hash.wgsl for the dropout mask.
 
-// Rows a workgroup of backward_held: the launcher runs it where subgroups are at
-// least WG / ROWS wide, so each subgroup takes a whole number of rows.
-const ROWS: u32 = 32u;
+// ROWS (layernorm.rs joins it in front, beside HELD): rows a workgroup of
+// backward_held. The launcher runs it where subgroups are at least WG / ROWS wide,
+// so each subgroup takes a whole number of rows.
 // Vec4s of a row the workgroup's sums hold: backward_held takes rows of up to
 // 4 * RED_C4 channels.
 const RED_C4: u32 = 256u;
