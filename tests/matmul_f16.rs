@@ -14,7 +14,7 @@ mod common;
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 use common::fresh_seed;
-use common::{context, max_rel_error, poisoned, read};
+use common::{assert_close, context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
 use tidepool::kernels::{F16Core, Fusion, Linear, Matmul, MatmulShape, MatmulVariant, GRAD_SCALE};
@@ -829,6 +829,23 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
         all
     }
 
+    /// Runs `dispatch` into an output of `splits` partials of `len` floats drawn from
+    /// the poisoned pool, so that a kernel that leaves any of it unwritten fails;
+    /// read back with the partials summed.
+    async fn launch(
+        ctx: &WgpuContext,
+        len: usize,
+        splits: usize,
+        dispatch: impl FnOnce(&PooledBuffer),
+    ) -> Vec<f32> {
+        let out = poisoned(ctx, &[splits * len], || {
+            let out = ctx.create_pooled(splits * len * 4);
+            dispatch(&out);
+            out
+        });
+        sum_splits(&read(ctx, &out, splits * len).await, len, splits)
+    }
+
     async fn body(core: &str, rules: &[(&str, &str)]) {
         let Some(ctx) = f16_context().await else {
             panic!("natively the CI adapter (lavapipe) has shader-f16");
@@ -889,66 +906,42 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
                 ctx.upload(&dout),
             );
             let what = format!("emulated {core} {rows}x{k}x{n}");
+            let want_fwd = forward_ref(&inp, &weight, Some(&bias), rows, k, n);
+            let want_dinp = dinp_ref(&dout, &weight, rows, k, n);
+            let want_dw = dweight_ref(&dout, &inp, rows, k, n);
 
-            let out = poisoned(&ctx, &[rows * n], || {
-                let out = ctx.create_pooled(rows * n * 4);
+            let got = launch(&ctx, rows * n, 1, |out| {
+                let bound = with_views(views, &[&g_inp, &g_w, &g_b, out, &g_inp]);
                 let p = params(rows, n, k, k, FUSE_BIAS);
-                ctx.dispatch(
-                    &forward,
-                    &p,
-                    &with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_inp]),
-                    grid(rows, n, 1),
-                );
-                out
-            });
-            let got = read(&ctx, &out, rows * n).await;
-            let want = forward_ref(&inp, &weight, Some(&bias), rows, k, n);
-            let err = max_rel_error(&got, &want);
-            assert!(err <= FWD_TOL, "forward {what}: {err:e} (seed {seed})");
+                ctx.dispatch(&forward, &p, &bound, grid(rows, n, 1));
+            })
+            .await;
+            assert_close(&format!("forward {what}"), &got, &want_fwd, FWD_TOL, seed);
 
             // The epilogues, in write4 after the staging: a residual branch's end
             // (forward) and the gradient through a fused GELU (dinp).
             let resid = rng.vec(rows * n, -1.0, 1.0);
             let g_resid = ctx.upload(&resid);
-            let out = poisoned(&ctx, &[rows * n], || {
-                let out = ctx.create_pooled(rows * n * 4);
+            let got = launch(&ctx, rows * n, 1, |out| {
+                let bound = with_views(views, &[&g_inp, &g_w, &g_b, out, &g_resid]);
                 let p = params(rows, n, k, k, FUSE_BIAS | FUSE_RESIDUAL);
-                ctx.dispatch(
-                    &forward,
-                    &p,
-                    &with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_resid]),
-                    grid(rows, n, 1),
-                );
-                out
-            });
-            let got = read(&ctx, &out, rows * n).await;
-            let want: Vec<f32> = want.iter().zip(&resid).map(|(w, r)| w + r).collect();
-            let err = max_rel_error(&got, &want);
-            assert!(
-                err <= FWD_TOL,
-                "forward residual {what}: {err:e} (seed {seed})"
-            );
+                ctx.dispatch(&forward, &p, &bound, grid(rows, n, 1));
+            })
+            .await;
+            let want: Vec<f32> = want_fwd.iter().zip(&resid).map(|(w, r)| w + r).collect();
+            let name = format!("forward residual {what}");
+            assert_close(&name, &got, &want, FWD_TOL, seed);
             let aux = rng.vec(rows * k, -3.0, 3.0);
             let g_aux = ctx.upload(&aux);
-            let out = poisoned(&ctx, &[rows * k], || {
-                let out = ctx.create_pooled(rows * k * 4);
+            let got = launch(&ctx, rows * k, 1, |out| {
+                let bound = with_views(views, &[&g_dout, &g_w, out, &g_aux]);
                 let p = params(rows, k, n, n, FUSE_GELU_GRAD);
-                ctx.dispatch(
-                    &dinp,
-                    &p,
-                    &with_views(views, &[&g_dout, &g_w, &out, &g_aux]),
-                    grid(rows, k, 1),
-                );
-                out
-            });
-            let got = read(&ctx, &out, rows * k).await;
-            let want =
-                tidepool::reference::gelu_backward(&aux, &dinp_ref(&dout, &weight, rows, k, n));
-            let err = max_rel_error(&got, &want);
-            assert!(
-                err <= FWD_TOL,
-                "dinp gelu grad {what}: {err:e} (seed {seed})"
-            );
+                ctx.dispatch(&dinp, &p, &bound, grid(rows, k, 1));
+            })
+            .await;
+            let want = tidepool::reference::gelu_backward(&aux, &want_dinp);
+            let name = format!("dinp gelu grad {what}");
+            assert_close(&name, &got, &want, FWD_TOL, seed);
 
             // The GELU prologue on the activation operand (forward and dweight). The
             // shader's GELU and the reference's differ in the last f32 bits, which
@@ -956,69 +949,38 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
             // below what a missing GELU gives (about 1).
             const GELU_TOL: f32 = 2e-3;
             let act = tidepool::reference::gelu_forward(&inp);
-            let out = poisoned(&ctx, &[rows * n], || {
-                let out = ctx.create_pooled(rows * n * 4);
+            let got = launch(&ctx, rows * n, 1, |out| {
+                let bound = with_views(views, &[&g_inp, &g_w, &g_b, out, &g_inp]);
                 let p = params(rows, n, k, k, FUSE_BIAS | FUSE_GELU_INP);
-                ctx.dispatch(
-                    &forward,
-                    &p,
-                    &with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_inp]),
-                    grid(rows, n, 1),
-                );
-                out
-            });
-            let got = read(&ctx, &out, rows * n).await;
+                ctx.dispatch(&forward, &p, &bound, grid(rows, n, 1));
+            })
+            .await;
             let want = forward_ref(&act, &weight, Some(&bias), rows, k, n);
-            let err = max_rel_error(&got, &want);
-            assert!(
-                err <= GELU_TOL,
-                "forward gelu {what}: {err:e} (seed {seed})"
-            );
-            let part = poisoned(&ctx, &[n * k], || {
-                let part = ctx.create_pooled(n * k * 4);
+            assert_close(&format!("forward gelu {what}"), &got, &want, GELU_TOL, seed);
+            let got = launch(&ctx, n * k, 1, |out| {
+                let bound = with_views(views, &[&g_dout, &g_inp, out]);
                 let p = params(n, k, rows, rows, FUSE_GELU_INP);
-                ctx.dispatch(
-                    &dweight,
-                    &p,
-                    &with_views(views, &[&g_dout, &g_inp, &part]),
-                    grid(n, k, 1),
-                );
-                part
-            });
-            let got = read(&ctx, &part, n * k).await;
-            let err = max_rel_error(&got, &dweight_ref(&dout, &act, rows, k, n));
-            assert!(
-                err <= GELU_TOL,
-                "dweight gelu {what}: {err:e} (seed {seed})"
-            );
+                ctx.dispatch(&dweight, &p, &bound, grid(n, k, 1));
+            })
+            .await;
+            let want = dweight_ref(&dout, &act, rows, k, n);
+            assert_close(&format!("dweight gelu {what}"), &got, &want, GELU_TOL, seed);
 
             // dinp in two k splits (over n), dweight in two row splits.
             for (splits, chunk) in [(1, n), (2, n.div_ceil(2).div_ceil(8) * 8)] {
                 let splits = if chunk >= n { 1 } else { splits };
-                let part = poisoned(&ctx, &[splits * rows * k], || {
-                    let part = ctx.create_pooled(splits * rows * k * 4);
+                let got = launch(&ctx, rows * k, splits, |out| {
+                    let bound = with_views(views, &[&g_dout, &g_w, out, &g_dout]);
                     let p = params(rows, k, n, chunk, 0);
-                    ctx.dispatch(
-                        &dinp,
-                        &p,
-                        &with_views(views, &[&g_dout, &g_w, &part, &g_dout]),
-                        grid(rows, k, splits),
-                    );
-                    part
-                });
-                let got = sum_splits(
-                    &read(&ctx, &part, splits * rows * k).await,
-                    rows * k,
-                    splits,
-                );
-                let err = max_rel_error(&got, &dinp_ref(&dout, &weight, rows, k, n));
-                assert!(
-                    err <= FWD_TOL,
-                    "dinp {what} splits {splits}: {err:e} (seed {seed})"
-                );
+                    ctx.dispatch(&dinp, &p, &bound, grid(rows, k, splits));
+                })
+                .await;
+                let name = format!("dinp {what} splits {splits}");
+                assert_close(&name, &got, &want_dinp, FWD_TOL, seed);
             }
             // The dweight that sums dbias too (its partials bound after the views),
-            // unsplit and in two row splits: dbias from dout as loaded, in f32.
+            // unsplit and in two row splits: dbias from dout as loaded, in f32. Two
+            // outputs, so its own poisoned launch.
             if let Some(sums) = &dweight_sums {
                 for (splits, chunk) in [(1, rows), (2, rows.div_ceil(2).div_ceil(32) * 32)] {
                     let splits = if chunk >= rows { 1 } else { splits };
@@ -1032,73 +994,48 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
                         (part, part_b)
                     });
                     let got = sum_splits(&read(&ctx, &part, splits * n * k).await, n * k, splits);
-                    let err = max_rel_error(&got, &dweight_ref(&dout, &inp, rows, k, n));
-                    assert!(
-                        err <= DW_TOL,
-                        "dweight with dbias {what} splits {splits}: {err:e} (seed {seed})"
-                    );
+                    let name = format!("dweight with dbias {what} splits {splits}");
+                    assert_close(&name, &got, &want_dw, DW_TOL, seed);
                     let got = sum_splits(&read(&ctx, &part_b, splits * n).await, n, splits);
                     let want: Vec<f32> = (0..n)
                         .map(|j| (0..rows).map(|r| dout[r * n + j] as f64).sum::<f64>() as f32)
                         .collect();
-                    let err = max_rel_error(&got, &want);
-                    assert!(
-                        err <= FWD_TOL,
-                        "dbias beside dweight {what} splits {splits}: {err:e} (seed {seed})"
-                    );
+                    let name = format!("dbias beside dweight {what} splits {splits}");
+                    assert_close(&name, &got, &want, FWD_TOL, seed);
                 }
             }
             // The twins reading the f16 copy (made here) in B's view, unsplit.
             if let Some((forward16, dinp16)) = &twins {
                 let g_wh = upload_halves(&ctx, &weight);
-                let out = poisoned(&ctx, &[rows * n], || {
-                    let out = ctx.create_pooled(rows * n * 4);
+                let got = launch(&ctx, rows * n, 1, |out| {
+                    let mut bound = with_views(views, &[&g_inp, &g_w, &g_b, out, &g_inp]);
+                    *bound.last_mut().expect("B's view") = &g_wh;
                     let p = params(rows, n, k, k, FUSE_BIAS);
-                    let mut bound = with_views(views, &[&g_inp, &g_w, &g_b, &out, &g_inp]);
-                    *bound.last_mut().expect("B's view") = &g_wh;
                     ctx.dispatch(forward16, &p, &bound, grid(rows, n, 1));
-                    out
-                });
-                let got = read(&ctx, &out, rows * n).await;
-                let err = max_rel_error(&got, &forward_ref(&inp, &weight, Some(&bias), rows, k, n));
-                assert!(
-                    err <= FWD_TOL,
-                    "forward f16 weight {what}: {err:e} (seed {seed})"
-                );
-                let out = poisoned(&ctx, &[rows * k], || {
-                    let out = ctx.create_pooled(rows * k * 4);
-                    let p = params(rows, k, n, n, 0);
-                    let mut bound = with_views(views, &[&g_dout, &g_w, &out, &g_dout]);
+                })
+                .await;
+                let name = format!("forward f16 weight {what}");
+                assert_close(&name, &got, &want_fwd, FWD_TOL, seed);
+                let got = launch(&ctx, rows * k, 1, |out| {
+                    let mut bound = with_views(views, &[&g_dout, &g_w, out, &g_dout]);
                     *bound.last_mut().expect("B's view") = &g_wh;
+                    let p = params(rows, k, n, n, 0);
                     ctx.dispatch(dinp16, &p, &bound, grid(rows, k, 1));
-                    out
-                });
-                let got = read(&ctx, &out, rows * k).await;
-                let err = max_rel_error(&got, &dinp_ref(&dout, &weight, rows, k, n));
-                assert!(
-                    err <= FWD_TOL,
-                    "dinp f16 weight {what}: {err:e} (seed {seed})"
-                );
+                })
+                .await;
+                let name = format!("dinp f16 weight {what}");
+                assert_close(&name, &got, &want_dinp, FWD_TOL, seed);
             }
             for (splits, chunk) in [(1, rows), (2, rows.div_ceil(2).div_ceil(8) * 8)] {
                 let splits = if chunk >= rows { 1 } else { splits };
-                let part = poisoned(&ctx, &[splits * n * k], || {
-                    let part = ctx.create_pooled(splits * n * k * 4);
+                let got = launch(&ctx, n * k, splits, |out| {
+                    let bound = with_views(views, &[&g_dout, &g_inp, out]);
                     let p = params(n, k, rows, chunk, 0);
-                    ctx.dispatch(
-                        &dweight,
-                        &p,
-                        &with_views(views, &[&g_dout, &g_inp, &part]),
-                        grid(n, k, splits),
-                    );
-                    part
-                });
-                let got = sum_splits(&read(&ctx, &part, splits * n * k).await, n * k, splits);
-                let err = max_rel_error(&got, &dweight_ref(&dout, &inp, rows, k, n));
-                assert!(
-                    err <= DW_TOL,
-                    "dweight {what} splits {splits}: {err:e} (seed {seed})"
-                );
+                    ctx.dispatch(&dweight, &p, &bound, grid(n, k, splits));
+                })
+                .await;
+                let name = format!("dweight {what} splits {splits}");
+                assert_close(&name, &got, &want_dw, DW_TOL, seed);
             }
         }
         ctx.take_error().expect("no GPU errors");
