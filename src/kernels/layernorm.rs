@@ -82,7 +82,9 @@ const BACKWARD_DINP_PARAMS: Kernel = Kernel {
 
 /// Rows a workgroup of `backward_held` takes ([`HELD_ROWS`]; `ROWS` in
 /// layernorm_held.wgsl, which [`held_source`] joins in front): a macro, so that the
-/// one literal reaches both the constant and `concat!`.
+/// one literal reaches both the constant and `concat!`. 32 beat 8, 16, 64 and 128 on
+/// the H100 (the shakespeare step's held backward 1.11 GPU ms against 1.19-1.83;
+/// BENCHMARKS.md: the step against PyTorch).
 macro_rules! held_rows {
     () => {
         32
