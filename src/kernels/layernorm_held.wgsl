@@ -133,6 +133,8 @@ fn backward_held(
     let cf = f32(p.c);
     var dw: array<vec4<f32>, HELD>;
     var db: array<vec4<f32>, HELD>;
+    // One row a trip: two rows a trip, or the next row's loads issued before this
+    // row's sums, measured slower on the H100 (BENCHMARKS.md: the step against PyTorch).
     for (var k = 0u; k < ROWS / subgroups; k++) {
         let row = block * ROWS + k * subgroups + sg;
         let r = min(row, p.rows - 1u);
