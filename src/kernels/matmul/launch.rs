@@ -4,8 +4,8 @@
 
 use super::operands::{Fusion, Layout, Linear};
 use super::source::{
-    binds_views, dweight_bias, dweight_bias_reads_views, fuse, kernel, kernel_f16_weights,
-    specialized, writes_vec4, COLSUM, SUM_SPLITS_FUSED,
+    binds_views, dweight_bias, fuse, kernel, kernel_f16_weights, specialized, writes_vec4, COLSUM,
+    SUM_SPLITS_FUSED,
 };
 use super::split_sums::Partials;
 use super::variant::MatmulVariant;
@@ -352,21 +352,14 @@ pub(super) fn weight_partials<'d>(
     let dweight = Partials::new(ctx, n * k, splits, dests.dweight);
     let dbias = fused_bias.map(|dest| Partials::new(ctx, n, splits, dest));
     let bound = [dout.into(), inp.into(), dweight.target()];
+    // A dweight that sums dbias too binds dbias's partials after the operands' views.
     let sums: Vec<Slice> = dbias.iter().map(Partials::target).collect();
-    // The tiled dweight that sums dbias too reads no views (its binding 4 is
-    // dbias's); the tensor-core one binds dbias's after its views.
-    let views = fused_bias.is_none() || dweight_bias_reads_views(variant);
-    let (bound, tail) = if views {
-        (bound.to_vec(), sums)
-    } else {
-        ([&bound[..], &sums].concat(), Vec::new())
-    };
     dispatch_gemm(
         ctx,
-        (variant, kernel, views),
+        (variant, kernel, true),
         None,
         params,
-        (&bound, &tail),
+        (&bound, &sums),
         groups,
     );
     let dbias = match (dbias, dests.bias) {

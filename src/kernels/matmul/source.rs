@@ -359,29 +359,33 @@ pub(super) fn writes_vec4(kernel: &Kernel) -> bool {
 
 /// The dweight of `variant` that also sums dbias's partials
 /// (`MatmulVariant::sums_bias`): matmul_tn_sums.wgsl between the prelude and the
-/// core. `Tiled`'s (and `SplitK`'s) reads no views and binds dbias's partials at 4;
-/// `Coop2`'s reads its views at 4 and 5 ([`dweight_bias_reads_views`]) and binds
-/// them at 6.
+/// core. Each reads its operands' vec4 views at 4 and 5 and binds dbias's partials
+/// at 6.
 pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
     static TILED_KERNEL: OnceLock<Kernel> = OnceLock::new();
     static COOP2_KERNEL: OnceLock<Kernel> = OnceLock::new();
     const SUMS: &str = include_str!("matmul_tn_sums.wgsl");
+    let sums_at_6 = || {
+        let sums = SUMS.replace("@binding(4)", "@binding(6)");
+        assert_ne!(sums, SUMS, "matmul_tn_sums.wgsl binds its partials at 4");
+        sums
+    };
     match variant {
         MatmulVariant::Tiled | MatmulVariant::SplitK => TILED_KERNEL.get_or_init(|| {
             let core = select(TILED, TILED_TAGS, &TILED_F32);
             Kernel {
                 name: "matmul_backward_dweight_bias",
                 source: leak(format!(
-                    "{}{SUMS}{core}",
-                    prelude(Layout::Dweight, Views::None, false)
+                    "{}{}{core}",
+                    prelude(Layout::Dweight, Views::F32, false),
+                    sums_at_6()
                 )),
                 entry: "main",
                 unchecked: UNCHECKED,
             }
         }),
         MatmulVariant::Coop2 { .. } => COOP2_KERNEL.get_or_init(|| {
-            let sums = SUMS.replace("@binding(4)", "@binding(6)");
-            assert_ne!(sums, SUMS, "matmul_tn_sums.wgsl binds its partials at 4");
+            let sums = sums_at_6();
             Kernel {
                 name: "matmul_dweight_coop2_bias",
                 source: leak(format!(
@@ -395,11 +399,6 @@ pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
         }),
         _ => panic!("{} sums no dbias beside dweight", variant.name()),
     }
-}
-
-/// Whether [`dweight_bias`]'s kernel of `variant` reads the operands' vec4 views.
-pub(super) fn dweight_bias_reads_views(variant: MatmulVariant) -> bool {
-    matches!(variant, MatmulVariant::Coop2 { .. })
 }
 
 /// `matmul_reduce.wgsl` with the fusions' helpers (its fused sum applies epilogues).
