@@ -39,7 +39,7 @@ mod bench {
 
     use tidepool::config::Precision;
     use tidepool::kernels::{
-        Attention, AttentionSaved, AttentionShape, Fusion, GpuAttention, Linear, Matmul,
+        Attention, AttentionSaved, AttentionShape, Fusion, GpuAttention, Layout, Linear, Matmul,
         MatmulShape, MatmulVariant, ParamArena, ShapeClass, Target, GPU_ATTENTION,
     };
     use tidepool::rng::Rng;
@@ -117,13 +117,9 @@ mod bench {
         a.min(b)
     }
 
-    /// An op's name, its output rows and columns and reduction length (what the
-    /// launchers choose a variant by), and one launch.
-    type Case<'a> = (
-        &'static str,
-        (usize, usize, usize),
-        &'a dyn Fn() -> PooledBuffer,
-    );
+    /// An op's name, its layout (which, with the shape, the launchers choose a
+    /// variant by), and one launch.
+    type Case<'a> = (&'static str, Layout, &'a dyn Fn() -> PooledBuffer);
 
     struct Row {
         op: &'static str,
@@ -257,13 +253,18 @@ mod bench {
                     };
                     // Each product's output shape and reduction decide the launchers' choice.
                     let cases: [Case; 3] = [
-                        ("matmul_forward", (m, n, k), &|| op.forward(ctx, x, shape)),
-                        ("matmul_dinp", (m, k, n), &|| op.dinp(ctx, &dout, x, shape)),
-                        ("matmul_dweight", (n, k, m), &|| {
+                        ("matmul_forward", Layout::Forward, &|| {
+                            op.forward(ctx, x, shape)
+                        }),
+                        ("matmul_dinp", Layout::Dinp, &|| {
+                            op.dinp(ctx, &dout, x, shape)
+                        }),
+                        ("matmul_dweight", Layout::Dweight, &|| {
                             op.weight_grads(ctx, &dout, x, shape).0
                         }),
                     ];
-                    for (op, (out_m, out_n, red), launch) in cases {
+                    for (op, layout, launch) in cases {
+                        let (out_m, out_n, red) = layout.gemm(shape);
                         if !op.contains(&args.only) {
                             continue;
                         }
@@ -271,8 +272,8 @@ mod bench {
                         let row = Row {
                             op,
                             variant: v.name(),
-                            auto: MatmulVariant::choose(ctx, out_m, out_n, red) == v,
-                            class: ShapeClass::of(out_m, out_n, red).name(),
+                            auto: MatmulVariant::choose(ctx, layout, out_m, out_n, red) == v,
+                            class: ShapeClass::of(layout, out_m, out_n, red).name(),
                             m,
                             k,
                             n,

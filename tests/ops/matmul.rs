@@ -178,7 +178,7 @@ async fn backward_body() {
                     "dweight {what} rerun"
                 );
             }
-            // With the bias: Tiled and SplitK sum dbias in dweight's own pass.
+            // With the bias: Tiled, SplitK and Narrow sum dbias in dweight's own pass.
             let (dw, db) = poisoned(&ctx, &[n, n * k], || {
                 let x = linear(&g_inp, &g_w, Some(&g_b));
                 let (dw, db) = op.weight_grads(&ctx, &g_dout, x, shape);

@@ -84,10 +84,10 @@ fn each_products_needs_follow_the_variant_that_runs() {
     let f16 = matmul::needs(Target::Cpu, F16, Layout::Forward, shape);
     assert_eq!(f16.variant, MatmulVariant::F16 { split: false });
     assert_eq!(f16.grid, [1, 2_097_152 / 128, 1]);
-    // dweight (12 x 4, few tiles) takes split-K and reduces over the rows in
+    // dweight (12 x 4, few tiles) takes Narrow and reduces over the rows in
     // splits, far under the limit: its partials are counted.
     let dweight = matmul::needs(Target::Gpu, F32, Layout::Dweight, shape);
-    assert_eq!(dweight.variant, MatmulVariant::SplitK);
+    assert_eq!(dweight.variant, MatmulVariant::Narrow);
     assert!(dweight.grid.iter().all(|&g| g <= 65535), "{dweight:?}");
     assert_eq!(
         dweight.grid[2] as usize * 12 * 4,

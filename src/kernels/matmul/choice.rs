@@ -3,17 +3,23 @@
 //! column) go in as a line each; [`MatmulVariant::choose_for`], here, picks for CPU
 //! adapters and the f16 products too.
 
+use super::operands::Layout;
 use super::variant::{MatmulVariant, MIN_SPLIT_K, TARGET_WORKGROUPS, TILE};
 use crate::config::Precision;
 use crate::tuning::Target;
 
 /// The GEMM shapes that want different tilings, told apart by the output's 128x128
-/// tiles and the reduction's length. The shakespeare step's 15 products (64 x 256
-/// rows, width 384, MLP 1536, 65 symbols) fall in every class.
+/// tiles and the reduction's length, and the weight gradients (whose operands are
+/// both read along the output, k-major) from the other products. The shakespeare
+/// step's 15 products (64 x 256 rows, width 384, MLP 1536, 65 symbols) fall in
+/// every class but few-tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ShapeClass {
-    /// Fewer tiles than a wave of a large GPU over a long reduction: the weight
-    /// gradients (a 384 x 1152 output over 16k rows).
+    /// Weight gradients with fewer tiles than a wave of a large GPU over a long
+    /// reduction (the batch's rows): every weight gradient of the step (a 384 x
+    /// 1152 output over 16k rows).
+    WeightGradients,
+    /// Forwards and input gradients of such shapes: the page's small presets.
     FewTiles,
     /// Under half of `TARGET_WORKGROUPS` tiles, reduced over 1024 or more and at
     /// least 4 times the output's width: the MLP's projection and its input
@@ -36,14 +42,15 @@ pub enum ShapeClass {
 /// class's winner, summed over its shapes, in the H200 sweep of 2026-12-04 with
 /// whole-tile launches loading vec4s (`scripts/gpu-run.sh gemm-sweep`,
 /// bench-results/gemm-sweep/2026-12-04-whole-tiles/sweep.md). `Narrow`'s 64-row
-/// tiles (twice the workgroups, half the registers) won every class but the
+/// tiles (twice the workgroups, fewer registers) won every class but the
 /// thin-output head's logits: long-k 1.138 ms against `Tiled`'s 1.264, many-tiles
-/// 1.646 against 1.757, some-tiles 0.723 against 0.827. Few-tiles stays split-K
-/// although `Narrow` won its five shakespeare shapes (2.003 ms against 2.086): those
-/// are weight gradients, and with `Narrow` there the page's `small` step (whose
-/// few-tiles products include forwards and input gradients, which `Narrow` does not
-/// split) measured 9% slower natively (BENCHMARKS.md).
+/// 1.646 against 1.757, some-tiles 0.723 against 0.827. The weight gradients take
+/// `Narrow` with its own split (`NARROW_DWEIGHT_WORKGROUPS` in variant.rs): in the
+/// step, 9.92 GPU ms against split-K's 11.37 (H100, BENCHMARKS.md). Few-tiles stays
+/// split-K: `Narrow` does not split a forward's or input gradient's reduction, and
+/// there the page's `small` step measured 9% slower natively.
 pub const GPU_CHOICE: &[(ShapeClass, MatmulVariant)] = &[
+    (ShapeClass::WeightGradients, MatmulVariant::Narrow),
     (ShapeClass::FewTiles, MatmulVariant::SplitK),
     (ShapeClass::LongK, MatmulVariant::Narrow),
     (ShapeClass::ShortK, MatmulVariant::Narrow),
@@ -53,7 +60,8 @@ pub const GPU_CHOICE: &[(ShapeClass, MatmulVariant)] = &[
 ];
 
 impl ShapeClass {
-    pub const ALL: [ShapeClass; 6] = [
+    pub const ALL: [ShapeClass; 7] = [
+        ShapeClass::WeightGradients,
         ShapeClass::FewTiles,
         ShapeClass::LongK,
         ShapeClass::ShortK,
@@ -62,12 +70,15 @@ impl ShapeClass {
         ShapeClass::SomeTiles,
     ];
 
-    /// The class of an `m x n` output reduced over `k`, the first that fits in
-    /// the order of [`ShapeClass::ALL`].
-    pub fn of(m: usize, n: usize, k: usize) -> ShapeClass {
+    /// The class of `layout`'s product, an `m x n` output reduced over `k`: the
+    /// first that fits in the order of [`ShapeClass::ALL`].
+    pub fn of(layout: Layout, m: usize, n: usize, k: usize) -> ShapeClass {
         let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
         if tiles < TARGET_WORKGROUPS / 16 && k >= 2 * MIN_SPLIT_K {
-            ShapeClass::FewTiles
+            match layout {
+                Layout::Dweight => ShapeClass::WeightGradients,
+                _ => ShapeClass::FewTiles,
+            }
         } else if tiles < TARGET_WORKGROUPS / 2 && k >= 1024 && k >= 4 * n {
             ShapeClass::LongK
         } else if k < MIN_SPLIT_K && tiles >= TARGET_WORKGROUPS / 4 {
@@ -83,6 +94,7 @@ impl ShapeClass {
 
     pub fn name(self) -> &'static str {
         match self {
+            ShapeClass::WeightGradients => "weight-gradients",
             ShapeClass::FewTiles => "few-tiles",
             ShapeClass::LongK => "long-k",
             ShapeClass::ShortK => "short-k",
@@ -102,13 +114,14 @@ impl ShapeClass {
 }
 
 impl MatmulVariant {
-    /// The variant for an `m x n` output reduced over `k` on adapters of `target`,
-    /// f16 products on the fallback core (the tensor-core cores tile, split and
-    /// fill their grids alike): on GPUs, the variant of the shape's class
-    /// ([`GPU_CHOICE`]). Under f16, the same split.
+    /// The variant for `layout`'s product, an `m x n` output reduced over `k`, on
+    /// adapters of `target`, f16 products on the fallback core (the tensor-core
+    /// cores tile, split and fill their grids alike): on GPUs, the variant of the
+    /// product's class ([`GPU_CHOICE`]). Under f16, the same split.
     pub fn choose_for(
         target: Target,
         precision: Precision,
+        layout: Layout,
         m: usize,
         n: usize,
         k: usize,
@@ -117,7 +130,7 @@ impl MatmulVariant {
             // CPU adapters in a browser: SwiftShader in Chromium.
             Target::Cpu if cfg!(target_arch = "wasm32") => MatmulVariant::Cpu16,
             Target::Cpu => MatmulVariant::Cpu32,
-            Target::Gpu => Self::choose_gpu(m, n, k),
+            Target::Gpu => Self::choose_gpu(layout, m, n, k),
         };
         match precision {
             Precision::F32 => f32_variant,
@@ -127,101 +140,123 @@ impl MatmulVariant {
         }
     }
 
-    /// [`MatmulVariant::choose_for`]'s f32 choice on GPUs: the one of the shape's
-    /// class in [`GPU_CHOICE`].
-    pub(super) fn choose_gpu(m: usize, n: usize, k: usize) -> MatmulVariant {
-        ShapeClass::of(m, n, k).gpu_choice()
+    /// [`MatmulVariant::choose_for`]'s f32 choice on GPUs: the one of the
+    /// product's class in [`GPU_CHOICE`].
+    pub(super) fn choose_gpu(layout: Layout, m: usize, n: usize, k: usize) -> MatmulVariant {
+        ShapeClass::of(layout, m, n, k).gpu_choice()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ShapeClass;
+    use super::{Layout, ShapeClass};
     use super::{MatmulVariant, Precision, Target};
 
     /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
-    /// symbols) as (output rows, output columns, reduction) take the H200 sweep's
-    /// choices (`super::GPU_CHOICE`): split-K every weight gradient, Tiled the head's
-    /// logits, Narrow the rest; f16 splits where f32 does.
+    /// symbols) as (output rows, output columns, reduction) take the sweeps'
+    /// choices (`super::GPU_CHOICE`): Narrow every weight gradient, Tiled the head's
+    /// logits, Narrow the rest; f16 splits where f32 does (nowhere).
     #[test]
     fn the_shakespeare_step_takes_the_sweeps_choices() {
         let rows = 16384;
         let layers = [(384, 1152), (384, 384), (384, 1536), (1536, 384), (384, 65)];
         for (k, n) in layers {
-            let forward = MatmulVariant::choose_gpu(rows, n, k);
-            let dinp = MatmulVariant::choose_gpu(rows, k, n);
-            let dweight = MatmulVariant::choose_gpu(n, k, rows);
-            let want_forward = match n {
-                65 => MatmulVariant::Tiled,
-                _ => MatmulVariant::Narrow,
-            };
-            assert_eq!(forward, want_forward, "forward k {k} n {n}");
-            assert_eq!(dinp, MatmulVariant::Narrow, "dinp k {k} n {n}");
-            assert_eq!(dweight, MatmulVariant::SplitK, "dweight k {k} n {n}");
-            // f16 follows: the weight gradients split, the rest not.
-            for (m, n, k, split) in [(rows, n, k, false), (rows, k, n, false), (n, k, rows, true)] {
-                let f16 = MatmulVariant::choose_for(Target::Gpu, Precision::F16, m, n, k);
-                assert_eq!(f16, MatmulVariant::F16 { split }, "{m}x{n} over {k}");
+            let products = [
+                (Layout::Forward, [rows, n, k]),
+                (Layout::Dinp, [rows, k, n]),
+                (Layout::Dweight, [n, k, rows]),
+            ];
+            let want = [
+                if n == 65 {
+                    MatmulVariant::Tiled
+                } else {
+                    MatmulVariant::Narrow
+                },
+                MatmulVariant::Narrow,
+                MatmulVariant::Narrow,
+            ];
+            for ((layout, [m, n, k]), want) in products.into_iter().zip(want) {
+                let what = format!("{} {m}x{n} over {k}", layout.name());
+                assert_eq!(MatmulVariant::choose_gpu(layout, m, n, k), want, "{what}");
+                let f16 = MatmulVariant::choose_for(Target::Gpu, Precision::F16, layout, m, n, k);
+                assert_eq!(f16, MatmulVariant::F16 { split: false }, "{what}");
             }
         }
     }
 
-    /// A few-tiles shape has fewer than 64 tiles of 128x128, so split-K's grid
-    /// (128-row tiles, and the slices it splits the reduction into) stays under
-    /// WebGPU's 65535 a dimension at any reduction length: a weight
-    /// gradient's reduction is the batch's rows, and a large batch must not make the
-    /// launcher panic ([`MatmulVariant::launch_grid`]).
+    /// A few-tiles shape has fewer than 64 tiles of 128x128, so the grids of its
+    /// variants (split-K's 128-row tiles as a forward, Narrow's 64-row ones as a
+    /// weight gradient, and the slices each splits the reduction into) stay under
+    /// WebGPU's 65535 a dimension at any reduction length: a weight gradient's
+    /// reduction is the batch's rows, and a large batch must not make the launcher
+    /// panic ([`MatmulVariant::launch_grid`]).
     #[test]
     fn few_tiles_grids_fit_at_any_batch() {
-        use super::super::operands::Layout;
         let mut seen = 0;
         for m in (1..=8192).step_by(61) {
             for n in (1..=8192).step_by(67) {
                 for k in [256, 65_536, 1 << 21, 1 << 26] {
-                    if ShapeClass::of(m, n, k) != ShapeClass::FewTiles {
-                        continue;
-                    }
-                    seen += 1;
-                    let variant = MatmulVariant::choose_gpu(m, n, k);
-                    assert_eq!(variant, MatmulVariant::SplitK, "{m}x{n} over {k}");
-                    // As a weight gradient (output [n, k] of a Linear over k rows)
-                    // and as a forward (output [rows, n] over k inputs).
-                    let splits = [
-                        variant.split_of(Layout::Dweight, k, n, m).1,
-                        variant.split_of(Layout::Forward, m, k, n).1,
-                    ];
-                    for splits in splits {
+                    // As a weight gradient (output [m, n] of a Linear of n inputs and m
+                    // outputs over k rows) and as a forward (output [m, n] over k
+                    // inputs).
+                    for (layout, class, want, rows, inputs, outputs) in [
+                        (
+                            Layout::Dweight,
+                            ShapeClass::WeightGradients,
+                            MatmulVariant::Narrow,
+                            k,
+                            n,
+                            m,
+                        ),
+                        (
+                            Layout::Forward,
+                            ShapeClass::FewTiles,
+                            MatmulVariant::SplitK,
+                            m,
+                            k,
+                            n,
+                        ),
+                    ] {
+                        if ShapeClass::of(layout, m, n, k) != class {
+                            continue;
+                        }
+                        seen += 1;
+                        let variant = MatmulVariant::choose_gpu(layout, m, n, k);
+                        assert_eq!(variant, want, "{m}x{n} over {k}");
+                        let splits = variant.split_of(layout, rows, inputs, outputs).1;
                         let grid = variant.grid(m, n, splits);
                         assert!(
                             grid.iter().all(|&g| g <= 65535),
-                            "{m}x{n} over {k}: {grid:?}"
+                            "{} {m}x{n} over {k}: {grid:?}",
+                            layout.name()
                         );
                     }
                 }
             }
         }
-        assert!(seen > 1000, "{seen} few-tiles shapes");
+        assert!(seen > 2000, "{seen} few-tiles shapes");
     }
 
     /// The shakespeare step's 15 GEMMs (64 x 256 rows; width 384, MLP 1536, 65
-    /// symbols) as (output rows, output columns, reduction) and their classes.
+    /// symbols) as (output rows, output columns, reduction) and their classes:
+    /// every class but few-tiles.
     #[test]
-    fn the_shakespeare_step_falls_in_every_class() {
+    fn the_shakespeare_steps_classes() {
         use ShapeClass::*;
         let rows = 16384;
         // (k, n) of each layer, then the classes of its forward, dinp and dweight.
         let layers = [
-            ((384, 1152), [ManyTiles, SomeTiles, FewTiles]),
-            ((384, 384), [SomeTiles, SomeTiles, FewTiles]),
-            ((384, 1536), [ManyTiles, LongK, FewTiles]),
-            ((1536, 384), [LongK, ManyTiles, FewTiles]),
-            ((384, 65), [ThinOutput, ShortK, FewTiles]),
+            ((384, 1152), [ManyTiles, SomeTiles, WeightGradients]),
+            ((384, 384), [SomeTiles, SomeTiles, WeightGradients]),
+            ((384, 1536), [ManyTiles, LongK, WeightGradients]),
+            ((1536, 384), [LongK, ManyTiles, WeightGradients]),
+            ((384, 65), [ThinOutput, ShortK, WeightGradients]),
         ];
         for ((k, n), want) in layers {
             let got = [
-                ShapeClass::of(rows, n, k),
-                ShapeClass::of(rows, k, n),
-                ShapeClass::of(n, k, rows),
+                ShapeClass::of(Layout::Forward, rows, n, k),
+                ShapeClass::of(Layout::Dinp, rows, k, n),
+                ShapeClass::of(Layout::Dweight, n, k, rows),
             ];
             assert_eq!(got, want, "k {k} n {n}");
         }

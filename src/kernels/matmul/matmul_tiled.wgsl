@@ -2,16 +2,15 @@
 // layout prelude (matmul_nt / _nn / _tn.wgsl: Params, the bindings, how tiles of A
 // and B are read and along which axis, how C is written; src/kernels/README.md).
 // One template, three cores (source.rs names each one's tags):
-//   F32 WIDE SUMS  `Tiled`: 128x128 tiles of C, 8x8 a thread, f32 in workgroup
-//                  memory; with A_SUMS (matmul_tn_sums.wgsl) the first column of
-//                  tiles also sums A, giving dbias beside dweight.
-//   F16 WIDE       `F16`: the same tiling with the operands rounded to f16 as they
-//                  enter workgroup memory (A scaled by A_SCALE first, undone on the
-//                  way out), every product and sum in f32: an f16 x f16 product is
-//                  exact in f32, so this gives what a tensor core gives.
-//   F32 NARROW     `Narrow`: 64x128 tiles, 4x8 a thread: twice the workgroups and
-//                  half the registers, for reductions too short to split, where a
-//                  workgroup's set-up and stores weigh more than its products.
+//   F32 WIDE SUMS    `Tiled`: 128x128 tiles of C, 8x8 a thread, f32 in workgroup
+//                    memory; with A_SUMS (matmul_tn_sums.wgsl) the first column of
+//                    tiles also sums A, giving dbias beside dweight.
+//   F16 WIDE         `F16`: the same tiling with the operands rounded to f16 as they
+//                    enter workgroup memory (A scaled by A_SCALE first, undone on
+//                    the way out), every product and sum in f32: an f16 x f16
+//                    product is exact in f32, so this gives what a tensor core gives.
+//   F32 NARROW SUMS  `Narrow`: 64x128 tiles, 4x8 a thread: twice the workgroups and
+//                    fewer registers; with A_SUMS, dbias beside dweight as `Tiled`.
 //
 // 256 threads walk k in steps of BK = 8 through two shared buffers (load the next
 // step while computing this one: one barrier a step). Two 8-deep steps a barrier
@@ -138,7 +137,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #SUMS     let a_sums = A_SUMS && wg.x == 0u;
 #SUMS     var asum = vec4<f32>(0.0);
 #WIDE     var ra = fetch_a(m0, k_begin, k_end, t);
-#SUMS     if (a_sums) { asum += ra; }
 #WIDE     var rb = fetch_b(n0, k_begin, k_end, t);
 #WIDE     put_a(0u, t, ra);
 #WIDE     put_b(0u, t, rb);
@@ -149,6 +147,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #NARROW     }
 #NARROW     var rb = fetch_b(n0, k_begin, k_end, t);
 #NARROW     put_b(0u, t, rb);
+    // Narrow: threads past 128 load no A, and their ra stays 0.
+#SUMS     if (a_sums) { asum += ra; }
     workgroupBarrier();
 
     for (var s = 0u; s < steps; s++) {
@@ -188,14 +188,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         workgroupBarrier();
     }
 
-    // The 8 threads of each 4 columns add their sums of A through As (free after the
-    // loop's last barrier), in a fixed order.
+    // The 8 threads of each 4 columns (one a step) add their sums of A through As
+    // (free after the loop's last barrier), in a fixed order: thread t's columns are
+    // t % (BM / 4), in narrow too (`a_thread`).
 #SUMS     if (a_sums) {
 #SUMS         As[t] = asum;
 #SUMS         workgroupBarrier();
-#SUMS         if (t < 32u) {
+#SUMS         if (t < BM / 4u) {
 #SUMS             var s = As[t];
-#SUMS             for (var q = 1u; q < 8u; q++) { s += As[t + 32u * q]; }
+#SUMS             for (var q = 1u; q < 8u; q++) { s += As[t + (BM / 4u) * q]; }
 #SUMS             write_a_sums(z, m0 + t * 4u, s);
 #SUMS         }
 #SUMS     }

@@ -57,7 +57,7 @@ impl Matmul<'_> {
     fn variant(&self, ctx: &WgpuContext, layout: Layout, shape: MatmulShape) -> MatmulVariant {
         self.variant.unwrap_or_else(|| {
             let (m, n, k) = layout.gemm(shape);
-            MatmulVariant::choose(ctx, m, n, k)
+            MatmulVariant::choose(ctx, layout, m, n, k)
         })
     }
 
@@ -194,14 +194,20 @@ pub fn reads_f16_weights(ctx: &WgpuContext) -> bool {
         return false;
     }
     let tile = variant::TILE;
-    source::reads_f16_weights(MatmulVariant::choose(ctx, tile, tile, tile))
+    source::reads_f16_weights(MatmulVariant::choose(
+        ctx,
+        Layout::Forward,
+        tile,
+        tile,
+        tile,
+    ))
 }
 
 /// How many partials the weight gradients of a `Linear` of `shape` are split into
 /// on `ctx`: (dweight's, dbias's).
 pub(crate) fn weight_grad_splits(ctx: &WgpuContext, shape: MatmulShape) -> (usize, usize) {
     let (m, n, k) = Layout::Dweight.gemm(shape);
-    let variant = MatmulVariant::choose(ctx, m, n, k);
+    let variant = MatmulVariant::choose(ctx, Layout::Dweight, m, n, k);
     variant.weight_grad_splits(shape.rows, shape.k, shape.n)
 }
 
@@ -229,7 +235,7 @@ pub fn needs(
 ) -> ProductNeeds {
     let MatmulShape { rows, k, n } = shape;
     let (m, gn, gk) = layout.gemm(shape);
-    let variant = MatmulVariant::choose_for(target, precision, m, gn, gk);
+    let variant = MatmulVariant::choose_for(target, precision, layout, m, gn, gk);
     let splits = variant.split_of(layout, rows, k, n).1;
     let bias_splits = match layout {
         Layout::Dweight => variant.weight_grad_splits(rows, k, n).1,

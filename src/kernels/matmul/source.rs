@@ -38,9 +38,10 @@ pub const GRAD_SCALE: f32 = 4096.0;
 /// The templates of the cores ([`select`]'s tags name each core's lines).
 const TILED: &str = include_str!("matmul_tiled.wgsl");
 const TILED_TAGS: &[&str] = &["F32", "F16", "WIDE", "NARROW", "SUMS"];
-/// `Tiled`'s core, which also sums A's columns beside dweight (`A_SUMS`,
-/// `MatmulVariant::sums_bias`), by its tags.
+/// `Tiled`'s and `Narrow`'s cores, which also sum A's columns beside dweight
+/// (`A_SUMS`, `MatmulVariant::sums_bias`), by their tags.
 const TILED_F32: [&str; 3] = ["F32", "WIDE", "SUMS"];
+const NARROW_F32: [&str; 3] = ["F32", "NARROW", "SUMS"];
 const COOP: &str = include_str!("matmul_coop.wgsl");
 const COOP_TAGS: &[&str] = &["C1", "C2"];
 /// `Coop3`'s core, its 4 x 4 accumulators written out by [`unroll`] (`#I` the row of
@@ -79,6 +80,15 @@ fn summing_core(layout: Layout) -> String {
         "{}{}",
         no_sums(layout),
         select(TILED, TILED_TAGS, &TILED_F32)
+    )
+}
+
+/// `Narrow`'s core, which can sum A too, as [`summing_core`].
+fn narrow_core(layout: Layout) -> String {
+    format!(
+        "{}{}",
+        no_sums(layout),
+        select(TILED, TILED_TAGS, &NARROW_F32)
     )
 }
 
@@ -123,7 +133,7 @@ const CORES: [Core; 8] = [
         f16: false,
         views: true,
         f16_weights: false,
-        own: |_| select(TILED, TILED_TAGS, &["F32", "NARROW"]),
+        own: narrow_core,
     },
     Core {
         names: [
@@ -363,6 +373,7 @@ pub(super) fn writes_vec4(kernel: &Kernel) -> bool {
 /// at 6.
 pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
     static TILED_KERNEL: OnceLock<Kernel> = OnceLock::new();
+    static NARROW_KERNEL: OnceLock<Kernel> = OnceLock::new();
     static COOP2_KERNEL: OnceLock<Kernel> = OnceLock::new();
     const SUMS: &str = include_str!("matmul_tn_sums.wgsl");
     let sums_at_6 = || {
@@ -375,6 +386,19 @@ pub(super) fn dweight_bias(variant: MatmulVariant) -> &'static Kernel {
             let core = select(TILED, TILED_TAGS, &TILED_F32);
             Kernel {
                 name: "matmul_backward_dweight_bias",
+                source: leak(format!(
+                    "{}{}{core}",
+                    prelude(Layout::Dweight, Views::F32, false),
+                    sums_at_6()
+                )),
+                entry: "main",
+                unchecked: UNCHECKED,
+            }
+        }),
+        MatmulVariant::Narrow => NARROW_KERNEL.get_or_init(|| {
+            let core = select(TILED, TILED_TAGS, &NARROW_F32);
+            Kernel {
+                name: "matmul_backward_dweight_narrow_bias",
                 source: leak(format!(
                     "{}{}{core}",
                     prelude(Layout::Dweight, Views::F32, false),
@@ -519,11 +543,13 @@ pub(super) fn catalog() -> Vec<Kernel> {
             with_flags(k, &with(k, &[GELU_GRAD]));
         }
     }
-    with_flags(dweight_bias(MatmulVariant::Tiled), &subsets(&[GELU_INP]));
-    with_flags(
-        dweight_bias(MatmulVariant::Coop2 { split: false }),
-        &subsets(&[GELU_INP, WHOLE_TILES]),
-    );
+    for variant in [
+        MatmulVariant::Tiled,
+        MatmulVariant::Narrow,
+        MatmulVariant::Coop2 { split: false },
+    ] {
+        with_flags(dweight_bias(variant), &subsets(&[GELU_INP, WHOLE_TILES]));
+    }
     let mut reduce = subsets(&[BIAS, RESIDUAL, DROPOUT]);
     reduce.push(GELU_GRAD);
     with_flags(&SUM_SPLITS_FUSED, &reduce);

@@ -28,6 +28,13 @@ pub(super) const TARGET_WORKGROUPS: usize = 1024;
 /// the f32 ones 1.0-1.3x (the f32 step 0.4%), and 512 or 128 gained nothing more
 /// in the step (BENCHMARKS.md: the GEMMs).
 const DWEIGHT_WORKGROUPS: usize = 256;
+/// The same for `Narrow`, which the weight gradients take on GPUs (its splits a
+/// tile rounded down, as above): three waves of an H100's or H200's 132 SMs at the
+/// two workgroups an SM its dweight with dbias fits (99 registers a thread). In the
+/// shakespeare step on an H100 its weight gradients and their sums took 10.36 GPU
+/// ms against 10.46 at 528 and 10.80 at 1056, and `SplitK`'s 11.52 at 256 (11.77
+/// at 792): BENCHMARKS.md, the step against PyTorch.
+const NARROW_DWEIGHT_WORKGROUPS: usize = 792;
 /// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
 /// weight gradient's rows are split only when its output has fewer than this many,
 /// since each split costs a pass that adds the partial outputs.
@@ -174,15 +181,21 @@ impl MatmulVariant {
         }
     }
 
-    /// The variant the launchers use on `ctx` for an `m x n` output reduced over
-    /// `k`: [`MatmulVariant::choose_for`] the context's tuning and precision, with
+    /// The variant the launchers use on `ctx` for `layout`'s product, an `m x n`
+    /// output reduced over `k`: [`MatmulVariant::choose_for`] the context's tuning and precision, with
     /// an f16 product on the tensor-core core the context forces
     /// ([`crate::gpu::ContextOptions::f16_core`]) or the device runs.
     ///
     /// Panics where the context forces a tensor-core core its device cannot run: a
     /// test run there must not pass on the fallback.
-    pub fn choose(ctx: &WgpuContext, m: usize, n: usize, k: usize) -> MatmulVariant {
-        let variant = Self::choose_for(ctx.kernel_target(), ctx.precision(), m, n, k);
+    pub fn choose(
+        ctx: &WgpuContext,
+        layout: Layout,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> MatmulVariant {
+        let variant = Self::choose_for(ctx.kernel_target(), ctx.precision(), layout, m, n, k);
         let MatmulVariant::F16 { split } = variant else {
             return variant;
         };
@@ -300,11 +313,14 @@ impl MatmulVariant {
 
     /// Whether this variant's dweight core also sums dout's columns, giving dbias
     /// (`source::dweight_bias`, matmul_tn_sums.wgsl): `Tiled`'s (and `SplitK`'s),
-    /// and the tensor-core `Coop2`'s, which the f16 step's dweights run.
+    /// `Narrow`'s, and the tensor-core `Coop2`'s, which the f16 step's dweights run.
     pub(super) fn sums_bias(self) -> bool {
         matches!(
             self,
-            MatmulVariant::Tiled | MatmulVariant::SplitK | MatmulVariant::Coop2 { .. }
+            MatmulVariant::Tiled
+                | MatmulVariant::SplitK
+                | MatmulVariant::Narrow
+                | MatmulVariant::Coop2 { .. }
         )
     }
 
@@ -370,6 +386,7 @@ impl MatmulVariant {
             // A weight gradient's rows are split only when its output has fewer
             // workgroups than this.
             MatmulVariant::Cpu16 | MatmulVariant::Cpu32 => CPU_TARGET_WORKGROUPS.div_ceil(groups),
+            MatmulVariant::Narrow => (NARROW_DWEIGHT_WORKGROUPS / groups).max(1),
             _ => (DWEIGHT_WORKGROUPS / groups).max(1),
         };
         split(rows, want, BK, self.min_split())
