@@ -72,7 +72,9 @@ describe('checkpoints on the page', { timeout: 900_000 }, () => {
     await page.click(tid('start'));
     await waitNumber(page, 'step-count', (n) => n >= AUTOSAVE + 1, { timeout: 150_000, what: 'steps past the first autosave' });
     await page.click(tid('pause'));
-    const step = await waitPaused(page);
+    // The steps in flight land first: on SwiftShader, beside another test file on 2
+    // cores, that once took over waitPaused's default 30 s.
+    const step = await waitPaused(page, '', 90_000);
     await page.waitForFunction(() => /Saved in this browser at step \d+/.test(document.querySelector('[data-testid="checkpoint-status"]').textContent), null, {
       timeout: 60_000,
     });
