@@ -20,10 +20,11 @@ const CPU_COLS: usize = 64;
 /// of a large GPU (an H200 holds about 264 of these at once), so that few output
 /// tiles still fill it and the last wave's idle share stays small.
 pub(super) const TARGET_WORKGROUPS: usize = 1024;
-/// Workgroups a weight gradient's split aims for on a GPU, at most (its splits a
-/// tile rounded down, so that the last wave is never a sliver): fewer and longer
-/// splits than TARGET_WORKGROUPS, since each split writes a whole partial output
-/// that a second pass adds. About one wave of the H200's 128x128 workgroups: there,
+/// Workgroups a weight gradient's split aims for on a GPU, at most, in every core but
+/// `Narrow` (the tensor-core ones, `Tiled`'s): its splits a tile rounded down, so
+/// that the last wave is never a sliver. Fewer and longer splits than
+/// TARGET_WORKGROUPS, since each split writes a whole partial output that a second
+/// pass adds. About one wave of the H200's 128x128 workgroups: there,
 /// against 1024 rounded up, the tensor-core dweights ran 1.4-2.1x faster (the f16 step 6.6%),
 /// the f32 ones 1.0-1.3x (the f32 step 0.4%), and 512 or 128 gained nothing more
 /// in the step (BENCHMARKS.md: the GEMMs).
@@ -33,7 +34,7 @@ const DWEIGHT_WORKGROUPS: usize = 256;
 /// two workgroups an SM its dweight with dbias fits (99 registers a thread). In the
 /// shakespeare step on an H100 its weight gradients and their sums took 10.36 GPU
 /// ms against 10.46 at 528 and 10.80 at 1056, and `SplitK`'s 11.52 at 256 (11.77
-/// at 792): BENCHMARKS.md, the step against PyTorch.
+/// at 792): BENCHMARKS.md, the GEMMs.
 const NARROW_DWEIGHT_WORKGROUPS: usize = 792;
 /// The same for CPU adapters, whose workgroups of 32 rows x 64 columns are large: a
 /// weight gradient's rows are split only when its output has fewer than this many,
