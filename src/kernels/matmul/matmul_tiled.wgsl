@@ -132,8 +132,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 #WIDE     var c60 = vec4<f32>(0.0); var c61 = vec4<f32>(0.0);
 #WIDE     var c70 = vec4<f32>(0.0); var c71 = vec4<f32>(0.0);
 
-    // A_SUMS: the first column of tiles also sums A over the split (each thread its
-    // 4 columns of A's rows t / 32, t / 32 + 8, ...; a uniform branch).
+    // A_SUMS: the first column of tiles also sums A over the split (each thread the
+    // 4 columns it loads, over its rows t / (BM / 4), + 8, ...; a uniform branch).
 #SUMS     let a_sums = A_SUMS && wg.x == 0u;
 #SUMS     var asum = vec4<f32>(0.0);
 #WIDE     var ra = fetch_a(m0, k_begin, k_end, t);
