@@ -41,6 +41,7 @@ mod bench {
     use tidepool::kernels::{
         Attention, AttentionSaved, AttentionShape, Fusion, GpuAttention, Layout, Linear, Matmul,
         MatmulShape, MatmulVariant, ParamArena, ShapeClass, Target, GPU_ATTENTION,
+        GPU_ATTENTION_BACKWARD,
     };
     use tidepool::rng::Rng;
     use tidepool::{ContextOptions, PooledBuffer, WgpuContext};
@@ -297,27 +298,34 @@ mod bench {
         // Each set of kernels this adapter runs, and which of them the launchers pick.
         let gpu_tuning = ctx.kernel_target() == Target::Gpu;
         let tiled_runs = Attention::tiled_runs(&ctx, hs);
-        let picked = if GPU_ATTENTION == GpuAttention::Tiled && tiled_runs {
-            GpuAttention::Tiled
-        } else {
-            GpuAttention::Paired
+        // What the launchers pick for a pass whose default is `default`.
+        let picked = |default| {
+            if default == GpuAttention::Tiled && tiled_runs {
+                GpuAttention::Tiled
+            } else {
+                GpuAttention::Paired
+            }
         };
         let gpu_kernels = |kernels| Attention {
             target: Some(Target::Gpu),
             gpu_kernels: Some(kernels),
             ..Default::default()
         };
+        // Each set with whether the forward and the backward pick it.
+        let auto = |kernels| {
+            [GPU_ATTENTION, GPU_ATTENTION_BACKWARD].map(|d| gpu_tuning && picked(d) == kernels)
+        };
         let mut attentions = vec![(
             "paired",
             gpu_kernels(GpuAttention::Paired),
-            gpu_tuning && picked == GpuAttention::Paired,
+            auto(GpuAttention::Paired),
             &ctx,
         )];
         if tiled_runs {
             attentions.push((
                 "tiled",
                 gpu_kernels(GpuAttention::Tiled),
-                gpu_tuning && picked == GpuAttention::Tiled,
+                auto(GpuAttention::Tiled),
                 &ctx,
             ));
         }
@@ -326,13 +334,13 @@ mod bench {
                 target: Some(Target::Cpu),
                 ..Default::default()
             };
-            attentions.push(("cpu", cpu, true, &ctx));
+            attentions.push(("cpu", cpu, [true; 2], &ctx));
         }
         // The tensor-core kernels, on the f16 context, where it runs them (`auto`:
         // what `--precision f16` picks, with ContextOptions::f16_attention on).
         if let Some(c) = &ctx16 {
             match Attention::coop_runs(c, shape) {
-                Ok(()) => attentions.push(("coop", gpu_kernels(GpuAttention::Coop), false, c)),
+                Ok(()) => attentions.push(("coop", gpu_kernels(GpuAttention::Coop), [false; 2], c)),
                 Err(why) => println!("no coop attention: {why}"),
             }
         }
@@ -353,7 +361,7 @@ mod bench {
                 ("attention_forward", &fwd, 4.0 * pairs * hs as f64),
                 ("attention_backward", &bwd, 10.0 * pairs * hs as f64),
             ];
-            for (op, launch, flops) in cases {
+            for ((op, launch, flops), auto) in cases.into_iter().zip(auto) {
                 if !op.contains(&args.only) {
                     continue;
                 }

@@ -148,9 +148,10 @@ pub enum GpuAttention {
     /// `attention.wgsl` / `attention_backward.wgsl`: a few threads a row, each a
     /// share of the head, 64 rows a workgroup; heads of up to 128 channels.
     Paired,
-    /// `attention_tiled*.wgsl` (`attention_tiled.rs`): 32 rows a workgroup as small register-
-    /// tiled matrix products; heads of up to 64 channels, where the device has the
-    /// workgroup memory ([`Attention::tiled_runs`]).
+    /// `attention_tiled*.wgsl` (`attention_tiled.rs`): small register-tiled matrix
+    /// products, the forward 32 queries a workgroup, the backward a head a
+    /// workgroup; heads of up to 64 channels, where the device has the workgroup
+    /// memory ([`Attention::tiled_runs`]).
     Tiled,
     /// `attention_coop*.wgsl` (`attention_coop.rs`): the products on tensor cores
     /// in f16, 64 rows a workgroup; heads of up to 64 channels, where the tensor-core
@@ -159,11 +160,17 @@ pub enum GpuAttention {
     Coop,
 }
 
-/// The GPU kernels an [`Attention`] runs where it is not told which (`Tiled` only
-/// where it runs, else `Paired`). `gpu-run.sh gemm-sweep` times both on the
-/// shakespeare shape: on an H200 `Paired` took 0.23 ms forward and 0.66 backward,
-/// `Tiled` 0.65 and 2.47 (BENCHMARKS.md, attention).
+/// The GPU kernels an [`Attention`]'s forward runs where it is not told which
+/// (`Tiled` only where it runs, else `Paired`). `gpu-run.sh gemm-sweep` times both
+/// on the shakespeare shape: on an H200 `Paired` took 0.23 ms forward, `Tiled` 0.65
+/// (BENCHMARKS.md, attention).
 pub const GPU_ATTENTION: GpuAttention = GpuAttention::Paired;
+/// The same for the backward. The tiled backward, a workgroup a head, works out
+/// each score once where the paired one works out its scores and dp twice (for dq,
+/// then for dk and dv), but a head's blocks then run one after another on one SM:
+/// on an H100 (the shakespeare shape, 384 heads) it took 0.77 ms with its D pass
+/// against the paired kernels' 0.66, and 0.24 against 0.11 for 24 heads.
+pub const GPU_ATTENTION_BACKWARD: GpuAttention = GpuAttention::Paired;
 
 /// The compiled variants: the paired GPU kernels with either pair exchange
 /// ([`attention_subgroups`]) and either access ([`whole_vec4s`]), the tiled GPU
@@ -231,8 +238,9 @@ impl Variant {
 }
 
 /// A variant's kernels: the forward, and the backward in one dispatch (paired GPU
-/// kernels: dq blocks then dk/dv blocks), in one after D's pass (tiled), or in two
-/// (CPUs: dq, which writes D, then dk/dv).
+/// kernels: dq blocks then dk/dv blocks), in one after D's pass (tensor cores: dq
+/// blocks then dk/dv blocks; tiled: a workgroup a head), or in two (CPUs: dq, which
+/// writes D, then dk/dv).
 struct Kernels {
     forward: Kernel,
     backward: Backward,
@@ -241,6 +249,7 @@ struct Kernels {
 enum Backward {
     Fused(Kernel),
     Presummed { dsum: Kernel, fused: Kernel },
+    PerHead { dsum: Kernel, fused: Kernel },
     Split { dq: Kernel, dkdv: Kernel },
 }
 
@@ -299,16 +308,21 @@ fn build(variant: Variant, v: usize, compact: bool) -> Kernels {
             entry,
             unchecked: true,
         };
+        // The same source for every head size: it reads hs from the uniform.
+        let dsum = Kernel {
+            name: "attention_dsum",
+            source: tiled::DSUM_WGSL,
+            entry: "main",
+            unchecked: true,
+        };
         let backward = match variant {
             Variant::Gpu { .. } => Backward::Fused(kernel("backward", bwd, "main")),
-            Variant::Tiled | Variant::Coop => Backward::Presummed {
-                // The same source for every head size: it reads hs from the uniform.
-                dsum: Kernel {
-                    name: "attention_dsum",
-                    source: tiled::DSUM_WGSL,
-                    entry: "main",
-                    unchecked: true,
-                },
+            Variant::Tiled => Backward::PerHead {
+                dsum,
+                fused: kernel("backward", bwd, "main"),
+            },
+            Variant::Coop => Backward::Presummed {
+                dsum,
                 fused: kernel("backward", bwd, "main"),
             },
             Variant::Cpu => Backward::Split {
@@ -337,13 +351,14 @@ pub(super) fn catalog(compact: bool) -> Vec<Kernel> {
             all.push(k.forward);
             match k.backward {
                 Backward::Fused(b) => all.push(b),
-                Backward::Presummed { dsum, fused } => {
-                    // One D pass serves every head size and both variants.
-                    if v == 0 && matches!(variant, Variant::Tiled) {
+                Backward::PerHead { dsum, fused } => {
+                    // One D pass serves every head size, the tensor-core kernels too.
+                    if v == 0 {
                         all.push(dsum);
                     }
                     all.push(fused);
                 }
+                Backward::Presummed { fused, .. } => all.push(fused),
                 Backward::Split { dq, dkdv } => all.extend([dq, dkdv]),
             }
         }
@@ -401,7 +416,7 @@ impl Attention {
         qkv: &PooledBuffer,
         shape: AttentionShape,
     ) -> (PooledBuffer, PooledBuffer) {
-        let (params, kernels, groups) = self.setup(ctx, shape);
+        let (params, kernels, groups) = self.setup(ctx, shape, GPU_ATTENTION);
         let AttentionShape { b, t, c, heads } = shape;
         check_len(qkv, b * t * 3 * c, "attention forward qkv");
         let out = ctx.create_pooled(b * t * c * 4);
@@ -419,7 +434,7 @@ impl Attention {
         saved: AttentionSaved,
         shape: AttentionShape,
     ) -> PooledBuffer {
-        let (params, kernels, groups) = self.setup(ctx, shape);
+        let (params, kernels, groups) = self.setup(ctx, shape, GPU_ATTENTION_BACKWARD);
         let AttentionShape { b, t, c, heads } = shape;
         let AttentionSaved { qkv, out, lse } = saved;
         check_len(dout, b * t * c, "attention backward dout");
@@ -433,17 +448,17 @@ impl Attention {
                 let fused = [2 * x, y, z];
                 ctx.dispatch(kernel, &params, &[dout, qkv, lse, &dqkv, out], fused);
             }
-            Backward::Presummed { dsum, fused } => {
+            Backward::Presummed { dsum, fused } | Backward::PerHead { dsum, fused } => {
                 let [x, y, z] = groups;
                 let dsum_groups = [t.div_ceil(tiled::DSUM_ROWS) as u32, y, z];
                 let sums = ctx.create_pooled(b * heads * t * 4);
                 ctx.dispatch(dsum, &params, &[dout, out, &sums], dsum_groups);
-                ctx.dispatch(
-                    fused,
-                    &params,
-                    &[dout, qkv, lse, &sums, &dqkv],
-                    [2 * x, y, z],
-                );
+                // Dq blocks then dk/dv blocks, or one workgroup a head.
+                let x = match &kernels.backward {
+                    Backward::PerHead { .. } => 1,
+                    _ => 2 * x,
+                };
+                ctx.dispatch(fused, &params, &[dout, qkv, lse, &sums, &dqkv], [x, y, z]);
             }
             Backward::Split { dq, dkdv } => {
                 // D_i = dout_i · out_i, written by the dq pass for the dk/dv pass.
@@ -489,14 +504,14 @@ impl Attention {
         forward.max(backward) as u64
     }
 
-    /// The largest grid of a launch over `shape` on adapters of `target` (the GPU
-    /// backward's: its dq blocks, then its dk/dv blocks, of the tiled kernels, whose
-    /// blocks are the smaller).
+    /// The largest grid of a launch over `shape` on adapters of `target` (on GPUs,
+    /// the tiled forward's blocks or the paired backward's dq blocks and dk/dv
+    /// blocks, whichever are more).
     pub fn grid(target: Target, shape: AttentionShape) -> [u64; 3] {
         let AttentionShape { b, t, c, heads } = shape;
         let hs = c / heads.max(1);
         let blocks = match target {
-            Target::Gpu => 2 * t.div_ceil(BLOCK.min(tiled::BLOCK)),
+            Target::Gpu => t.div_ceil(tiled::BLOCK).max(2 * t.div_ceil(BLOCK)),
             Target::Cpu => {
                 let v = HS4S[1].iter().position(|&h| hs <= 4 * h).unwrap_or(3);
                 t.div_ceil(CPU_LANES * CPU_ROWS[v])
@@ -505,11 +520,13 @@ impl Attention {
         [blocks as u64, b as u64 * heads as u64, 1]
     }
 
-    /// The uniform, the kernels and the grid of a launch over `shape`.
+    /// The uniform, the kernels and the grid of a launch over `shape`, the GPU
+    /// tuning's kernels `default` where `self` names none (and they run).
     fn setup(
         &self,
         ctx: &WgpuContext,
         shape: AttentionShape,
+        default: GpuAttention,
     ) -> (Params, &'static Kernels, [u32; 3]) {
         let AttentionShape { b, t, c, heads: nh } = shape;
         let target = self.target.unwrap_or(ctx.kernel_target());
@@ -548,7 +565,7 @@ impl Attention {
             {
                 Variant::Coop
             }
-            (Target::Gpu, None) => match GPU_ATTENTION {
+            (Target::Gpu, None) => match default {
                 GpuAttention::Tiled if Self::tiled_runs(ctx, hs) => Variant::Tiled,
                 _ => paired,
             },

@@ -1,7 +1,8 @@
-//! The tiled GPU attention kernels (`attention_tiled*.wgsl`): a workgroup's 32
-//! queries (or keys) against blocks of keys (or queries) as small matrix products,
-//! each thread 4 rows by a few columns in registers, one score worked out by one
-//! thread. Heads of up to 64 channels; [`super::Attention`] chooses them and
+//! The tiled GPU attention kernels (`attention_tiled*.wgsl`): blocks of queries
+//! against blocks of keys as small matrix products in registers, one score worked
+//! out by one thread. The forward takes 32 queries a workgroup; the backward one
+//! (batch, head) a workgroup, so that it adds each key block's share of dq into the
+//! rows it owns. Heads of up to 64 channels; [`super::Attention`] chooses them and
 //! launches them like the paired kernels.
 
 use super::wgsl::unroll;
@@ -12,23 +13,24 @@ pub(super) const HS4S: [usize; 2] = [4, 16];
 /// Queries of a forward workgroup (`BQ`) and keys it stages a step (`BK`).
 const FORWARD_QUERIES: usize = 32;
 const FORWARD_KEYS: usize = 32;
-/// Rows a backward workgroup holds (`BR`: queries of a dq block, keys of a dk/dv
-/// block) and rows of the other side it streams a step (`BS`).
-const RESIDENT: usize = 32;
-const STREAMED: usize = 16;
-/// Threads along a block's columns (`NX`); as many along its rows, each 4 rows.
+/// Keys of a backward key block (`BC`) and queries of each tile it streams (`BR`).
+const BACKWARD_KEYS: usize = 32;
+const BACKWARD_QUERIES: usize = 16;
+/// Threads of a backward workgroup (`WG`).
+const BACKWARD_THREADS: usize = 128;
+/// Threads along a forward block's columns (`NX`); as many along its rows, each 4 rows.
 const NX: usize = 8;
 /// Row strides of the staged weights in vec4s: `PS4` (forward), `W4` (backward).
 const FORWARD_WEIGHTS4: usize = 10;
-const BACKWARD_WEIGHTS4: usize = 6;
-/// Rows a workgroup of the row-sum pass (`attention_dsum.wgsl`).
-pub(super) const DSUM_ROWS: usize = 64;
+const BACKWARD_WEIGHTS4: usize = 10;
+/// Rows a workgroup of the row-sum pass (`attention_dsum.wgsl`), 16 threads a row.
+pub const DSUM_ROWS: usize = 8;
 
 pub(super) const FORWARD_WGSL: &str = with_dropout_mask!("attention_tiled.wgsl");
 pub(super) const BACKWARD_WGSL: &str = with_dropout_mask!("attention_tiled_backward.wgsl");
 pub(super) const DSUM_WGSL: &str = include_str!("attention_dsum.wgsl");
 
-/// Queries (forward, dq) or keys (dk/dv) of one workgroup.
+/// Queries of one forward workgroup.
 pub(super) const BLOCK: usize = FORWARD_QUERIES;
 
 /// The index into [`HS4S`] of the kernels for heads of `hs` channels, if any.
@@ -37,11 +39,12 @@ pub(super) fn variant_for(hs: usize) -> Option<usize> {
 }
 
 /// The forward's and the backward's sources for heads of up to `4 * HS4S[v]`
-/// channels: `const HS4`, `const STRIDE` and `const CV` prepended, the rows of a
-/// thread (`#I`), its columns (`#J`), 4 streamed rows (`#K`) and its channel vec4s
-/// (`#C`) written out. Every marker is unrolled, in the browser too: a thread's
-/// state is a few dozen named vec4s, a fraction of the paired kernels' unrolled
-/// heads.
+/// channels: `const HS4`, `const STRIDE` and `const CV` prepended, and each
+/// thread's rows and columns written out: in the forward its rows (`#I`), its
+/// columns (`#J`), 4 streamed rows (`#K`) and its channel vec4s (`#C`); in the
+/// backward its 2 keys (`#A`) and 2 queries (`#B`) of the scores, its 4 keys of dk
+/// and dv (`#R`) and its vec4s of each query tile's loads (`#L`). Every marker is unrolled, in the browser too: a thread's state
+/// is a few dozen named values, a fraction of the paired kernels' unrolled heads.
 pub(super) fn sources(v: usize) -> (String, String) {
     let hs4 = HS4S[v];
     let head = format!(
@@ -49,16 +52,20 @@ pub(super) fn sources(v: usize) -> (String, String) {
         hs4 + 1,
         hs4.div_ceil(NX)
     );
-    let expand = |template: &str, columns: usize| {
-        let rows = unroll(template, "#I", 4);
-        let columns = unroll(&rows, "#J", columns);
-        let streamed = unroll(&columns, "#K", 4);
-        head.clone() + &unroll(&streamed, "#C", hs4.div_ceil(NX))
-    };
-    (
-        expand(FORWARD_WGSL, FORWARD_KEYS / NX),
-        expand(BACKWARD_WGSL, STREAMED / NX),
-    )
+    let rows = unroll(FORWARD_WGSL, "#I", 4);
+    let columns = unroll(&rows, "#J", FORWARD_KEYS / NX);
+    let streamed = unroll(&columns, "#K", 4);
+    let forward = head.clone() + &unroll(&streamed, "#C", hs4.div_ceil(NX));
+    let keys = unroll(BACKWARD_WGSL, "#A", 2);
+    let queries = unroll(&keys, "#B", 2);
+    let rows = unroll(&queries, "#R", 4);
+    let backward = head
+        + &unroll(
+            &rows,
+            "#L",
+            (BACKWARD_QUERIES * hs4).div_ceil(BACKWARD_THREADS),
+        );
+    (forward, backward)
 }
 
 /// Bytes of workgroup memory the tiled kernels for heads of `hs` channels declare
@@ -68,9 +75,8 @@ pub(super) fn workgroup_bytes(hs: usize) -> Option<u64> {
     let forward = (FORWARD_QUERIES + FORWARD_KEYS) * stride * 16
         + FORWARD_QUERIES * FORWARD_WEIGHTS4 * 16
         + FORWARD_QUERIES * 2 * 16;
-    let backward = 2 * (RESIDENT + STREAMED) * stride * 16
-        + 2 * RESIDENT * BACKWARD_WEIGHTS4 * 16
-        + 2 * STREAMED * 4;
+    let backward = 2 * (BACKWARD_KEYS + BACKWARD_QUERIES) * stride * 16
+        + 2 * BACKWARD_QUERIES * BACKWARD_WEIGHTS4 * 16;
     Some(forward.max(backward) as u64)
 }
 
@@ -89,15 +95,25 @@ mod tests {
                 FORWARD_WGSL,
                 format!("const PS4: u32 = {FORWARD_WEIGHTS4}u;"),
             ),
-            (BACKWARD_WGSL, format!("const BR: u32 = {RESIDENT}u;")),
-            (BACKWARD_WGSL, format!("const BS: u32 = {STREAMED}u;")),
-            (BACKWARD_WGSL, format!("const NX: u32 = {NX}u;")),
+            (BACKWARD_WGSL, format!("const BC: u32 = {BACKWARD_KEYS}u;")),
+            (
+                BACKWARD_WGSL,
+                format!("const BR: u32 = {BACKWARD_QUERIES}u;"),
+            ),
+            (
+                BACKWARD_WGSL,
+                format!("const WG: u32 = {BACKWARD_THREADS}u;"),
+            ),
+            (
+                BACKWARD_WGSL,
+                format!("@workgroup_size({BACKWARD_THREADS})"),
+            ),
             (
                 BACKWARD_WGSL,
                 format!("const W4: u32 = {BACKWARD_WEIGHTS4}u;"),
             ),
-            (DSUM_WGSL, format!("@workgroup_size({DSUM_ROWS})")),
-            (DSUM_WGSL, format!("wg.x * {DSUM_ROWS}u")),
+            (DSUM_WGSL, format!("@workgroup_size({})", 16 * DSUM_ROWS)),
+            (DSUM_WGSL, format!("wg.x * {DSUM_ROWS}u + t / 16u")),
         ];
         for (source, line) in consts {
             assert!(source.contains(&line), "{line}");
@@ -111,7 +127,7 @@ mod tests {
         for (v, hs4) in HS4S.iter().enumerate() {
             let (forward, backward) = sources(v);
             for wgsl in [&forward, &backward] {
-                for marker in ["#I", "#J", "#K", "#C"] {
+                for marker in ["#I", "#J", "#K", "#C", "#A", "#B", "#R", "#L"] {
                     assert!(
                         !wgsl
                             .lines()

@@ -1,19 +1,27 @@
 // Causal self-attention backward, tiled (see attention_backward.wgsl for the
-// formulas and attention_tiled.wgsl for the template markers and the thread layout).
-// With p_ij = exp(s_ij - lse_i) (s scaled), dp_ij = m_ij dout_i · v_j (m the dropout
-// mask, its scale included) and D_i = dout_i · out_i, precomputed once a row by
+// formulas and attention_tiled.wgsl for the template markers). With
+// p_ij = exp(s_ij - lse_i) (s scaled), dp_ij = m_ij dout_i · v_j (m the dropout mask,
+// its scale included) and D_i = dout_i · out_i, precomputed once a row by
 // attention_dsum.wgsl: ds_ij = p_ij (dp_ij - D_i); dq_i = scale sum_j ds_ij k_j,
 // dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij m_ij dout_i.
 //
-// One dispatch, no atomics: the first ceil(t / 32) workgroups of each (batch, head)
-// are `dq_block`s, 32 queries each, streaming keys 16 at a time; the rest are
-// `dkdv_block`s, 32 keys each, streaming queries 16 at a time from their first key
-// on. Both have the same shape: 32 resident rows of two tensors (`ra`, `rb`), 16
-// streamed rows of two (`sa`, `sb`); thread (ty, tx) of 8 x 8 works out s = ra · sa
-// and dp = rb · sb for resident rows ty + 8i (`#I`, i < 4) and streamed rows tx + 8j
-// (`#J`, j < 2), writes the weights to `wa` / `wb` [resident][streamed], then adds
-// them times streamed rows into its resident rows' channel vec4s tx + 8c (`#C`),
-// 4 streamed rows a step (`#K`).
+// One workgroup a (batch, head), so that it owns every row of the head's dq and can
+// add each key block's share into it where it lies, with no atomics and no partial
+// sums: each score and each dp is worked out once (five products of the head's size
+// where the paired kernels, which split dq from dk/dv, need seven). For each block
+// of BC keys, k (scaled: s = q · k and dq = sum ds k at once) and v staged, then for
+// each tile of BR queries from the block's first key on, q and dout staged:
+// - A: s and dp, [key][query]: thread (lo, hi) of 16 x 8, keys lo + 16a and queries
+//   hi + 8b (a, b < 2, `#A`, `#B`); p m to `wp`, ds to `wd`, both [query][key];
+// - B: dv += (p m)^T dout and dk += ds^T q into registers: keys 4hi + r (r < 4, `#R`),
+//   channel vec4 lo;
+// - Q: dq of the tile's queries += ds k: queries hi + 8b, channel vec4 lo, added into
+//   dqkv (the block of keys 0.. writes it: every query sees key 0). The same thread
+//   adds a given dq vec4 in every key block, so program order orders its writes.
+// A warp's lanes span 8 values of lo and 4 of hi, so that each of its reads of
+// workgroup memory touches at most 8 rows (or 8 vec4s of a row): one pass of the
+// banks.
+// The block's dk and dv are stored once its queries are done.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -23,27 +31,22 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 @group(0) @binding(4) var<storage, read> dsum: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dqkv: array<f32>;
 
-const BR: u32 = 32u;
-const BS: u32 = 16u;
-const NX: u32 = 8u;
-const NY: u32 = 8u;
-const WG: u32 = 64u;
-// Row stride of `wa` / `wb` in vec4s (24 floats): a warp's 4 row groups write and
-// read in different banks.
-const W4: u32 = 6u;
+const BC: u32 = 32u;
+const BR: u32 = 16u;
+const WG: u32 = 128u;
+// Row stride of `wp` / `wd` in vec4s (40 floats): the 4 queries a warp writes at
+// once fall 8 banks apart.
+const W4: u32 = 10u;
 
-// dq: q (scaled), dout of the block's queries; dkdv: k (scaled), v of its keys.
-var<workgroup> ra: array<vec4<f32>, BR * STRIDE>;
-var<workgroup> rb: array<vec4<f32>, BR * STRIDE>;
-// dq: k, v of the streamed keys; dkdv: q, dout of the streamed queries.
-var<workgroup> sa: array<vec4<f32>, BS * STRIDE>;
-var<workgroup> sb: array<vec4<f32>, BS * STRIDE>;
-// dq: ds in `wa`; dkdv: p m in `wa`, ds in `wb`.
-var<workgroup> wa: array<vec4<f32>, BR * W4>;
-var<workgroup> wb: array<vec4<f32>, BR * W4>;
-// dkdv: lse and D of the streamed queries.
-var<workgroup> lse_s: array<f32, BS>;
-var<workgroup> dsum_s: array<f32, BS>;
+// k (scaled) and v of the key block.
+var<workgroup> sk: array<vec4<f32>, BC * STRIDE>;
+var<workgroup> sv: array<vec4<f32>, BC * STRIDE>;
+// q and dout of the query tile.
+var<workgroup> sq: array<vec4<f32>, BR * STRIDE>;
+var<workgroup> sg: array<vec4<f32>, BR * STRIDE>;
+// p m and ds of the tile, [query][key quad].
+var<workgroup> wp: array<vec4<f32>, BR * W4>;
+var<workgroup> wd: array<vec4<f32>, BR * W4>;
 
 // 4 channels d.. of tensor `which` (0 q, 1 k, 2 v of qkv; 3 dout) at (batch bi,
 // position ti, head h), zero past hs and past t.
@@ -68,167 +71,122 @@ fn load4(bi: u32, ti: u32, which: u32, h: u32, d: u32) -> vec4<f32> {
     return v;
 }
 
-fn store4(ti: u32, bi: u32, which: u32, h: u32, d: u32, v: vec4<f32>) {
-    let base = (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs + d;
-    if (d < p.hs) { dqkv[base] = v.x; }
-    if (d + 1u < p.hs) { dqkv[base + 1u] = v.y; }
-    if (d + 2u < p.hs) { dqkv[base + 2u] = v.z; }
-    if (d + 3u < p.hs) { dqkv[base + 3u] = v.w; }
+// dqkv's 4 channels d.. of part `which` at (batch bi, position ti, head h); the
+// caller keeps ti < t.
+fn grad_at(bi: u32, ti: u32, which: u32, h: u32) -> u32 {
+    return (bi * p.t + ti) * 3u * p.c + which * p.c + h * p.hs;
 }
 
-// The resident rows r0 .. r0 + BR of tensors `which_a` (times `scale_a`) and
-// `which_b`.
-// Bounded by the block: BR * HS4 / WG iterations.
-fn stage_resident(bi: u32, h: u32, r0: u32, which_a: u32, scale_a: f32, which_b: u32, t: u32) {
-    for (var e = t; e < BR * HS4; e += WG) {
-        let r = e / HS4;
-        let d = e % HS4;
-        ra[r * STRIDE + d] = load4(bi, r0 + r, which_a, h, d * 4u) * scale_a;
-        rb[r * STRIDE + d] = load4(bi, r0 + r, which_b, h, d * 4u);
-    }
+fn store4(base: u32, d: u32, v: vec4<f32>) {
+    if (d < p.hs) { dqkv[base + d] = v.x; }
+    if (d + 1u < p.hs) { dqkv[base + d + 1u] = v.y; }
+    if (d + 2u < p.hs) { dqkv[base + d + 2u] = v.z; }
+    if (d + 3u < p.hs) { dqkv[base + d + 3u] = v.w; }
 }
 
-// The streamed rows r0 .. r0 + BS of tensors `which_a` and `which_b`. Bounded by
-// the block: BS * HS4 / WG iterations.
-fn stage_streamed(bi: u32, h: u32, r0: u32, which_a: u32, which_b: u32, t: u32) {
-    for (var e = t; e < BS * HS4; e += WG) {
-        let r = e / HS4;
-        let d = e % HS4;
-        sa[r * STRIDE + d] = load4(bi, r0 + r, which_a, h, d * 4u);
-        sb[r * STRIDE + d] = load4(bi, r0 + r, which_b, h, d * 4u);
-    }
+fn read4(base: u32, d: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (d < p.hs) { v.x = dqkv[base + d]; }
+    if (d + 1u < p.hs) { v.y = dqkv[base + d + 1u]; }
+    if (d + 2u < p.hs) { v.z = dqkv[base + d + 2u]; }
+    if (d + 3u < p.hs) { v.w = dqkv[base + d + 3u]; }
+    return v;
 }
 
-// Block x: queries x*32 .. of (batch, head) bh.
-fn dq_block(x: u32, bh: u32, t: u32) {
-    let bi = bh / p.nh;
-    let h = bh % p.nh;
-    let row0 = x * BR;
-    let tx = t % NX;
-    let ty = t / NX;
-    let lr#I = ty + NY * #Iu;
-    let r#I = row0 + lr#I;
-    let ir#I = min(r#I, p.t - 1u);
-    let cv#C = min(tx + NX * #Cu, HS4 - 1u);
-    let lse#I = lse[bh * p.t + ir#I];
-    let dd#I = dsum[bh * p.t + ir#I];
-
-    stage_resident(bi, h, row0, 0u, p.scale, 3u, t);
-    var acc#I_#C = vec4<f32>(0.0);
-
-    // Key blocks up to the diagonal: at most ceil(t / BS), t capped by the context.
-    let kv_end = min(row0 + BR, p.t);
-    for (var kb = 0u; kb < kv_end; kb += BS) {
-        stage_streamed(bi, h, kb, 1u, 2u, t);
-        workgroupBarrier();
-
-        var s#I = vec2<f32>(0.0);
-        var dp#I = vec2<f32>(0.0);
-        // Bounded by the head size (HS4 <= 16 vec4s).
-        for (var d = 0u; d < HS4; d++) {
-            let q#I = ra[lr#I * STRIDE + d];
-            let g#I = rb[lr#I * STRIDE + d];
-            let k#J = sa[(tx + NX * #Ju) * STRIDE + d];
-            let v#J = sb[(tx + NX * #Ju) * STRIDE + d];
-            s#I += vec2<f32>(dot(q#I, k0), dot(q#I, k1));
-            dp#I += vec2<f32>(dot(g#I, v0), dot(g#I, v1));
-        }
-        // Key kb + tx + 8j is visible to a row at or before it (and so < t).
-        let key = vec2<u32>(kb + tx) + vec2<u32>(0u, NX);
-        // select, not a product: exp of a masked score may be inf.
-        let pr#I = select(vec2<f32>(0.0), exp(s#I - vec2<f32>(lse#I)), key <= vec2<u32>(ir#I));
-        let ds#I = pr#I * (vec2<f32>(keep(bh, ir#I, key.x), keep(bh, ir#I, key.y)) * dp#I - vec2<f32>(dd#I));
-        wa[lr#I * W4 + tx / 4u + 2u * #Ju][tx % 4u] = ds#I[#Ju];
-        workgroupBarrier();
-
-        // Bounded by the block: BS / 4 steps of 4 keys.
-        for (var kk = 0u; kk < BS; kk += 4u) {
-            let w#I = wa[lr#I * W4 + kk / 4u];
-            let k#K_#C = sa[(kk + #Ku) * STRIDE + cv#C];
-            acc#I_#C = fma(vec4<f32>(w#I.x), k0_#C, fma(vec4<f32>(w#I.y), k1_#C, fma(vec4<f32>(w#I.z), k2_#C, fma(vec4<f32>(w#I.w), k3_#C, acc#I_#C))));
-        }
-        workgroupBarrier();
-    }
-
-    if (r#I < p.t && tx + NX * #Cu < HS4) { store4(r#I, bi, 0u, h, cv#C * 4u, acc#I_#C * p.scale); }
-}
-
-// Block x: keys x*32 .. of (batch, head) bh.
-fn dkdv_block(x: u32, bh: u32, t: u32) {
-    let bi = bh / p.nh;
-    let h = bh % p.nh;
-    let col0 = x * BR;
-    let tx = t % NX;
-    let ty = t / NX;
-    let lr#I = ty + NY * #Iu;
-    let j#I = col0 + lr#I;
-    let ij#I = min(j#I, p.t - 1u);
-    let cv#C = min(tx + NX * #Cu, HS4 - 1u);
-
-    stage_resident(bi, h, col0, 1u, p.scale, 2u, t);
-    var acck#I_#C = vec4<f32>(0.0);
-    var accv#I_#C = vec4<f32>(0.0);
-
-    // Query blocks from the first key on: at most ceil(t / BS), t capped by the
-    // context.
-    for (var qb = col0; qb < p.t; qb += BS) {
-        stage_streamed(bi, h, qb, 0u, 3u, t);
-        if (t < BS) {
-            let i = min(qb + t, p.t - 1u);
-            lse_s[t] = lse[bh * p.t + i];
-            dsum_s[t] = dsum[bh * p.t + i];
-        }
-        workgroupBarrier();
-
-        var s#I = vec2<f32>(0.0);
-        var dp#I = vec2<f32>(0.0);
-        // Bounded by the head size (HS4 <= 16 vec4s).
-        for (var d = 0u; d < HS4; d++) {
-            let k#I = ra[lr#I * STRIDE + d];
-            let v#I = rb[lr#I * STRIDE + d];
-            let q#J = sa[(tx + NX * #Ju) * STRIDE + d];
-            let g#J = sb[(tx + NX * #Ju) * STRIDE + d];
-            s#I += vec2<f32>(dot(k#I, q0), dot(k#I, q1));
-            dp#I += vec2<f32>(dot(v#I, g0), dot(v#I, g1));
-        }
-        // Query qb + tx + 8j sees key j at or before it.
-        let qi = vec2<u32>(qb + tx) + vec2<u32>(0u, NX);
-        let ls = vec2<f32>(lse_s[tx], lse_s[tx + NX]);
-        let dd = vec2<f32>(dsum_s[tx], dsum_s[tx + NX]);
-        let vis#I = (qi >= vec2<u32>(j#I)) & (qi < vec2<u32>(p.t));
-        let pr#I = select(vec2<f32>(0.0), exp(s#I - ls), vis#I);
-        let m#I = vec2<f32>(keep(bh, qi.x, ij#I), keep(bh, qi.y, ij#I));
-        let pm#I = pr#I * m#I;
-        let ds#I = pr#I * (m#I * dp#I - dd);
-        wa[lr#I * W4 + tx / 4u + 2u * #Ju][tx % 4u] = pm#I[#Ju];
-        wb[lr#I * W4 + tx / 4u + 2u * #Ju][tx % 4u] = ds#I[#Ju];
-        workgroupBarrier();
-
-        // Bounded by the block: BS / 4 steps of 4 queries.
-        for (var qq = 0u; qq < BS; qq += 4u) {
-            let w#I = wa[lr#I * W4 + qq / 4u];
-            let z#I = wb[lr#I * W4 + qq / 4u];
-            let g#K_#C = sb[(qq + #Ku) * STRIDE + cv#C];
-            accv#I_#C = fma(vec4<f32>(w#I.x), g0_#C, fma(vec4<f32>(w#I.y), g1_#C, fma(vec4<f32>(w#I.z), g2_#C, fma(vec4<f32>(w#I.w), g3_#C, accv#I_#C))));
-            let q#K_#C = sa[(qq + #Ku) * STRIDE + cv#C];
-            acck#I_#C = fma(vec4<f32>(z#I.x), q0_#C, fma(vec4<f32>(z#I.y), q1_#C, fma(vec4<f32>(z#I.z), q2_#C, fma(vec4<f32>(z#I.w), q3_#C, acck#I_#C))));
-        }
-        workgroupBarrier();
-    }
-
-    if (j#I < p.t && tx + NX * #Cu < HS4) { store4(j#I, bi, 1u, h, cv#C * 4u, acck#I_#C * p.scale); }
-    if (j#I < p.t && tx + NX * #Cu < HS4) { store4(j#I, bi, 2u, h, cv#C * 4u, accv#I_#C); }
-}
-
-// Workgroup (x, y) of (2 ceil(t / 32), b * nh): a dq block for x below ceil(t / 32)
-// (the last queries, which see the most keys, first), else a dk/dv block (the first
-// keys, which the most queries see, first).
-@compute @workgroup_size(64)
+// Workgroup (0, y): every key block of (batch, head) y.
+@compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t: u32) {
-    let blocks = (p.t + BR - 1u) / BR;
-    if (wg.x < blocks) {
-        dq_block(blocks - 1u - wg.x, wg.y, t);
-    } else {
-        dkdv_block(wg.x - blocks, wg.y, t);
+    let bh = wg.y;
+    let bi = bh / p.nh;
+    let h = bh % p.nh;
+    // The thread's place: lo < 16 (A's keys, B's and Q's channel vec4), hi < 8
+    // (A's and Q's queries, B's key quad).
+    let lo = t % 8u + 8u * ((t / 32u) % 2u);
+    let hi = (t % 32u) / 8u + 4u * (t / 64u);
+    let live = lo < HS4;
+
+    // Key blocks: at most ceil(t / BC), t capped by the context.
+    for (var kb = 0u; kb < p.t; kb += BC) {
+        for (var e = t; e < BC * HS4; e += WG) {
+            let r = e / HS4;
+            let d = e % HS4;
+            sk[r * STRIDE + d] = load4(bi, kb + r, 1u, h, d * 4u) * p.scale;
+            sv[r * STRIDE + d] = load4(bi, kb + r, 2u, h, d * 4u);
+        }
+        var accv#R = vec4<f32>(0.0);
+        var acck#R = vec4<f32>(0.0);
+        let key#A = kb + lo + 16u * #Au;
+
+        // The first tile's q and dout: vec4 e#L of the tile, e#L < BR * HS4.
+        let e#L = t + WG * #Lu;
+        var nq#L = load4(bi, select(p.t, kb + e#L / HS4, e#L < BR * HS4), 0u, h, (e#L % HS4) * 4u);
+        var ng#L = load4(bi, select(p.t, kb + e#L / HS4, e#L < BR * HS4), 3u, h, (e#L % HS4) * 4u);
+
+        // Query tiles from the block's first key on: at most ceil(t / BR).
+        for (var it = kb; it < p.t; it += BR) {
+            // The tile loaded during the step before (the barrier that ended it keeps
+            // these stores from its reads).
+            if (e#L < BR * HS4) { sq[(e#L / HS4) * STRIDE + e#L % HS4] = nq#L; sg[(e#L / HS4) * STRIDE + e#L % HS4] = ng#L; }
+            let query#B = it + hi + 8u * #Bu;
+            let row#B = bh * p.t + min(query#B, p.t - 1u);
+            let lse#B = lse[row#B];
+            let dd#B = dsum[row#B];
+            workgroupBarrier();
+
+            // A: s = q · k and dp = dout · v of 2 keys x 2 queries, each summed by
+            // channel lanes first: 32 independent sums, not 8 chains of dots.
+            var s4#A_#B = vec4<f32>(0.0);
+            var dp4#A_#B = vec4<f32>(0.0);
+            // Bounded by the head size (HS4 <= 16 vec4s).
+            for (var d = 0u; d < HS4; d++) {
+                let k#A = sk[(lo + 16u * #Au) * STRIDE + d];
+                let v#A = sv[(lo + 16u * #Au) * STRIDE + d];
+                let q#B = sq[(hi + 8u * #Bu) * STRIDE + d];
+                let g#B = sg[(hi + 8u * #Bu) * STRIDE + d];
+                s4#A_#B = fma(k#A, q#B, s4#A_#B);
+                dp4#A_#B = fma(v#A, g#B, dp4#A_#B);
+            }
+            let s#A_#B = (s4#A_#B.x + s4#A_#B.y) + (s4#A_#B.z + s4#A_#B.w);
+            let dp#A_#B = (dp4#A_#B.x + dp4#A_#B.y) + (dp4#A_#B.z + dp4#A_#B.w);
+            // Key j is visible to query i at or after it (and so j < t).
+            // select, not a product: exp of a masked score may be inf.
+            let pr#A_#B = select(0.0, exp(s#A_#B - lse#B), key#A <= query#B && query#B < p.t);
+            let m#A_#B = keep(bh, min(query#B, p.t - 1u), key#A);
+            wp[(hi + 8u * #Bu) * W4 + (lo + 16u * #Au) / 4u][lo % 4u] = pr#A_#B * m#A_#B;
+            wd[(hi + 8u * #Bu) * W4 + (lo + 16u * #Au) / 4u][lo % 4u] = pr#A_#B * (m#A_#B * dp#A_#B - dd#B);
+            workgroupBarrier();
+
+            // The next tile's loads and the dq so far of Q's rows (none in the first
+            // key block), issued here to land during B and Q: any earlier, they would
+            // hold registers through A, whose sums need the most.
+            nq#L = load4(bi, select(p.t, it + BR + e#L / HS4, e#L < BR * HS4), 0u, h, (e#L % HS4) * 4u);
+            ng#L = load4(bi, select(p.t, it + BR + e#L / HS4, e#L < BR * HS4), 3u, h, (e#L % HS4) * 4u);
+            let at#B = grad_at(bi, min(query#B, p.t - 1u), 0u, h);
+            var dq#B = vec4<f32>(0.0);
+            if (live && kb > 0u && query#B < p.t) { dq#B = read4(at#B, lo * 4u); }
+            if (live) {
+                // B: 4 keys x 1 channel vec4 of dv and dk. Bounded by the tile.
+                for (var q = 0u; q < BR; q++) {
+                    let w = wp[q * W4 + hi];
+                    let z = wd[q * W4 + hi];
+                    let g = sg[q * STRIDE + lo];
+                    let x = sq[q * STRIDE + lo];
+                    accv#R = fma(vec4<f32>(w[#Ru]), g, accv#R);
+                    acck#R = fma(vec4<f32>(z[#Ru]), x, acck#R);
+                }
+                // Q: dq of 2 queries x 1 channel vec4 over the block's keys, 4 at a
+                // time. Bounded by the block.
+                for (var k4 = 0u; k4 < BC / 4u; k4++) {
+                    let z#B = wd[(hi + 8u * #Bu) * W4 + k4];
+                    let k#R = sk[(4u * k4 + #Ru) * STRIDE + lo];
+                    dq#B = fma(vec4<f32>(z#B.x), k0, fma(vec4<f32>(z#B.y), k1, fma(vec4<f32>(z#B.z), k2, fma(vec4<f32>(z#B.w), k3, dq#B))));
+                }
+                if (query#B < p.t) { store4(at#B, lo * 4u, dq#B); }
+            }
+            workgroupBarrier();
+        }
+
+        if (live && kb + 4u * hi + #Ru < p.t) { store4(grad_at(bi, kb + 4u * hi + #Ru, 1u, h), lo * 4u, acck#R * p.scale); }
+        if (live && kb + 4u * hi + #Ru < p.t) { store4(grad_at(bi, kb + 4u * hi + #Ru, 2u, h), lo * 4u, accv#R); }
     }
 }

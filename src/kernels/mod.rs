@@ -41,8 +41,9 @@ pub use crate::tuning::{F16Core, Target};
 pub use arenas::{F16Weights, GradArena, GradDest, ParamArena};
 pub use attention::{
     attention_subgroups, Attention, AttentionSaved, AttentionShape, GpuAttention, GPU_ATTENTION,
-    SHUFFLE_ROW_THREADS,
+    GPU_ATTENTION_BACKWARD, SHUFFLE_ROW_THREADS,
 };
+pub use attention_tiled::DSUM_ROWS as ATTENTION_DSUM_ROWS;
 pub use crossentropy::{CrossEntropy, CrossEntropyShape, CHUNK as CROSSENTROPY_CHUNK};
 pub use embedding::{token_index, Embedding, EmbeddingShape, ExtraGrad, TokenIndex};
 pub use gelu::gelu_forward;

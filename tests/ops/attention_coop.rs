@@ -20,7 +20,9 @@
 use crate::common::{self, fresh_seed, max_rel_error, poisoned, read};
 use tidepool::config::Precision;
 use tidepool::gpu::{ContextOptions, Kernel, WgpuContext};
-use tidepool::kernels::{Attention, AttentionSaved, GpuAttention, Target, GRAD_SCALE};
+use tidepool::kernels::{
+    Attention, AttentionSaved, GpuAttention, Target, ATTENTION_DSUM_ROWS, GRAD_SCALE,
+};
 use tidepool::reference::{self, AttentionShape, AttnDropout};
 use tidepool::rng::Rng;
 
@@ -363,7 +365,7 @@ async fn check(ctx: &WgpuContext, kernels: &Kernels, how: &str) {
             Kernels::Emulated { backward, dsum, .. } => {
                 let sums = ctx.create_pooled(b * nh * t * 4);
                 let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
-                let groups = [t.div_ceil(64) as u32, bh, 1];
+                let groups = [t.div_ceil(ATTENTION_DSUM_ROWS) as u32, bh, 1];
                 ctx.dispatch(dsum, &params, &[&g_dout, &out, &sums], groups);
                 ctx.dispatch(
                     backward,
