@@ -93,7 +93,10 @@ executable() {
 # built again), `--features bench` where it has it ($f).
 build_commit() {
   tree=$(mktemp -d)
-  git archive "$1" | tar x -C "$tree"
+  # -m: every file dated now. git archive dates them at the commit, so a commit made
+  # before the last build in target/against looked older than that build's outputs,
+  # and cargo kept them: a candidate packed the binary of the one built before it.
+  git archive "$1" | tar x -m -C "$tree"
   f=$(bench_features "$tree")
   (cd "$tree" && CARGO_TARGET_DIR=$repo/target/against cargo build --release --bin tidepool $f)
 }
