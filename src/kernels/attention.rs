@@ -167,9 +167,10 @@ pub enum GpuAttention {
 pub const GPU_ATTENTION: GpuAttention = GpuAttention::Paired;
 /// The same for the backward. The tiled backward, a workgroup a head, works out
 /// each score once where the paired one works out its scores and dp twice (for dq,
-/// then for dk and dv), but a head's blocks then run one after another on one SM:
-/// on an H100 (the shakespeare shape, 384 heads) it took 0.77 ms with its D pass
-/// against the paired kernels' 0.66, and 0.24 against 0.11 for 24 heads.
+/// then for dk and dv), but its register tiles read workgroup memory about twice as
+/// often a multiply-add as the paired kernels' rows held in registers: on an H100
+/// (the shakespeare shape, 384 heads) it took 0.77 ms with its D pass against the
+/// paired kernels' 0.66, and 0.24 against 0.11 for 24 heads.
 pub const GPU_ATTENTION_BACKWARD: GpuAttention = GpuAttention::Paired;
 
 /// The compiled variants: the paired GPU kernels with either pair exchange
