@@ -23,7 +23,7 @@ const ENABLE: &str = "enable f16;\nenable wgpu_cooperative_matrix;\n";
 
 /// Bytes of workgroup memory the forward and the backward declare.
 const FORWARD_BYTES: u32 = 4608 * 2 + 2 * 2304 * 2 + 2560 * 2 + 4352 * 4;
-const BACKWARD_BYTES: u32 = 2 * 4608 * 2 + 2 * 1152 * 2 + 2 * 1536 * 2 + 2 * 1280 * 4 + 2 * 16 * 4;
+const BACKWARD_BYTES: u32 = 2 * 4608 * 2 + 2 * 2304 * 2 + 2 * 1536 * 2 + 2 * 1280 * 4 + 2 * 32 * 4;
 
 /// The forward's and the backward's sources, every marker written out: the
 /// forward's #J (a lane's 16 scores as 4 vec4s) and #O (its 32 output channels as

@@ -20,6 +20,12 @@
 //   output channels.
 // Workgroups take query blocks from the last (the most keys) to the first.
 //
+// Two things wait on memory or on long integer chains, and both are started early
+// enough to hide them. The next block's K is loaded into registers (`Ahead`) at the
+// top of a block and staged once every subgroup is past its S; its V is loaded then
+// and staged once every subgroup is past its P V. Each lane hashes its 16 dropout
+// decisions into bits before the block's products, not after them.
+//
 // Every cooperative and subgroup operation is in the section at the end, which
 // tests/attention_coop.rs swaps for plain WGSL to run this on devices without them.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
@@ -70,8 +76,9 @@ fn put4(at: u32, v: vec4<f32>, which: u32) {
     }
 }
 
-// Rows r0 .. r0 + rows of part `which` into its tile, 16 threads a row (one
-// row's 256 bytes a load of 16 lanes). Bounded by the tile: rows * 16 / 128 loads.
+// Rows r0 .. r0 + rows of part `which` into its tile (Q here, at the start), 16
+// threads a row (one row's 256 bytes a load of 16 lanes). Bounded by the tile:
+// rows * 16 / 128 loads.
 fn stage(bi: u32, h: u32, r0: u32, rows: u32, which: u32, t: u32) {
     let scale = select(1.0, p.scale, which == 0u);
     for (var e = t; e < rows * 16u; e += 128u) {
@@ -79,6 +86,26 @@ fn stage(bi: u32, h: u32, r0: u32, rows: u32, which: u32, t: u32) {
         let d4 = e % 16u;
         put4(r * LDH + d4 * 4u, load4(bi, r0 + r, which, h, d4) * scale, which);
     }
+}
+
+// A thread's share of K or V of a block of keys, loaded a phase before it is staged:
+// vec4 t % 16 of rows t / 16 + 8 j (j < 4).
+struct Ahead { r0: vec4<f32>, r1: vec4<f32>, r2: vec4<f32>, r3: vec4<f32> }
+
+// Part `which` (1 K, 2 V) of the block of keys kb .. + BK.
+fn fetch(bi: u32, h: u32, kb: u32, which: u32, t: u32) -> Ahead {
+    let r = kb + t / 16u;
+    let d4 = t % 16u;
+    return Ahead(load4(bi, r, which, h, d4), load4(bi, r + 8u, which, h, d4),
+        load4(bi, r + 16u, which, h, d4), load4(bi, r + 24u, which, h, d4));
+}
+
+fn put_ahead(n: Ahead, which: u32, t: u32) {
+    let at = (t / 16u) * LDH + (t % 16u) * 4u;
+    put4(at, n.r0, which);
+    put4(at + 8u * LDH, n.r1, which);
+    put4(at + 16u * LDH, n.r2, which);
+    put4(at + 24u * LDH, n.r3, which);
 }
 
 fn strip4(at: u32) -> vec4<f32> {
@@ -120,10 +147,30 @@ fn main(
 
     // Key blocks up to the diagonal: at most ceil(t / BK), t capped by the context.
     let kv_end = min(row0 + BQ, p.t);
+    // The first block's K and V; each block stages the next one's.
+    stage(bi, h, 0u, BK, 1u, t);
+    stage(bi, h, 0u, BK, 2u, t);
+    workgroupBarrier();
     for (var kb = 0u; kb < kv_end; kb += BK) {
-        stage(bi, h, kb, BK, 1u, t);
-        stage(bi, h, kb, BK, 2u, t);
-        workgroupBarrier();
+        // Workgroup-uniform: kb and kv_end are the workgroup's.
+        let more = kb + BK < kv_end;
+        var ahead = Ahead();
+        if (more) {
+            ahead = fetch(bi, h, kb + BK, 1u, t);
+        }
+        // Keys kb + half * 16 + 4j .. + 4; one is visible to a row at or before it
+        // (and so < t).
+        let key#J = vec4<u32>(kb + half * 16u + 4u * #Ju) + vec4<u32>(0u, 1u, 2u, 3u);
+        // Bit 4j + c: whether the weight of key c of vec4 j survives dropout (all set
+        // without).
+        var kbits = 0xffffffffu;
+        if (p.threshold != 0u) {
+            kbits = 0u;
+            kbits |= select(0u, 1u, kept_at(bh, ir, key#J.x)) << (4u * #Ju);
+            kbits |= select(0u, 2u, kept_at(bh, ir, key#J.y)) << (4u * #Ju);
+            kbits |= select(0u, 4u, kept_at(bh, ir, key#J.z)) << (4u * #Ju);
+            kbits |= select(0u, 8u, kept_at(bh, ir, key#J.w)) << (4u * #Ju);
+        }
 
         var s0 = zero_acc();
         var s1 = zero_acc();
@@ -136,10 +183,12 @@ fn main(
         store_s(s0, s * SSUB);
         store_s(s1, s * SSUB + 16u);
         workgroupBarrier();
+        // Every subgroup is past its S: the next block's K, then the loads of its V.
+        if (more) {
+            put_ahead(ahead, 1u, t);
+            ahead = fetch(bi, h, kb + BK, 2u, t);
+        }
 
-        // Keys kb + half * 16 + 4j .. + 4; one is visible to a row at or before it
-        // (and so < t).
-        let key#J = vec4<u32>(kb + half * 16u + 4u * #Ju) + vec4<u32>(0u, 1u, 2u, 3u);
         let vis#J = key#J <= vec4<u32>(ir);
         let sc#J = select(vec4<f32>(MASKED), strip4(strip + half * 16u + 4u * #Ju), vis#J);
         var mx = MASKED;
@@ -152,7 +201,8 @@ fn main(
         l = l * corr;
         l += hsum(w#J);
         // Dropout masks the numerator only: l sums the undropped weights.
-        let wd#J = vec4<f16>(w#J * vec4<f32>(keep(bh, ir, key#J.x), keep(bh, ir, key#J.y), keep(bh, ir, key#J.z), keep(bh, ir, key#J.w)));
+        let kp#J = select(vec4<f32>(0.0), vec4<f32>(p.keep_scale), ((vec4<u32>(kbits >> (4u * #Ju)) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u)) != vec4<u32>(0u));
+        let wd#J = vec4<f16>(w#J * kp#J);
         let pat#J = s * PSUB + r * LDP + half * 16u + 4u * #Ju;
         ps[pat#J] = wd#J.x; ps[pat#J + 1u] = wd#J.y; ps[pat#J + 2u] = wd#J.z; ps[pat#J + 3u] = wd#J.w;
         o#O *= corr;
@@ -176,7 +226,11 @@ fn main(
         store_s(pv3, s * SSUB + 48u);
         workgroupBarrier();
         o#O += strip4(strip + half * 32u + 4u * #Ou);
-        // Before the next block's K, V and S overwrite what this one read.
+        // Every subgroup is past its P V: the next block's V.
+        if (more) {
+            put_ahead(ahead, 2u, t);
+        }
+        // Before the next block's S reads K and overwrites what this one read.
         workgroupBarrier();
     }
 

@@ -22,6 +22,15 @@
 // strips; then dq += ds sa (k), or dv += p m sb (dout) and dk += ds sa (q scaled),
 // in 4 (or 8) accumulators that stay in registers over the whole stream.
 //
+// Two barriers a step, and what waits on memory or on the dropout hashes is started
+// a phase early. The streamed tiles are double-buffered: a step's loads are
+// issued a step ahead into registers (`Ahead`) and stored into the other buffer
+// between the step's two barriers, once every subgroup has passed the first (and so
+// has finished the products of the step before, the last to read that buffer). The
+// strips need no barrier of their own: each subgroup writes and reads only its own,
+// and the barrier between a step's weights and its products orders each strip's
+// reads before the next step's writes.
+//
 // Every cooperative operation is in the section at the end, which
 // tests/attention_coop.rs swaps for plain WGSL to run this on devices without them.
 struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, threshold: u32, keep_scale: f32 }
@@ -43,18 +52,20 @@ const LDW: u32 = 24u;
 const LDX: u32 = 20u;
 const WSUB: u32 = 384u; // 16 x LDW
 const XSUB: u32 = 320u; // 16 x LDX
+// One streamed tile, BS x LDH halves; `sa` and `sb` hold two (the step's, the next).
+const STILE: u32 = 1152u;
 
 var<workgroup> ra: array<f16, 4608>; // BR x LDH
 var<workgroup> rb: array<f16, 4608>;
-var<workgroup> sa: array<f16, 1152>; // BS x LDH
-var<workgroup> sb: array<f16, 1152>;
+var<workgroup> sa: array<f16, 2304>; // 2 x STILE
+var<workgroup> sb: array<f16, 2304>;
 var<workgroup> w1: array<f16, 1536>; // 4 x WSUB, [resident][streamed]
 var<workgroup> w2: array<f16, 1536>;
 var<workgroup> xs: array<f32, 1280>; // 4 x XSUB
 var<workgroup> ys: array<f32, 1280>;
-// dk/dv blocks: lse and D of the streamed queries.
-var<workgroup> lse_s: array<f32, 16>;
-var<workgroup> dsum_s: array<f32, 16>;
+// dk/dv blocks: lse and D of the streamed queries, 2 x BS (the step's, the next).
+var<workgroup> lse_s: array<f32, 32>;
+var<workgroup> dsum_s: array<f32, 32>;
 
 // Channels 4 d4 .. + 4 of tensor `which` (0 q, 1 k, 2 v of qkv; 3 dout) at (batch
 // bi, position ti, head h), zero past hs and past t.
@@ -86,7 +97,7 @@ fn put4(tile: u32, at: u32, v: vec4<f32>) {
     }
 }
 
-// Rows r0 .. r0 + rows of tensor `which` into tile `tile` (0 ra, 1 rb, 2 sa, 3 sb),
+// Rows r0 .. r0 + rows of tensor `which` into resident tile `tile` (0 ra, 1 rb),
 // 16 threads a row. Bounded by the tile: rows * 16 / 128 loads.
 fn stage(tile: u32, bi: u32, h: u32, r0: u32, rows: u32, which: u32, t: u32) {
     let scale = prescale(which);
@@ -94,6 +105,38 @@ fn stage(tile: u32, bi: u32, h: u32, r0: u32, rows: u32, which: u32, t: u32) {
         let r = e / 16u;
         let d4 = e % 16u;
         put4(tile, r * LDH + d4 * 4u, load4(bi, r0 + r, which, h, d4) * scale);
+    }
+}
+
+// A thread's share of one streamed step, loaded a step before its tiles are staged:
+// vec4 t % 16 of rows t / 16 and t / 16 + 8 of both streamed tensors and, for dk/dv
+// blocks (threads t < BS), query t's lse and D (G-scaled).
+struct Ahead { a0: vec4<f32>, a1: vec4<f32>, b0: vec4<f32>, b1: vec4<f32>, lse: f32, dsum: f32 }
+
+// The step of streamed rows s0 .. + BS: tensors wa (into `sa`) and wb (`sb`).
+fn fetch(bi: u32, h: u32, bh: u32, s0: u32, wa: u32, wb: u32, dq: bool, t: u32) -> Ahead {
+    let r = s0 + t / 16u;
+    let d4 = t % 16u;
+    var n = Ahead(load4(bi, r, wa, h, d4), load4(bi, r + 8u, wa, h, d4),
+        load4(bi, r, wb, h, d4), load4(bi, r + 8u, wb, h, d4), 0.0, 0.0);
+    if (!dq && t < BS) {
+        let qi = min(s0 + t, p.t - 1u);
+        n.lse = lse[bh * p.t + qi];
+        n.dsum = dsum[bh * p.t + qi] * G;
+    }
+    return n;
+}
+
+// A fetched step into buffer `buf` of the streamed tiles (and of lse_s, dsum_s).
+fn put_ahead(n: Ahead, buf: u32, wa: u32, wb: u32, dq: bool, t: u32) {
+    let at = buf * STILE + (t / 16u) * LDH + (t % 16u) * 4u;
+    put4(2u, at, n.a0 * prescale(wa));
+    put4(2u, at + 8u * LDH, n.a1 * prescale(wa));
+    put4(3u, at, n.b0 * prescale(wb));
+    put4(3u, at + 8u * LDH, n.b1 * prescale(wb));
+    if (!dq && t < BS) {
+        lse_s[buf * BS + t] = n.lse;
+        dsum_s[buf * BS + t] = n.dsum;
     }
 }
 
@@ -170,36 +213,59 @@ fn main(
     // key to t.
     let s_begin = select(row0, 0u, dq);
     let s_end = select(p.t, min(row0 + BR, p.t), dq);
+    // The streamed tensors: dq blocks k and v; dk/dv blocks q and dout.
+    let wa = select(0u, 1u, dq);
+    let wb = select(3u, 2u, dq);
+    var ahead = fetch(bi, h, bh, s_begin, wa, wb, dq, t);
+    put_ahead(ahead, 0u, wa, wb, dq, t);
+    if (s_begin + BS < s_end) {
+        ahead = fetch(bi, h, bh, s_begin + BS, wa, wb, dq, t);
+    }
+    workgroupBarrier();
+    var buf = 0u;
     for (var s0 = s_begin; s0 < s_end; s0 += BS) {
-        stage(2u, bi, h, s0, BS, select(0u, 1u, dq), t);
-        stage(3u, bi, h, s0, BS, select(3u, 2u, dq), t);
-        if (!dq && t < BS) {
-            let qi = min(s0 + t, p.t - 1u);
-            lse_s[t] = lse[bh * p.t + qi];
-            dsum_s[t] = dsum[bh * p.t + qi] * G;
-        }
-        workgroupBarrier();
-
-        var x = zero_acc();
-        var y = zero_acc();
-        // Bounded by the head: 4 steps of 16 channels.
-        for (var d = 0u; d < HS; d += 16u) {
-            x = mma(ra_frag(s * 16u * LDH + d), sa_frag_t(d), x);
-            y = mma(rb_frag(s * 16u * LDH + d), sb_frag_t(d), y);
-        }
-        store_x(x, s * XSUB);
-        store_y(y, s * XSUB);
-        workgroupBarrier();
-
+        let st = buf * STILE;
         // Streamed rows s0 + half * 8 + 4j .. + 4: the pair (query i, key k) of each.
         let sj#J = vec4<u32>(s0 + half * 8u + 4u * #Ju) + vec4<u32>(0u, 1u, 2u, 3u);
         let qi#J = select(sj#J, vec4<u32>(ri), dq);
         let kj#J = select(vec4<u32>(ri), sj#J, dq);
         let ok#J = (kj#J <= qi#J) & (qi#J < vec4<u32>(p.t));
-        let lse#J = select(vec4<f32>(lse_s[half * 8u + 4u * #Ju], lse_s[half * 8u + 4u * #Ju + 1u], lse_s[half * 8u + 4u * #Ju + 2u], lse_s[half * 8u + 4u * #Ju + 3u]), vec4<f32>(lse_r), dq);
-        let dd#J = select(vec4<f32>(dsum_s[half * 8u + 4u * #Ju], dsum_s[half * 8u + 4u * #Ju + 1u], dsum_s[half * 8u + 4u * #Ju + 2u], dsum_s[half * 8u + 4u * #Ju + 3u]), vec4<f32>(dsum_r), dq);
+        // Bit 4j + c: whether the weight of pair c of vec4 j survives dropout (all set
+        // without). Hashed here, before the products, the chains' latency hides behind
+        // them; computed here as vec4 factors instead, they measured no faster.
+        var kbits = 0xffffffffu;
+        if (p.threshold != 0u) {
+            kbits = 0u;
+            kbits |= select(0u, 1u, kept_at(bh, qi#J.x, kj#J.x)) << (4u * #Ju);
+            kbits |= select(0u, 2u, kept_at(bh, qi#J.y, kj#J.y)) << (4u * #Ju);
+            kbits |= select(0u, 4u, kept_at(bh, qi#J.z, kj#J.z)) << (4u * #Ju);
+            kbits |= select(0u, 8u, kept_at(bh, qi#J.w, kj#J.w)) << (4u * #Ju);
+        }
+        var x = zero_acc();
+        var y = zero_acc();
+        // Bounded by the head: 4 steps of 16 channels.
+        for (var d = 0u; d < HS; d += 16u) {
+            x = mma(ra_frag(s * 16u * LDH + d), sa_frag_t(st + d), x);
+            y = mma(rb_frag(s * 16u * LDH + d), sb_frag_t(st + d), y);
+        }
+        store_x(x, s * XSUB);
+        store_y(y, s * XSUB);
+        workgroupBarrier();
+
+        // The next step's tiles into the other buffer, then the loads of the one after.
+        // Workgroup-uniform: s0, s_end and BS are the workgroup's.
+        if (s0 + BS < s_end) {
+            put_ahead(ahead, 1u - buf, wa, wb, dq, t);
+            if (s0 + 2u * BS < s_end) {
+                ahead = fetch(bi, h, bh, s0 + 2u * BS, wa, wb, dq, t);
+            }
+        }
+
+        let sl#J = buf * BS + half * 8u + 4u * #Ju;
+        let lse#J = select(vec4<f32>(lse_s[sl#J], lse_s[sl#J + 1u], lse_s[sl#J + 2u], lse_s[sl#J + 3u]), vec4<f32>(lse_r), dq);
+        let dd#J = select(vec4<f32>(dsum_s[sl#J], dsum_s[sl#J + 1u], dsum_s[sl#J + 2u], dsum_s[sl#J + 3u]), vec4<f32>(dsum_r), dq);
         let pr#J = select(vec4<f32>(0.0), exp(strip4(true, xat + 4u * #Ju) - lse#J), ok#J);
-        let mk#J = vec4<f32>(keep(bh, qi#J.x, kj#J.x), keep(bh, qi#J.y, kj#J.y), keep(bh, qi#J.z, kj#J.z), keep(bh, qi#J.w, kj#J.w));
+        let mk#J = select(vec4<f32>(0.0), vec4<f32>(p.keep_scale), ((vec4<u32>(kbits >> (4u * #Ju)) >> vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(1u)) != vec4<u32>(0u));
         let ds#J = pr#J * (strip4(false, xat + 4u * #Ju) * mk#J - dd#J);
         put_w(1u, wat + 4u * #Ju, select(pr#J * mk#J, ds#J, dq));
         put_w(2u, wat + 4u * #Ju, ds#J);
@@ -210,24 +276,24 @@ fn main(
         let f1 = w1_frag(s * WSUB);
         let f2 = w2_frag(s * WSUB);
         if (dq) {
-            a0 = mma(f1, sa_frag(0u), a0);
-            a1 = mma(f1, sa_frag(16u), a1);
-            a2 = mma(f1, sa_frag(32u), a2);
-            a3 = mma(f1, sa_frag(48u), a3);
+            a0 = mma(f1, sa_frag(st), a0);
+            a1 = mma(f1, sa_frag(st + 16u), a1);
+            a2 = mma(f1, sa_frag(st + 32u), a2);
+            a3 = mma(f1, sa_frag(st + 48u), a3);
         } else {
-            a0 = mma(f1, sb_frag(0u), a0);
-            a1 = mma(f1, sb_frag(16u), a1);
-            a2 = mma(f1, sb_frag(32u), a2);
-            a3 = mma(f1, sb_frag(48u), a3);
-            b0 = mma(f2, sa_frag(0u), b0);
-            b1 = mma(f2, sa_frag(16u), b1);
-            b2 = mma(f2, sa_frag(32u), b2);
-            b3 = mma(f2, sa_frag(48u), b3);
+            a0 = mma(f1, sb_frag(st), a0);
+            a1 = mma(f1, sb_frag(st + 16u), a1);
+            a2 = mma(f1, sb_frag(st + 32u), a2);
+            a3 = mma(f1, sb_frag(st + 48u), a3);
+            b0 = mma(f2, sa_frag(st), b0);
+            b1 = mma(f2, sa_frag(st + 16u), b1);
+            b2 = mma(f2, sa_frag(st + 32u), b2);
+            b3 = mma(f2, sa_frag(st + 48u), b3);
         }
-        // Before the next step's tiles and weights overwrite what this one read.
-        workgroupBarrier();
+        buf = 1u - buf;
     }
-
+    // Each subgroup flushes through its own strip of `xs`, which its lanes last read
+    // before the last step's second barrier.
     if (dq) {
         let f = p.scale / G;
         flush(a0, s, lane, bi, h, row0, 0u, 0u, f);
