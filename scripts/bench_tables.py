@@ -121,8 +121,8 @@ def step_vs_torch(s):
                 if r["preset"].split()[0] != preset:
                     continue
                 precision = "f16" if r["preset"].endswith("f16") else "f32"
-                if "f16_attention" in r.get("run", ""):
-                    precision += " with attention on tensor cores"
+                if "f32_attention" in r.get("run", ""):
+                    precision += " with attention in f32"
                 if "f16_weights" in r.get("run", ""):
                     precision += " reading the weights' f16 copy"
                 name = f"tidepool {precision}, {r['variant']}" + (" (earlier build)" if b == "against" else "")
@@ -153,7 +153,7 @@ def step_vs_torch(s):
                              gb(r.get("peak_bytes_in_use")), gb(r.get("peak_bytes_requested")), gb(r["peak_bytes_reserved"])])
     if rows:
         out.append("Peak memory:\n\n" + table(["what", "in use (tensors)", "requested", "reserved"], rows))
-    for run, what in (("kernels", ""), ("kernels_f16_attention", ", attention on tensor cores (--f16-attention)")):
+    for run, what in (("kernels", ""), ("kernels_f32_attention", ", attention in f32 (--f16-attention false)")):
         kernels = [r for r in s.rows(run) if "kernel" in r]
         if not kernels:
             continue
@@ -503,8 +503,8 @@ def f16_curves(s):
             f"{loss[2] - loss[1]:+.4f}" if None not in loss[1:] else ""])
     if not rows:
         return []
-    return [table(["step", "f32 held-out", "f16", "f16, attention on tensor cores", "f16 - f32",
-                   "tensor-core attention - f16"], rows)]
+    return [table(["step", "f32 held-out", "f16, attention in f32", "f16 (attention on tensor cores)",
+                   "f16 with f32 attention - f32", "tensor-core attention - f32 attention"], rows)]
 
 
 def host_profile(s):

@@ -34,8 +34,9 @@
 #                      through Dawn
 #   curves             the held-out loss every 250 steps beside the PyTorch twin
 #   f16-curves         the held-out loss every 250 steps to step 2000 (CURVE_STOP) of
-#                      three runs at once from one seed: f32, --precision f16, and f16
-#                      with attention on tensor cores (--f16-attention)
+#                      three runs at once from one seed: f32, --precision f16 with
+#                      attention in f32 (--f16-attention false), and f16 as it runs
+#                      by default (attention on tensor cores where the GPU has them)
 #   host-profile       where a step's host time goes: native recording, every WebGPU call
 #                      through Dawn timed, Dawn's null backend (runs nothing), a readback
 #   kernel-stats       what the driver compiled each kernel to (registers a thread, its
@@ -277,11 +278,10 @@ suite_step_vs_torch() {
         run step-vs-torch "step_${big}_$round" "$b" "$(bin "$b")" bench step --presets "$big" --precision f32,f16 \
           --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
       done
-      # The f16 step with attention on tensor cores, and reading the weights' f16
-      # copy, in the same turns (this build; both are ContextOptions that are off by
-      # default, since neither measured faster).
-      run step-vs-torch "step_${big}_f16_attention_$round" this "$tidepool_this" bench step --presets "$big" \
-        --precision f16 --f16-attention --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
+      # The f16 step with attention in f32 (tensor cores are the default), and reading
+      # the weights' f16 copy (off by default: it measured slower), in the same turns.
+      run step-vs-torch "step_${big}_f32_attention_$round" this "$tidepool_this" bench step --presets "$big" \
+        --precision f16 --f16-attention false --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
       run step-vs-torch "step_${big}_f16_weights_$round" this "$tidepool_this" bench step --presets "$big" \
         --precision f16 --f16-weights --at-once 1 --warmup "$warmup" --steps "$steps" --corpus "$corpus" --json
     done
@@ -306,8 +306,8 @@ suite_step_vs_torch() {
   # Where the GPU time goes (needs timestamp queries; a CPU adapter may lack them).
   run step-vs-torch kernels this "$tidepool_this" bench kernels --presets "$big" --precision f32,f16 \
     --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
-  run step-vs-torch kernels_f16_attention this "$tidepool_this" bench kernels --presets "$big" --precision f16 \
-    --f16-attention --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
+  run step-vs-torch kernels_f32_attention this "$tidepool_this" bench kernels --presets "$big" --precision f16 \
+    --f16-attention false --warmup "$warmup" --steps "$kernel_steps" --corpus "$corpus" --json
 }
 
 suite_gemm_vs_cublas() {
@@ -558,15 +558,16 @@ suite_curves() {
 }
 
 # The same schedule (the preset's, stopped at the evaluation at $curve_stop, 2000 on a
-# GPU), seed and batches in f32, f16 and f16 with attention on tensor cores, at once:
+# GPU), seed and batches in f32, f16 with attention in f32 and f16 (attention on tensor
+# cores), at once:
 # of each run only the evaluations' lines and the last are kept.
 suite_f16_curves() {
   local secs=${CURVE_SECONDS:-540} every stop=${curve_stop:-2000} mode t0=$SECONDS
   every=$(sed -n 's/.*--eval-every \([0-9]*\).*/\1/p' <<<"${curve[*]}")
-  echo "== f16-curves: f32, f16 and f16 with --f16-attention to step $stop, at most $secs s" | tee -a "$log" >&2
+  echo "== f16-curves: f32, f16 with --f16-attention false and f16 to step $stop, at most $secs s" | tee -a "$log" >&2
   for mode in f32 f16 f16_attention; do
     local flags="--precision ${mode%%_*}"
-    [ "$mode" = f16_attention ] && flags+=" --f16-attention"
+    [ "$mode" = f16 ] && flags+=" --f16-attention false"
     RUN_SECONDS=$secs run f16-curves "$mode" this bash -c "\"\$0\" train ${curve[*]} $flags --corpus \"\$1\" --json | awk -F'\"step\":' '
         { split(\$2, a, /[,}]/); if (/\"final\"/ || a[1] % $every == 0) { print; fflush() } }
         a[1] + 0 >= $stop { exit }'" \

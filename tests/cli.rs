@@ -303,11 +303,9 @@ fn a_redirected_run_prints_progress_evaluation_and_final_lines() {
     assert!(lines[n - 1].contains("(2 held-out batches)"), "{text}");
 }
 
-/// `--recompute` (alone: on) trains the same losses, says so in the final JSON line
-/// and the summary, and `bench policies --recompute` puts a row with it beside each
-/// policy's.
 /// `--f16-attention` says where attention stays f32: without `--precision f16`, and
 /// on a device without cooperative matrices (`tidepool info` says which this is).
+/// Tensor-core attention is the default, and `--f16-attention=false` turns it off.
 #[test]
 fn f16_attention_says_where_it_does_not_apply() {
     let out = tidepool(&train_args(
@@ -354,6 +352,31 @@ fn f16_attention_says_where_it_does_not_apply() {
     let last: serde_json::Value =
         serde_json::from_str(out.stdout.lines().last().expect("a final line")).expect("JSON");
     assert_eq!(last["f16_attention"], !refused, "{last}");
+    // It is the default, said of nowhere; `--f16-attention=false` keeps attention f32.
+    let last_line = |extra: &[&str]| {
+        let args = [
+            &["--precision", "f16", "--eval-batches", "1", "--json"],
+            extra,
+        ]
+        .concat();
+        let out = tidepool(&train_args("1", &args));
+        assert_eq!(out.code, Some(0), "tidepool train failed: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("note: --f16-attention"),
+            "{}",
+            out.stderr
+        );
+        let last = out.stdout.lines().last().expect("a final line").to_string();
+        serde_json::from_str::<serde_json::Value>(&last).expect("JSON")
+    };
+    assert_eq!(last_line(&[])["f16_attention"], !refused);
+    assert_eq!(
+        last_line(&["--f16-attention=false"])["f16_attention"],
+        false
+    );
+    let out = tidepool(&train_args("1", &["--f16-attention=maybe"]));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--f16-attention"), "{}", out.stderr);
     // bench says it of each f16 preset it times.
     let out = tidepool(&[
         "bench",

@@ -128,9 +128,15 @@ struct Device {
     #[arg(long)]
     f16_weights: bool,
     /// Attention on tensor cores in f16 where the device runs the tensor-core
-    /// GEMMs (f16 runs only; off by default: slower on an H200).
-    #[arg(long)]
-    f16_attention: bool,
+    /// GEMMs (f16 runs only; the default, `--f16-attention false` keeps it in f32).
+    /// Given bare, it also says where it does not apply.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    f16_attention: Option<bool>,
     /// How storage operands are bound: `declared` (read-only where a kernel only
     /// reads), or `read-write` (every one `read_write`, a repeated operand bound to a
     /// stand-in, as the planned policy binds): what that rule costs apart from the
@@ -150,7 +156,7 @@ impl Device {
         ContextOptions {
             subgroups: !self.no_subgroups,
             f16_weights: self.f16_weights,
-            f16_attention: self.f16_attention,
+            f16_attention: self.f16_attention.unwrap_or(true),
             read_write_bindings: self.bindings == Bindings::ReadWrite,
             ..ContextOptions::default()
         }
@@ -301,11 +307,14 @@ fn preset_runs(
 /// Where a flag for f16 runs changes nothing, a note on stderr, so that no row passes
 /// for a measurement of what the flag asks for: no run is f16; `--f16-weights` where
 /// the device's f16 core reads the f32 weights; `--f16-attention` where an f16 run's
-/// attention stays f32 (no cooperative matrices, or heads they do not take).
-async fn note_f16_options(options: &ContextOptions, runs: &[(TrainConfig, String)]) {
+/// attention stays f32 (no cooperative matrices, or heads they do not take). Only
+/// for flags given: tensor-core attention is the default, and said of nowhere.
+async fn note_f16_options(device: &Device, runs: &[(TrainConfig, String)]) {
+    let options = device.options();
+    let asked_attention = device.f16_attention == Some(true);
     let flags: Vec<&str> = [
         (options.f16_weights, "--f16-weights"),
-        (options.f16_attention, "--f16-attention"),
+        (asked_attention, "--f16-attention"),
     ]
     .into_iter()
     .filter_map(|(on, flag)| on.then_some(flag))
@@ -340,7 +349,7 @@ async fn note_f16_options(options: &ContextOptions, runs: &[(TrainConfig, String
     if options.f16_weights && !tidepool::kernels::matmul::reads_f16_weights(&ctx) {
         eprintln!("note: --f16-weights: the f16 matmuls here read the f32 weights (their core has no form that reads the copy)");
     }
-    if !options.f16_attention {
+    if !asked_attention {
         return;
     }
     for (cfg, label) in f16_runs {
@@ -360,7 +369,7 @@ async fn step(args: StepArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
     let runs = preset_runs(&args.runs.presets, &args.precision)?;
-    note_f16_options(options, &runs).await;
+    note_f16_options(&args.runs.device, &runs).await;
     for (cfg, label) in runs {
         let rows = if !args.at_once.is_empty() {
             let cfg = match args.submit_every.first() {
@@ -413,7 +422,7 @@ async fn kernels(args: KernelsArgs, corpus: &Corpus) -> Outcome {
     let (warmup, steps) = (args.runs.warmup, args.runs.steps);
     let options = &args.runs.device.options();
     let runs = preset_runs(&args.runs.presets, &args.precision)?;
-    note_f16_options(options, &runs).await;
+    note_f16_options(&args.runs.device, &runs).await;
     for (cfg, label) in runs {
         let cfg = TrainConfig {
             policy: args.policy.unwrap_or(cfg.policy),

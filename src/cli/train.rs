@@ -35,10 +35,17 @@ pub struct TrainArgs {
     )]
     sample: usize,
     /// Under --precision f16, attention on tensor cores where the device has them
-    /// (ContextOptions::f16_attention; off by default: slower on an H200, and its
-    /// learning curve further from f32's; docs/precision.md).
-    #[arg(long, help_heading = "Training", conflicts_with = "resume")]
-    f16_attention: bool,
+    /// (ContextOptions::f16_attention; the default, `--f16-attention false` keeps it
+    /// in f32; docs/precision.md). Given bare, it also says where it does not apply.
+    #[arg(
+        long,
+        help_heading = "Training",
+        conflicts_with = "resume",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL"
+    )]
+    f16_attention: Option<bool>,
     #[command(flatten)]
     trace: TraceArgs,
     #[command(flatten)]
@@ -123,7 +130,7 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
     let mut trainer = match &args.checkpoint.resume {
         None => {
             let options = tidepool::gpu::ContextOptions {
-                f16_attention: args.f16_attention,
+                f16_attention: args.f16_attention.unwrap_or(true),
                 ..Default::default()
             };
             Trainer::with_options(cfg, corpus, options).await?
@@ -138,10 +145,10 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
         ))));
     }
     let c = trainer.config().clone();
-    // Where --f16-attention changes nothing, said in either output form: a run
-    // compared with one without it must not pass for its measurement.
-    let f16_attention_note = f16_attention_note(&args, &trainer);
-    if let Some(note) = &f16_attention_note {
+    // Where an asked-for --f16-attention changes nothing, said in either output
+    // form: a run compared with one without it must not pass for its measurement.
+    let tensor_core_attention = tensor_core_attention(&trainer);
+    if let (Some(true), Err(note)) = (args.f16_attention, &tensor_core_attention) {
         eprintln!("note: {note}");
     }
     // Above the progress bar, which starts next.
@@ -209,7 +216,7 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
             // two side by side).
             "recompute": c.recompute,
             // Whether attention ran on tensor cores (--f16-attention, where it applies).
-            "f16_attention": args.f16_attention && f16_attention_note.is_none(),
+            "f16_attention": tensor_core_attention.is_ok(),
         });
         say!("{final_line}");
     } else {
@@ -238,16 +245,14 @@ pub async fn run(mut args: TrainArgs) -> Outcome {
     Ok(())
 }
 
-/// The trainer of the run saved at `path`, on `corpus`, with the settings that may
-/// change when resuming taken from `cfg` where they were given.
-/// Why `--f16-attention` leaves attention in f32 on this run, if it does.
-fn f16_attention_note(args: &TrainArgs, trainer: &Trainer) -> Option<String> {
-    if !args.f16_attention {
-        return None;
+/// Whether this run's attention is on tensor cores, or why it stays f32.
+fn tensor_core_attention(trainer: &Trainer) -> Result<(), String> {
+    if !trainer.context().f16_attention() {
+        return Err("--f16-attention false: attention stays f32".into());
     }
     let c = trainer.config();
     if c.precision != tidepool::config::Precision::F16 {
-        return Some("--f16-attention applies to --precision f16 only: attention stays f32".into());
+        return Err("--f16-attention applies to --precision f16 only: attention stays f32".into());
     }
     let shape = tidepool::kernels::AttentionShape {
         b: c.batch,
@@ -256,10 +261,11 @@ fn f16_attention_note(args: &TrainArgs, trainer: &Trainer) -> Option<String> {
         heads: c.heads,
     };
     tidepool::kernels::Attention::coop_runs(trainer.context(), shape)
-        .err()
-        .map(|why| format!("--f16-attention: attention stays f32 here: {why}"))
+        .map_err(|why| format!("--f16-attention: attention stays f32 here: {why}"))
 }
 
+/// The trainer of the run saved at `path`, on `corpus`, with the settings that may
+/// change when resuming taken from `cfg` where they were given.
 async fn resume(
     args: &TrainArgs,
     path: &Path,
