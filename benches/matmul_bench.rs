@@ -337,10 +337,16 @@ mod bench {
             attentions.push(("cpu", cpu, [true; 2], &ctx));
         }
         // The tensor-core kernels, on the f16 context, where it runs them (`auto`:
-        // what `--precision f16` picks, with ContextOptions::f16_attention on).
+        // what `--precision f16` picks where ContextOptions::f16_attention is on, as
+        // by default).
         if let Some(c) = &ctx16 {
             match Attention::coop_runs(c, shape) {
-                Ok(()) => attentions.push(("coop", gpu_kernels(GpuAttention::Coop), [false; 2], c)),
+                Ok(()) => attentions.push((
+                    "coop",
+                    gpu_kernels(GpuAttention::Coop),
+                    [c.f16_attention(); 2],
+                    c,
+                )),
                 Err(why) => println!("no coop attention: {why}"),
             }
         }

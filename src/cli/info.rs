@@ -80,7 +80,8 @@ pub async fn run() -> Outcome {
     let f16 = if !features.contains(Features::SHADER_F16) {
         "refused (no shader-f16)"
     } else if coop.iter().any(tidepool::kernels::is_f16_16x16) {
-        "tensor cores (cooperative matrices), where subgroups are 32 wide"
+        "GEMMs on tensor cores (cooperative matrices), where subgroups are 32 wide, and \
+         attention too for heads of up to 64 channels"
     } else {
         "f16 tiles, f32 arithmetic (no tensor cores)"
     };
