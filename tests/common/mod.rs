@@ -221,6 +221,26 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32, seed: u64) 
     );
 }
 
+/// [`assert_close`] measuring the error against the largest |want| or `floor`,
+/// whichever is larger: an output that sums terms which can cancel far below their own
+/// size carries the kernel's rounding at the terms' size, not the sum's.
+#[track_caller]
+pub fn assert_close_against(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    floor: f32,
+    tol: f32,
+    seed: u64,
+) {
+    let scale = want.iter().fold(1e-6f32, |m, x| m.max(x.abs()));
+    let err = max_rel_error(got, want) * scale / scale.max(floor);
+    assert!(
+        err <= tol,
+        "{what}: max error {err:e} of max(largest output, {floor:e}) > {tol:e} (seed {seed}; replay natively with TIDEPOOL_SEED={seed})"
+    );
+}
+
 /// Leaves one NaN-filled pooled buffer of each of `lens` floats on top of its
 /// bucket, runs `launch`, and checks that it drew at least that many buffers from
 /// the pool: the listed outputs (LIFO buckets hand them the poisoned buffers first),

@@ -2,7 +2,7 @@
 //! the input and its gradient, a residual branch's dropout and add), every f32
 //! variant, against the reference's compositions.
 
-use crate::common::fresh_seed;
+use crate::common::{assert_close_against, fresh_seed};
 use crate::gpu_test;
 use crate::support::*;
 use tidepool::kernels::{Fusion, Matmul, MatmulVariant};
@@ -173,7 +173,14 @@ async fn branch_body() {
                     &resid, &inp, weights, shape, gelu_inp, mask,
                 );
                 let what = format!("branch {variant:?} {rows}x{k}x{n} gelu {gelu_inp} {mask:?}");
-                assert_close(&what, &got, &want, FWD_TOL, seed);
+                // resid + branch can cancel far below either (seed 1796552811626326295:
+                // 1x1x1, the product's rounding 1.1e-4 of the sum), so the error is
+                // measured against the terms' size.
+                let terms = want
+                    .iter()
+                    .zip(&resid)
+                    .fold(0.0f32, |m, (w, r)| m.max(r.abs() + (w - r).abs()));
+                assert_close_against(&what, &got, &want, terms, FWD_TOL, seed);
             }
         }
     }
