@@ -39,7 +39,8 @@
 // registers up to 255 a thread cost no occupancy, and its loads (32 KiB a step from
 // L2) waited through one step's products; through two, twice the bytes are in
 // flight. At the end each accumulator goes through workgroup memory, 16x16 floats a
-// subgroup at a time, to the prelude's write4 (bias, epilogues, split slices).
+// subgroup at a time, to the prelude's write4_with (bias, epilogues, split slices),
+// the epilogue's loads (`epilogue_in`: resid, aux) all issued before the first.
 // On Hopper (benches/kernel_stats.rs) C2 took 177-200 registers a thread with
 // one set of loads in flight, 195-213 with two: one workgroup an SM either way. A 64x128 tile with 2 x 2 accumulators a subgroup took 122-130 (two
 // workgroups an SM for dinp and dweight, the forward still one) and lost everywhere:
@@ -200,22 +201,26 @@ fn put_b(buf: u32, k8: u32, t: u32, v: BVec) {
 #C2     return coopLoadT<coop_mat16x16<f16, B>>(&Bs[(buf * BUF + kk * LD_MN + col) / 4u], LD_MN4);
 #C2 }
 
-// Through this subgroup's 16x16 staging block to write4: lane l writes rows
-// (l + i * width) / 4, columns ((l + i * width) % 4) * 4 .. + 4. The block is the
-// subgroup's own, so only its lanes meet, at subgroup barriers: a workgroup barrier
-// pair an accumulator made all 8 subgroups wait for each other 16 times after the
-// loop, more barriers than the loop's own at k = 384. naga gives the subgroup barrier
-// subgroup memory semantics, not workgroup memory's; that NVIDIA's compiler keeps
-// workgroup-memory accesses on their side of it (as CUDA's __syncwarp does) is
-// what the f16 GEMM tests on the tensor cores check.
-fn flush(z: u32, s: u32, lane: u32, width: u32, r0: u32, c0: u32, acc: coop_mat16x16<f32, C>) {
+// Through this subgroup's 16x16 staging block to write4_with: lane l writes rows
+// l / 4 and l / 4 + 8, columns (l % 4) * 4 .. + 4 (the launcher runs these cores only
+// where subgroups are 32 wide), with e0 and e1 the epilogue's operands there
+// (`epilogue_in`, loaded by the caller for every block before the first flush: loaded
+// here, each block's waited for memory after the barrier before it, 8 waits a
+// tile). The block is the subgroup's own, so only its lanes meet, at subgroup
+// barriers: a workgroup barrier pair an accumulator made all 8 subgroups wait for
+// each other 16 times after the loop, more barriers than the loop's own at k = 384.
+// naga gives the subgroup barrier subgroup memory semantics, not workgroup memory's;
+// that NVIDIA's compiler keeps workgroup-memory accesses on their side of it (as
+// CUDA's __syncwarp does) is what the f16 GEMM tests on the tensor cores check.
+fn flush(z: u32, s: u32, lane: u32, r0: u32, c0: u32, acc: coop_mat16x16<f32, C>,
+    e0: vec4<f32>, e1: vec4<f32>) {
     coopStoreT(acc, &Cs[s * 256u], 16u);
     subgroupBarrier();
-    for (var i = lane; i < 64u; i += width) {
-        let at = s * 256u + (i / 4u) * 16u + (i % 4u) * 4u;
-        let v = vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]) * (1.0 / A_SCALE);
-        write4(z, r0 + i / 4u, c0 + (i % 4u) * 4u, v);
-    }
+    let at = s * 256u + (lane / 4u) * 16u + (lane % 4u) * 4u;
+    let v0 = vec4<f32>(Cs[at], Cs[at + 1u], Cs[at + 2u], Cs[at + 3u]) * (1.0 / A_SCALE);
+    let v1 = vec4<f32>(Cs[at + 128u], Cs[at + 129u], Cs[at + 130u], Cs[at + 131u]) * (1.0 / A_SCALE);
+    write4_with(z, r0 + lane / 4u, c0 + (lane % 4u) * 4u, v0, e0);
+    write4_with(z, r0 + lane / 4u + 8u, c0 + (lane % 4u) * 4u, v1, e1);
     subgroupBarrier();
 }
 
@@ -358,12 +363,24 @@ fn main(
 
     let r0 = m0 + sm;
     let c0 = n0 + sn;
-    flush(z, s, lane, width, r0, c0, c00);
-    flush(z, s, lane, width, r0, c0 + 16u, c01);
-    flush(z, s, lane, width, r0, c0 + 32u, c02);
-    flush(z, s, lane, width, r0, c0 + 48u, c03);
-    flush(z, s, lane, width, r0 + 16u, c0, c10);
-    flush(z, s, lane, width, r0 + 16u, c0 + 16u, c11);
-    flush(z, s, lane, width, r0 + 16u, c0 + 32u, c12);
-    flush(z, s, lane, width, r0 + 16u, c0 + 48u, c13);
+    // The epilogue's operands of all 8 blocks first (see flush), the lane's two rows
+    // of each: block (a, b) is rows r0 + 16 * a .., columns c0 + 16 * b ...
+    let lr = r0 + lane / 4u;
+    let lc = c0 + (lane % 4u) * 4u;
+    let e00 = epilogue_in(lr, lc); let f00 = epilogue_in(lr + 8u, lc);
+    let e01 = epilogue_in(lr, lc + 16u); let f01 = epilogue_in(lr + 8u, lc + 16u);
+    let e02 = epilogue_in(lr, lc + 32u); let f02 = epilogue_in(lr + 8u, lc + 32u);
+    let e03 = epilogue_in(lr, lc + 48u); let f03 = epilogue_in(lr + 8u, lc + 48u);
+    let e10 = epilogue_in(lr + 16u, lc); let f10 = epilogue_in(lr + 24u, lc);
+    let e11 = epilogue_in(lr + 16u, lc + 16u); let f11 = epilogue_in(lr + 24u, lc + 16u);
+    let e12 = epilogue_in(lr + 16u, lc + 32u); let f12 = epilogue_in(lr + 24u, lc + 32u);
+    let e13 = epilogue_in(lr + 16u, lc + 48u); let f13 = epilogue_in(lr + 24u, lc + 48u);
+    flush(z, s, lane, r0, c0, c00, e00, f00);
+    flush(z, s, lane, r0, c0 + 16u, c01, e01, f01);
+    flush(z, s, lane, r0, c0 + 32u, c02, e02, f02);
+    flush(z, s, lane, r0, c0 + 48u, c03, e03, f03);
+    flush(z, s, lane, r0 + 16u, c0, c10, e10, f10);
+    flush(z, s, lane, r0 + 16u, c0 + 16u, c11, e11, f11);
+    flush(z, s, lane, r0 + 16u, c0 + 32u, c12, e12, f12);
+    flush(z, s, lane, r0 + 16u, c0 + 48u, c13, e13, f13);
 }

@@ -81,7 +81,18 @@ fn prologue_b(v: BVec) -> BVec { return v; }
 fn a_at(m: u32, k: u32) -> f32 { return dout[m * p.k + k]; }
 fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 
-#OUT1 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
+// write4 in two parts, as in matmul_nt.wgsl: epilogue_in loads the pre-GELU
+// activations (aux, with FUSE_GELU_GRAD), write4_with applies GELU's gradient.
+#OUT1 fn epilogue_in(r: u32, i: u32) -> vec4<f32> {
+#OUT1     var e = vec4<f32>(0.0);
+#OUT1     if (fused(p.flags, FUSE_GELU_GRAD) && r < p.m) {
+#OUT1         for (var c = 0u; c < 4u; c++) {
+#OUT1             if (i + c < p.n) { e[c] = aux[r * p.n + i + c]; }
+#OUT1         }
+#OUT1     }
+#OUT1     return e;
+#OUT1 }
+#OUT1 fn write4_with(z: u32, r: u32, i: u32, v: vec4<f32>, e: vec4<f32>) {
 #OUT1     if (r >= p.m) { return; }
 #OUT1     // Split-K: split z writes its own slice of `dinp` ([splits, m, n]), without the
 #OUT1     // epilogue (matmul_reduce.wgsl applies it to the sum).
@@ -90,7 +101,7 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 #OUT1     for (var c = 0u; c < 4u; c++) {
 #OUT1         if (i + c < p.n) {
 #OUT1             var w = v[c];
-#OUT1             if (grad) { w *= gelu_grad(aux[r * p.n + i + c]); }
+#OUT1             if (grad) { w *= gelu_grad(e[c]); }
 #OUT1             dinp[base + c] = w;
 #OUT1         }
 #OUT1     }
@@ -98,9 +109,15 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[k * p.n + n]; }
 
 // OUT_VEC4: n is a multiple of 4 and every buffer is bound whole: a thread's 4
 // columns are one 16-byte load of aux and one store (as in matmul_nt.wgsl).
-#OUT4 fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) {
+#OUT4 fn epilogue_in(r: u32, i: u32) -> vec4<f32> {
+#OUT4     if (!fused(p.flags, FUSE_GELU_GRAD) || r >= p.m || i >= p.n) { return vec4<f32>(0.0); }
+#OUT4     return aux[(r * p.n + i) / 4u];
+#OUT4 }
+#OUT4 fn write4_with(z: u32, r: u32, i: u32, v: vec4<f32>, e: vec4<f32>) {
 #OUT4     if (r >= p.m || i >= p.n) { return; }
 #OUT4     var w = v;
-#OUT4     if (fused(p.flags, FUSE_GELU_GRAD)) { w *= gelu_grad4(aux[(r * p.n + i) / 4u]); }
+#OUT4     if (fused(p.flags, FUSE_GELU_GRAD)) { w *= gelu_grad4(e); }
 #OUT4     dinp[((z * p.m + r) * p.n + i) / 4u] = w;
 #OUT4 }
+
+fn write4(z: u32, r: u32, i: u32, v: vec4<f32>) { write4_with(z, r, i, v, epilogue_in(r, i)); }

@@ -91,7 +91,21 @@ const B_ALONG_K: bool = true;
 fn a_at(m: u32, k: u32) -> f32 { return inp[m * p.k + k]; }
 fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 
-#OUT1 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
+// write4 in two parts, so that a core can issue the loads of all its outputs'
+// epilogues before its first write (matmul_coop.wgsl's staging, whose subgroup barriers
+// keep the driver from moving a write's loads ahead of the write before it):
+// epilogue_in(r, j) loads what the epilogue of outputs (r, j .. j + 4) reads from
+// memory (resid, with FUSE_RESIDUAL), write4_with applies the epilogue given it.
+#OUT1 fn epilogue_in(r: u32, j: u32) -> vec4<f32> {
+#OUT1     var e = vec4<f32>(0.0);
+#OUT1     if (fused(p.flags, FUSE_RESIDUAL) && r < p.m) {
+#OUT1         for (var i = 0u; i < 4u; i++) {
+#OUT1             if (j + i < p.n) { e[i] = resid[r * p.n + j + i]; }
+#OUT1         }
+#OUT1     }
+#OUT1     return e;
+#OUT1 }
+#OUT1 fn write4_with(z: u32, r: u32, j: u32, v: vec4<f32>, e: vec4<f32>) {
 #OUT1     if (r >= p.m) { return; }
 #OUT1     // Split-K: split z writes its own slice of `out` ([splits, m, n]), without the
 #OUT1     // epilogue (matmul_reduce.wgsl applies it to the sum).
@@ -102,7 +116,7 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 #OUT1             var w = v[i];
 #OUT1             if (fused(p.flags, FUSE_BIAS)) { w += bias[j + i]; }
 #OUT1             if (fused(p.flags, FUSE_DROPOUT)) { w = dropout_at(w, at, p.seed, p.threshold, p.scale); }
-#OUT1             if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at] + w; }
+#OUT1             if (fused(p.flags, FUSE_RESIDUAL)) { w = e[i] + w; }
 #OUT1             out[base + i] = w;
 #OUT1         }
 #OUT1     }
@@ -111,12 +125,18 @@ fn b_at(k: u32, n: u32) -> f32 { return weight[n * p.k + k]; }
 // OUT_VEC4: n is a multiple of 4 and every buffer is bound whole, so a thread's 4
 // columns (j a multiple of 4) are one 16-byte load of bias and resid and one store:
 // four stores of a float are four store instructions on the H200's driver.
-#OUT4 fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) {
+#OUT4 fn epilogue_in(r: u32, j: u32) -> vec4<f32> {
+#OUT4     if (!fused(p.flags, FUSE_RESIDUAL) || r >= p.m || j >= p.n) { return vec4<f32>(0.0); }
+#OUT4     return resid[(r * p.n + j) / 4u];
+#OUT4 }
+#OUT4 fn write4_with(z: u32, r: u32, j: u32, v: vec4<f32>, e: vec4<f32>) {
 #OUT4     if (r >= p.m || j >= p.n) { return; }
 #OUT4     let at = r * p.n + j;
 #OUT4     var w = v;
 #OUT4     if (fused(p.flags, FUSE_BIAS)) { w += bias[j / 4u]; }
 #OUT4     if (fused(p.flags, FUSE_DROPOUT)) { w = dropout4_at(w, at, p.seed, p.threshold, p.scale); }
-#OUT4     if (fused(p.flags, FUSE_RESIDUAL)) { w = resid[at / 4u] + w; }
+#OUT4     if (fused(p.flags, FUSE_RESIDUAL)) { w = e + w; }
 #OUT4     out[((z * p.m + r) * p.n + j) / 4u] = w;
 #OUT4 }
+
+fn write4(z: u32, r: u32, j: u32, v: vec4<f32>) { write4_with(z, r, j, v, epilogue_in(r, j)); }

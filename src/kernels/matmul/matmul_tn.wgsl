@@ -89,4 +89,7 @@ fn write4(z: u32, j: u32, i: u32, v: vec4<f32>) {
         if (i + c < p.n) { part[base + c] = v[c]; }
     }
 }
+// write4 in two parts, as in matmul_nt.wgsl: dweight's output has no epilogue.
+fn epilogue_in(j: u32, i: u32) -> vec4<f32> { return vec4<f32>(0.0); }
+fn write4_with(z: u32, j: u32, i: u32, v: vec4<f32>, e: vec4<f32>) { write4(z, j, i, v); }
 
