@@ -770,6 +770,7 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
     const FUSE_BIAS: u32 = 1;
     const FUSE_GELU_INP: u32 = 2;
     const FUSE_RESIDUAL: u32 = 4;
+    const FUSE_DROPOUT: u32 = 8;
     const FUSE_GELU_GRAD: u32 = 16;
 
     fn params(m: usize, n: usize, k: usize, k_chunk: usize, flags: u32) -> Params {
@@ -933,6 +934,21 @@ fn emu_b(i: u32) -> f32 { return f32(Bs[i / 4u][i % 4u]); }
             .await;
             let want: Vec<f32> = want_fwd.iter().zip(&resid).map(|(w, r)| w + r).collect();
             let name = format!("forward residual {what}");
+            assert_close(&name, &got, &want, FWD_TOL, seed);
+            // And with dropout on the branch (element r * n + j of the mask, as
+            // reference::dropout numbers them): the residual branch's end in training.
+            let mask_seed = rng.next_u64() as u32;
+            let (threshold, scale) = tidepool::reference::dropout_mask_params(0.3);
+            let got = launch(&ctx, rows * n, 1, |out| {
+                let bound = with_views(views, &[&g_inp, &g_w, &g_b, out, &g_resid]);
+                let mut p = params(rows, n, k, k, FUSE_BIAS | FUSE_RESIDUAL | FUSE_DROPOUT);
+                (p.seed, p.threshold, p.scale) = (mask_seed, threshold, scale);
+                ctx.dispatch(&forward, &p, &bound, grid(rows, n, 1));
+            })
+            .await;
+            let dropped = tidepool::reference::dropout(&want_fwd, 0.3, mask_seed);
+            let want: Vec<f32> = dropped.iter().zip(&resid).map(|(w, r)| w + r).collect();
+            let name = format!("forward residual dropout {what}");
             assert_close(&name, &got, &want, FWD_TOL, seed);
             let aux = rng.vec(rows * k, -3.0, 3.0);
             let g_aux = ctx.upload(&aux);
