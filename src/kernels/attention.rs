@@ -383,7 +383,8 @@ struct Params {
 }
 
 /// What the forward saved for the backward: its input, its output and each row's
-/// logsumexp.
+/// logsumexp (`lse`; from the tensor-core kernels with dropout, the dropout mask's
+/// bits after them, which their backward reads instead of hashing).
 #[derive(Clone, Copy, Debug)]
 pub struct AttentionSaved<'a> {
     pub qkv: &'a PooledBuffer,
@@ -393,7 +394,8 @@ pub struct AttentionSaved<'a> {
 
 /// Causal multi-head self-attention, flash style: the forward saves one logsumexp
 /// per row instead of the `b*heads*t*t` probabilities, and the backward recomputes
-/// them (and the dropout mask: never stored).
+/// them (and the dropout mask, but for the tensor-core kernels, whose forward saves
+/// it as bits: `b*heads*t*ceil(t/16)` words).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Attention {
     /// The kernels' tuning (`None`: the context's).
@@ -410,18 +412,19 @@ pub struct Attention {
 
 impl Attention {
     /// `out` `[b, t, c]` of `qkv` `[b, t, 3c]` (queries, keys, values along
-    /// channels), and the logsumexp of each row's scaled scores, `[b, heads, t]`.
+    /// channels), and the logsumexp of each row's scaled scores, `[b, heads, t]`
+    /// (followed by the dropout mask where [`AttentionSaved`] says).
     pub fn forward(
         &self,
         ctx: &WgpuContext,
         qkv: &PooledBuffer,
         shape: AttentionShape,
     ) -> (PooledBuffer, PooledBuffer) {
-        let (params, kernels, groups) = self.setup(ctx, shape, GPU_ATTENTION);
-        let AttentionShape { b, t, c, heads } = shape;
+        let (params, kernels, groups, stats) = self.setup(ctx, shape, GPU_ATTENTION);
+        let AttentionShape { b, t, c, .. } = shape;
         check_len(qkv, b * t * 3 * c, "attention forward qkv");
         let out = ctx.create_pooled(b * t * c * 4);
-        let lse = ctx.create_pooled(b * heads * t * 4);
+        let lse = ctx.create_pooled(stats * 4);
         ctx.dispatch(&kernels.forward, &params, &[qkv, &out, &lse], groups);
         (out, lse)
     }
@@ -435,13 +438,13 @@ impl Attention {
         saved: AttentionSaved,
         shape: AttentionShape,
     ) -> PooledBuffer {
-        let (params, kernels, groups) = self.setup(ctx, shape, GPU_ATTENTION_BACKWARD);
+        let (params, kernels, groups, stats) = self.setup(ctx, shape, GPU_ATTENTION_BACKWARD);
         let AttentionShape { b, t, c, heads } = shape;
         let AttentionSaved { qkv, out, lse } = saved;
         check_len(dout, b * t * c, "attention backward dout");
         check_len(qkv, b * t * 3 * c, "attention backward qkv");
         check_len(out, b * t * c, "attention backward out");
-        check_len(lse, b * heads * t, "attention backward saved");
+        check_len(lse, stats, "attention backward saved");
         let dqkv = ctx.create_pooled(b * t * 3 * c * 4);
         match &kernels.backward {
             Backward::Fused(kernel) => {
@@ -528,7 +531,7 @@ impl Attention {
         ctx: &WgpuContext,
         shape: AttentionShape,
         default: GpuAttention,
-    ) -> (Params, &'static Kernels, [u32; 3]) {
+    ) -> (Params, &'static Kernels, [u32; 3], usize) {
         let AttentionShape { b, t, c, heads: nh } = shape;
         let target = self.target.unwrap_or(ctx.kernel_target());
         assert!(b > 0 && t > 0 && nh > 0, "attention of an empty tensor");
@@ -599,7 +602,12 @@ impl Attention {
             let (threshold, keep_scale) = dropout_mask_params(d.p);
             (params.seed, params.threshold, params.keep_scale) = (d.seed, threshold, keep_scale);
         }
-        (params, kernels, groups)
+        // The tensor-core kernels keep the dropout mask beside the logsumexps.
+        let stats = match variant {
+            Variant::Coop => coop::stats_words(shape, params.threshold != 0),
+            _ => b * nh * t,
+        };
+        (params, kernels, groups, stats)
     }
 }
 

@@ -9,6 +9,7 @@
 use super::matmul::{coop_supported, GRAD_SCALE};
 use super::wgsl::unroll;
 use crate::gpu::WgpuContext;
+use crate::reference::AttentionShape;
 
 /// Channels a head may have (at most; zero-padded to it in workgroup memory).
 pub(super) const MAX_HEAD: usize = 64;
@@ -35,6 +36,19 @@ pub(super) fn sources() -> (String, String) {
         unroll(BACKWARD_WGSL, "#J", 2)
     );
     (format!("{ENABLE}{forward}"), format!("{ENABLE}{backward}"))
+}
+
+/// 4-byte words of what the forward saves for the backward (`stats` in the
+/// shaders): each row's logsumexp and, with dropout, the mask, `ceil(t / 16)` words
+/// a row.
+pub(super) fn stats_words(shape: AttentionShape, dropout: bool) -> usize {
+    let AttentionShape { b, t, heads, .. } = shape;
+    let rows = b * heads * t;
+    if dropout {
+        rows + rows * t.div_ceil(16)
+    } else {
+        rows
+    }
 }
 
 /// Whether the tensor-core kernels run `shape`'s heads on `ctx`, or why not:

@@ -24,7 +24,14 @@
 // enough to hide them. The next block's K is loaded into registers (`Ahead`) at the
 // top of a block and staged once every subgroup is past its S; its V is loaded then
 // and staged once every subgroup is past its P V. Each lane hashes its 16 dropout
-// decisions into bits before the block's products, not after them.
+// decisions into bits before the block's products, not after them, and (with
+// dropout) stores them for the backward, which reads them instead of hashing each
+// decision twice more (its dq and its dk/dv blocks).
+//
+// `stats` (u32s) holds each row's logsumexp, [b * nh, t] as f32 bits, then with
+// dropout the mask: row (bh, i) is ceil(t / 16) words, bit n of word w the decision
+// for key 16 w + n (16 bits a word: a lane's 16 keys, no exchange between lanes).
+// The grid's y is b * nh, so the mask starts at num_workgroups.y * t.
 //
 // Every cooperative and subgroup operation is in the section at the end, which
 // tests/attention_coop.rs swaps for plain WGSL to run this on devices without them.
@@ -33,7 +40,7 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(3) var<storage, read_write> stats: array<u32>;
 
 const BQ: u32 = 64u;
 const BK: u32 = 32u;
@@ -124,6 +131,7 @@ fn hsum(v: vec4<f32>) -> f32 {
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(subgroup_id) s: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
@@ -139,6 +147,8 @@ fn main(
     let i = row0 + s * 16u + r;
     let ir = min(i, p.t - 1u);
     let strip = s * SSUB + r * LDS;
+    // This row's mask words (used with dropout on).
+    let mask_row = nwg.y * p.t + (bh * p.t + ir) * ((p.t + 15u) / 16u);
 
     stage(bi, h, row0, BQ, 0u, t);
     var m = MASKED;
@@ -170,6 +180,9 @@ fn main(
             kbits |= select(0u, 2u, kept_at(bh, ir, key#J.y)) << (4u * #Ju);
             kbits |= select(0u, 4u, kept_at(bh, ir, key#J.z)) << (4u * #Ju);
             kbits |= select(0u, 8u, kept_at(bh, ir, key#J.w)) << (4u * #Ju);
+            if (i < p.t && kb + half * 16u < p.t) {
+                stats[mask_row + kb / 16u + half] = kbits;
+            }
         }
 
         var s0 = zero_acc();
@@ -238,7 +251,7 @@ fn main(
     let lt = l + pair_other(l);
     let base = ((bi * p.t + i) * p.c + h * p.hs) / 4u + half * 8u;
     if (i < p.t && 4u * (half * 8u + #Ou) < p.hs) { out[base + #Ou] = o#O / lt; }
-    if (i < p.t && half == 0u) { lse[bh * p.t + i] = m + log(lt); }
+    if (i < p.t && half == 0u) { stats[bh * p.t + i] = bitcast<u32>(m + log(lt)); }
 }
 
 // ---- cooperative operations ----

@@ -22,8 +22,12 @@
 // strips; then dq += ds sa (k), or dv += p m sb (dout) and dk += ds sa (q scaled),
 // in 4 (or 8) accumulators that stay in registers over the whole stream.
 //
-// Two barriers a step, and what waits on memory or on the dropout hashes is started
-// a phase early. The streamed tiles are double-buffered: a step's loads are
+// The dropout decisions are the forward's, stored after the rows' logsumexps in
+// `stats` (attention_coop.wgsl has the layout): a dq lane's 8 keys are 8 bits of one
+// word of its query's row, a dk/dv lane's 8 queries one bit of a word of each
+// query's row (the 16 lanes of a subgroup's half read the same 8 words).
+//
+// Two barriers a step, and what waits on memory is started a phase early. The streamed tiles are double-buffered: a step's loads are
 // issued a step ahead into registers (`Ahead`) and stored into the other buffer
 // between the step's two barriers, once every subgroup has passed the first (and so
 // has finished the products of the step before, the last to read that buffer). The
@@ -38,7 +42,7 @@ struct Params { t: u32, c: u32, nh: u32, hs: u32, scale: f32, seed: u32, thresho
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> dout: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> qkv: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> lse: array<f32>;
+@group(0) @binding(3) var<storage, read> stats: array<u32>;
 @group(0) @binding(4) var<storage, read> dsum: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dqkv: array<vec4<f32>>;
 
@@ -121,7 +125,7 @@ fn fetch(bi: u32, h: u32, bh: u32, s0: u32, wa: u32, wb: u32, dq: bool, t: u32) 
         load4(bi, r, wb, h, d4), load4(bi, r + 8u, wb, h, d4), 0.0, 0.0);
     if (!dq && t < BS) {
         let qi = min(s0 + t, p.t - 1u);
-        n.lse = lse[bh * p.t + qi];
+        n.lse = bitcast<f32>(stats[bh * p.t + qi]);
         n.dsum = dsum[bh * p.t + qi] * G;
     }
     return n;
@@ -182,6 +186,7 @@ fn flush(acc: coop_mat16x16<f32, C>, s: u32, lane: u32, bi: u32, h: u32, row0: u
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
     @builtin(local_invocation_index) t: u32,
+    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(subgroup_id) s: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
@@ -204,7 +209,10 @@ fn main(
     stage(1u, bi, h, row0, BR, select(2u, 3u, dq), t);
     // dq blocks: this lane's query's lse and D (G-scaled), once.
     let ri_c = min(ri, p.t - 1u);
-    let lse_r = lse[bh * p.t + ri_c];
+    let lse_r = bitcast<f32>(stats[bh * p.t + ri_c]);
+    // The forward's mask: words a row, and where (bh, 0)'s row starts.
+    let mask_words = (p.t + 15u) / 16u;
+    let mask_bh = nwg.y * p.t + bh * p.t * mask_words;
     let dsum_r = dsum[bh * p.t + ri_c] * G;
 
     var a0 = zero_acc(); var a1 = zero_acc(); var a2 = zero_acc(); var a3 = zero_acc();
@@ -231,15 +239,25 @@ fn main(
         let kj#J = select(vec4<u32>(ri), sj#J, dq);
         let ok#J = (kj#J <= qi#J) & (qi#J < vec4<u32>(p.t));
         // Bit 4j + c: whether the weight of pair c of vec4 j survives dropout (all set
-        // without). Hashed here, before the products, the chains' latency hides behind
-        // them; computed here as vec4 factors instead, they measured no faster.
+        // without), read from the forward's mask here, before the products, whose
+        // time the loads' latency hides behind.
         var kbits = 0xffffffffu;
         if (p.threshold != 0u) {
-            kbits = 0u;
-            kbits |= select(0u, 1u, kept_at(bh, qi#J.x, kj#J.x)) << (4u * #Ju);
-            kbits |= select(0u, 2u, kept_at(bh, qi#J.y, kj#J.y)) << (4u * #Ju);
-            kbits |= select(0u, 4u, kept_at(bh, qi#J.z, kj#J.z)) << (4u * #Ju);
-            kbits |= select(0u, 8u, kept_at(bh, qi#J.w, kj#J.w)) << (4u * #Ju);
+            if (dq) {
+                // Keys s0 + half * 8 .. + 8 of query ri: word s0 / 16 (s0 is a
+                // multiple of 16), bits half * 8 .. + 8.
+                kbits = (stats[mask_bh + ri_c * mask_words + s0 / 16u] >> (half * 8u)) & 0xffu;
+            } else {
+                // Key ri of queries s0 + half * 8 + n: bit ri % 16 of word ri / 16 of
+                // each query's row (queries past t read the last row: `ok` drops them).
+                let kw = ri_c / 16u;
+                let kb = ri_c % 16u;
+                kbits = 0u;
+                for (var n = 0u; n < 8u; n++) {
+                    let q = min(s0 + half * 8u + n, p.t - 1u);
+                    kbits |= ((stats[mask_bh + q * mask_words + kw] >> kb) & 1u) << n;
+                }
+            }
         }
         var x = zero_acc();
         var y = zero_acc();

@@ -321,11 +321,21 @@ async fn check(ctx: &WgpuContext, kernels: &Kernels, how: &str) {
         let (g_qkv, g_dout) = (ctx.upload(&qkv), ctx.upload(&dout));
         let blocks = t.div_ceil(64) as u32;
         let bh = (b * nh) as u32;
+        // What the forward saves (the shaders' `stats`): each row's logsumexp, then
+        // with dropout the mask, ceil(t / 16) words a row, bit n of word w key 16w + n.
+        let rows = b * nh * t;
+        let mask_words = t.div_ceil(16);
+        let words = rows
+            + if dropout.is_some() {
+                rows * mask_words
+            } else {
+                0
+            };
 
-        let (out, lse) = poisoned(ctx, &[b * nh * t, b * t * c], || match kernels {
+        let (out, lse) = poisoned(ctx, &[words, b * t * c], || match kernels {
             Kernels::Emulated { forward, .. } => {
                 let out = ctx.create_pooled(b * t * c * 4);
-                let lse = ctx.create_pooled(b * nh * t * 4);
+                let lse = ctx.create_pooled(words * 4);
                 ctx.dispatch(forward, &params, &[&g_qkv, &out, &lse], [blocks, bh, 1]);
                 (out, lse)
             }
@@ -354,6 +364,22 @@ async fn check(ctx: &WgpuContext, kernels: &Kernels, how: &str) {
                 (l as f64 - want).abs() <= 2e-3 * want.abs().max(1.0),
                 "lse of row {row}, {what}: {l} against {want}"
             );
+        }
+
+        // Every decision the backward reads (key j <= query i) against the reference's
+        // keep rule; the poison (NaN's bits) fails any word the forward left.
+        if let Some(d) = dropout {
+            let kept = reference::dropout(&vec![1.0; rows * t], d.p, d.seed);
+            let stats: Vec<u32> = ctx.download(&lse, words).await.expect("download");
+            for row in 0..rows {
+                let (bhi, i) = (row / t, row % t);
+                for j in 0..=i {
+                    let got = stats[rows + row * mask_words + j / 16] >> (j % 16) & 1 == 1;
+                    let idx = reference::attn_dropout_index(t, nh, bhi / nh, bhi % nh, i, j);
+                    let want = kept[idx as usize] != 0.0;
+                    assert_eq!(got, want, "mask bit (row {row}, key {j}), {what}");
+                }
+            }
         }
 
         let saved = AttentionSaved {
