@@ -14,7 +14,7 @@ mod common;
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 use common::fresh_seed;
-use common::{assert_close, context, max_rel_error, poisoned, read};
+use common::{context, max_rel_error, poisoned, read};
 use half::f16;
 use tidepool::config::Precision;
 use tidepool::kernels::{F16Core, Fusion, Linear, Matmul, MatmulShape, MatmulVariant, GRAD_SCALE};
@@ -586,6 +586,7 @@ async fn weight_copy_body() {
 #[cfg(not(target_arch = "wasm32"))]
 mod emulated {
     use super::*;
+    use common::assert_close;
     use tidepool::gpu::Kernel;
     use tidepool::PooledBuffer;
 
